@@ -1,0 +1,169 @@
+"""Per-device allocation for unit-instance resources (GPUs, and custom per-device resources).
+
+Each device has a free share in units (``SCALE`` = the whole device). Rules (Ray's ResourceIds,
+without its bugs):
+
+* a whole demand of k takes k fully free devices, lowest index first;
+* a fractional demand takes the **best fit**: the device with the smallest free share that still
+  holds it, ties to the lowest index;
+* shares of two devices are never combined: free (0.5, 0.5) cannot host 0.75;
+* release gives each device back exactly its share.
+
+Worked example on four devices, all free: 2 whole -> devices 0 and 1; then 3 whole fails and
+changes nothing; then 0.4 -> device 2 (free .6), 0.7 -> device 3 (free .3), 0.3 -> device 3
+(exact fit, free 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .quantity import SCALE
+from .resources import gpu_memory_share
+
+
+class DeviceSet:
+    """The devices of one resource on one node: index -> free units, index -> memory bytes.
+
+    ``memory`` is known for discovered GPUs (NVML) and for declared ones given a size; it is what
+    GPU-memory requests are measured against.
+    """
+
+    __slots__ = ("free", "memory", "declared", "_lost")
+
+    def __init__(
+        self,
+        indices: Iterable[int] = (),
+        memory: Mapping[int, int | None] | None = None,
+        declared: bool = False,
+    ) -> None:
+        self.free: dict[int, int] = {int(i): SCALE for i in indices}
+        self.memory: dict[int, int | None] = dict(memory or {})
+        self.declared = declared
+        # share still held by tasks on devices that were removed: paid back on release
+        self._lost: dict[int, int] = {}
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.free)
+
+    @property
+    def total(self) -> int:
+        return len(self.free) * SCALE
+
+    @property
+    def available(self) -> int:
+        return sum(self.free.values())
+
+    @property
+    def lost(self) -> int:
+        return sum(self._lost.values())
+
+    def whole_free(self) -> int:
+        """How many devices are entirely free."""
+        return sum(1 for share in self.free.values() if share == SCALE)
+
+    def max_free(self) -> int:
+        """The largest free share on one device (0 with no devices)."""
+        return max(self.free.values(), default=0)
+
+    # -- choosing ---------------------------------------------------------------------------
+
+    def choose(self, units: int = 0, gpu_memory: int = 0) -> dict[int, int] | None:
+        """The devices a demand would take, ``{index: units}``, or None. Changes nothing."""
+        if gpu_memory:
+            return self._choose_memory(gpu_memory)
+        if units >= SCALE:
+            want, rest = divmod(units, SCALE)
+            if rest:
+                return None  # 1.5 devices: shares of two devices are never combined
+            picked = []
+            for index in sorted(self.free):
+                if self.free[index] == SCALE:
+                    picked.append(index)
+                    if len(picked) == want:
+                        return {i: SCALE for i in picked}
+            return None
+        if units <= 0:
+            return {}
+        best = None
+        best_free = SCALE + 1
+        for index, share in self.free.items():
+            if units <= share < best_free or (share == best_free and index < best):
+                best, best_free = index, share
+        return None if best is None else {best: units}
+
+    def _choose_memory(self, gpu_memory: int) -> dict[int, int] | None:
+        """Best fit by what would be left: the smallest leftover, ties to the lowest index."""
+        best = None
+        best_left = SCALE + 1
+        best_need = 0
+        for index, share in self.free.items():
+            need = gpu_memory_share(gpu_memory, self.memory.get(index))
+            if need is None or need > share:
+                continue
+            left = share - need
+            if left < best_left or (left == best_left and index < best):
+                best, best_left, best_need = index, left, need
+        return None if best is None else {best: best_need}
+
+    # -- changing ---------------------------------------------------------------------------
+
+    def take(self, shares: Mapping[int, int]) -> None:
+        """Take ``shares`` chosen by :meth:`choose`; checked, all or nothing."""
+        for index, units in shares.items():
+            if self.free.get(index, -1) < units:
+                raise ValueError(f"device {index} has {self.free.get(index)} free, not {units}")
+        for index, units in shares.items():
+            self.free[index] -= units
+
+    def give_back(self, shares: Mapping[int, int]) -> None:
+        """Return what :meth:`take` took. Shares of removed devices pay back their loss."""
+        for index, units in shares.items():
+            lost = self._lost.get(index)
+            if lost is not None:
+                paid = min(lost, units)
+                if lost - paid:
+                    self._lost[index] = lost - paid
+                else:
+                    del self._lost[index]
+                units -= paid
+                if not units:
+                    continue
+            if index in self.free:
+                if self.free[index] + units > SCALE:
+                    raise ValueError(f"device {index} would be more than free: double release?")
+                self.free[index] += units
+
+    def add(self, index: int, memory: int | None = None) -> None:
+        """Add a device (or bring a lost one back, still holding what its tasks hold)."""
+        index = int(index)
+        if index in self.free:
+            if memory is not None:
+                self.memory[index] = memory
+            return
+        self.free[index] = SCALE - self._lost.pop(index, 0)
+        if memory is not None:
+            self.memory[index] = memory
+
+    def remove(self, index: int) -> None:
+        """Remove a device; what tasks still hold on it is owed until they release it."""
+        share = self.free.pop(index, None)
+        if share is None:
+            return
+        if share < SCALE:
+            self._lost[index] = SCALE - share
+        self.memory.pop(index, None)
+
+    def copy(self) -> DeviceSet:
+        clone = DeviceSet.__new__(DeviceSet)
+        clone.free = dict(self.free)
+        clone.memory = dict(self.memory)
+        clone.declared = self.declared
+        clone._lost = dict(self._lost)
+        return clone
+
+    def __repr__(self) -> str:
+        shares = ", ".join(f"{i}:{s / SCALE:g}" for i, s in sorted(self.free.items()))
+        return f"DeviceSet({shares})"
