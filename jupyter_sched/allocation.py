@@ -14,7 +14,7 @@ again): then ``available`` clamps at zero and the excess is paid back from the n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from .devices import DeviceSet
@@ -79,8 +79,13 @@ class NodeResources:
 
     # -- feasibility ------------------------------------------------------------------------
 
-    def choose(self, demand: Demand) -> Allocation | None:
-        """The allocation ``demand`` would get now, or None; changes nothing."""
+    def choose(
+        self, demand: Demand, gpu_allowed: Collection[int] | None = None
+    ) -> Allocation | None:
+        """The allocation ``demand`` would get now, or None; changes nothing.
+
+        ``gpu_allowed`` limits which GPU devices may be used (None: any).
+        """
         available = self.available
         devices = self.devices
         chosen: dict[str, Mapping[int, int]] = {}
@@ -90,14 +95,15 @@ class NodeResources:
                 return None
             devs = devices.get(name)
             if devs is not None:
-                shares = devs.choose(units)
+                shares = devs.choose(units, allowed=gpu_allowed if name == GPU else None)
                 if shares is None:
                     return None
                 chosen[name] = shares
             amounts[name] = units
         if demand.gpu_memory:
             devs = devices.get(GPU)
-            shares = devs.choose(gpu_memory=demand.gpu_memory) if devs else None
+            shares = (devs.choose(gpu_memory=demand.gpu_memory, allowed=gpu_allowed)
+                      if devs else None)
             if shares is None:
                 return None
             chosen[GPU] = shares

@@ -16,7 +16,7 @@ changes nothing; then 0.4 -> device 2 (free .6), 0.7 -> device 3 (free .3), 0.3 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from .quantity import SCALE
 from .resources import gpu_memory_share
@@ -70,8 +70,16 @@ class DeviceSet:
 
     # -- choosing ---------------------------------------------------------------------------
 
-    def choose(self, units: int = 0, gpu_memory: int = 0) -> dict[int, int] | None:
-        """The devices a demand would take, ``{index: units}``, or None. Changes nothing."""
+    def choose(
+        self, units: int = 0, gpu_memory: int = 0, allowed: Collection[int] | None = None
+    ) -> dict[int, int] | None:
+        """The devices a demand would take, ``{index: units}``, or None. Changes nothing.
+
+        ``allowed`` limits the candidates (the devices an engine can see, or those not held for
+        a reservation); None means every device.
+        """
+        if allowed is not None:
+            return self._restricted(allowed).choose(units, gpu_memory)
         if gpu_memory:
             return self._choose_memory(gpu_memory)
         if units >= SCALE:
@@ -93,6 +101,14 @@ class DeviceSet:
             if units <= share < best_free or (share == best_free and index < best):
                 best, best_free = index, share
         return None if best is None else {best: units}
+
+    def _restricted(self, allowed: Collection[int]) -> DeviceSet:
+        view = DeviceSet.__new__(DeviceSet)
+        view.free = {i: s for i, s in self.free.items() if i in allowed}
+        view.memory = self.memory
+        view.declared = self.declared
+        view._lost = {}
+        return view
 
     def _choose_memory(self, gpu_memory: int) -> dict[int, int] | None:
         """Best fit by what would be left: the smallest leftover, ties to the lowest index."""
