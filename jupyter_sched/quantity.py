@@ -169,14 +169,16 @@ class Quantity:
         if isinstance(other, Quantity):
             return self.units == other.units
         if isinstance(other, (int, float)) and not isinstance(other, bool):
-            return self.units == round(other * SCALE)
+            # NaN and infinities equal no amount (round() would raise on them)
+            return math.isfinite(other) and self.units == round(other * SCALE)
         return NotImplemented
 
     def __lt__(self, other: object) -> bool:
         return self.units < _units_of(other)
 
     def __hash__(self) -> int:
-        return hash(self.units)
+        # hash like the plain number it equals (Quantity(2) == 2, Quantity(0.5) == 0.5)
+        return hash(from_units(self.units))
 
     def __float__(self) -> float:
         return self.units / SCALE
