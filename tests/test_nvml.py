@@ -1,0 +1,179 @@
+"""The NVML layer: the fake backend, and the real loader without a real GPU."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+import warnings
+
+import pytest
+
+from jupyter_sched.nvml import FakeNvml, Nvml, NvmlDevice, PynvmlNvml, load_nvml
+
+GiB = 2**30
+
+
+# -- FakeNvml ----------------------------------------------------------------------------------
+
+
+def test_fake_devices_from_pairs_sizes_and_device_objects():
+    nv = FakeNvml([
+        ("A100-SXM4-80GB", "80GiB"),
+        ("T4", 16 * GiB),
+        NvmlDevice(7, "GPU-abcdef", "A10", 24 * GiB),
+        ("L4", "24GB", "GPU-custom-uuid"),
+    ])
+    assert isinstance(nv, Nvml)
+    assert nv.device_count() == 4
+    assert nv.device(0) == NvmlDevice(0, "GPU-00000000-fake-4000-8000-000000000000",
+                                      "A100-SXM4-80GB", 80 * GiB)
+    assert nv.device(1).memory_total == 16 * GiB
+    assert nv.device(2) == NvmlDevice(2, "GPU-abcdef", "A10", 24 * GiB)  # index = position
+    assert nv.device(3).uuid == "GPU-custom-uuid"
+    assert nv.device(3).memory_total == 24 * 10**9
+
+
+def test_fake_uuids_are_distinct_and_look_like_nvml_uuids():
+    nv = FakeNvml([("T4", GiB)] * 20)
+    uuids = [nv.device(i).uuid for i in range(20)]
+    assert len(set(uuids)) == 20
+    assert all(u.startswith("GPU-") for u in uuids)
+
+
+def test_fake_readings_are_settable_and_clearable():
+    nv = FakeNvml([("T4", "16GiB"), ("T4", "16GiB")])
+    assert nv.utilization(0) is None and nv.memory_used(0) is None
+    nv.set_utilization(0, 75)
+    nv.set_memory_used(1, 3 * GiB)
+    assert nv.utilization(0) == 75 and nv.utilization(1) is None
+    assert nv.memory_used(1) == 3 * GiB
+    nv.set_utilization(0, None)
+    assert nv.utilization(0) is None
+
+
+def test_fake_out_of_range_and_broken_devices_raise():
+    nv = FakeNvml([("T4", "16GiB"), ("T4", "16GiB")], broken=[1])
+    assert nv.device(0).name == "T4"
+    with pytest.raises(RuntimeError, match="device 1"):
+        nv.device(1)
+    with pytest.raises(IndexError, match="there is no 2"):
+        nv.device(2)
+
+
+def test_fake_rejects_a_bad_memory_size():
+    with pytest.raises(ValueError, match="fake GPU 0"):
+        FakeNvml([("T4", "lots")])
+
+
+def test_the_base_class_answers_none_for_live_readings():
+    class Minimal(Nvml):
+        def device_count(self):
+            return 1
+
+        def device(self, index):
+            return NvmlDevice(index, "GPU-x", "X", 1)
+
+    assert Minimal().utilization(0) is None
+    assert Minimal().memory_used(0) is None
+
+
+# -- load_nvml without a GPU -------------------------------------------------------------------
+
+
+def _fake_pynvml(*, init_error=None, count_error=None, names_as_bytes=True, util_error=None):
+    """A stand-in for the pynvml module: two devices, optional failures."""
+    mod = types.ModuleType("pynvml")
+    mod.calls = []
+
+    def nvmlInit():
+        mod.calls.append("init")
+        if init_error:
+            raise init_error
+
+    def nvmlShutdown():
+        mod.calls.append("shutdown")
+
+    def nvmlDeviceGetCount():
+        if count_error:
+            raise count_error
+        return 2
+
+    def text(value):
+        return value.encode() if names_as_bytes else value
+
+    def nvmlDeviceGetUtilizationRates(handle):
+        if util_error:
+            raise util_error
+        return types.SimpleNamespace(gpu=40 + handle, memory=10)
+
+    mod.nvmlInit = nvmlInit
+    mod.nvmlShutdown = nvmlShutdown
+    mod.nvmlDeviceGetCount = nvmlDeviceGetCount
+    mod.nvmlDeviceGetHandleByIndex = lambda i: i
+    mod.nvmlDeviceGetUUID = lambda h: text(f"GPU-{h}{h}{h}-uuid")
+    mod.nvmlDeviceGetName = lambda h: text(f"NVIDIA Model {h}")
+    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(
+        total=(h + 1) * 8 * GiB, used=h * GiB, free=0
+    )
+    mod.nvmlDeviceGetUtilizationRates = nvmlDeviceGetUtilizationRates
+    return mod
+
+
+@pytest.fixture
+def quiet(caplog):
+    """Fail the test if anything warns or logs above DEBUG."""
+    caplog.set_level(logging.DEBUG, logger="jupyter_sched")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield caplog
+    records = caplog.get_records("setup") + caplog.get_records("call")
+    assert [r.getMessage() for r in records if r.levelno > logging.DEBUG] == []
+
+
+def test_load_nvml_without_pynvml_is_none_and_quiet(monkeypatch, quiet):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
+    assert load_nvml() is None
+    assert "cannot import pynvml" in quiet.text
+
+
+def test_load_nvml_when_init_fails_is_none_and_quiet(monkeypatch, quiet):
+    mod = _fake_pynvml(init_error=RuntimeError("NVML Shared Library Not Found"))
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    assert load_nvml() is None
+    assert "nvmlInit failed" in quiet.text
+
+
+def test_load_nvml_when_counting_fails_is_none_and_releases_nvml(monkeypatch, quiet):
+    mod = _fake_pynvml(count_error=RuntimeError("GPU is lost"))
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    assert load_nvml() is None
+    assert mod.calls == ["init", "shutdown"]
+
+
+def test_real_nvml_on_this_machine_never_raises(quiet):
+    # No GPU here (or a GPU): either way, an Nvml or None, and nothing above DEBUG.
+    backend = load_nvml()
+    assert backend is None or backend.device_count() >= 0
+
+
+@pytest.mark.parametrize("as_bytes", [True, False])
+def test_pynvml_backend_reads_devices_and_decodes_bytes(monkeypatch, as_bytes):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(names_as_bytes=as_bytes))
+    backend = load_nvml()
+    assert isinstance(backend, PynvmlNvml)
+    assert backend.device_count() == 2
+    assert backend.device(1) == NvmlDevice(1, "GPU-111-uuid", "NVIDIA Model 1", 16 * GiB)
+    assert backend.utilization(1) == 41
+    assert backend.memory_used(1) == GiB
+
+
+def test_pynvml_backend_live_readings_are_none_on_error(monkeypatch, quiet):
+    mod = _fake_pynvml(util_error=RuntimeError("Not Supported"))
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    backend = load_nvml()
+    assert backend.utilization(0) is None
+    mod.nvmlDeviceGetHandleByIndex = lambda i: (_ for _ in ()).throw(RuntimeError("lost"))
+    assert backend.memory_used(0) is None
+    backend.close()
+    assert mod.calls[-1] == "shutdown"
