@@ -1,0 +1,143 @@
+"""The ``jupyter-sched`` command (also ``python -m jupyter_sched``).
+
+``jupyter-sched info`` (the default) shows this host as the scheduler sees it::
+
+    $ jupyter-sched info --declare GPU=2,gpu_memory=16GiB
+    host    laptop
+    CPUs    8
+    memory  15.5 GiB
+    GPUs    2 declared
+      index  model         memory  UUID               source
+      0      declared GPU  16 GiB  declared-laptop-0  declared
+      1      declared GPU  16 GiB  declared-laptop-1  declared
+
+``--json`` prints :meth:`HostInfo.to_json` with the node's totals and labels under ``"node"``.
+A bad ``--declare`` is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .discovery import HostInfo, discover_host
+from .quantity import format_bytes, format_units
+from .resources import resources_to_json
+
+PROG = "jupyter-sched"
+_COMMANDS = ("info",)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2 for a usage error)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list or (args_list[0].startswith("-")
+                         and args_list[0] not in ("-h", "--help", "--version")):
+        args_list.insert(0, "info")  # `jupyter-sched` alone, or `jupyter-sched --json`
+    parser = _parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exit_:  # --help, --version, or argparse's own usage error
+        return exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        return args.run(args)
+    except ValueError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Schedule notebook cells on GPUs and ipyparallel engines.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    info = commands.add_parser(
+        "info",
+        help="show this host as the scheduler sees it (the default)",
+        description="Show this host's CPUs, memory and GPUs as the scheduler sees them.",
+    )
+    info.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    info.add_argument(
+        "--declare",
+        action="append",
+        metavar="SPEC",
+        help="declare resources instead of discovering them, e.g. GPU=2,gpu_memory=16GiB "
+        "(repeatable; default: $JUPYTER_SCHED_DECLARE)",
+    )
+    info.set_defaults(run=_info)
+    return parser
+
+
+def _info(args: argparse.Namespace) -> int:
+    declare = ",".join(args.declare) if args.declare else None
+    host = discover_host(declare=declare)
+    if args.json:
+        node = host.node_resources()
+        out = host.to_json()
+        out["node"] = {"total": resources_to_json(node.total), "labels": host.labels()}
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_host(host))
+    return 0
+
+
+def format_host(host: HostInfo) -> str:
+    """A :class:`~jupyter_sched.discovery.HostInfo` as an aligned, readable table."""
+
+    def mark(name: str) -> str:
+        return "  (declared)" if name in host.declared else ""
+
+    rows = [
+        ("host", host.hostname),
+        ("CPUs", f"{host.cpus}{mark('CPU')}"),
+        ("memory", f"{format_bytes(host.memory)}{mark('memory')}"),
+    ]
+    rows += [(name, format_units(units) + "  (declared)") for name, units in host.custom.items()]
+    if host.gpus:
+        how = "declared" if host.gpus_declared else "found"
+        if host.cuda_visible_devices is not None and not host.gpus_declared:
+            how += f" (CUDA_VISIBLE_DEVICES={host.cuda_visible_devices!r})"
+        rows.append(("GPUs", f"{len(host.gpus)} {how}"))
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label:<{width}}  {value}" for label, value in rows]
+
+    if host.gpus:
+        table = [("index", "model", "memory", "UUID", "source")]
+        for gpu in host.gpus:
+            uuid = gpu.uuid[:12] if gpu.uuid.startswith("GPU-") else gpu.uuid
+            table.append((
+                str(gpu.index),
+                gpu.name,
+                format_bytes(gpu.memory) if gpu.memory else "-",
+                uuid,
+                "declared" if gpu.declared else "discovered",
+            ))
+        widths = [max(len(row[col]) for row in table) for col in range(len(table[0]))]
+        lines += [
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in table
+        ]
+    else:
+        lines.append(_no_gpus(host))
+    return "\n".join(lines)
+
+
+def _no_gpus(host: HostInfo) -> str:
+    if "GPU" in host.declared:
+        return "no GPUs (declared GPU=0)"
+    if host.nvml_gpus is None:
+        return ("no GPUs found (NVML not available); "
+                "declare logical GPUs with --declare GPU=2")
+    if host.nvml_gpus == 0:
+        return "no GPUs found (NVML reports none); declare logical GPUs with --declare GPU=2"
+    return (f"no GPUs visible: CUDA_VISIBLE_DEVICES={host.cuda_visible_devices!r} hides the "
+            f"{host.nvml_gpus} GPUs this host has")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""The jupyter-sched command: `info` as text and JSON, declared resources, usage errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_sched import __version__, discovery
+from jupyter_sched.__main__ import main
+from jupyter_sched.nvml import FakeNvml
+
+GiB = 2**30
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("JUPYTER_SCHED_DECLARE", raising=False)
+
+
+@pytest.fixture
+def no_nvml(monkeypatch):
+    monkeypatch.setattr(discovery, "load_nvml", lambda: None)
+
+
+@pytest.fixture
+def three_gpus(monkeypatch):
+    nv = FakeNvml([("A100-SXM4-80GB", "80GiB"), ("Tesla T4", "16GiB"), ("NVIDIA A10", "24GiB")])
+    monkeypatch.setattr(discovery, "load_nvml", lambda: nv)
+    return nv
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_info_without_gpus(capsys, no_nvml):
+    code, out, err = run(capsys, "info")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["host", socket.gethostname()]
+    assert lines[1].startswith("CPUs ")
+    assert lines[2].startswith("memory ") and lines[2].endswith("iB")
+    assert lines[-1] == ("no GPUs found (NVML not available); "
+                         "declare logical GPUs with --declare GPU=2")
+
+
+def test_info_is_the_default(capsys, no_nvml):
+    assert run(capsys) == run(capsys, "info")
+
+
+def test_info_with_discovered_gpus(capsys, three_gpus, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    code, out, _ = run(capsys, "info")
+    assert code == 0
+    assert "GPUs    2 found (CUDA_VISIBLE_DEVICES='2,0')" in out
+    rows = out.splitlines()[-3:]
+    assert rows[0].split() == ["index", "model", "memory", "UUID", "source"]
+    assert rows[1].split() == ["0", "NVIDIA", "A10", "24", "GiB", "GPU-00000002", "discovered"]
+    assert rows[2].split() == ["1", "A100-SXM4-80GB", "80", "GiB", "GPU-00000000", "discovered"]
+    # columns line up
+    assert len({row.index("GPU-") for row in rows[1:]}) == 1
+
+
+def test_info_when_cuda_visible_devices_hides_every_gpu(capsys, three_gpus, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    out = run(capsys, "info")[1]
+    assert out.splitlines()[-1] == (
+        "no GPUs visible: CUDA_VISIBLE_DEVICES='' hides the 3 GPUs this host has"
+    )
+
+
+def test_info_with_declared_resources(capsys, three_gpus):
+    code, out, _ = run(capsys, "info", "--declare", "GPU=2,gpu_memory=16GiB", "--declare", "CPU=4")
+    assert code == 0
+    assert "CPUs    4  (declared)" in out
+    assert "GPUs    2 declared" in out
+    host = socket.gethostname()
+    rows = out.splitlines()[-2:]
+    assert rows[0].split() == [
+        "0", "declared", "GPU", "16", "GiB", f"declared-{host}-0", "declared"
+    ]
+    assert rows[1].split()[0] == "1"
+    assert "discovered" not in out
+
+
+def test_info_declared_from_the_environment(capsys, no_nvml, monkeypatch):
+    monkeypatch.setenv("JUPYTER_SCHED_DECLARE", "GPU=1,licenses=2")
+    out = run(capsys)[1]
+    assert "licenses  2  (declared)" in out
+    assert "1 declared" in out
+
+
+def test_json(capsys, three_gpus, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    code, out, _ = run(capsys, "info", "--json", "--declare", "CPU=2,memory=8GiB")
+    assert code == 0
+    data = json.loads(out)
+    assert data["hostname"] == socket.gethostname()
+    assert data["cpus"] == 2 and data["memory"] == 8 * GiB
+    assert [(g["index"], g["nvml_index"], g["name"]) for g in data["gpus"]] == [(0, 1, "Tesla T4")]
+    assert data["node"]["total"] == {"CPU": 2, "memory": 8 * GiB, "GPU": 1}
+    assert data["node"]["labels"]["gpu.memory"] == "16GiB"
+    assert data["cuda_visible_devices"] == "1"
+
+
+def test_json_is_the_default_command_too(capsys, no_nvml):
+    data = json.loads(run(capsys, "--json")[1])
+    assert data["gpus"] == [] and data["nvml_gpus"] is None
+    assert "GPU" not in data["node"]["total"]
+
+
+@pytest.mark.parametrize(
+    "declare, message",
+    [
+        ("GPU=1.5", "GPU='1.5': a GPU request is either a fraction below 1"),
+        ("GPU=abc", "GPU='abc' is not a number"),
+        ("gpu_memory=8GiB", "declare the GPUs too"),
+        ("nonsense", "'nonsense' must be written NAME=AMOUNT"),
+    ],
+)
+def test_a_bad_declaration_is_one_line_and_exit_2(capsys, no_nvml, declare, message):
+    code, out, err = run(capsys, "info", "--declare", declare)
+    assert code == 2 and out == ""
+    assert err.startswith("jupyter-sched: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bad_environment_declaration_names_the_variable(capsys, no_nvml, monkeypatch):
+    monkeypatch.setenv("JUPYTER_SCHED_DECLARE", "GPU=abc")
+    code, _, err = run(capsys)
+    assert code == 2
+    assert err == ("jupyter-sched: error: JUPYTER_SCHED_DECLARE='GPU=abc': GPU='abc' is not a "
+                   "number; give an amount such as 1, 0.5 or '2'\n")
+
+
+def test_help_version_and_unknown_commands(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "info" in out
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"jupyter-sched {__version__}"
+    code, _, err = run(capsys, "frobnicate")
+    assert code == 2 and "invalid choice: 'frobnicate'" in err
+
+
+def _python(*args):
+    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_SCHED_DECLARE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+
+
+def test_python_dash_m_info_json():
+    proc = _python("-m", "jupyter_sched", "info", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["hostname"] == socket.gethostname()
+    assert data["memory"] > 0 and data["node"]["total"]["CPU"] >= 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_python_dash_m_bad_declaration():
+    proc = _python("-m", "jupyter_sched", "info", "--declare", "GPU=1.5")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("jupyter-sched: error: GPU='1.5'")
+    assert proc.stderr.count("\n") == 1
