@@ -111,7 +111,7 @@ class HostInfo:
     memory: int
     gpus: tuple[GpuInfo, ...] = ()
     cuda_visible_devices: str | None = None
-    custom: dict[str, int] = field(default_factory=dict)
+    custom: dict[str, int] = field(default_factory=dict, hash=False)
     nvml_gpus: int | None = None
     declared: tuple[str, ...] = ()
 

@@ -395,3 +395,8 @@ def test_from_json_ignores_unknown_keys_and_rejects_garbage(nv):
         HostInfo.from_json({"hostname": "x"})
     with pytest.raises(ValueError, match="not a host description"):
         HostInfo.from_json(host(nv).to_json() | {"cpus": "many"})
+
+
+def test_host_info_is_hashable(nv):
+    info = host(nv, declare="licenses=2")
+    assert {info: 1}[host(nv, declare="licenses=2")] == 1
