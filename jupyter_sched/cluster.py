@@ -1,0 +1,269 @@
+"""Nodes, engine slots, and the node registry with its capacity indexes.
+
+A node is a host: its resources (per device for GPUs), labels, whether it runs tasks in the
+kernel's own threads (the local node), and its engine *slots* (one task at a time each).
+
+Engine–device affinity (DESIGN.md section 4; Ray #22504, #3245): CUDA reads
+``CUDA_VISIBLE_DEVICES`` once, so a slot is either *pinned* to the devices it was launched with,
+or *floating* until its first GPU task binds it to that task's devices. A task is placed only on a
+device that has the share free **and** a free slot able to use it.
+
+The registry keeps nodes in buckets by free capacity (largest free GPU share, whole free GPUs,
+free CPU), so finding a node for a demand looks at the few buckets that can hold it instead of
+every node.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from .allocation import Allocation, NodeResources
+from .quantity import SCALE
+from .resources import CPU, GPU, Demand
+
+LOCAL = "local"
+ENGINES = "engines"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotSpec:
+    """An engine as a node offers it: its id, and the GPU indices it is pinned to (if any)."""
+
+    id: str
+    pinned: frozenset[int] | None = None
+
+
+class Slot:
+    __slots__ = ("binding", "id", "pinned", "task")
+
+    def __init__(self, spec: SlotSpec) -> None:
+        self.id = spec.id
+        self.pinned = spec.pinned is not None
+        self.binding: frozenset[int] | None = spec.pinned
+        self.task: str | None = None
+
+    def can_use(self, devices: Mapping[int, int]) -> bool:
+        return self.binding is None or all(i in self.binding for i in devices)
+
+
+class Node:
+    """One host as the core sees it."""
+
+    __slots__ = (
+        "cordoned",
+        "free_slots",
+        "keys",
+        "kind",
+        "labels",
+        "name",
+        "order",
+        "resources",
+        "slots",
+        "tasks",
+        "threads",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        resources: NodeResources,
+        labels: Mapping[str, str] | None = None,
+        kind: str = LOCAL,
+        threads: bool = True,
+        slots: tuple[SlotSpec, ...] = (),
+        order: int = 0,
+    ) -> None:
+        self.name = name
+        self.resources = resources
+        self.labels = dict(labels or {})
+        self.labels.setdefault("kind", kind)
+        self.kind = kind
+        self.threads = threads
+        self.slots: dict[str, Slot] = {}
+        self.free_slots: dict[str, None] = {}
+        for spec in slots:
+            self.add_slot(spec)
+        self.cordoned = False
+        self.tasks: dict[str, None] = {}
+        self.keys = (0, 0, 0)
+        self.order = order
+
+    def add_slot(self, spec: SlotSpec) -> None:
+        if spec.id in self.slots:
+            raise ValueError(f"node {self.name!r} already has an engine slot {spec.id!r}")
+        self.slots[spec.id] = Slot(spec)
+        self.free_slots[spec.id] = None
+
+    def matches(self, selector: tuple[tuple[str, str], ...]) -> bool:
+        labels = self.labels
+        return all(labels.get(k) == v for k, v in selector)
+
+    def serves(self, target: str) -> bool:
+        """Could this node ever run a task aimed at ``target``?"""
+        if target == LOCAL:
+            return self.threads
+        if target == ENGINES:
+            return bool(self.slots)
+        return self.threads or bool(self.slots)
+
+    def place(
+        self, demand: Demand, target: str, gpu_allowed: frozenset[int] | None = None
+    ) -> tuple[Allocation, str | None] | None:
+        """Where ``demand`` would run here now: (allocation, engine slot or None for a kernel
+        thread), or None. Changes nothing."""
+        resources = self.resources
+        if self.threads and target != ENGINES:
+            allocation = resources.choose(demand, gpu_allowed)
+            if allocation is not None or target == LOCAL:
+                return None if allocation is None else (allocation, None)
+        if not self.free_slots or target == LOCAL:
+            return None
+        slots = self.slots
+        if not demand.get(GPU) and not demand.gpu_memory:
+            allocation = resources.choose(demand)
+            if allocation is None:
+                return None
+            return allocation, self._pick_slot(None)
+        # GPU work: try the devices each distinct binding of a free slot can see
+        tried: set[frozenset[int] | None] = set()
+        for slot_id in self.free_slots:
+            binding = slots[slot_id].binding
+            if binding in tried:
+                continue
+            tried.add(binding)
+            allowed = binding
+            if gpu_allowed is not None:
+                allowed = gpu_allowed if binding is None else binding & gpu_allowed
+            allocation = resources.choose(demand, allowed)
+            if allocation is not None:
+                return allocation, self._pick_slot(allocation.devices.get(GPU))
+        return None
+
+    def _pick_slot(self, devices: Mapping[int, int] | None) -> str:
+        """A free slot for the devices: bound ones first, so floating engines stay open."""
+        floating = None
+        for slot_id in self.free_slots:
+            slot = self.slots[slot_id]
+            if slot.binding is None:
+                if floating is None:
+                    floating = slot_id
+                if not devices:
+                    return slot_id
+            elif not devices or slot.can_use(devices):
+                return slot_id
+        assert floating is not None, "place() found devices no free slot can use"
+        return floating
+
+    def utilization(self, name: str) -> float:
+        total = self.resources.total.get(name, 0)
+        return self.resources.allocated.get(name, 0) / total if total else 0.0
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name} {self.resources!r} slots={len(self.slots)}>"
+
+
+class BucketIndex:
+    """Node names in buckets by an integer key, keys kept sorted: ``iter(k)`` yields the nodes
+    whose key is at least ``k``, smallest key first (or largest first)."""
+
+    __slots__ = ("buckets", "keys")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, dict[str, None]] = {}
+        self.keys: list[int] = []
+
+    def add(self, name: str, key: int) -> None:
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            bucket = self.buckets[key] = {}
+            bisect.insort(self.keys, key)
+        bucket[name] = None
+
+    def remove(self, name: str, key: int) -> None:
+        bucket = self.buckets[key]
+        del bucket[name]
+        if not bucket:
+            del self.buckets[key]
+            del self.keys[bisect.bisect_left(self.keys, key)]
+
+    def iter(self, least: int, descending: bool = False) -> Iterator[str]:
+        keys = self.keys
+        start = bisect.bisect_left(keys, least)
+        chosen = reversed(keys[start:]) if descending else keys[start:]
+        buckets = self.buckets
+        for key in chosen:
+            yield from list(buckets[key])
+
+
+class Cluster:
+    """The node registry: nodes by name, and indexes over their free capacity."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.by_gpu_share = BucketIndex()   # largest free share on one GPU
+        self.by_whole_gpus = BucketIndex()  # entirely free GPUs
+        self.by_cpu = BucketIndex()         # free CPU units
+        self._order = 0
+
+    def add(self, node: Node) -> None:
+        if node.name in self.nodes:
+            raise ValueError(f"node {node.name!r} is already registered")
+        self._order += 1
+        node.order = self._order
+        self.nodes[node.name] = node
+        node.keys = self._keys(node)
+        self._index(node, node.keys)
+
+    def remove(self, name: str) -> Node:
+        node = self.nodes.pop(name)
+        self._unindex(node, node.keys)
+        return node
+
+    def refresh(self, node: Node) -> None:
+        """Re-file a node after its free capacity changed."""
+        keys = self._keys(node)
+        if keys != node.keys:
+            self._unindex(node, node.keys)
+            self._index(node, keys)
+            node.keys = keys
+
+    @staticmethod
+    def _keys(node: Node) -> tuple[int, int, int]:
+        res = node.resources
+        devs = res.devices.get(GPU)
+        if devs is None or not devs.free:
+            return (0, 0, res.available.get(CPU, 0))
+        free = devs.free.values()
+        return (max(free), sum(1 for s in free if s == SCALE), res.available.get(CPU, 0))
+
+    def _index(self, node: Node, keys: tuple[int, int, int]) -> None:
+        self.by_gpu_share.add(node.name, keys[0])
+        self.by_whole_gpus.add(node.name, keys[1])
+        self.by_cpu.add(node.name, keys[2])
+
+    def _unindex(self, node: Node, keys: tuple[int, int, int]) -> None:
+        self.by_gpu_share.remove(node.name, keys[0])
+        self.by_whole_gpus.remove(node.name, keys[1])
+        self.by_cpu.remove(node.name, keys[2])
+
+    def candidates(self, demand: Demand, descending: bool = False) -> Iterator[Node]:
+        """Nodes that may hold ``demand`` by the indexed capacity, tightest first (or loosest
+        first with ``descending``). Callers still check the whole demand on each."""
+        nodes = self.nodes
+        gpu = demand.get(GPU)
+        if demand.gpu_memory or 0 < gpu < SCALE:
+            names = self.by_gpu_share.iter(max(gpu, 1), descending)
+        elif gpu:
+            names = self.by_whole_gpus.iter(gpu // SCALE, descending)
+        elif demand.get(CPU):
+            names = self.by_cpu.iter(demand.get(CPU), descending)
+        else:
+            ordered = list(nodes.values())
+            if descending:
+                ordered.sort(key=lambda n: -n.keys[2])
+            yield from ordered
+            return
+        for name in names:
+            yield nodes[name]

@@ -1,0 +1,1 @@
+"""Actions, run in this order each cycle: enqueue, allocate, backfill, preempt."""

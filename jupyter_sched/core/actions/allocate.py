@@ -1,0 +1,116 @@
+"""Allocate: place waiting jobs, fairest queue first.
+
+1. Order the open and draining queues that have waiting work by priority, then share (the
+   least-served first: allocated / deserved, Volcano's proportion), then name.
+2. From the first queue take its best class of jobs: priority, then the age of the class's head.
+3. Place the head job: a task on the first node the node order accepts; a gang through a
+   statement that commits only with at least ``min`` members placed.
+4. Placed: the queue's share grows; back to 1. Not placed: the class is skipped for the rest of
+   the cycle (its other jobs would fail the same way), and if the head job has waited past
+   ``reservation_after`` it gets a reservation, so a stream of small tasks cannot starve it.
+   A queue that cannot fit its head job does not block other queues.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ...queues import CLOSED
+from ...tasks import Gang, Task
+from ..jobs import job_class, job_spec
+from ..plugins.gang import place_gang
+from ..session import Session
+
+
+def run(session: Session) -> None:
+    core = session.core
+    queues = [q for q in core.queues.leaves() if q.classes and q.state != CLOSED]
+    if not queues:
+        return
+    if len(queues) > 1:
+        core.queues.compute_deserved(_cluster_totals(core))
+    heap = [(-q.priority, q.share(), q.name, q) for q in queues]
+    heapq.heapify(heap)
+    class_heaps = {q.name: _class_heap(q) for q in queues}
+    while heap:
+        _, _, name, queue = heapq.heappop(heap)
+        classes = class_heaps[name]
+        job = _next_job(queue, classes, session)
+        if job is None:
+            continue
+        key, spec, demand = job_class(job)
+        fifo = queue.classes[key]
+        placed = False
+        over = queue.fits_capability(demand)
+        if over is None:
+            placed = try_place(session, job)
+        if placed:
+            fifo.popleft()
+            _push_class(classes, queue, key)
+        else:
+            session.failed[key] = job
+            if over is None and session.waited_too_long(job) and job.seq not in core.reservations:
+                members = job.members if isinstance(job, Gang) else [job]
+                session.reserve(job, [m.spec for m in members])
+        if classes:
+            heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
+
+
+def try_place(session: Session, job: Task | Gang, easy: bool = False) -> bool:
+    if isinstance(job, Gang):
+        return place_gang(session, job, easy)
+    return session.place_task(job, easy)
+
+
+def _class_heap(queue) -> list:
+    heap = []
+    for key, fifo in queue.classes.items():
+        head = _live_head(fifo)
+        if head is not None:
+            heap.append((-job_spec(head).priority, head.seq, key))
+    heapq.heapify(heap)
+    return heap
+
+
+def _push_class(classes: list, queue, key: tuple) -> None:
+    fifo = queue.classes.get(key)
+    head = _live_head(fifo) if fifo is not None else None
+    if head is None:
+        queue.classes.pop(key, None)
+        return
+    heapq.heappush(classes, (-job_spec(head).priority, head.seq, key))
+
+
+def _next_job(queue, classes: list, session: Session):
+    while classes:
+        _, _, key = heapq.heappop(classes)
+        fifo = queue.classes.get(key)
+        head = _live_head(fifo) if fifo is not None else None
+        if head is None:
+            queue.classes.pop(key, None)
+            continue
+        if key in session.failed:
+            continue
+        return head
+    return None
+
+
+def _live_head(fifo):
+    """Drop cancelled or started jobs from the front (FIFOs are cleaned lazily)."""
+    while fifo:
+        job = fifo[0]
+        if isinstance(job, Gang):
+            if not job.started and all(m.state == "queued" for m in job.members):
+                return job
+        elif job.state == "queued":
+            return job
+        fifo.popleft()
+    return None
+
+
+def _cluster_totals(core) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for node in core.cluster.nodes.values():
+        for name, units in node.resources.total.items():
+            totals[name] = totals.get(name, 0) + units
+    return totals

@@ -1,0 +1,91 @@
+"""Enqueue: admit submitted jobs, and move jobs between queued and infeasible as nodes change.
+
+1. If nodes changed since the last cycle, re-check every infeasible class (a node that fits may
+   have joined: Ray's spill-over on join) and every queued class (a node may have left).
+2. For each newly submitted job: if its queue's capability could never admit it, or no node
+   could ever host it, it is ``infeasible`` with the reason; otherwise ``queued``.
+
+Feasibility is a property of the job's class (demand and constraints), so it is decided once per
+class, not once per task.
+"""
+
+from __future__ import annotations
+
+from ...tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task
+from ..jobs import job_class, job_spec
+from ..plugins.gang import why_gang_never
+from ..plugins.predicates import why_never
+from ..session import Session
+
+
+def run(session: Session) -> None:
+    core = session.core
+    cache: dict[tuple, str | None] = {}
+    if core.nodes_changed:
+        _recheck(session, cache)
+    pending, core.pending = core.pending, []
+    for job in pending:
+        reason = _why_not(session, job, cache)
+        members = job.members if isinstance(job, Gang) else [job]
+        if any(m.state != PENDING for m in members):
+            continue
+        if reason:
+            for member in members:
+                core.transition(member, INFEASIBLE, reason)
+            core.infeasible.setdefault(job_class(job)[0], []).append(job)
+        else:
+            for member in members:
+                core.transition(member, QUEUED)
+            core.enter_waiting(job)
+
+
+def _why_not(session: Session, job: Task | Gang, cache: dict[tuple, str | None]) -> str | None:
+    core = session.core
+    key, spec, demand = job_class(job)
+    queue = core.queues[spec.queue]
+    if isinstance(job, Gang):
+        demand = spec.demand.scaled(job.spec.min_members).as_dict()
+        return queue.within_capability_ever(demand) or why_gang_never(core.cluster, job)
+    if key not in cache:
+        cache[key] = queue.within_capability_ever(demand) or why_never(core.cluster, spec)
+    return cache[key]
+
+
+def _recheck(session: Session, cache: dict[tuple, str | None]) -> None:
+    core = session.core
+    for key, jobs in list(core.infeasible.items()):
+        if _why_not(session, jobs[0], cache) is not None:
+            continue
+        del core.infeasible[key]
+        for job in jobs:
+            members = job.members if isinstance(job, Gang) else [job]
+            if any(m.state != INFEASIBLE for m in members):
+                continue
+            for member in members:
+                core.transition(member, QUEUED)
+            core.enter_waiting(job)
+    for queue in core.queues.leaves():
+        for key, fifo in list(queue.classes.items()):
+            alive = [j for j in fifo if _waits(j)]
+            if not alive:
+                del queue.classes[key]
+                continue
+            reason = _why_not(session, alive[0], cache)
+            if reason is None:
+                continue
+            del queue.classes[key]
+            for job in alive:
+                members = job.members if isinstance(job, Gang) else [job]
+                for member in members:
+                    core._leave_waiting(member)
+                    core.transition(member, INFEASIBLE, reason)
+                core.infeasible.setdefault(key, []).append(job)
+
+
+def _waits(job: Task | Gang) -> bool:
+    if isinstance(job, Gang):
+        return all(m.state == QUEUED for m in job.members) and not job.started
+    return job.state == QUEUED
+
+
+__all__ = ["job_spec", "run"]

@@ -1,0 +1,80 @@
+"""Preempt (off unless enabled): make room for a waiting job by stopping lower-priority work.
+
+1. Take the single-task classes that failed this cycle, highest priority first.
+2. For each node that could host the task, in node order: list the running tasks there that are
+   preemptible, of lower priority, not gang members (a gang is never left below its min), and not
+   already stopping; release them on a copy of the node, lowest priority and newest first, until
+   the task fits.
+3. Keep exactly the victims needed: drop each victim whose release the fit does not need.
+4. Send Preempt for the victims (they go back to their queues when stopped) and reserve the room
+   for the task, so nothing else takes it meanwhile.
+"""
+
+from __future__ import annotations
+
+from ...resources import GPU
+from ...tasks import Gang, Task
+from ..jobs import job_spec
+from ..plugins.predicates import node_passes
+from ..session import Reservation, Session
+
+
+def run(session: Session) -> None:
+    core = session.core
+    for _key, job in sorted(session.failed.items(),
+                            key=lambda kv: (-job_spec(kv[1]).priority, kv[1].seq)):
+        if isinstance(job, Gang) or job.state != "queued" or job.seq in core.reservations:
+            continue
+        for node in core.cluster.nodes.values():
+            if not node_passes(node, job.spec):
+                continue
+            victims, placement = _victims(session, job, node)
+            if victims:
+                for victim in victims:
+                    core.preempt_task(victim, job)
+                allocation = placement[0]
+                hold = (frozenset(allocation.devices.get(GPU, {})),
+                        {k: v for k, v in allocation.amounts.items() if k != GPU})
+                core.reservations[job.seq] = Reservation(job.seq, job, {node.name: hold})
+                session.reserved.setdefault(node.name, {})[job.seq] = hold
+                break
+
+
+def _victims(session: Session, task: Task, node) -> tuple[list[Task], tuple | None]:
+    core = session.core
+    candidates = [
+        core.tasks[t] for t in node.tasks
+        if core.tasks[t].spec.preemptible and core.tasks[t].gang is None
+        and core.tasks[t].spec.priority < task.spec.priority and core.tasks[t].stopping is None
+    ]
+    if not candidates:
+        return [], None
+    candidates.sort(key=lambda t: (t.spec.priority, -(t.started_at or 0.0), -t.seq))
+    chosen: list[Task] = []
+    for victim in candidates:
+        chosen.append(victim)
+        if _fits_without(node, task, chosen):
+            break
+    else:
+        return [], None
+    for victim in list(reversed(chosen)):
+        rest = [v for v in chosen if v is not victim]
+        if _fits_without(node, task, rest):
+            chosen = rest
+    return chosen, _fits_without(node, task, chosen)
+
+
+def _fits_without(node, task: Task, victims: list[Task]):
+    """Where ``task`` would go on ``node`` once ``victims`` released (None: nowhere)."""
+    model = node.resources.copy()
+    free_slots = set(node.free_slots)
+    for victim in victims:
+        model.release(victim.allocation)
+        if victim.slot is not None:
+            free_slots.add(victim.slot)
+    saved_res, saved_free = node.resources, node.free_slots
+    node.resources, node.free_slots = model, dict.fromkeys(free_slots)
+    try:
+        return node.place(task.spec.demand, task.spec.target)
+    finally:
+        node.resources, node.free_slots = saved_res, saved_free

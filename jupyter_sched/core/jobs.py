@@ -1,0 +1,32 @@
+"""Jobs: a single task or a gang, as the actions see them."""
+
+from __future__ import annotations
+
+from ..resources import Demand
+from ..tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task, TaskSpec
+
+
+def job_spec(job: Task | Gang) -> TaskSpec:
+    return job.members[0].spec if isinstance(job, Gang) else job.spec
+
+
+def job_class(job: Task | Gang) -> tuple[tuple, TaskSpec, dict[str, int]]:
+    """(class key, spec, total demand) of a job. Single tasks with equal priority and
+    constraints share a class; each gang is a class of its own."""
+    if isinstance(job, Gang):
+        spec = job.members[0].spec
+        waiting = [m for m in job.members if m.state in (QUEUED, INFEASIBLE, PENDING)]
+        demand = spec.demand.scaled(len(waiting)).as_dict()
+        return ("gang", job.seq), spec, demand
+    spec = job.spec
+    return (spec.priority, spec.constraint_key), spec, spec.demand.as_dict()
+
+
+def job_waits(job: Task | Gang) -> bool:
+    if isinstance(job, Gang):
+        return job.state == QUEUED and all(m.state == QUEUED for m in job.members)
+    return job.state == QUEUED
+
+
+def job_demand(job: Task | Gang) -> Demand:
+    return job_spec(job).demand

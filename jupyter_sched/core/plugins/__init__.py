@@ -1,0 +1,1 @@
+"""Plugins: the policies the actions consult (node order, predicates, gangs, proportion)."""

@@ -1,0 +1,113 @@
+"""Gangs: place members together in one statement; commit only with at least ``min`` placed.
+
+Strategies (Ray placement groups):
+
+* ``pack`` — members on as few nodes as possible: a member tries the nodes earlier members use
+  first;
+* ``spread`` — members on different nodes where possible;
+* ``strict-pack`` — all members on one node, or none;
+* ``strict-spread`` — every member on a different node, or none.
+
+Two gangs that each fit alone but not together never deadlock: a gang holds nothing until its
+statement commits, so the first one commits and the second waits (no partial holds).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...allocation import NodeResources
+from ...tasks import QUEUED, Gang
+from ..session import Session, Statement, cancel_unplaced
+from .predicates import empty_model, node_passes
+
+if TYPE_CHECKING:
+    from ...cluster import Cluster
+
+
+def place_gang(session: Session, gang: Gang, easy: bool = False) -> bool:
+    members = [m for m in gang.members if m.state == QUEUED]
+    need = gang.spec.min_members - (gang.spec.size - len(members))
+    strategy = gang.spec.strategy
+    core = session.core
+    if strategy == "strict-pack":
+        spec = members[0].spec
+        for node in list(core.cluster.nodes.values()):
+            if not node_passes(node, spec):
+                continue
+            statement = Statement(session)
+            for member in members:
+                found = session.find(member.spec, gang.seq, easy, only=node)
+                if found is None:
+                    break
+                statement.take(member, *found)
+            if len(statement.proposals) >= need:
+                return _commit(session, statement, gang)
+            statement.discard()
+        return False
+    statement = Statement(session)
+    used: list = []
+    for member in members:
+        found = None
+        if strategy == "pack":
+            for node in used:
+                found = session.find(member.spec, gang.seq, easy, only=node)
+                if found:
+                    break
+        exclude = frozenset(n.name for n in used) if strategy != "pack" else frozenset()
+        if found is None:
+            found = session.find(member.spec, gang.seq, easy, exclude=exclude)
+        if found is None and strategy == "spread":
+            found = session.find(member.spec, gang.seq, easy)
+        if found is None:
+            continue
+        statement.take(member, *found)
+        if found[0] not in used:
+            used.append(found[0])
+    if len(statement.proposals) >= need:
+        return _commit(session, statement, gang)
+    statement.discard()
+    return False
+
+
+def _commit(session: Session, statement: Statement, gang: Gang) -> bool:
+    started = statement.commit(gang)
+    if not started:
+        return False
+    gang.started = True
+    gang.state = "running"
+    cancel_unplaced(session.core, gang, len(started))
+    session.core.reservations.pop(gang.seq, None)
+    return True
+
+
+def why_gang_never(cluster: Cluster, gang: Gang) -> str | None:
+    """Could ``min`` members ever be placed at once, on an otherwise empty cluster?"""
+    spec = gang.members[0].spec
+    need = gang.spec.min_members
+    strategy = gang.spec.strategy
+    fits_per_node = []
+    for node in cluster.nodes.values():
+        if not node_passes(node, spec):
+            continue
+        model: NodeResources = empty_model(node)
+        count = 0
+        limit = need if strategy != "strict-spread" else 1
+        slots = len(node.slots) if not node.threads or spec.target == "engines" else None
+        while count < limit and (slots is None or count < slots):
+            if model.acquire(spec.demand) is None:
+                break
+            count += 1
+        if count:
+            fits_per_node.append(count)
+    if strategy == "strict-pack":
+        ok = any(c >= need for c in fits_per_node)
+    elif strategy == "strict-spread":
+        ok = len(fits_per_node) >= need
+    else:
+        ok = sum(fits_per_node) >= need
+    if ok:
+        return None
+    room = sum(fits_per_node) if strategy != "strict-pack" else max(fits_per_node, default=0)
+    return (f"gang {gang.name!r} needs {need} members of {spec.demand.describe()} "
+            f"({strategy}); the whole cluster, empty, holds {room}")

@@ -1,0 +1,257 @@
+"""One scheduling cycle's session: placement, statements (propose/commit), reservations.
+
+Decisions are proposed into a :class:`Statement` — tentative takes counted as the node's load —
+and applied by ``commit``, which re-checks that each task is still waiting and its node still
+there before it starts anything; ``discard`` undoes the takes in reverse. A single task is a
+statement of one; a gang commits only with at least ``min`` members placed (Volcano's statement,
+YARN-5139's propose/commit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..allocation import Allocation
+from ..cluster import Node
+from ..resources import GPU, Demand
+from ..tasks import CANCELLED, QUEUED, Gang, Task, TaskSpec
+from . import events as ev
+from .plugins import nodeorder
+from .plugins.predicates import node_passes
+
+if TYPE_CHECKING:
+    from .state import Core
+
+
+@dataclass
+class Reservation:
+    """Resources held for a job that waited too long at the head of its queue: per node, the
+    GPU devices nobody else may take and the amounts that must stay free."""
+
+    seq: int
+    job: Task | Gang
+    nodes: dict[str, tuple[frozenset[int], dict[str, int]]] = field(default_factory=dict)
+
+
+@dataclass
+class Proposal:
+    task: Task
+    node: Node
+    allocation: Allocation
+    slot: str | None
+
+
+class Statement:
+    """Tentative placements, applied together or not at all."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.proposals: list[Proposal] = []
+
+    def take(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
+        node.resources.take(allocation, pending=True)
+        if slot is not None:
+            del node.free_slots[slot]
+        self.session.core.cluster.refresh(node)
+        self.proposals.append(Proposal(task, node, allocation, slot))
+
+    def discard(self) -> None:
+        cluster = self.session.core.cluster
+        for p in reversed(self.proposals):
+            p.node.resources.release(p.allocation, pending=True)
+            if p.slot is not None:
+                p.node.free_slots[p.slot] = None
+            cluster.refresh(p.node)
+        self.proposals.clear()
+
+    def commit(self, gang: Gang | None = None) -> list[Task]:
+        core = self.session.core
+        nodes = core.cluster.nodes
+        if any(p.task.state != QUEUED or nodes.get(p.node.name) is not p.node
+               for p in self.proposals):
+            self.discard()  # the world moved under the proposal: nothing is applied
+            return []
+        started = []
+        world = len(self.proposals)
+        master = self.proposals[0].node.name if self.proposals else None
+        for rank, p in enumerate(self.proposals):
+            p.node.resources.confirm(p.allocation)
+            if p.slot is not None:
+                p.node.free_slots[p.slot] = None  # core.start takes the slot for good
+            if gang is not None:
+                p.task.rank, p.task.world_size = rank, world
+            core.start(p.task, p.node, p.allocation, p.slot)
+            core.emit(ev.Start(
+                p.task.id, p.node.name, p.slot, p.allocation.devices,
+                gang=gang.name if gang else None,
+                rank=p.task.rank if gang else None,
+                world_size=world if gang else None,
+                master_node=master if gang else None,
+            ))
+            started.append(p.task)
+        self.proposals.clear()
+        return started
+
+
+class Session:
+    """The state of one cycle: reservations by node, classes that failed this cycle."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.failed: dict[tuple, Task | Gang] = {}
+        self.reserved: dict[str, dict[int, tuple[frozenset[int], dict[str, int]]]] = {}
+        for seq, reservation in list(core.reservations.items()):
+            if not _still_waits(reservation.job):
+                del core.reservations[seq]
+                continue
+            for name, hold in reservation.nodes.items():
+                self.reserved.setdefault(name, {})[seq] = hold
+
+    # -- single tasks --------------------------------------------------------------------
+
+    def find(self, spec: TaskSpec, job_seq: int, easy: bool = False,
+             exclude: frozenset[str] = frozenset(), only: Node | None = None
+             ) -> tuple[Node, Allocation, str | None] | None:
+        """The node, allocation and slot for one task now, or None. Changes nothing."""
+        core = self.core
+        demand = spec.demand
+        nodes = [only] if only is not None else nodeorder.candidates(
+            core.cluster, demand, core.policy, core.hybrid_threshold)
+        reserved = self.reserved
+        for node in nodes:
+            if node.name in exclude or not node_passes(node, spec):
+                continue
+            holds = reserved.get(node.name)
+            if holds and not (easy and self._easy_ok(spec, node)):
+                got = self._place_around(node, spec, job_seq, holds)
+            else:
+                got = node.place(demand, spec.target)
+            if got is not None:
+                return node, got[0], got[1]
+        return None
+
+    def _place_around(self, node: Node, spec: TaskSpec, job_seq: int,
+                      holds: dict[int, tuple[frozenset[int], dict[str, int]]]
+                      ) -> tuple[Allocation, str | None] | None:
+        """Place on a node with reservations, leaving the reserved resources alone."""
+        others = [hold for seq, hold in holds.items() if seq != job_seq]
+        if not others:
+            return node.place(spec.demand, spec.target)
+        blocked = frozenset().union(*(devs for devs, _ in others))
+        allowed = None
+        if blocked:
+            gpus = node.resources.devices.get(GPU)
+            allowed = frozenset(i for i in (gpus.free if gpus else ()) if i not in blocked)
+        got = node.place(spec.demand, spec.target, allowed)
+        if got is None:
+            return None
+        available = node.resources.available
+        for _, scalars in others:
+            for name, units in scalars.items():
+                if available.get(name, 0) - got[0].amounts.get(name, 0) < units:
+                    return None
+        return got
+
+    def _easy_ok(self, spec: TaskSpec, node: Node) -> bool:
+        """EASY backfill: a task with a time limit may use reserved resources if it will be
+        done before the reservation could start (the latest declared end of what runs there)."""
+        if spec.time_limit is None:
+            return False
+        shadow = 0.0
+        for task_id in node.tasks:
+            task = self.core.tasks[task_id]
+            if task.spec.time_limit is None:
+                return False
+            shadow = max(shadow, task.started_at + task.spec.time_limit)
+        return self.core.now + spec.time_limit <= shadow
+
+    def place_task(self, task: Task, easy: bool = False) -> bool:
+        found = self.find(task.spec, task.seq, easy)
+        if found is None:
+            return False
+        node, allocation, slot = found
+        statement = Statement(self)
+        statement.take(task, node, allocation, slot)
+        statement.commit()
+        self.core.reservations.pop(task.seq, None)
+        return True
+
+    # -- reservations ----------------------------------------------------------------------
+
+    def reserve(self, job: Task | Gang, specs: list[TaskSpec]) -> None:
+        """Hold resources for ``job``: per member, a node that could host it once free, and
+        the devices there with the most free share now (they are the nearest to fitting)."""
+        core = self.core
+        reservation = Reservation(job.seq, job)
+        spec = specs[0]
+        taken: dict[str, list[tuple[frozenset[int], dict[str, int]]]] = {}
+        for _ in specs:
+            hold = None
+            for node in nodeorder.candidates(core.cluster, Demand(), "spread", 1.0):
+                if not node_passes(node, spec) or not node.resources.could_ever_fit(spec.demand):
+                    continue
+                busy = [h for seq, h in self.reserved.get(node.name, {}).items()
+                        if seq != job.seq] + taken.get(node.name, [])
+                hold = _hold_on(node, spec.demand, busy)
+                if hold is not None:
+                    taken.setdefault(node.name, []).append(hold)
+                    break
+            if hold is None:
+                return  # cannot hold it anywhere right now; try again next cycle
+        for name, holds in taken.items():
+            devs = frozenset().union(*(d for d, _ in holds))
+            scalars: dict[str, int] = {}
+            for _, amounts in holds:
+                for k, v in amounts.items():
+                    scalars[k] = scalars.get(k, 0) + v
+            reservation.nodes[name] = (devs, scalars)
+            self.reserved.setdefault(name, {})[job.seq] = (devs, scalars)
+        core.reservations[job.seq] = reservation
+
+    def waited_too_long(self, job: Task | Gang) -> bool:
+        first = job.members[0] if isinstance(job, Gang) else job
+        return self.core.now - first.submitted_at >= self.core.reservation_after
+
+
+def _hold_on(node: Node, demand: Demand, busy: list) -> tuple[frozenset[int], dict[str, int]] | None:
+    """The devices and amounts ``demand`` would hold on ``node``, avoiding ``busy`` holds."""
+    res = node.resources
+    blocked = frozenset().union(*(d for d, _ in busy)) if busy else frozenset()
+    devices: frozenset[int] = frozenset()
+    gpus = res.devices.get(GPU)
+    units = demand.get(GPU)
+    if units or demand.gpu_memory:
+        if gpus is None:
+            return None
+        order = sorted((i for i in gpus.free if i not in blocked),
+                       key=lambda i: (-gpus.free[i], i))
+        if demand.gpu_memory:
+            order = [i for i in order if (gpus.memory.get(i) or 0) >= demand.gpu_memory]
+        want = max(1, units // 10_000) if units >= 10_000 or not units else 1
+        if len(order) < want:
+            return None
+        devices = frozenset(order[:want])
+    scalars = {k: v for k, v in demand.amounts if k != GPU}
+    for name, units_needed in scalars.items():
+        already = sum(h[1].get(name, 0) for h in busy)
+        if res.total.get(name, 0) - already < units_needed:
+            return None
+    return devices, scalars
+
+
+def _still_waits(job: Task | Gang) -> bool:
+    if isinstance(job, Gang):
+        return job.state == QUEUED and not job.started
+    return job.state == QUEUED
+
+
+def cancel_unplaced(core: Core, gang: Gang, placed: int) -> None:
+    """A gang started with fewer than ``size`` members: the rest will not run."""
+    for member in gang.members:
+        if member.state == QUEUED:
+            core._leave_waiting(member)
+            core.transition(member, CANCELLED,
+                            f"gang {gang.name!r} started with {placed} of {gang.spec.size} "
+                            f"members (min {gang.spec.min_members})")
+

@@ -1,0 +1,248 @@
+"""Queues: a tree under ``root`` with weights, capabilities, guarantees, priorities and states.
+
+Shares follow Volcano's proportion plugin: each level splits what its parent deserves among the
+children by weight (water-filling: a child never deserves more than it asks for or its
+capability; what it leaves goes to the others), never below a child's guarantee. A queue's share is
+the largest, over resources, of allocated / deserved; the least-served queue goes first.
+
+States: ``open`` (accepts and runs work), ``draining`` (refuses new work, runs what it has),
+``closed`` (refuses new work and starts nothing new until opened again).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+OPEN = "open"
+CLOSED = "closed"
+DRAINING = "draining"
+QUEUE_STATES = (OPEN, CLOSED, DRAINING)
+ROOT = "root"
+DEFAULT = "default"
+
+
+class Queue:
+    __slots__ = (
+        "allocated",
+        "capability",
+        "children",
+        "classes",
+        "deserved",
+        "guarantee",
+        "name",
+        "parent",
+        "priority",
+        "running",
+        "state",
+        "waiting",
+        "weight",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        parent: Queue | None = None,
+        weight: int = 1,
+        capability: Mapping[str, int] | None = None,
+        guarantee: Mapping[str, int] | None = None,
+        priority: int = 0,
+        state: str = OPEN,
+    ) -> None:
+        self.name = name
+        self.parent = parent
+        self.children: list[Queue] = []
+        self.weight = weight
+        self.capability = dict(capability or {})
+        self.guarantee = dict(guarantee or {})
+        self.priority = priority
+        self.state = state
+        self.allocated: dict[str, int] = {}  # held by this queue's running tasks (subtree)
+        self.waiting: dict[str, int] = {}    # demand of its queued tasks (subtree)
+        self.deserved: dict[str, int] = {}
+        self.running = 0
+        # waiting jobs, grouped by class (priority and placement constraints): FIFO each
+        self.classes: dict[tuple, deque] = {}
+
+    def lineage(self) -> list[Queue]:
+        """This queue and its ancestors, up to (not including) root."""
+        out, q = [], self
+        while q is not None and q.name != ROOT:
+            out.append(q)
+            q = q.parent
+        return out
+
+    def share(self) -> float:
+        """max over resources of allocated / deserved (0 when it holds nothing)."""
+        best = 0.0
+        for name, units in self.allocated.items():
+            deserved = self.deserved.get(name, 0)
+            ratio = units / deserved if deserved else float("inf") if units else 0.0
+            if ratio > best:
+                best = ratio
+        return best
+
+    def fits_capability(self, amounts: Mapping[str, int]) -> str | None:
+        """None when ``amounts`` more would stay within this queue's (and its parents')
+        capability, else which capability it would break."""
+        for q in self.lineage():
+            for name, cap in q.capability.items():
+                if q.allocated.get(name, 0) + amounts.get(name, 0) > cap:
+                    return f"queue {q.name!r} capability {name}={cap / 10_000:g}"
+        return None
+
+    def within_capability_ever(self, amounts: Mapping[str, int]) -> str | None:
+        for q in self.lineage():
+            for name, cap in q.capability.items():
+                if amounts.get(name, 0) > cap:
+                    return (f"needs {name}={amounts[name] / 10_000:g} but queue {q.name!r} "
+                            f"may hold at most {cap / 10_000:g}")
+        return None
+
+    def add_use(self, field: str, amounts: Mapping[str, int], sign: int) -> None:
+        """Add (sign=1) or take away (sign=-1) amounts to ``allocated`` or ``waiting`` here and
+        in every ancestor."""
+        q: Queue | None = self
+        while q is not None:
+            target = getattr(q, field)
+            for name, units in amounts.items():
+                value = target.get(name, 0) + sign * units
+                if value:
+                    target[name] = value
+                else:
+                    target.pop(name, None)
+            q = q.parent
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name} {self.state} w={self.weight}>"
+
+
+class QueueTree:
+    """All queues by name; ``root`` and ``default`` always exist."""
+
+    def __init__(self) -> None:
+        self.root = Queue(ROOT)
+        self.queues: dict[str, Queue] = {ROOT: self.root}
+        self.set(DEFAULT)
+
+    def __getitem__(self, name: str) -> Queue:
+        return self.queues[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.queues
+
+    def leaves(self) -> list[Queue]:
+        return [q for q in self.queues.values() if not q.children and q.name != ROOT]
+
+    def set(
+        self,
+        name: str,
+        parent: str = ROOT,
+        weight: int | None = None,
+        capability: Mapping[str, int] | None = None,
+        guarantee: Mapping[str, int] | None = None,
+        priority: int | None = None,
+        state: str | None = None,
+    ) -> Queue:
+        """Create a queue or change an existing one (only the settings given)."""
+        if not isinstance(name, str) or not name.strip() or name == ROOT:
+            raise ValueError(f"queue name {name!r} must be a non-empty name other than 'root'")
+        if parent not in self.queues:
+            raise ValueError(f"parent queue {parent!r} does not exist; known: {self.names()}")
+        if weight is not None and (not isinstance(weight, int) or weight < 1):
+            raise ValueError(f"queue {name!r}: weight {weight!r} must be a whole number >= 1")
+        if state is not None and state not in QUEUE_STATES:
+            raise ValueError(f"queue {name!r}: state {state!r} is not one of "
+                             f"{', '.join(QUEUE_STATES)}")
+        if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+            raise ValueError(f"queue {name!r}: priority {priority!r} must be a whole number")
+        queue = self.queues.get(name)
+        if queue is None:
+            p = self.queues[parent]
+            if p.classes or p.running:
+                raise ValueError(f"queue {parent!r} holds tasks, so it cannot get child queues")
+            queue = Queue(name, p)
+            p.children.append(queue)
+            self.queues[name] = queue
+        if weight is not None:
+            queue.weight = weight
+        if capability is not None:
+            queue.capability = dict(capability)
+        if guarantee is not None:
+            queue.guarantee = dict(guarantee)
+        if priority is not None:
+            queue.priority = priority
+        if state is not None:
+            queue.state = state
+        return queue
+
+    def names(self) -> str:
+        return ", ".join(n for n in self.queues if n != ROOT)
+
+    def check_submit(self, name: str) -> Queue:
+        queue = self.queues.get(name)
+        if queue is None or name == ROOT:
+            raise ValueError(f"queue {name!r} does not exist; known queues: {self.names()}")
+        if queue.children:
+            raise ValueError(f"queue {name!r} has child queues; submit to one of "
+                             f"{', '.join(c.name for c in queue.children)}")
+        if queue.state != OPEN:
+            raise ValueError(f"queue {name!r} is {queue.state} and accepts no new tasks; "
+                             "open it first")
+        return queue
+
+    def compute_deserved(self, totals: Mapping[str, int]) -> None:
+        """Water-fill ``totals`` down the tree by weight, capped by request and capability."""
+        self.root.deserved = dict(totals)
+        self._split(self.root)
+
+    def _split(self, parent: Queue) -> None:
+        children = parent.children
+        if not children:
+            return
+        for child in children:
+            child.deserved = {}
+        for name, amount in parent.deserved.items():
+            want = {}
+            for child in children:
+                request = child.allocated.get(name, 0) + child.waiting.get(name, 0)
+                cap = child.capability.get(name)
+                want[child.name] = request if cap is None else min(request, cap)
+            got = _water_fill(amount, {c.name: c.weight for c in children}, want)
+            for child in children:
+                value = max(got[child.name], child.guarantee.get(name, 0))
+                if value:
+                    child.deserved[name] = value
+        for child in children:
+            self._split(child)
+
+
+def _water_fill(amount: int, weights: Mapping[str, int], want: Mapping[str, int]) -> dict[str, int]:
+    """Split ``amount`` by weight; a taker never gets more than it wants, the rest is re-split.
+
+    >>> _water_fill(100, {"a": 1, "b": 1}, {"a": 10, "b": 500})
+    {'a': 10, 'b': 90}
+    """
+    got = {name: 0 for name in weights}
+    hungry = {name for name in weights if want[name] > 0}
+    left = amount
+    while left > 0 and hungry:
+        total_weight = sum(weights[n] for n in hungry)
+        spent = 0
+        for name in sorted(hungry):
+            offer = left * weights[name] // total_weight
+            take = min(offer, want[name] - got[name])
+            got[name] += take
+            spent += take
+        sated = {n for n in hungry if got[n] >= want[n]}
+        hungry -= sated
+        if spent == 0:
+            # rounding left a remainder smaller than the number of takers: hand it out in order
+            for name in sorted(hungry):
+                if left - spent <= 0:
+                    break
+                got[name] += 1
+                spent += 1
+            hungry = {n for n in hungry if got[n] < want[n]}
+        left -= spent
+    return got

@@ -1,0 +1,292 @@
+"""A virtual-time simulator on the real scheduling core.
+
+Tasks have durations instead of code; nodes join and leave at given times; ``run()`` plays the
+events in time order until nothing can change. Used by tests, by the scale benchmarks, and by
+people asking what-if questions::
+
+    sim = Simulation(policy="binpack", seed=0)
+    sim.add_node("n1", {"CPU": 8, "GPU": 2})
+    tasks = [sim.submit(duration=1.0, resources={"GPU": 0.25}) for _ in range(16)]
+    sim.run()
+    sim.makespan            # 2.0: eight quarter-GPU tasks at a time on two GPUs
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .allocation import NodeResources
+from .cluster import SlotSpec
+from .core import events as ev
+from .core.state import Core
+from .devices import DeviceSet
+from .quantity import SCALE, parse_bytes
+from .resources import GPU, Demand, parse_resources
+from .tasks import TERMINAL, GangSpec, TaskSpec
+
+
+class Task:
+    """A simulated task: a view of the core's task plus where and when it ran."""
+
+    def __init__(self, sim: Simulation, task_id: str, name: str, duration: float) -> None:
+        self._sim = sim
+        self.id = task_id
+        self.name = name
+        self.duration = duration
+        self.start: float | None = None
+        self.end: float | None = None
+        self.node: str | None = None
+        self.devices: dict[str, dict[int, float]] = {}
+        self.rank: int | None = None
+        self.runs = 0
+
+    @property
+    def _core_task(self):
+        return self._sim.core.tasks.get(self.id)
+
+    @property
+    def state(self) -> str:
+        task = self._core_task
+        return "pending" if task is None else task.state
+
+    @property
+    def reason(self) -> str:
+        task = self._core_task
+        return "" if task is None else task.reason
+
+    def __repr__(self) -> str:
+        return f"<sim.Task {self.id} {self.name!r} {self.state} node={self.node}>"
+
+
+@dataclass
+class _Run:
+    task: str
+    start: float
+    end: float | None
+    amounts: Mapping[str, int]
+
+
+class Simulation:
+    """The same core under a virtual clock (starts at 0.0)."""
+
+    def __init__(self, policy: str = "binpack", seed: int = 0, *,
+                 reservation_after: float = 1.0, preemption: bool = False,
+                 hybrid_threshold: float = 0.8) -> None:
+        self.core = Core(policy=policy, seed=seed, reservation_after=reservation_after,
+                         preemption=preemption, hybrid_threshold=hybrid_threshold)
+        self.now = 0.0
+        self.tasks: dict[str, Task] = {}
+        self.trace: list[tuple[float, ev.Instruction]] = []
+        self._heap: list[tuple[float, int, Any]] = []
+        self._order = itertools.count()
+        self._ids = itertools.count(1)
+        self._finish_token: dict[str, int] = {}
+        self._runs: dict[str, _Run] = {}
+        self._done_runs: list[_Run] = []
+        self._node_life: dict[str, list] = {}  # name -> [added, removed|None, totals]
+        self._queues = {"default"}
+
+    # -- building the scenario -------------------------------------------------------------
+
+    def _at(self, at: float | None, event: Any) -> None:
+        when = self.now if at is None else float(at)
+        if when < self.now:
+            raise ValueError(f"at={at!r} is in the past; the clock is at {self.now:g}")
+        heapq.heappush(self._heap, (when, next(self._order), event))
+
+    def add_node(
+        self,
+        name: str,
+        resources: Mapping[str, object],
+        labels: Mapping[str, str] | None = None,
+        at: float = 0.0,
+        *,
+        gpu_memory: object = None,
+        engines: int = 0,
+        engines_per_gpu: int = 0,
+    ) -> None:
+        """A node with ``resources`` (``{"CPU": 8, "GPU": 2, "memory": "64GiB"}``).
+
+        By default tasks run on it without engine slots; ``engines=N`` gives it N floating
+        engine slots and ``engines_per_gpu=K`` K pinned slots per GPU instead.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"node name {name!r} must be a non-empty string")
+        amounts = parse_resources(resources)
+        gpus = amounts.pop(GPU, 0)
+        count, rest = divmod(gpus, SCALE)
+        if rest:
+            raise ValueError(f"GPU={gpus / SCALE:g}: a node has a whole number of GPUs")
+        memory = parse_bytes(gpu_memory, "gpu_memory") if gpu_memory is not None else None
+        devices = {GPU: DeviceSet(range(count), dict.fromkeys(range(count), memory))} if count else {}
+        slots: tuple[SlotSpec, ...] = ()
+        if engines_per_gpu:
+            slots = tuple(SlotSpec(f"{name}/e{g}.{k}", frozenset({g}))
+                          for g in range(count) for k in range(engines_per_gpu))
+        elif engines:
+            slots = tuple(SlotSpec(f"{name}/e{k}") for k in range(engines))
+        threads = not slots
+        totals = {**amounts, **({GPU: gpus} if gpus else {})}
+        self._node_life[name] = [float(at), None, totals]
+        self._at(at, ev.NodeAdded(name, NodeResources(amounts, devices), dict(labels or {}),
+                                  kind="sim", threads=threads, slots=slots))
+
+    def remove_node(self, name: str, at: float = 0.0) -> None:
+        self._at(at, ("remove", name))
+
+    def add_queue(self, name: str, weight: int = 1, capability: Mapping | None = None,
+                  priority: int = 0, state: str = "open", *, guarantee: Mapping | None = None,
+                  parent: str = "root", at: float = 0.0) -> None:
+        cap = parse_resources(capability) if capability is not None else None
+        guar = parse_resources(guarantee) if guarantee is not None else None
+        self._queues.add(name)
+        self._at(at, ev.QueueSet(name, parent, weight, cap, guar, priority, state))
+
+    def submit(
+        self,
+        duration: float = 1.0,
+        resources: Mapping[str, object] | str | None = None,
+        name: str = "",
+        queue: str = "default",
+        priority: int = 0,
+        at: float = 0.0,
+        *,
+        gang: tuple | None = None,
+        strategy: str = "pack",
+        gpu_memory: object = None,
+        time_limit: float | None = None,
+        retries: int = 0,
+        preemptible: bool = False,
+        target: str = "any",
+        node: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Task | list[Task]:
+        """A task (or, with ``gang=(name, size[, min])``, a list of gang members)."""
+        if not isinstance(duration, (int, float)) or not duration >= 0:
+            raise ValueError(f"duration {duration!r} must be a number of seconds, 0 or more")
+        demand = Demand.parse(resources if resources is not None else {}, gpu_memory)
+        if queue not in self._queues:
+            raise ValueError(f"queue {queue!r} does not exist; known queues: "
+                             f"{', '.join(sorted(self._queues))}")
+        gang_spec = None
+        count = 1
+        if gang is not None:
+            gang_spec = GangSpec(str(gang[0]), int(gang[1]),
+                                 int(gang[2]) if len(gang) > 2 else None, strategy)
+            gang_spec.check()
+            count = gang_spec.size
+        selector = tuple(sorted((labels or {}).items()))
+        made = []
+        for k in range(count):
+            task_id = f"t{next(self._ids)}"
+            member_name = name or (f"{gang_spec.name}-{k}" if gang_spec else task_id)
+            spec = TaskSpec(task_id, demand, member_name, queue, priority, target, node,
+                            selector, time_limit, retries, preemptible)
+            spec.check()
+            made.append((spec, Task(self, task_id, member_name, float(duration))))
+        for _, task in made:
+            self.tasks[task.id] = task
+        self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec))
+        return [t for _, t in made] if gang_spec else made[0][1]
+
+    def cancel(self, task: Task | str, at: float = 0.0) -> None:
+        task_id = task.id if isinstance(task, Task) else task
+        if task_id not in self.tasks:
+            raise ValueError(f"no task {task_id!r} in this simulation")
+        self._at(at, ev.Cancel(task_id))
+
+    # -- playing it -------------------------------------------------------------------------
+
+    def run(self, until: float | None = None) -> None:
+        """Play events in time order until nothing can change (or the clock passes ``until``)."""
+        heap = self._heap
+        core = self.core
+        while heap:
+            when = heap[0][0]
+            if until is not None and when > until:
+                break
+            self.now = when
+            batch = [ev.Tick(when)]
+            while heap and heap[0][0] == when:
+                _, _, item = heapq.heappop(heap)
+                event = self._to_event(item)
+                if event is not None:
+                    batch.append(event)
+            for instruction in core.handle(*batch):
+                self._carry_out(instruction)
+        self._close_runs()
+
+    def _to_event(self, item: Any) -> Any:
+        if isinstance(item, tuple):
+            kind, payload = item[0], item[1:]
+            if kind == "remove":
+                name = payload[0]
+                self._node_life[name][1] = self.now
+                return ev.NodeRemoved(name)
+            if kind == "finish":
+                task_id, token = payload
+                if self._finish_token.get(task_id) != token:
+                    return None  # stopped or lost before it would have finished
+                return ev.Finished(task_id)
+        return item
+
+    def _carry_out(self, instruction: ev.Instruction) -> None:
+        self.trace.append((self.now, instruction))
+        if isinstance(instruction, ev.Start):
+            task = self.tasks[instruction.task]
+            task.start, task.end = self.now, None
+            task.node = instruction.node
+            task.rank = instruction.rank
+            task.devices = {name: {i: u / SCALE for i, u in sorted(shares.items())}
+                            for name, shares in instruction.devices.items()}
+            task.runs += 1
+            token = next(self._order)
+            self._finish_token[task.id] = token
+            core_task = self.core.tasks[task.id]
+            previous = self._runs.pop(task.id, None)
+            if previous is not None:  # re-run after a retry or preemption
+                previous.end = core_task.times[-2][1]
+                self._done_runs.append(previous)
+            amounts = core_task.allocation.amounts
+            self._runs[task.id] = _Run(task.id, self.now, None, dict(amounts))
+            self._at(self.now + task.duration, ("finish", task.id, token))
+        else:  # Stop or Preempt: the simulated executor stops it at once
+            self._finish_token.pop(instruction.task, None)
+            self._at(self.now, ev.Stopped(instruction.task))
+
+    def _close_runs(self) -> None:
+        for task_id, run in list(self._runs.items()):
+            core_task = self.core.tasks[task_id]
+            task = self.tasks[task_id]
+            if core_task.state != "running":
+                run.end = core_task.times[-1][1]
+                self._done_runs.append(run)
+                del self._runs[task_id]
+                if core_task.state in TERMINAL:
+                    task.end = run.end
+
+    # -- results ------------------------------------------------------------------------------
+
+    @property
+    def makespan(self) -> float:
+        """When the last task that ran stopped (0.0 when none ran)."""
+        self._close_runs()
+        return max((r.end for r in self._done_runs if r.end is not None), default=0.0)
+
+    def utilization(self, resource: str = GPU) -> float:
+        """Allocated over available ``resource``-time from 0 to the makespan (0.0 to 1.0)."""
+        end = self.makespan
+        if end <= 0:
+            return 0.0
+        used = sum((min(r.end, end) - r.start) * r.amounts.get(resource, 0)
+                   for r in self._done_runs)
+        have = 0.0
+        for added, removed, totals in self._node_life.values():
+            stop = end if removed is None else min(removed, end)
+            if stop > added:
+                have += (stop - added) * totals.get(resource, 0)
+        return used / have if have else 0.0

@@ -1,0 +1,162 @@
+"""Tasks and gangs as the core sees them: what they need, where they may run, what state they are in.
+
+States::
+
+    pending -> queued -> running -> done | failed | cancelled
+                  \\-> infeasible (waiting: no node could ever host it; reason says why)
+
+``queued`` means admitted and waiting for room; ``infeasible`` tasks go back to ``queued`` when
+a node that fits joins. A running task may go back to ``queued`` when it is preempted or retried
+after a failure. Every transition is time-stamped; every task ends in exactly one terminal state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .allocation import Allocation
+from .resources import Demand
+
+PENDING = "pending"
+QUEUED = "queued"
+INFEASIBLE = "infeasible"
+RUNNING = "running"
+DONE = "done"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+TERMINAL = frozenset({DONE, FAILED, CANCELLED})
+WAITING = frozenset({PENDING, QUEUED, INFEASIBLE})
+
+TARGETS = ("any", "local", "engines")
+STRATEGIES = ("pack", "spread", "strict-pack", "strict-spread")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """What a submission asks for. Built by the shells; checked by :meth:`check`."""
+
+    id: str
+    demand: Demand = field(default_factory=Demand)
+    name: str = ""
+    queue: str = "default"
+    priority: int = 0
+    target: str = "any"
+    node: str | None = None
+    selector: tuple[tuple[str, str], ...] = ()
+    time_limit: float | None = None
+    retries: int = 0
+    preemptible: bool = False
+
+    def check(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(f"target {self.target!r} is not one of {', '.join(TARGETS)}")
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise ValueError(f"priority {self.priority!r} must be a whole number")
+        if self.time_limit is not None and not (self.time_limit > 0):
+            raise ValueError(f"time limit {self.time_limit!r} must be a positive number of seconds")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ValueError(f"retries {self.retries!r} must be a whole number, 0 or more")
+
+    @property
+    def constraint_key(self) -> tuple:
+        """Everything besides priority that decides where it may run: tasks with equal keys are
+        interchangeable for placement, so the scheduler caches work per key."""
+        return (self.demand, self.target, self.node, self.selector)
+
+
+@dataclass(frozen=True, slots=True)
+class GangSpec:
+    """``size`` members with one demand, started together when at least ``min`` are placed."""
+
+    name: str
+    size: int
+    min: int | None = None
+    strategy: str = "pack"
+
+    @property
+    def min_members(self) -> int:
+        return self.size if self.min is None else self.min
+
+    def check(self) -> None:
+        if not isinstance(self.size, int) or self.size < 1:
+            raise ValueError(f"gang {self.name!r}: size {self.size!r} must be a whole number >= 1")
+        if not 1 <= self.min_members <= self.size:
+            raise ValueError(
+                f"gang {self.name!r}: min {self.min!r} must be between 1 and the size {self.size}"
+            )
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"gang strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}"
+            )
+
+
+class Gang:
+    """A gang in the core: its members and whether it is still alive."""
+
+    __slots__ = ("members", "reason", "seq", "spec", "started", "state")
+
+    def __init__(self, spec: GangSpec, members: list[Task], seq: int) -> None:
+        self.spec = spec
+        self.members = members
+        self.state = QUEUED
+        self.started = False
+        self.reason = ""
+        self.seq = seq
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def running(self) -> list[Task]:
+        return [m for m in self.members if m.state == RUNNING]
+
+
+class Task:
+    """One task's life in the core. Mutated only by the core's transitions."""
+
+    __slots__ = (
+        "allocation",
+        "attempts",
+        "gang",
+        "node",
+        "rank",
+        "reason",
+        "seq",
+        "slot",
+        "spec",
+        "started_at",
+        "state",
+        "stopping",
+        "times",
+        "world_size",
+    )
+
+    def __init__(self, spec: TaskSpec, seq: int, now: float) -> None:
+        self.spec = spec
+        self.seq = seq
+        self.state = PENDING
+        self.reason = ""
+        self.times: list[tuple[str, float]] = [(PENDING, now)]
+        self.node: str | None = None
+        self.slot: str | None = None
+        self.allocation: Allocation | None = None
+        self.gang: Gang | None = None
+        self.rank: int | None = None
+        self.world_size: int | None = None
+        self.attempts = 0
+        # set while a Cancel/Preempt instruction is out and the executor has not confirmed
+        self.stopping: str | None = None
+        self.started_at: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def submitted_at(self) -> float:
+        return self.times[0][1]
+
+    def __repr__(self) -> str:
+        where = f" on {self.node}" if self.node else ""
+        return f"<Task {self.id} {self.spec.name!r} {self.state}{where}>"
