@@ -1,0 +1,186 @@
+"""Immutable views of the scheduler's state, for display, widgets and the comm.
+
+The runtime builds a :class:`Snapshot` from the core after each cycle and hands it to
+observers; frontends read only snapshots, never the core. Snapshots are bounded: with 100,000
+tasks queued they list the first ``max_rows`` of each kind and count the rest.
+
+``Snapshot.to_json()`` is the ``application/vnd.jupyter-sched.v1+json`` payload (schema in
+docs/schema.md): plain numbers, GPU shares as floats, memory in bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from .quantity import SCALE
+from .resources import MEMORY, resources_to_json
+from .tasks import INFEASIBLE, PENDING, QUEUED, RUNNING, TERMINAL
+
+if TYPE_CHECKING:
+    from .core.state import Core
+    from .tasks import Task
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    index: int
+    allocated: float          # share in use, 0.0 to 1.0
+    model: str = ""
+    memory: int | None = None  # bytes
+    declared: bool = False
+    utilization: float | None = None  # live NVML use (percent), when known
+    memory_used: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    kind: str
+    labels: dict[str, str]
+    total: dict[str, float]
+    available: dict[str, float]
+    devices: tuple[DeviceView, ...]
+    slots: int
+    free_slots: int
+    running: int
+    drained: bool
+
+
+@dataclass(frozen=True)
+class TaskView:
+    id: str
+    name: str
+    state: str
+    reason: str
+    queue: str
+    priority: int
+    demand: dict[str, float]
+    node: str | None = None
+    slot: str | None = None
+    devices: dict[str, dict[int, float]] = field(default_factory=dict)
+    position: int | None = None
+    submitted: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    gang: str | None = None
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class QueueView:
+    name: str
+    parent: str
+    state: str
+    weight: int
+    priority: int
+    capability: dict[str, float]
+    allocated: dict[str, float]
+    deserved: dict[str, float]
+    running: int
+    waiting: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float
+    nodes: tuple[NodeView, ...]
+    running: tuple[TaskView, ...]
+    waiting: tuple[TaskView, ...]      # queued (in order) then infeasible, first max_rows
+    history: tuple[TaskView, ...]      # most recent terminal tasks first, first max_rows
+    queues: tuple[QueueView, ...]
+    counts: dict[str, int]             # per state, over all tasks
+
+    def gpu_totals(self) -> tuple[float, float]:
+        """(allocated, total) GPU over all nodes, e.g. (1.5, 2.0)."""
+        allocated = sum(d.allocated for n in self.nodes for d in n.devices)
+        total = float(sum(len(n.devices) for n in self.nodes))
+        return allocated, total
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["version"] = SCHEMA_VERSION
+        return data
+
+
+def task_view(task: Task, position: int | None = None) -> TaskView:
+    spec = task.spec
+    times = dict(task.times)
+    allocation = task.allocation
+    devices = {}
+    if allocation is not None:
+        devices = {name: {i: u / SCALE for i, u in sorted(shares.items())}
+                   for name, shares in allocation.devices.items()}
+    ended = task.times[-1][1] if task.state in TERMINAL else None
+    return TaskView(
+        id=task.id, name=spec.name, state=task.state, reason=task.reason, queue=spec.queue,
+        priority=spec.priority, demand=spec.demand.to_json(), node=task.node, slot=task.slot,
+        devices=devices, position=position, submitted=task.submitted_at,
+        started=task.started_at if task.state == RUNNING or ended else times.get(RUNNING),
+        ended=ended, gang=task.gang.name if task.gang else None, rank=task.rank,
+    )
+
+
+def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
+         live: dict | None = None) -> Snapshot:
+    """A bounded snapshot of ``core``. ``history``: terminal tasks, newest first (the runtime
+    keeps them); ``live``: NVML readings by (node, device index)."""
+    live = live or {}
+    nodes = tuple(_node_view(node, live) for node in core.cluster.nodes.values())
+    running = tuple(task_view(t) for t in list(core.running.values())[:max_rows])
+    positions = core.queue_position() if core.tasks else {}
+    queued = sorted((core.tasks[i] for i in positions), key=lambda t: (positions[t.id], t.seq))
+    waiting = [task_view(t, positions[t.id]) for t in queued[:max_rows]]
+    if len(waiting) < max_rows:
+        for jobs in core.infeasible.values():
+            for job in jobs:
+                for t in getattr(job, "members", [job]):
+                    if len(waiting) < max_rows and t.state == INFEASIBLE:
+                        waiting.append(task_view(t))
+    counts: dict[str, int] = {}
+    for t in core.tasks.values():
+        counts[t.state] = counts.get(t.state, 0) + 1
+    for state in (PENDING, QUEUED, INFEASIBLE, RUNNING):
+        counts.setdefault(state, 0)
+    done = tuple(task_view(t) for t in (history or [])[:max_rows])
+    queues = tuple(_queue_view(q) for q in core.queues.queues.values() if q.name != "root")
+    return Snapshot(core.now, nodes, running, tuple(waiting), done, queues, counts)
+
+
+def _node_view(node, live: dict) -> NodeView:
+    res = node.resources
+    devices = []
+    gpus = res.devices.get("GPU")
+    if gpus is not None:
+        model = node.labels.get("gpu.model", "")
+        for index in sorted(gpus.free):
+            used = live.get((node.name, index), {})
+            devices.append(DeviceView(
+                index=index, allocated=(SCALE - gpus.free[index]) / SCALE, model=model,
+                memory=gpus.memory.get(index), declared=gpus.declared,
+                utilization=used.get("utilization"), memory_used=used.get("memory_used"),
+            ))
+    return NodeView(
+        name=node.name, kind=node.kind, labels=dict(node.labels),
+        total=resources_to_json(res.total), available=resources_to_json(res.available),
+        devices=tuple(devices), slots=len(node.slots), free_slots=len(node.free_slots),
+        running=len(node.tasks), drained=node.cordoned,
+    )
+
+
+def _queue_view(queue) -> QueueView:
+    waiting = sum(1 for fifo in queue.classes.values() for j in fifo
+                  if getattr(j, "state", QUEUED) == QUEUED)
+    return QueueView(
+        name=queue.name, parent=queue.parent.name if queue.parent else "",
+        state=queue.state, weight=queue.weight, priority=queue.priority,
+        capability=resources_to_json(queue.capability),
+        allocated=resources_to_json(queue.allocated), deserved=resources_to_json(queue.deserved),
+        running=queue.running, waiting=waiting,
+    )
+
+
+__all__ = ["MEMORY", "SCHEMA_VERSION", "DeviceView", "NodeView", "QueueView", "Snapshot",
+           "TaskView", "take", "task_view"]
