@@ -1,0 +1,169 @@
+"""Rendering snapshot views: stable text, escaped HTML, versioned JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jupyter_sched import display, snapshot
+from jupyter_sched.sim import Simulation
+
+EVIL = "<img src=x onerror=alert(1)>"
+ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
+
+
+def scenario(evil: str = EVIL, queued: int = 5) -> snapshot.Snapshot:
+    """Two nodes (one with two A100s), a queue, running, queued, infeasible, gang and done
+    tasks, with ``evil`` as the name of a node label, a queue, a task and a reason source."""
+    sim = Simulation()
+    sim.add_node("n1", {"CPU": 8, "GPU": 2, "memory": "64GiB", "licenses": 3},
+                 labels={"gpu.model": "A100", "owner": evil}, gpu_memory="40GiB")
+    sim.add_node(evil, {"CPU": 4})
+    sim.add_queue("research", weight=2, capability={"GPU": 4})
+    sim.add_queue(evil, weight=1)
+    for i in range(queued):
+        sim.submit(duration=10, resources={"GPU": 0.5}, name=f"a{i}")
+    sim.submit(duration=1, resources={"GPU": 8}, name=evil, queue=evil)
+    sim.submit(duration=1, resources={"GPU": 1}, gang=("ddp", 2))
+    sim.submit(duration=0.5, resources={"CPU": 1}, name=evil)
+    sim.run(until=3)
+    history = [t for t in sim.core.tasks.values() if t.state in ("done", "failed", "cancelled")]
+    return snapshot.take(sim.core, history=history)
+
+
+BUNDLES = [display.status_bundle, display.nodes_bundle, display.queue_bundle,
+           display.history_bundle, display.queues_bundle]
+
+
+@pytest.mark.parametrize("render", BUNDLES, ids=lambda f: f.__name__)
+def test_bundle_has_three_mime_types_and_a_versioned_kind(render):
+    bundle = render(scenario())
+    assert set(bundle) == {"text/plain", "text/html", display.MIME}
+    data = bundle[display.MIME]
+    assert data["version"] == 1
+    assert data["kind"] == render.__name__.removesuffix("_bundle")
+    json.dumps(data)  # plain JSON
+    assert isinstance(bundle["text/plain"], str) and bundle["text/plain"]
+
+
+@pytest.mark.parametrize("render", BUNDLES, ids=lambda f: f.__name__)
+def test_user_strings_are_escaped_in_html_and_plain_in_text(render):
+    bundle = render(scenario())
+    html = bundle["text/html"]
+    assert "<img" not in html
+    assert ESCAPED in html
+    assert EVIL in bundle["text/plain"]
+
+
+def test_every_task_view_renders_escaped():
+    snap = scenario()
+    views = [*snap.running, *snap.waiting, *snap.history]
+    evil = [v for v in views if v.name == EVIL]
+    assert {v.state for v in evil} == {"infeasible", "done"}
+    for view in views:
+        bundle = display.task_bundle(view, error=EVIL)
+        assert "<img" not in bundle["text/html"]
+        assert bundle[display.MIME]["task"]["id"] == view.id
+    bundle = display.task_bundle(evil[0])
+    assert ESCAPED in bundle["text/html"]
+    assert bundle["text/plain"].startswith(f"{evil[0].id} {EVIL}: infeasible: GPU")
+
+
+def test_failed_task_error_and_status_line_are_escaped():
+    view = snapshot.TaskView("t9", EVIL, "failed", EVIL, "default", 0, {"GPU": 0.5},
+                             started=1.0, ended=3.5)
+    bundle = display.task_bundle(view, error=f"ValueError: {EVIL}")
+    assert bundle["text/plain"] == f"t9 {EVIL}: failed: ValueError: {EVIL}"
+    assert "<img" not in bundle["text/html"] and ESCAPED in bundle["text/html"]
+    line = display.status_line(view, now=9.0, error=f"ValueError: {EVIL}", note=EVIL)
+    assert line["text/plain"] == f"t9 {EVIL}: failed: ValueError: {EVIL} (in 2.5 s) — {EVIL}"
+    assert "<img" not in line["text/html"]
+
+
+def test_gang_bundle_lists_members():
+    snap = scenario()
+    members = [v for v in snap.waiting if v.gang == "ddp"]
+    bundle = display.gang_bundle(EVIL, members)
+    assert bundle["text/plain"].splitlines()[0] == f"gang {EVIL}: 2 members, queued"
+    assert "<img" not in bundle["text/html"]
+    assert [t["rank"] for t in bundle[display.MIME]["tasks"]] == [0, 1]
+
+
+@pytest.mark.parametrize("render", [*BUNDLES, display.task_bundle], ids=lambda f: f.__name__)
+def test_plain_text_and_html_are_stable_across_equal_states(render):
+    first, second = scenario(), scenario()
+    if render is display.task_bundle:
+        first, second = first.running[0], second.running[0]
+    assert render(first)["text/plain"] == render(second)["text/plain"]
+    assert render(first)["text/html"] == render(second)["text/html"]
+
+
+def test_status_text_shows_devices_shares_and_the_queue():
+    text = display.status_bundle(scenario())["text/plain"]
+    assert text.splitlines()[0] == (
+        "2 nodes · GPU 2/2 allocated · 4 running · 3 queued · 1 infeasible · 1 done · 0 failed")
+    assert "GPU 0  [##########]  1.00 allocated  A100  40 GiB" in text
+    assert "t1  a0" in text and "on n1, GPU 0 (0.5)" in text
+    assert "queued #1" in text
+    assert "GPU: needs 8 whole" in text
+    assert "[gang ddp rank 1]" in text
+
+
+def test_declared_devices_are_marked():
+    sim = Simulation()
+    sim.add_node("local", {"GPU": 2, "CPU": 2})
+    sim.run()
+    snap = snapshot.take(sim.core)
+    declared = snapshot.Snapshot(
+        snap.time,
+        tuple(snapshot.NodeView(**{**n.__dict__, "devices": tuple(
+            snapshot.DeviceView(d.index, d.allocated, declared=True) for d in n.devices)})
+            for n in snap.nodes),
+        (), (), (), (), snap.counts)
+    bundle = display.nodes_bundle(declared)
+    assert bundle["text/plain"].count("declared") == 2
+    assert "<i>declared</i>" in bundle["text/html"]
+    assert "(declared)" in display.summary_text(declared)
+    assert bundle[display.MIME]["nodes"][0]["devices"][0]["declared"] is True
+
+
+def test_rows_are_bounded_and_the_rest_counted():
+    snap = scenario(queued=120)
+    bundle = display.queue_bundle(snap, limit=10)
+    text = bundle["text/plain"]
+    assert text.count("queued #") == sum(v.state == "queued" for v in snap.waiting[:10])
+    assert "more waiting" in text
+    waiting = snap.counts["queued"] + snap.counts["infeasible"] + snap.counts["pending"]
+    assert f"… and {waiting - 10:,} more waiting" in text
+    assert len(bundle[display.MIME]["waiting"]) == 10
+    assert bundle["text/html"].count("<tr>") <= 1 + 20
+
+
+def test_wrappers_display_and_iterate():
+    snap = scenario()
+    nodes = display.NodeList(snap)
+    assert [n.name for n in nodes] == ["n1", EVIL] and len(nodes) == 2
+    assert repr(nodes) == display.nodes_bundle(snap)["text/plain"]
+    queue = display.QueueList(snap)
+    assert len(queue) == len(snap.running) + len(snap.waiting)
+    assert queue.counts["running"] == 4
+    for cls in (display.Status, display.NodeList, display.QueueList, display.History,
+                display.Queues):
+        assert display.MIME in cls(snap)._repr_mimebundle_()
+
+
+def test_empty_snapshot_renders():
+    empty = snapshot.Snapshot(0.0, (), (), (), (), (), {})
+    for render in BUNDLES:
+        bundle = render(empty)
+        assert bundle["text/plain"]
+
+
+def test_formatting_helpers():
+    assert display.format_resources({"CPU": 2, "GPU": 0.5, "memory": 2**34}) == (
+        "GPU 0.5, CPU 2, memory 16 GiB")
+    assert display.format_devices({"GPU": {1: 1.0, 0: 0.25}}) == "GPU 0 (0.25), GPU 1"
+    assert display.format_duration(0.042) == "0.04 s"
+    assert display.format_duration(75) == "1 min 15 s"
+    assert display.format_duration(7300) == "2 h 1 min"
