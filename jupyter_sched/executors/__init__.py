@@ -1,0 +1,1 @@
+"""Executors: carry out the core's instructions (local kernel threads, ipyparallel engines)."""

@@ -1,0 +1,158 @@
+"""What every executor shares: the work a task runs, the runtime's record of it, the interface.
+
+The core decides; executors carry out its instructions and report facts back. An executor
+
+* gets ``start(Start, TaskRecord)`` for each task the core starts on it (non-blocking);
+* gets ``stop(task_id, reason)`` for a ``Stop`` or ``Preempt`` (non-blocking);
+* reports back ONLY through ``runtime.report(event)`` (thread-safe: it enqueues), after setting
+  the outcome with ``runtime.complete(task_id, result=...)`` or
+  ``runtime.complete(task_id, error=exc, traceback_text=...)``;
+* answers a ``Stop``/``Preempt`` with ``Stopped(task)`` once the task really no longer runs
+  (or ``Finished``/``Failed`` if it ended first), and a ``Start`` it cannot carry out with
+  ``Failed(task, error)``.
+
+``Start.slot is None`` means the local executor (kernel threads); otherwise the executor that
+registered the slot with ``runtime.register_slots(executor, node, [slot ids])``, which must be
+called before the ``NodeAdded``/``SlotAdded`` event that announces those slots is reported.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..quantity import SCALE
+
+if TYPE_CHECKING:
+    from ..core.events import Start
+    from ..tasks import TaskSpec
+
+
+@dataclass
+class Work:
+    """What a task runs; kept by the runtime, never by the core."""
+
+    fn: Callable | None = None  # a callable, with args/kwargs ...
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    code: str | None = None  # ... or cell source, run in `namespace` (last expression: result)
+    namespace: dict | None = None  # the notebook's user_ns for cells
+    push: tuple[str, ...] | None = None  # explicit names to push (None: detect)
+    pull: tuple[str, ...] | None = None  # explicit names to pull back (None: detect)
+    parent: dict | None = None  # the submitting cell's parent header (output routing)
+    output: Callable[[str, str], None] | None = None  # sink(stream_name, text)
+
+    def describe(self) -> str:
+        if self.code is not None:
+            first = self.code.strip().splitlines()[0] if self.code.strip() else ""
+            return first[:60]
+        name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
+        return f"{name}(...)"
+
+
+@dataclass(eq=False)
+class TaskRecord:
+    """The runtime's side of one task: what it runs, where it runs, how it went.
+
+    Written by the runtime thread (placement, state) and by the executor running the task
+    (through ``runtime.complete``); read by handles. ``devices`` are shares as floats,
+    ``{"GPU": {0: 0.5}}``; times are wall-clock seconds (``time.time()``).
+    """
+
+    id: str
+    spec: TaskSpec
+    work: Work
+    gang: str | None = None
+    state: str = "pending"
+    reason: str = ""
+    node: str | None = None
+    slot: str | None = None
+    devices: dict[str, dict[int, float]] = field(default_factory=dict)
+    rank: int | None = None
+    world_size: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    start: Start | None = None  # the latest Start instruction
+    submitted: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    # outcome (set by ``runtime.complete`` before Finished/Failed is reported)
+    result: Any = None
+    error: BaseException | None = None
+    traceback: str = ""
+    output: Any = None  # the task's captured output (see executors.local.TaskOutput)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def gpus(self) -> list[int]:
+        return sorted(self.devices.get("GPU", {}))
+
+
+class Executor(ABC):
+    """Carries out ``Start`` and ``Stop``/``Preempt`` for the tasks placed on it."""
+
+    @abstractmethod
+    def start(self, start: Start, task: TaskRecord) -> None:
+        """Begin running ``task`` as ``start`` says; must not block."""
+
+    @abstractmethod
+    def stop(self, task_id: str, reason: str) -> None:
+        """Stop a running task (``Stop`` or ``Preempt``); must not block. Reply ``Stopped``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Abort everything still running and join this executor's threads."""
+
+
+def device_shares(start: Start) -> dict[str, dict[int, float]]:
+    """``Start.devices`` in units -> shares as floats: ``{"GPU": {0: 0.5}}``."""
+    return {name: {i: u / SCALE for i, u in sorted(shares.items())}
+            for name, shares in start.devices.items()}
+
+
+def task_env(
+    start: Start,
+    *,
+    visible: str | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> dict[str, str]:
+    """The environment a task gets from its ``Start``.
+
+    ``visible`` is the ``CUDA_VISIBLE_DEVICES`` of the process the task's GPU indices refer to
+    (they are positions in that list): ``visible="2,3"`` and GPU 1 give ``"3"``. Gang members
+    also get ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (the rank; per-host numbering is the
+    executor's to refine), ``MASTER_ADDR``/``MASTER_PORT`` (rank 0's host and a free port on it)
+    and ``JUPYTER_SCHED_GANG``.
+    """
+    env = {"JUPYTER_SCHED_TASK": start.task}
+    gpus = start.gpu_indices()
+    if "GPU" in start.devices or gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(_physical(gpus, visible))
+    if start.gang is not None:
+        env["JUPYTER_SCHED_GANG"] = start.gang
+        env["RANK"] = str(start.rank or 0)
+        env["LOCAL_RANK"] = str(start.rank or 0)
+        env["WORLD_SIZE"] = str(start.world_size or 1)
+        if master_addr is not None:
+            env["MASTER_ADDR"] = master_addr
+        if master_port is not None:
+            env["MASTER_PORT"] = str(master_port)
+    return env
+
+
+def _physical(gpus: list[int], visible: str | None) -> list[str]:
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [str(i) for i in gpus]
+    entries = [e.strip() for e in visible.split(",")]
+    return [entries[i] if i < len(entries) else str(i) for i in gpus]
+
+
+__all__ = ["Executor", "TaskRecord", "Work", "device_shares", "task_env"]
