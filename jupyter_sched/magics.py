@@ -1,0 +1,811 @@
+"""``%%sched`` runs a cell as a scheduled task; ``%sched`` shows and steers the scheduler.
+
+::
+
+    In [1]: %load_ext jupyter_sched
+    In [2]: %%sched --gpus 0.5 --name train-a
+       ...: model_a = train(cfg_a)
+    t1 train-a: running on local, GPU 0 (0.5) (for 3.0 s)      <- updated in place
+    In [3]: %sched queue
+
+The magics parse, call the scheduler's public methods, and show what comes back; they hold no
+scheduling logic. Bad input is a :class:`UsageError` with one line naming the value, raised
+before anything is submitted, so the queue is unchanged.
+
+The live status line under a ``%%sched`` cell is one display (``display_id``) updated from a
+background thread; updates are sent with the submitting cell's parent header, so they land
+under that cell whatever cell runs now (see :class:`LiveLines`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import keyword
+import shlex
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from IPython.core import magic_arguments as ma
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.display import display
+
+from . import display as d
+from .resources import Demand
+from .tasks import STRATEGIES, TERMINAL, GangSpec
+
+# -- argument types: each names the value it rejects ---------------------------------------------
+
+
+def _number(convert: Callable[[str], Any], rule: str, ok: Callable[[Any], bool]):
+    """An argparse type: ``convert`` then check ``ok``; the error names the value."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
+        return value
+
+    return parse
+
+
+_INT = _number(int, "a whole number", lambda v: True)
+_COUNT = _number(int, "a whole number, 0 or more", lambda v: v >= 0)
+_POSITIVE = _number(int, "a whole number, 1 or more", lambda v: v >= 1)
+_SECONDS = _number(float, "a positive number of seconds", lambda v: 0 < v < float("inf"))
+
+
+def _identifier(text: str) -> str:
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Python variable name")
+    return text
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(_identifier(n.strip()) for n in text.split(",") if n.strip())
+
+
+def parse_args(parser, line: str) -> argparse.Namespace:
+    """Split like a shell (quotes group words and are removed), then parse."""
+    try:
+        words = shlex.split(line, posix=True)
+    except ValueError as err:
+        raise UsageError(f"{line.strip()!r}: {err}") from None
+    return parser.parse_args(words)
+
+
+def _help(fn):
+    return ma.argument("-h", "--help", action="store_true", help="show this help and return")(fn)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+# -- %%sched: the cell options ------------------------------------------------------------------
+
+@ma.magic_arguments("%sched")
+@ma.argument("--gpus", metavar="AMOUNT",
+             help="GPUs: a share of one device below 1 (0.5) or whole devices (2)")
+@ma.argument("--gpu-mem", metavar="SIZE",
+             help="GPU memory per device instead of --gpus (16GiB): that share of each device")
+@ma.argument("--cpus", metavar="AMOUNT", help="CPU cores (any amount, 0.5 is half a core)")
+@ma.argument("--mem", metavar="SIZE", help="memory (16GiB, 512MB)")
+@ma.argument("--resource", metavar="NAME=AMOUNT", action="append", default=[],
+             help="a custom resource, e.g. licenses=1 (repeatable)")
+@ma.argument("--name", metavar="NAME", help="a name for the task (default: its id)")
+@ma.argument("--queue", metavar="QUEUE", help="the queue to submit to (default: default)")
+@ma.argument("--priority", metavar="N", type=_INT, default=0,
+             help="higher runs first within its queue (default 0)")
+@ma.argument("--gang", metavar="NAME:SIZE[:MIN]",
+             help="run SIZE copies together, started when at least MIN (default SIZE) fit; "
+             "each gets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT")
+@ma.argument("--strategy", metavar="STRATEGY", choices=STRATEGIES, default="pack",
+             help=f"how a gang spreads over nodes: {', '.join(STRATEGIES)} (default pack)")
+@ma.argument("--on", metavar="WHERE", action="append", default=[],
+             help="local (this kernel), engines (ipyparallel), a node name, or label=value "
+             "(repeatable, or comma-separated)")
+@ma.argument("--wait", action="store_true",
+             help="block until the task ends; re-raise its error; interrupting cancels it")
+@ma.argument("--timeout", metavar="SECONDS", type=_SECONDS,
+             help="with --wait: stop waiting after SECONDS (the task goes on)")
+@ma.argument("--time-limit", metavar="SECONDS", type=_SECONDS,
+             help="stop the task when it has run this long")
+@ma.argument("--retries", metavar="N", type=_COUNT, default=0,
+             help="run again up to N times when it fails (default 0)")
+@ma.argument("--preemptible", action="store_true",
+             help="may be stopped and re-queued for higher-priority work")
+@ma.argument("--push", metavar="NAMES", action="append", default=[],
+             help="notebook variables to send to an engine (comma-separated; "
+             "default: the names the cell reads)")
+@ma.argument("--pull", metavar="NAMES", action="append", default=[],
+             help="variables to bring back from an engine (comma-separated; "
+             "default: the names the cell assigns)")
+@ma.argument("--out", metavar="VAR", type=_identifier,
+             help="store the task's handle in notebook variable VAR")
+@_help
+def _cell_options(self, line, cell):
+    """Run the cell as a task that asks for resources; return at once.
+
+    A status line under the cell follows it: queued and position, infeasible and why, running
+    where on which devices, done in how long, or the error. The task's output appears under it.
+
+    Example::
+
+        %%sched --gpus 0.5 --name train-a
+        model = train(cfg)
+    """
+
+
+CELL_PARSER = _cell_options.parser
+
+
+def parse_cell(line: str, user_ns: dict | None = None) -> tuple[argparse.Namespace, dict]:
+    """``%%sched`` options -> (parsed options, keyword arguments for ``scheduler.submit``).
+
+    Everything that can be checked without the scheduler is checked here: amounts, the gang,
+    ``--push`` names. The scheduler checks the rest (queues, nodes) before queueing anything.
+    """
+    args = parse_args(CELL_PARSER, line)
+    if args.help:
+        return args, {}
+    resources: dict[str, str] = {}
+    for option, name in (("gpus", "GPU"), ("cpus", "CPU"), ("mem", "memory")):
+        value = getattr(args, option)
+        if value is not None:
+            resources[name] = value
+    extra = ",".join(args.resource)
+    try:
+        for name, value in _resource_pairs(extra).items():
+            if name in resources:
+                raise ValueError(f"--resource {name}={value}: {name} is already given by an "
+                                 "option; give it once")
+            resources[name] = value
+        Demand.parse(resources, args.gpu_mem)  # checks every amount; errors name the value
+    except ValueError as err:
+        raise UsageError(_one_line(err)) from None
+    submit: dict[str, Any] = {
+        "resources": resources or None,
+        "gpu_memory": args.gpu_mem,
+        "name": args.name,
+        "queue": args.queue,
+        "priority": args.priority,
+        "gang": parse_gang(args.gang, args.strategy) if args.gang else None,
+        "strategy": args.strategy,
+        "time_limit": args.time_limit,
+        "retries": args.retries,
+        "preemptible": args.preemptible,
+    }
+    if args.name is not None and not args.name.strip():
+        raise UsageError("--name '' is empty; give the task a name or leave --name out")
+    submit.update(parse_on(args.on))
+    try:
+        push = tuple(n for text in args.push for n in _names(text)) or None
+        pull = tuple(n for text in args.pull for n in _names(text)) or None
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--push/--pull: {err}") from None
+    if push and user_ns is not None:
+        missing = [n for n in push if n not in user_ns]
+        if missing:
+            raise UsageError(f"--push {missing[0]!r}: no such variable in the notebook; "
+                             "define it first or leave it out")
+    submit["push"], submit["pull"] = push, pull
+    if args.timeout is not None:
+        args.wait = True
+    return args, submit
+
+
+def _resource_pairs(spec: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"--resource {item.strip()!r} must be written NAME=AMOUNT, "
+                             "e.g. licenses=1")
+        if name.strip() in pairs:
+            raise ValueError(f"--resource {name.strip()!r} is given twice; give it once")
+        pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def parse_gang(text: str, strategy: str = "pack") -> tuple:
+    """``ddp:4`` -> ``("ddp", 4)``; ``ddp:4:3`` -> ``("ddp", 4, 3)``; errors name the value."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[0].strip():
+        raise UsageError(f"--gang {text!r} must be NAME:SIZE or NAME:SIZE:MIN, e.g. ddp:4")
+    try:
+        numbers = [int(p) for p in parts[1:]]
+    except ValueError:
+        raise UsageError(f"--gang {text!r}: SIZE and MIN must be whole numbers, e.g. ddp:4:2"
+                         ) from None
+    spec = GangSpec(parts[0].strip(), numbers[0], numbers[1] if len(numbers) > 1 else None,
+                    strategy)
+    try:
+        spec.check()
+    except ValueError as err:
+        raise UsageError(f"--gang {text!r}: {_one_line(err)}") from None
+    return (spec.name, *numbers)
+
+
+def parse_on(values: Iterable[str]) -> dict[str, Any]:
+    """``--on`` values -> ``target``, ``node`` and ``labels`` for ``scheduler.submit``."""
+    target, node, labels = "any", None, {}
+    for value in (v.strip() for text in values for v in text.split(",")):
+        if not value:
+            continue
+        if value in ("local", "engines", "any"):
+            if target != "any" and target != value:
+                raise UsageError(f"--on {value!r} contradicts --on {target!r}; give one")
+            target = value
+        elif "=" in value:
+            key, _, want = value.partition("=")
+            if not key.strip() or not want.strip():
+                raise UsageError(f"--on {value!r} must be label=value, e.g. gpu.model=A100")
+            labels[key.strip()] = want.strip()
+        else:
+            if node is not None and node != value:
+                raise UsageError(f"--on {value!r}: a task runs on one node, and {node!r} is "
+                                 "already given")
+            node = value
+    return {"target": target, "node": node, "labels": labels or None}
+
+
+# -- the live status line -------------------------------------------------------------------------
+
+class _Line:
+    __slots__ = ("display_id", "handles", "last", "note", "parent")
+
+    def __init__(self, display_id: str, handles: list, parent: dict | None) -> None:
+        self.display_id = display_id
+        self.handles = handles
+        self.parent = parent
+        self.last: str | None = None
+        self.note = ""
+
+
+def _error_text(handle) -> str | None:
+    """The failure in one line: the handle says it (``handle.error``) or its exception does."""
+    if hasattr(handle, "error"):
+        return handle.error
+    if not _done(handle) or handle.cancelled():
+        return None
+    error = handle.exception(timeout=0)
+    return None if error is None else f"{type(error).__name__}: {_one_line(error)}"
+
+
+def _done(handle) -> bool:
+    try:
+        return bool(handle.done())
+    except Exception:
+        return getattr(handle, "state", "") in TERMINAL
+
+
+def _members(handle) -> list:
+    return list(getattr(handle, "members", None) or [handle])
+
+
+def render_line(handles: list, now: float | None = None, note: str = "") -> dict[str, Any]:
+    """The status bundle for a task, or a gang's members one per line. Handles are read as
+    task views (state, position, node, devices, times on the scheduler's clock)."""
+    texts, htmls = [], []
+    for handle in handles:
+        bundle = d.status_line(handle, now=now, error=_error_text(handle), note=note)
+        texts.append(bundle["text/plain"])
+        htmls.append(bundle["text/html"])
+    return {"text/plain": "\n".join(texts), "text/html": "<br>".join(htmls)}
+
+
+class LiveLines:
+    """Status lines under ``%%sched`` cells, updated in place from one background thread.
+
+    The scheduler's observer only wakes the thread (cheap, on the runtime thread); the thread
+    redraws every line whose text changed, at most every ``interval`` seconds, and once a
+    second while a task runs (for its running time). A line is dropped once its task ended.
+    """
+
+    def __init__(self, shell, scheduler: Callable[[], Any], interval: float = 0.25) -> None:
+        self.shell = shell
+        self._scheduler = scheduler
+        self.interval = interval
+        self._lines: dict[str, _Line] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def add(self, handle, parent: dict | None) -> _Line:
+        """Display the line for ``handle`` under the current cell and keep it up to date."""
+        line = _Line(uuid.uuid4().hex, _members(handle), parent)
+        bundle = render_line(line.handles, self._now())
+        line.last = bundle["text/plain"]
+        display(bundle, raw=True, display_id=line.display_id)
+        with self._lock:
+            self._lines[line.display_id] = line
+            self._ensure_running()
+        self._wake.set()
+        return line
+
+    def refresh(self, line: _Line, note: str | None = None) -> None:
+        """Redraw ``line`` now, from the calling thread (the cell's own, under ``--wait``)."""
+        if note is not None:
+            line.note = note
+        self._draw(line, force=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            with contextlib.suppress(Exception):
+                unsubscribe()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    # -- the thread -----------------------------------------------------------------------------
+
+    def _now(self) -> float | None:
+        now = getattr(self._scheduler(), "now", None)
+        return now() if callable(now) else None
+
+    def _ensure_running(self) -> None:
+        if self._unsubscribe is None:
+            self._unsubscribe = self._scheduler().observe(lambda _snap: self._wake.set())
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="jupyter-sched-status",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            with self._lock:
+                lines = list(self._lines.values())
+            for line in lines:
+                # a closed kernel socket must not kill the thread
+                with contextlib.suppress(Exception):
+                    self._draw(line)
+            self._stop.wait(self.interval)
+
+    def _draw(self, line: _Line, force: bool = False) -> None:
+        bundle = render_line(line.handles, self._now(), note=line.note)
+        text = bundle["text/plain"]
+        if force or text != line.last:
+            line.last = text
+            self._publish(bundle, line)
+        if all(_done(h) for h in line.handles):
+            with self._lock:
+                self._lines.pop(line.display_id, None)
+
+    def _publish(self, bundle: dict, line: _Line) -> None:
+        pub = getattr(self.shell, "display_pub", None)
+        session, socket = getattr(pub, "session", None), getattr(pub, "pub_socket", None)
+        if session is None or socket is None or not line.parent:
+            from IPython.display import update_display
+
+            update_display(bundle, raw=True, display_id=line.display_id)
+            return
+        from ipykernel.jsonutil import json_clean
+
+        content = {"data": bundle, "metadata": {}, "transient": {"display_id": line.display_id}}
+        # sent with the submitting cell's parent: the update belongs to that cell, whatever
+        # cell the kernel runs now (ipykernel's own parent tracking changed across versions)
+        session.send(socket, "update_display_data", json_clean(content), parent=line.parent,
+                     ident=getattr(pub, "topic", b"display_data"))
+
+
+# -- the magics ---------------------------------------------------------------------------------
+
+def _sub(name: str, summary: str):
+    """Mark a method as the ``%sched NAME`` subcommand; its arguments come from ``ma``."""
+
+    def mark(fn):
+        fn.sub_name, fn.summary = name, summary
+        return fn
+
+    return mark
+
+
+@magics_class
+class SchedMagics(Magics):
+    """``%%sched`` (run a cell as a task) and ``%sched`` (status and commands)."""
+
+    def __init__(self, shell=None, scheduler=None) -> None:
+        super().__init__(shell)
+        self._scheduler = scheduler
+        self.live = LiveLines(shell, lambda: self.scheduler)
+
+    @property
+    def scheduler(self):
+        if self._scheduler is None:
+            from .runtime import get_scheduler
+
+            self._scheduler = get_scheduler()
+        return self._scheduler
+
+    @line_cell_magic
+    def sched(self, line: str = "", cell: str | None = None):
+        """Schedule a cell (``%%sched``) or show and steer the scheduler (``%sched``).
+
+        ``%sched --help`` lists the commands; ``%%sched --help`` lists the cell options.
+        """
+        if cell is not None:
+            return self._run_cell(line, cell)
+        words = line.split(None, 1)
+        if not words or words[0].startswith("-"):
+            if words and words[0] in ("-h", "--help"):
+                print(self._overview())
+                return None
+            name, rest = "status", line
+        else:
+            name, rest = words[0], words[1] if len(words) > 1 else ""
+        handler = self._subcommands().get(name)
+        if handler is None:
+            raise UsageError(f"%sched {name!r} is not a command; try one of "
+                             f"{', '.join(self._subcommands())} (%sched --help)")
+        args = parse_args(handler.parser, rest)
+        if args.help:
+            print(handler.parser.format_help())
+            return None
+        try:
+            return handler(self, args)
+        except ValueError as err:
+            raise UsageError(_one_line(err)) from None
+
+    # -- %%sched ------------------------------------------------------------------------------
+
+    def _run_cell(self, line: str, cell: str):
+        args, submit = parse_cell(line, self.shell.user_ns if self.shell else None)
+        if args.help:
+            print(CELL_PARSER.format_help())
+            return None
+        if not cell.strip():
+            raise UsageError("the cell is empty: nothing to schedule")
+        code = self.shell.transform_cell(cell) if self.shell is not None else cell
+        parent = _parent(self.shell)
+        try:
+            handle = self.scheduler.submit(code=code, namespace=self.shell.user_ns,
+                                           parent=parent, **submit)
+        except (ValueError, TypeError) as err:
+            raise UsageError(_one_line(err)) from None
+        if args.out:
+            self.shell.user_ns[args.out] = handle
+        line_ = self.live.add(handle, parent)
+        if not args.wait:
+            return None
+        return self._wait(handle, line_, args.timeout)
+
+    def _wait(self, handle, line: _Line, timeout: float | None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while not _done(handle):
+                left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+                if left <= 0:
+                    self.live.refresh(line)
+                    label = d.task_label(handle)
+                    raise TimeoutError(f"{label} is still {handle.state} after {timeout:g} s; "
+                                       f"it goes on (%sched wait {handle.id}, or "
+                                       f"%sched cancel {handle.id})")
+                concurrent.futures.wait([handle], timeout=left)
+        except KeyboardInterrupt:
+            handle.cancel()
+            _wait_quietly(handle, 5.0)
+            self.live.refresh(line, note="interrupted: cancelled")
+            raise
+        self.live.refresh(line)
+        error = handle.exception(timeout=0) if not handle.cancelled() else None
+        if error is not None:
+            raise error
+        if handle.cancelled():
+            return None
+        return handle.result(timeout=0)
+
+    # -- %sched subcommands ---------------------------------------------------------------------
+
+    @classmethod
+    def _subcommands(cls) -> dict[str, Any]:
+        subs = {}
+        for attr in vars(cls).values():
+            name = getattr(attr, "sub_name", None)
+            if name:
+                subs[name] = attr
+        return subs
+
+    def _overview(self) -> str:
+        lines = ["%sched [COMMAND] [options]   (%sched COMMAND --help for its options)", ""]
+        subs = self._subcommands()
+        width = max(len(n) for n in subs)
+        lines += [f"  {n:<{width}}  {fn.summary}" for n, fn in subs.items()]
+        lines += ["", "%%sched [options]  runs the cell as a task (%%sched --help for options):",
+                  "  " + " ".join(sorted(CELL_PARSER._option_string_actions))]
+        return "\n".join(lines)
+
+    def _task(self, ref: str):
+        try:
+            return self.scheduler.task(ref)
+        except (KeyError, ValueError):
+            raise UsageError(f"no task {ref!r}: give an id such as t3 or a task's name "
+                             "(%sched queue and %sched history list them)") from None
+
+    @_sub("status", "nodes, devices and the queue (the default; --widget for a live panel)")
+    @ma.magic_arguments("sched status")
+    @ma.argument("--widget", action="store_true", help="a live dashboard instead of a table")
+    @_help
+    def _status(self, args):
+        """Show nodes, their devices and the queue (``%sched``)."""
+        if args.widget:
+            from .widgets import Dashboard
+
+            return Dashboard(self.scheduler)
+        return d.Status(self.scheduler.snapshot())
+
+    @_sub("nodes", "nodes and their GPUs, with the share of each that is allocated")
+    @ma.magic_arguments("sched nodes")
+    @_help
+    def _nodes(self, args):
+        """Show the nodes: CPUs, memory, engines, one line per GPU (declared ones marked)."""
+        return d.NodeList(self.scheduler.snapshot())
+
+    @_sub("queue", "running, queued (with position) and infeasible (with why) tasks")
+    @ma.magic_arguments("sched queue")
+    @_help
+    def _queue(self, args):
+        """Show the tasks that run and wait (the first rows; the rest are counted)."""
+        return d.QueueList(self.scheduler.snapshot())
+
+    @_sub("history", "recently finished tasks")
+    @ma.magic_arguments("sched history")
+    @_help
+    def _history(self, args):
+        """Show recently finished tasks, newest first."""
+        return d.History(self.scheduler.snapshot())
+
+    @_sub("cancel", "cancel tasks by id or name, or --all")
+    @ma.magic_arguments("sched cancel")
+    @ma.argument("tasks", nargs="*", metavar="ID|NAME", help="task ids (t3) or names")
+    @ma.argument("--all", action="store_true", help="cancel every task that has not ended")
+    @_help
+    def _cancel(self, args):
+        """Cancel tasks: queued ones leave the queue, running ones are stopped."""
+        if args.all == bool(args.tasks):
+            raise UsageError("%sched cancel takes task ids or names, or --all (not both)")
+        if args.all:
+            self.scheduler.cancel_all()
+            print("cancelled every task that had not ended")
+            return None
+        handles = [self._task(ref) for ref in args.tasks]  # all known before any is cancelled
+        for handle in handles:
+            self.scheduler.cancel(handle.id)
+            print(f"cancelled {d.task_label(handle)}")
+        return None
+
+    @_sub("wait", "wait for tasks (all outstanding when none are named)")
+    @ma.magic_arguments("sched wait")
+    @ma.argument("tasks", nargs="*", metavar="ID|NAME", help="task ids or names")
+    @ma.argument("--timeout", metavar="SECONDS", type=_SECONDS, help="stop waiting after this")
+    @_help
+    def _wait_cmd(self, args):
+        """Block until the tasks end (interrupting stops the waiting, not the tasks)."""
+        handles = [self._task(ref) for ref in args.tasks] or None
+        try:
+            self.scheduler.wait(handles, timeout=args.timeout)
+        except KeyboardInterrupt:
+            print("stopped waiting; the tasks go on", file=sys.stderr)
+            raise
+        except concurrent.futures.TimeoutError:
+            raise UsageError(f"--timeout {args.timeout:g}: tasks are still running; "
+                             "they go on") from None
+        done = handles if handles is not None else []
+        for handle in done:
+            print(d.task_text(handle, _error_text(handle)))
+        if handles is None:
+            print(d.summary_text(self.scheduler.snapshot()))
+        return None
+
+    @_sub("result", "the value of a finished task (re-raises its error)")
+    @ma.magic_arguments("sched result")
+    @ma.argument("task", metavar="ID|NAME")
+    @_help
+    def _result(self, args):
+        """Return a finished task's value (its last expression), or raise its error."""
+        handle = self._task(args.task)
+        if not _done(handle):
+            raise UsageError(f"{d.task_label(handle)} is {handle.state}; wait for it first "
+                             f"(%sched wait {handle.id})")
+        return handle.result(timeout=0)
+
+    @_sub("log", "what a task printed")
+    @ma.magic_arguments("sched log")
+    @ma.argument("task", metavar="ID|NAME")
+    @_help
+    def _log(self, args):
+        """Print a task's captured stdout (and stderr, to stderr)."""
+        handle = self._task(args.task)
+        out, err = getattr(handle, "stdout", "") or "", getattr(handle, "stderr", "") or ""
+        if out:
+            sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        if err:
+            sys.stderr.write(err if err.endswith("\n") else err + "\n")
+        if not out and not err:
+            print(f"{d.task_label(handle)} printed nothing (yet)")
+        return None
+
+    @_sub("local", "declare this kernel's resources (e.g. logical GPUs on a laptop)")
+    @ma.magic_arguments("sched local")
+    @ma.argument("--gpus", metavar="N", help="this many logical GPUs (marked declared)")
+    @ma.argument("--gpu-mem", metavar="SIZE", help="memory of each declared GPU (16GiB)")
+    @ma.argument("--cpus", metavar="N", help="CPU cores")
+    @ma.argument("--mem", metavar="SIZE", help="memory (32GiB)")
+    @ma.argument("--resource", metavar="NAME=AMOUNT", action="append", default=[],
+                 help="a custom resource (repeatable)")
+    @ma.argument("--discover", action="store_true",
+                 help="forget declarations: use what the host has")
+    @_help
+    def _local(self, args):
+        """Declare the local node's resources instead of (or on top of) what was found."""
+        parts = [f"{name}={value}" for name, value in (
+            ("GPU", args.gpus), ("gpu_memory", args.gpu_mem), ("CPU", args.cpus),
+            ("memory", args.mem)) if value is not None]
+        parts += [r for text in args.resource for r in text.split(",") if r.strip()]
+        if args.discover == bool(parts):
+            raise UsageError("%sched local takes --gpus, --cpus, --mem, --gpu-mem or "
+                             "--resource, or --discover (not both)")
+        self.scheduler.declare_local(",".join(parts))
+        return d.NodeList(self.scheduler.snapshot())
+
+    @_sub("connect", "use a running ipyparallel cluster's engines")
+    @ma.magic_arguments("sched connect")
+    @ma.argument("profile", nargs="?", metavar="PROFILE", help="the IPython profile")
+    @ma.argument("--cluster-id", metavar="ID", help="the cluster id")
+    @ma.argument("--timeout", metavar="SECONDS", type=_SECONDS, default=30.0,
+                 help="how long to wait for the cluster (default 30)")
+    @_help
+    def _connect(self, args):
+        """Connect to a running ipyparallel cluster; its engines become nodes and slots."""
+        try:
+            self.scheduler.connect(args.profile, cluster_id=args.cluster_id,
+                                   timeout=args.timeout)
+        except (OSError, TimeoutError, RuntimeError, ImportError) as err:
+            raise UsageError(f"cannot connect to ipyparallel cluster "
+                             f"{args.profile or args.cluster_id or 'default'!r}: "
+                             f"{_one_line(err)}") from None
+        return d.NodeList(self.scheduler.snapshot())
+
+    @_sub("start", "start an ipyparallel cluster and use its engines")
+    @ma.magic_arguments("sched start")
+    @ma.argument("--engines", metavar="N", type=_POSITIVE, help="how many engines")
+    @ma.argument("--engines-per-gpu", metavar="K", type=_POSITIVE,
+                 help="pin K engines to each GPU instead (CUDA_VISIBLE_DEVICES)")
+    @ma.argument("--launcher", metavar="NAME",
+                 help="ipyparallel engine launcher: local (default), mpi, slurm, pbs, ssh ...")
+    @_help
+    def _start(self, args):
+        """Start an ipyparallel cluster with this many engines and schedule onto them."""
+        if args.engines is None and args.engines_per_gpu is None:
+            raise UsageError("%sched start needs --engines N (or --engines-per-gpu K)")
+        try:
+            self.scheduler.start_cluster(engines=args.engines or 0,
+                                         engines_per_gpu=args.engines_per_gpu,
+                                         launcher=args.launcher)
+        except (OSError, TimeoutError, RuntimeError, ImportError) as err:
+            raise UsageError(f"cannot start an ipyparallel cluster"
+                             f"{f' with launcher {args.launcher!r}' if args.launcher else ''}: "
+                             f"{_one_line(err)}") from None
+        return d.NodeList(self.scheduler.snapshot())
+
+    @_sub("stop", "stop the ipyparallel cluster this kernel started")
+    @ma.magic_arguments("sched stop")
+    @_help
+    def _stop(self, args):
+        """Stop the cluster started by ``%sched start`` (its tasks fail or re-queue)."""
+        self.scheduler.stop_cluster()
+        print("stopped the cluster")
+        return None
+
+    @_sub("queues", "the queue tree; add NAME, open/close/drain NAME")
+    @ma.magic_arguments("sched queues")
+    @ma.argument("action", nargs="?", choices=("add", "open", "close", "drain"),
+                 help="add a queue, or open, close or drain one")
+    @ma.argument("name", nargs="?", metavar="NAME")
+    @ma.argument("--weight", metavar="W", type=_POSITIVE, help="share weight (add)")
+    @ma.argument("--capability", metavar="SPEC", help="the most it may hold, e.g. GPU=4")
+    @ma.argument("--guarantee", metavar="SPEC", help="what it is owed, e.g. GPU=1")
+    @ma.argument("--priority", metavar="P", type=_INT, help="queue priority")
+    @ma.argument("--parent", metavar="NAME", help="parent queue (default root)")
+    @_help
+    def _queues(self, args):
+        """Show the queues, or change one: ``add NAME --weight 2 --capability GPU=4``,
+        ``open NAME``, ``close NAME`` (refuse new tasks), ``drain NAME`` (run out, then close)."""
+        sched = self.scheduler
+        if args.action is None:
+            if args.name is not None:
+                raise UsageError(f"%sched queues {args.name!r}: say what to do: add, open, "
+                                 "close or drain")
+            return d.Queues(sched.snapshot())
+        if not args.name:
+            raise UsageError(f"%sched queues {args.action} needs a queue NAME")
+        known = {q.name for q in sched.snapshot().queues}
+        if args.action == "add":
+            if args.name in known:
+                raise UsageError(f"queue {args.name!r} exists already; change it with "
+                                 "open/close/drain")
+            sched.set_queue(args.name, parent=args.parent or "root", weight=args.weight,
+                            capability=args.capability, guarantee=args.guarantee,
+                            priority=args.priority)
+        else:
+            if args.name not in known:
+                raise UsageError(f"no queue {args.name!r}; known queues: "
+                                 f"{', '.join(sorted(known)) or 'none'}")
+            if any(v is not None for v in (args.weight, args.capability, args.guarantee,
+                                           args.priority, args.parent)):
+                raise UsageError(f"%sched queues {args.action} takes only a NAME")
+            state = {"open": "open", "close": "closed", "drain": "draining"}[args.action]
+            sched.set_queue(args.name, state=state)
+        return d.Queues(sched.snapshot())
+
+    @_sub("drain", "stop placing tasks on a node (--undo to resume)")
+    @ma.magic_arguments("sched drain")
+    @ma.argument("node", metavar="NODE")
+    @ma.argument("--undo", action="store_true", help="place tasks on it again")
+    @_help
+    def _drain(self, args):
+        """Cordon a node: what runs there finishes, nothing new starts."""
+        known = [n.name for n in self.scheduler.snapshot().nodes]
+        if args.node not in known:
+            raise UsageError(f"no node {args.node!r}; nodes: {', '.join(known) or 'none'}")
+        self.scheduler.drain(args.node, on=not args.undo)
+        return d.NodeList(self.scheduler.snapshot())
+
+    @_sub("config", "the scheduler's settings (change with %config Scheduler.NAME = ...)")
+    @ma.magic_arguments("sched config")
+    @_help
+    def _config(self, args):
+        """Show the Scheduler's settings and how to change them."""
+        sched = self.scheduler
+        traits = sched.traits(config=True) if hasattr(sched, "traits") else {}
+        rows = [(name, repr(getattr(sched, name)), " ".join((t.help or "").split()))
+                for name, t in sorted(traits.items())]
+        width = max((len(r[0]) for r in rows), default=0)
+        vwidth = max((len(r[1]) for r in rows), default=0)
+        print("\n".join(f"{n:<{width}}  {v:<{vwidth}}  {h}" for n, v, h in rows))
+        print('\nchange one with %config Scheduler.policy = "spread", '
+              "or c.Scheduler.<name> in ipython_config.py")
+        return None
+
+
+def _wait_quietly(handle, timeout: float) -> None:
+    with contextlib.suppress(BaseException):
+        concurrent.futures.wait([handle], timeout=timeout)
+
+
+def _parent(shell) -> dict | None:
+    """The parent message of the cell that runs now, where the shell has one (a kernel)."""
+    get = getattr(shell, "get_parent", None)
+    if callable(get):
+        try:
+            parent = get()
+        except Exception:
+            parent = None
+        if parent:
+            return parent
+    header = getattr(shell, "parent_header", None)
+    return header or None
+
+
+__all__ = ["CELL_PARSER", "LiveLines", "SchedMagics", "parse_cell", "parse_gang", "parse_on",
+           "render_line"]
