@@ -66,6 +66,7 @@ class TaskRecord:
     spec: TaskSpec
     work: Work
     gang: str | None = None
+    gang_id: str | None = None  # the first member's task id: names one gang instance
     state: str = "pending"
     reason: str = ""
     node: str | None = None
