@@ -2,7 +2,65 @@
 
 Cells declare what they need (CPUs, GPU fractions or GPU memory, custom resources); a pure
 scheduling core decides where they run, with fractional GPU sharing, all-or-nothing gangs and
-fair queues. Importing this package needs no GPU and prints nothing.
+fair queues. Importing this package needs no GPU and prints nothing; the functions below load
+the runtime on first use::
+
+    import jupyter_sched as js
+    h = js.submit(train, cfg, resources={"GPU": 0.5})
+    h.result()
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "get_scheduler": "api",
+    "submit": "api",
+    "map": "api",
+    "nodes": "api",
+    "queue": "api",
+    "cancel": "api",
+    "wait": "api",
+    "dashboard": "api",
+    "current_task": "context",
+    "Scheduler": "runtime",
+    "TaskHandle": "handles",
+    "GangHandle": "handles",
+    "TaskFailed": "handles",
+    "TaskTimeout": "handles",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jupyter_sched' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext jupyter_sched``: the ``%sched`` and ``%%sched`` magics."""
+    from .magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from . import magics
+
+    unload = getattr(magics, "unload_ipython_extension", None)
+    if unload is not None:
+        unload(ipython)
+
+
+__all__ = ["__version__", *_EXPORTS]

@@ -1,0 +1,133 @@
+"""Module-level functions on the kernel-wide scheduler::
+
+    import jupyter_sched as js
+    h = js.submit(train, cfg, resources={"GPU": 0.5})
+    hs = js.map(score, batches, resources="GPU=0.25")
+    js.nodes(), js.queue()
+    js.wait()
+
+``get_scheduler()`` creates the scheduler on first use (configured from the IPython config when
+a shell runs, so ``%config Scheduler.policy = "spread"`` and ``c.Scheduler.…`` apply) and starts
+it; it is shut down when the kernel exits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .context import current_task
+from .handles import GangHandle, TaskHandle
+from .runtime import Scheduler
+
+_lock = threading.Lock()
+_scheduler: Scheduler | None = None
+
+
+def get_scheduler(**config: Any) -> Scheduler:
+    """The kernel-wide scheduler, created and started on first call.
+
+    ``config`` (trait values such as ``local_resources="GPU=2"``) applies when it is created;
+    later calls with config change those settings on the running scheduler.
+    """
+    global _scheduler
+    with _lock:
+        sched = _scheduler
+        if sched is None or sched._state not in ("new", "running"):
+            shell = _shell()
+            if shell is not None:
+                sched = Scheduler(parent=shell, **config)
+                if sched not in shell.configurables:
+                    shell.configurables.append(sched)  # %config Scheduler.x = y
+            else:
+                sched = Scheduler(**config)
+            _scheduler = sched
+        elif config:
+            for name, value in config.items():
+                setattr(sched, name, value)
+    return sched.start()
+
+
+def submit(fn: Callable | None = None, *args: Any, **kw: Any) -> TaskHandle | GangHandle:
+    """Submit ``fn(*args)`` (or ``code=``) to the kernel-wide scheduler; see
+    :meth:`Scheduler.submit`."""
+    return get_scheduler().submit(fn, *args, **kw)
+
+
+def map(fn: Callable, items: Iterable, *, progress: bool = True,
+        **submit_kw: Any) -> list[TaskHandle]:
+    """``fn(item)`` for each item, as tasks; returns their handles. In a notebook, shows a
+    progress bar (when ipywidgets is installed) unless ``progress=False``."""
+    handles = get_scheduler().map(fn, items, **submit_kw)
+    if progress and handles:
+        _progress_bar(handles)
+    return handles
+
+
+def nodes():
+    """The nodes, their devices and what is free (displays as a table)."""
+    from .display import NodeList
+
+    return NodeList(get_scheduler().snapshot(fresh=True))
+
+
+def queue():
+    """Running and waiting tasks (displays as a table)."""
+    from .display import QueueList
+
+    return QueueList(get_scheduler().snapshot(fresh=True))
+
+
+def cancel(task: object, reason: str = "cancelled by the user") -> bool:
+    """Cancel a task or gang by handle, id or name."""
+    return get_scheduler().cancel(task, reason)
+
+
+def wait(handles_or_ids: object = None, timeout: float | None = None) -> list:
+    """Wait for tasks (default: every unfinished one); returns their handles."""
+    return get_scheduler().wait(handles_or_ids, timeout)
+
+
+def dashboard(*args: Any, **kwargs: Any) -> Any:
+    """The live ipywidgets dashboard of the kernel-wide scheduler."""
+    from .widgets import dashboard as make
+
+    return make(*args, **kwargs)
+
+
+def _shell() -> Any:
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _progress_bar(handles: list[TaskHandle]) -> None:
+    """A minimal bar under the cell; only in a kernel with ipywidgets."""
+    shell = _shell()
+    if getattr(shell, "kernel", None) is None or importlib.util.find_spec("ipywidgets") is None:
+        return
+    import ipywidgets
+    from IPython.display import display
+
+    total = len(handles)
+    bar = ipywidgets.IntProgress(value=0, min=0, max=total, description=f"0/{total}")
+    done = [0]
+    count_lock = threading.Lock()
+
+    def one_done(_future) -> None:
+        with count_lock:
+            done[0] += 1
+            bar.value = done[0]
+            bar.description = f"{done[0]}/{total}"
+            if done[0] == total:
+                bar.bar_style = "success"
+
+    display(bar)
+    for handle in handles:
+        handle.add_done_callback(one_done)
+
+
+__all__ = ["cancel", "current_task", "dashboard", "get_scheduler", "map", "nodes", "queue",
+           "submit", "wait"]
