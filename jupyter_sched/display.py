@@ -295,7 +295,7 @@ def _free_total(node: NodeView, name: str) -> str:
 def _device_text(device: Any) -> str:
     share = device.allocated
     parts = [f"GPU {device.index}", _bar_text(share), f"{share:.2f} allocated"]
-    if device.model:
+    if device.model and not _placeholder(device):
         parts.append(_one_line(device.model))
     if device.memory:
         parts.append(format_bytes(device.memory))
@@ -306,6 +306,11 @@ def _device_text(device: Any) -> str:
     if device.declared:
         parts.append("declared")
     return "  ".join(parts)
+
+
+def _placeholder(device: Any) -> bool:
+    """A declared device's model says only that it is declared (``declared GPU``)."""
+    return device.declared and device.model.lower().startswith("declared")
 
 
 def _custom(node: NodeView) -> list[str]:
@@ -341,7 +346,7 @@ def _nodes_html(snapshot: Snapshot) -> str:
     for node in snapshot.nodes:
         gpus = []
         for d in node.devices:
-            extra = [_e(d.model)] if d.model else []
+            extra = [_e(d.model)] if d.model and not _placeholder(d) else []
             if d.memory:
                 extra.append(_e(format_bytes(d.memory)))
             if d.utilization is not None:

@@ -98,7 +98,7 @@ class _NodeRow:
 
 def _device_html(dev) -> str:
     parts = [f"{dev.allocated:.2f} allocated"]
-    if dev.model:
+    if dev.model and not d._placeholder(dev):
         parts.append(d._e(dev.model))
     if dev.utilization is not None:
         parts.append(f"use {dev.utilization:.0f}%")
@@ -242,7 +242,7 @@ def _more(count: int, what: str) -> str:
 def dashboard(scheduler=None, rows: int = ROWS) -> Dashboard:
     """A live :class:`Dashboard` of ``scheduler`` (the kernel's scheduler by default)."""
     if scheduler is None:
-        from .runtime import get_scheduler
+        from .magics import get_scheduler
 
         scheduler = get_scheduler()
     return Dashboard(scheduler, rows=rows)
