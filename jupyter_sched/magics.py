@@ -83,6 +83,12 @@ def parse_args(parser, line: str) -> argparse.Namespace:
     return parser.parse_args(words)
 
 
+def help_text(parser) -> str:
+    """A parser's help without the reStructuredText ``::`` IPython puts before the usage."""
+    text = parser.format_help()
+    return text[4:] if text.startswith("::\n\n") else text
+
+
 def _help(fn):
     return ma.argument("-h", "--help", action="store_true", help="show this help and return")(fn)
 
@@ -393,20 +399,18 @@ class LiveLines:
                 self._lines.pop(line.display_id, None)
 
     def _publish(self, bundle: dict, line: _Line) -> None:
-        pub = getattr(self.shell, "display_pub", None)
-        session, socket = getattr(pub, "session", None), getattr(pub, "pub_socket", None)
-        if session is None or socket is None or not line.parent:
+        from .executors.local import Publisher
+
+        publisher = Publisher.find() if line.parent else None
+        if publisher is None:
             from IPython.display import update_display
 
             update_display(bundle, raw=True, display_id=line.display_id)
             return
-        from ipykernel.jsonutil import json_clean
-
-        content = {"data": bundle, "metadata": {}, "transient": {"display_id": line.display_id}}
         # sent with the submitting cell's parent: the update belongs to that cell, whatever
         # cell the kernel runs now (ipykernel's own parent tracking changed across versions)
-        session.send(socket, "update_display_data", json_clean(content), parent=line.parent,
-                     ident=getattr(pub, "topic", b"display_data"))
+        publisher.display(line.parent, bundle, transient={"display_id": line.display_id},
+                          update=True)
 
 
 # -- the magics ---------------------------------------------------------------------------------
@@ -433,8 +437,6 @@ class SchedMagics(Magics):
     @property
     def scheduler(self):
         if self._scheduler is None:
-            from .runtime import get_scheduler
-
             self._scheduler = get_scheduler()
         return self._scheduler
 
@@ -444,6 +446,7 @@ class SchedMagics(Magics):
 
         ``%sched --help`` lists the commands; ``%%sched --help`` lists the cell options.
         """
+        __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
         if cell is not None:
             return self._run_cell(line, cell)
         words = line.split(None, 1)
@@ -460,7 +463,7 @@ class SchedMagics(Magics):
                              f"{', '.join(self._subcommands())} (%sched --help)")
         args = parse_args(handler.parser, rest)
         if args.help:
-            print(handler.parser.format_help())
+            print(help_text(handler.parser))
             return None
         try:
             return handler(self, args)
@@ -470,9 +473,10 @@ class SchedMagics(Magics):
     # -- %%sched ------------------------------------------------------------------------------
 
     def _run_cell(self, line: str, cell: str):
+        __tracebackhide__ = True
         args, submit = parse_cell(line, self.shell.user_ns if self.shell else None)
         if args.help:
-            print(CELL_PARSER.format_help())
+            print(help_text(CELL_PARSER))
             return None
         if not cell.strip():
             raise UsageError("the cell is empty: nothing to schedule")
@@ -491,6 +495,7 @@ class SchedMagics(Magics):
         return self._wait(handle, line_, args.timeout)
 
     def _wait(self, handle, line: _Line, timeout: float | None):
+        __tracebackhide__ = True
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while not _done(handle):
@@ -510,7 +515,7 @@ class SchedMagics(Magics):
         self.live.refresh(line)
         error = handle.exception(timeout=0) if not handle.cancelled() else None
         if error is not None:
-            raise error
+            raise _from_task(error)
         if handle.cancelled():
             return None
         return handle.result(timeout=0)
@@ -535,6 +540,14 @@ class SchedMagics(Magics):
                   "  " + " ".join(sorted(CELL_PARSER._option_string_actions))]
         return "\n".join(lines)
 
+    def _snapshot(self):
+        """A snapshot taken now (not the last one published), so what a command shows
+        follows from the commands before it."""
+        try:
+            return self.scheduler.snapshot(fresh=True)
+        except TypeError:  # a scheduler without fresh snapshots
+            return self.scheduler.snapshot()
+
     def _task(self, ref: str):
         try:
             return self.scheduler.task(ref)
@@ -552,28 +565,28 @@ class SchedMagics(Magics):
             from .widgets import Dashboard
 
             return Dashboard(self.scheduler)
-        return d.Status(self.scheduler.snapshot())
+        return d.Status(self._snapshot())
 
     @_sub("nodes", "nodes and their GPUs, with the share of each that is allocated")
     @ma.magic_arguments("sched nodes")
     @_help
     def _nodes(self, args):
         """Show the nodes: CPUs, memory, engines, one line per GPU (declared ones marked)."""
-        return d.NodeList(self.scheduler.snapshot())
+        return d.NodeList(self._snapshot())
 
     @_sub("queue", "running, queued (with position) and infeasible (with why) tasks")
     @ma.magic_arguments("sched queue")
     @_help
     def _queue(self, args):
         """Show the tasks that run and wait (the first rows; the rest are counted)."""
-        return d.QueueList(self.scheduler.snapshot())
+        return d.QueueList(self._snapshot())
 
     @_sub("history", "recently finished tasks")
     @ma.magic_arguments("sched history")
     @_help
     def _history(self, args):
         """Show recently finished tasks, newest first."""
-        return d.History(self.scheduler.snapshot())
+        return d.History(self._snapshot())
 
     @_sub("cancel", "cancel tasks by id or name, or --all")
     @ma.magic_arguments("sched cancel")
@@ -590,8 +603,10 @@ class SchedMagics(Magics):
             return None
         handles = [self._task(ref) for ref in args.tasks]  # all known before any is cancelled
         for handle in handles:
-            self.scheduler.cancel(handle.id)
-            print(f"cancelled {d.task_label(handle)}")
+            if self.scheduler.cancel(handle.id):
+                print(f"cancelled {d.task_label(handle)}")
+            else:
+                print(f"{d.task_label(handle)} had already ended ({handle.state})")
         return None
 
     @_sub("wait", "wait for tasks (all outstanding when none are named)")
@@ -614,7 +629,7 @@ class SchedMagics(Magics):
         for handle in done:
             print(d.task_text(handle, _error_text(handle)))
         if handles is None:
-            print(d.summary_text(self.scheduler.snapshot()))
+            print(d.summary_text(self._snapshot()))
         return None
 
     @_sub("result", "the value of a finished task (re-raises its error)")
@@ -627,6 +642,8 @@ class SchedMagics(Magics):
         if not _done(handle):
             raise UsageError(f"{d.task_label(handle)} is {handle.state}; wait for it first "
                              f"(%sched wait {handle.id})")
+        if handle.cancelled():
+            raise UsageError(f"{d.task_label(handle)} was cancelled: it has no result")
         return handle.result(timeout=0)
 
     @_sub("log", "what a task printed")
@@ -666,7 +683,7 @@ class SchedMagics(Magics):
             raise UsageError("%sched local takes --gpus, --cpus, --mem, --gpu-mem or "
                              "--resource, or --discover (not both)")
         self.scheduler.declare_local(",".join(parts))
-        return d.NodeList(self.scheduler.snapshot())
+        return d.NodeList(self._snapshot())
 
     @_sub("connect", "use a running ipyparallel cluster's engines")
     @ma.magic_arguments("sched connect")
@@ -680,11 +697,11 @@ class SchedMagics(Magics):
         try:
             self.scheduler.connect(args.profile, cluster_id=args.cluster_id,
                                    timeout=args.timeout)
-        except (OSError, TimeoutError, RuntimeError, ImportError) as err:
+        except Exception as err:  # ipyparallel raises many kinds; say it in one line
             raise UsageError(f"cannot connect to ipyparallel cluster "
                              f"{args.profile or args.cluster_id or 'default'!r}: "
                              f"{_one_line(err)}") from None
-        return d.NodeList(self.scheduler.snapshot())
+        return d.NodeList(self._snapshot())
 
     @_sub("start", "start an ipyparallel cluster and use its engines")
     @ma.magic_arguments("sched start")
@@ -702,11 +719,11 @@ class SchedMagics(Magics):
             self.scheduler.start_cluster(engines=args.engines or 0,
                                          engines_per_gpu=args.engines_per_gpu,
                                          launcher=args.launcher)
-        except (OSError, TimeoutError, RuntimeError, ImportError) as err:
+        except Exception as err:  # ipyparallel raises many kinds; say it in one line
             raise UsageError(f"cannot start an ipyparallel cluster"
                              f"{f' with launcher {args.launcher!r}' if args.launcher else ''}: "
                              f"{_one_line(err)}") from None
-        return d.NodeList(self.scheduler.snapshot())
+        return d.NodeList(self._snapshot())
 
     @_sub("stop", "stop the ipyparallel cluster this kernel started")
     @ma.magic_arguments("sched stop")
@@ -736,10 +753,10 @@ class SchedMagics(Magics):
             if args.name is not None:
                 raise UsageError(f"%sched queues {args.name!r}: say what to do: add, open, "
                                  "close or drain")
-            return d.Queues(sched.snapshot())
+            return d.Queues(self._snapshot())
         if not args.name:
             raise UsageError(f"%sched queues {args.action} needs a queue NAME")
-        known = {q.name for q in sched.snapshot().queues}
+        known = {q.name for q in self._snapshot().queues}
         if args.action == "add":
             if args.name in known:
                 raise UsageError(f"queue {args.name!r} exists already; change it with "
@@ -756,7 +773,7 @@ class SchedMagics(Magics):
                 raise UsageError(f"%sched queues {args.action} takes only a NAME")
             state = {"open": "open", "close": "closed", "drain": "draining"}[args.action]
             sched.set_queue(args.name, state=state)
-        return d.Queues(sched.snapshot())
+        return d.Queues(self._snapshot())
 
     @_sub("drain", "stop placing tasks on a node (--undo to resume)")
     @ma.magic_arguments("sched drain")
@@ -765,11 +782,11 @@ class SchedMagics(Magics):
     @_help
     def _drain(self, args):
         """Cordon a node: what runs there finishes, nothing new starts."""
-        known = [n.name for n in self.scheduler.snapshot().nodes]
+        known = [n.name for n in self._snapshot().nodes]
         if args.node not in known:
             raise UsageError(f"no node {args.node!r}; nodes: {', '.join(known) or 'none'}")
         self.scheduler.drain(args.node, on=not args.undo)
-        return d.NodeList(self.scheduler.snapshot())
+        return d.NodeList(self._snapshot())
 
     @_sub("config", "the scheduler's settings (change with %config Scheduler.NAME = ...)")
     @ma.magic_arguments("sched config")
@@ -788,24 +805,47 @@ class SchedMagics(Magics):
         return None
 
 
+def _from_task(error: BaseException) -> BaseException:
+    """The task's error with its traceback starting at the task's own code (``<task t3>``),
+    without the executor's frames above it."""
+    tb = error.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<task "):
+        tb = tb.tb_next
+    return error.with_traceback(tb) if tb is not None else error
+
+
 def _wait_quietly(handle, timeout: float) -> None:
     with contextlib.suppress(BaseException):
         concurrent.futures.wait([handle], timeout=timeout)
 
 
 def _parent(shell) -> dict | None:
-    """The parent message of the cell that runs now, where the shell has one (a kernel)."""
-    get = getattr(shell, "get_parent", None)
-    if callable(get):
-        try:
-            parent = get()
-        except Exception:
-            parent = None
-        if parent:
-            return parent
-    header = getattr(shell, "parent_header", None)
-    return header or None
+    """The parent header of the cell that runs now, where there is one (in a kernel)."""
+    from .executors.local import current_parent
+
+    return current_parent()
 
 
-__all__ = ["CELL_PARSER", "LiveLines", "SchedMagics", "parse_cell", "parse_gang", "parse_on",
-           "render_line"]
+def get_scheduler():
+    """The kernel-wide scheduler (created and started on first use)."""
+    try:
+        from .api import get_scheduler as get
+    except ImportError:
+        from .runtime import get_scheduler as get
+    return get()
+
+
+# ``%load_ext jupyter_sched`` finds these through the package; they live in extension.py
+from .extension import load_ipython_extension, unload_ipython_extension  # noqa: E402
+
+__all__ = [
+    "CELL_PARSER",
+    "LiveLines",
+    "SchedMagics",
+    "load_ipython_extension",
+    "parse_cell",
+    "parse_gang",
+    "parse_on",
+    "render_line",
+    "unload_ipython_extension",
+]
