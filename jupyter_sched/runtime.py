@@ -370,11 +370,11 @@ class Scheduler(Configurable):
         return True
 
     def cancel_all(self, reason: str = "cancelled by the user") -> int:
-        """Cancel every task not finished yet; returns how many."""
+        """Cancel every task not finished (nor being stopped) yet; returns how many."""
         if not self.started:
             return 0
         ids = self._on_runtime(lambda core: [
-            i for i in self._live_records if i in core.tasks])
+            i for i in self._live_records if i in core.tasks and core.tasks[i].stopping is None])
         if ids:
             self._request([ev.Cancel(i, reason) for i in ids])
         return len(ids)
