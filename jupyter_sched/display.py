@@ -27,6 +27,7 @@ from .snapshot import SCHEMA_VERSION, NodeView, QueueView, Snapshot, TaskView
 
 MIME = "application/vnd.jupyter-sched.v1+json"
 LIMIT = 50
+STATUS_PREFIX = "[sched] "
 """Rows per section, by default; the rest are counted."""
 
 _STATE_COLOURS = {
@@ -35,7 +36,7 @@ _STATE_COLOURS = {
 }
 _TABLE = ('<table class="jsched-table" style="border-collapse:collapse;font-size:12px;'
           'margin:2px 0">')
-_CELL = 'style="padding:1px 8px;text-align:left;vertical-align:top"'
+_CELL = 'style="text-align:left;vertical-align:top"'
 
 
 # -- small formatting helpers -----------------------------------------------------------------
@@ -265,7 +266,10 @@ def gang_bundle(name: str, views: Iterable[Any], error: str | None = None) -> di
 def status_line(view: Any, now: float | None = None, error: str | None = None,
                 note: str = "") -> dict[str, Any]:
     """The live line under a ``%%sched`` cell: the task's state and, unlike
-    :func:`task_bundle`, how long it has been running or took (it is updated in place)."""
+    :func:`task_bundle`, how long it has been running or took (it is updated in place).
+
+    Its text starts with ``[sched]``, so tools comparing notebook outputs (nbval) can tell
+    these live lines from the stable outputs and mask them."""
     text = task_text(view, error)
     state = _get(view, "state", "pending")
     started, ended = _get(view, "started"), _get(view, "ended")
@@ -280,7 +284,7 @@ def status_line(view: Any, now: float | None = None, error: str | None = None,
         text += f" — {_one_line(note)}"
     body = (f'<span class="jsched-status" style="font-family:monospace;font-size:12px">'
             f"{_e(text)}</span>")
-    return {"text/plain": text, "text/html": body}
+    return {"text/plain": STATUS_PREFIX + text, "text/html": body}
 
 
 # -- nodes --------------------------------------------------------------------------------------
@@ -641,7 +645,8 @@ class Rendered:
 
 
 __all__ = [
-    "LIMIT", "MIME", "History", "NodeList", "QueueList", "Queues", "Rendered", "Status",
+    "LIMIT", "MIME", "STATUS_PREFIX", "History", "NodeList", "QueueList", "Queues", "Rendered",
+    "Status",
     "format_amount", "format_devices", "format_duration", "format_resources", "gang_bundle",
     "history_bundle", "nodes_bundle", "queue_bundle", "queues_bundle", "status_bundle",
     "status_line", "summary_text", "task_bundle", "task_label", "task_state_text", "task_text",

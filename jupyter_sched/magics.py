@@ -301,12 +301,27 @@ def _members(handle) -> list:
     return list(getattr(handle, "members", None) or [handle])
 
 
-def render_line(handles: list, now: float | None = None, note: str = "") -> dict[str, Any]:
+class _Positioned:
+    """A handle with the queue position a fresh snapshot gave (the handle's own comes from
+    the last published one, which may predate the task)."""
+
+    def __init__(self, handle, position: int | None) -> None:
+        self._handle, self.position = handle, position
+
+    def __getattr__(self, name: str):
+        return getattr(self._handle, name)
+
+
+def render_line(handles: list, now: float | None = None, note: str = "",
+                positions: dict[str, int] | None = None) -> dict[str, Any]:
     """The status bundle for a task, or a gang's members one per line. Handles are read as
     task views (state, position, node, devices, times on the scheduler's clock)."""
     texts, htmls = [], []
     for handle in handles:
-        bundle = d.status_line(handle, now=now, error=_error_text(handle), note=note)
+        view = handle
+        if positions and getattr(handle, "id", None) in positions:
+            view = _Positioned(handle, positions[handle.id])
+        bundle = d.status_line(view, now=now, error=_error_text(handle), note=note)
         texts.append(bundle["text/plain"])
         htmls.append(bundle["text/html"])
     return {"text/plain": "\n".join(texts), "text/html": "<br>".join(htmls)}
@@ -334,7 +349,7 @@ class LiveLines:
     def add(self, handle, parent: dict | None) -> _Line:
         """Display the line for ``handle`` under the current cell and keep it up to date."""
         line = _Line(uuid.uuid4().hex, _members(handle), parent)
-        bundle = render_line(line.handles, self._now())
+        bundle = render_line(line.handles, self._now(), positions=self._positions())
         line.last = bundle["text/plain"]
         display(bundle, raw=True, display_id=line.display_id)
         with self._lock:
@@ -360,6 +375,13 @@ class LiveLines:
             self._thread.join(timeout=5)
 
     # -- the thread -----------------------------------------------------------------------------
+
+    def _positions(self) -> dict[str, int]:
+        try:
+            snapshot = self._scheduler().snapshot(fresh=True)
+        except Exception:
+            return {}
+        return {v.id: v.position for v in snapshot.waiting if v.position}
 
     def _now(self) -> float | None:
         now = getattr(self._scheduler(), "now", None)

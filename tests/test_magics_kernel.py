@@ -195,13 +195,13 @@ def test_submit_returns_at_once_and_the_status_line_follows_the_task(kernel):
     # the cell is over while the task still waits on the gate: it did not block
     assert kernel.value("h.state") in ("queued", "running")
     assert kernel.value("h.done()") is False
-    assert run.status_lines()[0].startswith("t")
+    assert run.status_lines()[0].startswith("[sched] t")
     kernel.run("gate.set()")
     done = kernel.until(run.msg_id, lambda r: any(
         ": done" in line for line in r.status_lines()) and "slow done" in r.stdout)
     lines = done.status_lines()
     assert any("running on local, GPU" in line for line in lines), lines
-    assert lines[-1].startswith(f"{kernel.value('h.id')} slow: done on local, GPU")
+    assert lines[-1].startswith(f"[sched] {kernel.value('h.id')} slow: done on local, GPU")
     assert " (in " in lines[-1]
     # the task's output went to the cell that submitted it, under its status line
     assert done.stdout == "slow done\n"
