@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
 import time
 from pathlib import Path
 
@@ -29,9 +28,9 @@ class Kernel:
     def __init__(self) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        # the "python3" kernel runs this interpreter (jupyter_client puts sys.executable for
+        # the spec's "python")
         self.km = jupyter_client.KernelManager(kernel_name="python3")
-        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f",
-                              "{connection_file}"]
         self.km.start_kernel(env=env, cwd=str(ROOT))
         self.kc = self.km.client()
         self.kc.start_channels()
