@@ -620,8 +620,9 @@ class SchedMagics(Magics):
         if args.all == bool(args.tasks):
             raise UsageError("%sched cancel takes task ids or names, or --all (not both)")
         if args.all:
-            self.scheduler.cancel_all()
-            print("cancelled every task that had not ended")
+            count = self.scheduler.cancel_all()
+            print(f"cancelled {count} task{'s' if count != 1 else ''}" if isinstance(count, int)
+                  else "cancelled every task that had not ended")
             return None
         handles = [self._task(ref) for ref in args.tasks]  # all known before any is cancelled
         for handle in handles:
@@ -752,9 +753,14 @@ class SchedMagics(Magics):
     @_help
     def _stop(self, args):
         """Stop the cluster started by ``%sched start`` (its tasks fail or re-queue)."""
+        engines = self._engine_slots()
         self.scheduler.stop_cluster()
-        print("stopped the cluster")
+        print("stopped the cluster started by %sched start" if engines
+              else "no ipyparallel engines were running")
         return None
+
+    def _engine_slots(self) -> int:
+        return sum(n.slots for n in self._snapshot().nodes)
 
     @_sub("queues", "the queue tree; add NAME, open/close/drain NAME")
     @ma.magic_arguments("sched queues")
