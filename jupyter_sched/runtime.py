@@ -44,6 +44,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from queue import Empty, SimpleQueue
 from typing import Any
@@ -577,7 +578,7 @@ class Scheduler(Configurable):
         while True:
             try:
                 return reply.result(timeout=1.0)
-            except TimeoutError:
+            except FutureTimeout:
                 if self._thread is None or not self._thread.is_alive():
                     raise RuntimeError("the scheduler's runtime thread is not running") from None
 

@@ -136,7 +136,10 @@ class TaskOutput:
     Text is sent in batches: a complete line goes out at once unless something was sent less
     than ``interval`` seconds ago; the rest waits for ``flush()``, which ``on_pending`` asks
     the runtime to call when it is due (so a flood of prints is a few messages, not thousands).
+    At most ``KEEP`` characters of each stream are kept (the newest); all of it is sent.
     """
+
+    KEEP = 4_000_000
 
     def __init__(
         self,
@@ -154,6 +157,7 @@ class TaskOutput:
         self.displays: list[dict] = []
         self.due: float | None = None  # when the pending text should go out (monotonic)
         self._chunks: dict[str, list[str]] = {name: [] for name in STREAMS}
+        self._kept: dict[str, int] = {}
         self._pending: dict[str, list[str]] = {}
         self._last_sent = 0.0
         self._lock = threading.RLock()
@@ -172,7 +176,14 @@ class TaskOutput:
         if not text:
             return 0
         with self._lock:
-            self._chunks.setdefault(name, []).append(text)
+            chunks = self._chunks.setdefault(name, [])
+            chunks.append(text)
+            kept = self._kept[name] = self._kept.get(name, 0) + len(text)
+            if kept > self.KEEP:
+                tail = "".join(chunks)[-(self.KEEP // 2):]
+                tail = tail[tail.find("\n") + 1:] if "\n" in tail[:-1] else tail
+                chunks[:] = ["[... earlier output dropped ...]\n", tail]
+                self._kept[name] = len(tail)
             if self.sink is not None:
                 self.sink(name, text)
             if self.publisher is None:
