@@ -645,7 +645,7 @@ class SchedMagics(Magics):
         except KeyboardInterrupt:
             print("stopped waiting; the tasks go on", file=sys.stderr)
             raise
-        except concurrent.futures.TimeoutError:
+        except (TimeoutError, concurrent.futures.TimeoutError):  # one class from 3.11 on
             raise UsageError(f"--timeout {args.timeout:g}: tasks are still running; "
                              "they go on") from None
         done = handles if handles is not None else []
