@@ -1,0 +1,98 @@
+"""Helpers for the tests that start real ipyparallel clusters (imported by tests/test_ipp*.py).
+
+Clusters are small (2-4 local engines), started the way a user starts them
+(``Scheduler.start_cluster``), and always stopped, with a check that no engine process is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+
+from jupyter_sched.runtime import Scheduler
+
+TESTS = Path(__file__).resolve().parent
+ROOT = str(TESTS.parent)
+
+
+@contextlib.contextmanager
+def engines_can_import_this_checkout() -> Iterator[None]:
+    """Engines inherit the environment: let them import jupyter_sched from this checkout, and
+    the test modules whose functions they run."""
+    old = os.environ.get("PYTHONPATH")
+    paths = [ROOT, str(TESTS), *([old] if old else [])]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@contextlib.contextmanager
+def scheduler_with_engines(**start: object) -> Iterator[tuple[Scheduler, object]]:
+    """A scheduler with two declared GPUs and a local cluster; everything stopped after."""
+    sched = Scheduler(local_resources="GPU=2")
+    pids: list[int] = []
+    try:
+        with engines_can_import_this_checkout():
+            executor = sched.start_cluster(**start)
+        pids = [e.pid for e in executor.engines.values()]
+        yield sched, executor
+    finally:
+        with contextlib.suppress(Exception):
+            pids += [e.pid for e in executor.engines.values()]
+        sched.shutdown()
+        assert_gone(pids)
+
+
+def assert_gone(pids: list[int], timeout: float = 15.0) -> None:
+    """Every engine process has exited (their nannies too)."""
+    deadline = time.monotonic() + timeout
+    left = set(pids)
+    while left and time.monotonic() < deadline:
+        left = {p for p in left if psutil.pid_exists(p) and
+                psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+        time.sleep(0.1)
+    assert not left, f"engine processes left behind: {sorted(left)}"
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or condition}")
+        time.sleep(0.02)
+
+
+class FakeRuntime:
+    """What an executor needs of a runtime, recording what it is told."""
+
+    push_warn_bytes = 100_000_000
+    local_resources = "GPU=2"
+
+    def __init__(self, local_host: object = None) -> None:
+        self.local_host = local_host
+        self.events: list = []
+        self.outcomes: dict[str, dict] = {}
+        self.slots: dict[tuple[str, str], object] = {}
+
+    def report(self, event: object) -> None:
+        self.events.append(event)
+
+    def complete(self, task_id: str, **outcome: object) -> None:
+        self.outcomes[task_id] = outcome
+
+    def register_slots(self, executor: object, node: str, slots: list[str]) -> None:
+        for slot in slots:
+            self.slots[(node, slot)] = executor
