@@ -453,10 +453,12 @@ class Scheduler(Configurable):
         declared = host.gpus_declared
 
         def mark(core: Core) -> None:
-            # NodeUpdated carries no "declared" flag: set it on the node's GPU set directly
+            # NodeUpdated can neither set the "declared" flag nor clear a device's memory:
+            # set both on the node's GPU set directly (display and GPU-memory requests read them)
             devs = core.cluster.nodes[LOCAL].resources.devices.get(GPU)
             if devs is not None:
                 devs.declared = declared
+                devs.memory = {i: devices[GPU].get(i) for i in devs.free}
 
         self._request([ev.NodeUpdated(LOCAL, totals, devices, host.labels())], after=mark)
         self.local_host = host

@@ -253,6 +253,9 @@ def test_declare_local_changes_the_local_node(sched):
     sched.declare_local("GPU=1")
     (node,) = sched.snapshot(fresh=True).nodes
     assert len(node.devices) == 1 and "licenses" not in node.total
+    assert node.devices[0].memory is None  # no gpu_memory declared this time
+    with pytest.raises(ValueError, match="CPU"):
+        sched.declare_local("CPU=-1")
 
 
 def test_observers_get_throttled_snapshots_and_a_last_one(sched):
