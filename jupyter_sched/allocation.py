@@ -51,7 +51,7 @@ class NodeResources:
     {'GPU': {0: 5000}}
     """
 
-    __slots__ = ("total", "available", "allocated", "load", "devices")
+    __slots__ = ("allocated", "available", "devices", "load", "total")
 
     def __init__(
         self,
@@ -214,7 +214,8 @@ class NodeResources:
         for name, units in allocation.amounts.items():
             left = allocated.get(name, 0) - units
             if left < 0:
-                raise ValueError(f"{name}: releasing {units} but only {allocated.get(name, 0)} held")
+                held = allocated.get(name, 0)
+                raise ValueError(f"{name}: releasing {units} but only {held} held")
             if left:
                 allocated[name] = left
             else:

@@ -3,7 +3,7 @@
 A node is a host: its resources (per device for GPUs), labels, whether it runs tasks in the
 kernel's own threads (the local node), and its engine *slots* (one task at a time each).
 
-Engine–device affinity (DESIGN.md section 4; Ray #22504, #3245): CUDA reads
+Engine-device affinity (DESIGN.md section 4; Ray #22504, #3245): CUDA reads
 ``CUDA_VISIBLE_DEVICES`` once, so a slot is either *pinned* to the devices it was launched with,
 or *floating* until its first GPU task binds it to that task's devices. A task is placed only on a
 device that has the share free **and** a free slot able to use it.
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from .allocation import Allocation, NodeResources
 from .quantity import SCALE
 from .resources import CPU, GPU, Demand
+
+_TIE = 10**7  # GPU index keys: primary * _TIE + total free units (up to 1,000 GPUs a node)
 
 LOCAL = "local"
 ENGINES = "engines"
@@ -194,7 +196,7 @@ class BucketIndex:
         chosen = reversed(keys[start:]) if descending else keys[start:]
         buckets = self.buckets
         for key in chosen:
-            yield from list(buckets[key])
+            yield from buckets[key]  # callers stop iterating before they change the index
 
 
 class Cluster:
@@ -222,31 +224,40 @@ class Cluster:
         return node
 
     def refresh(self, node: Node) -> None:
-        """Re-file a node after its free capacity changed."""
+        """Re-file a node after its free capacity changed (only in the indexes whose key moved,
+        so a node keeps its place among equals)."""
         keys = self._keys(node)
-        if keys != node.keys:
-            self._unindex(node, node.keys)
-            self._index(node, keys)
+        old = node.keys
+        if keys != old:
+            for index, before, after in zip(self._indexes(), old, keys, strict=True):
+                if before != after:
+                    index.remove(node.name, before)
+                    index.add(node.name, after)
             node.keys = keys
+
+    def _indexes(self) -> tuple[BucketIndex, BucketIndex, BucketIndex]:
+        return (self.by_gpu_share, self.by_whole_gpus, self.by_cpu)
 
     @staticmethod
     def _keys(node: Node) -> tuple[int, int, int]:
+        """(largest free share, whole free GPUs, free CPU); the GPU keys break ties by the
+        node's total free GPU, so the tightest node comes first among equals."""
         res = node.resources
         devs = res.devices.get(GPU)
         if devs is None or not devs.free:
             return (0, 0, res.available.get(CPU, 0))
         free = devs.free.values()
-        return (max(free), sum(1 for s in free if s == SCALE), res.available.get(CPU, 0))
+        total = sum(free)
+        return (max(free) * _TIE + total, sum(1 for s in free if s == SCALE) * _TIE + total,
+                res.available.get(CPU, 0))
 
     def _index(self, node: Node, keys: tuple[int, int, int]) -> None:
-        self.by_gpu_share.add(node.name, keys[0])
-        self.by_whole_gpus.add(node.name, keys[1])
-        self.by_cpu.add(node.name, keys[2])
+        for index, key in zip(self._indexes(), keys, strict=True):
+            index.add(node.name, key)
 
     def _unindex(self, node: Node, keys: tuple[int, int, int]) -> None:
-        self.by_gpu_share.remove(node.name, keys[0])
-        self.by_whole_gpus.remove(node.name, keys[1])
-        self.by_cpu.remove(node.name, keys[2])
+        for index, key in zip(self._indexes(), keys, strict=True):
+            index.remove(node.name, key)
 
     def candidates(self, demand: Demand, descending: bool = False) -> Iterator[Node]:
         """Nodes that may hold ``demand`` by the indexed capacity, tightest first (or loosest
@@ -254,9 +265,9 @@ class Cluster:
         nodes = self.nodes
         gpu = demand.get(GPU)
         if demand.gpu_memory or 0 < gpu < SCALE:
-            names = self.by_gpu_share.iter(max(gpu, 1), descending)
+            names = self.by_gpu_share.iter(max(gpu, 1) * _TIE, descending)
         elif gpu:
-            names = self.by_whole_gpus.iter(gpu // SCALE, descending)
+            names = self.by_whole_gpus.iter(gpu // SCALE * _TIE, descending)
         elif demand.get(CPU):
             names = self.by_cpu.iter(demand.get(CPU), descending)
         else:

@@ -29,7 +29,7 @@ class DeviceSet:
     GPU-memory requests are measured against.
     """
 
-    __slots__ = ("free", "memory", "declared", "_lost")
+    __slots__ = ("_lost", "declared", "free", "memory")
 
     def __init__(
         self,

@@ -32,7 +32,9 @@ _SIZE_SUFFIXES = {
     "p": 1000**5, "pb": 1000**5, "pib": 1024**5, "pi": 1024**5,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-_VALID_SUFFIXES = "B, KB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024)"
+_VALID_SUFFIXES = (
+    "B, KB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024)"
+)
 
 
 def _number(value: object, name: str) -> float | int:
@@ -112,7 +114,9 @@ def parse_bytes(value: object, name: str = "memory") -> int:
     else:
         amount = _number(value, name)
     if amount > MAX_BYTES:
-        raise ValueError(f"{name}={value!r} is absurdly large; the most is {MAX_BYTES:,} bytes (1 EiB)")
+        raise ValueError(
+            f"{name}={value!r} is absurdly large; the most is {MAX_BYTES:,} bytes (1 EiB)"
+        )
     result = round(amount)
     if result == 0 and amount > 0:
         raise ValueError(f"{name}={value!r} is less than one byte; request 0 or at least 1 byte")

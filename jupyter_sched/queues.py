@@ -91,6 +91,17 @@ class Queue:
                     return f"queue {q.name!r} capability {name}={cap / 10_000:g}"
         return None
 
+    def room_for(self, amounts: Mapping[str, int]) -> int | None:
+        """How many more copies of ``amounts`` fit under the capabilities (None: no limit)."""
+        room = None
+        for q in self.lineage():
+            for name, cap in q.capability.items():
+                each = amounts.get(name, 0)
+                if each:
+                    fits = max(0, cap - q.allocated.get(name, 0)) // each
+                    room = fits if room is None else min(room, fits)
+        return room
+
     def within_capability_ever(self, amounts: Mapping[str, int]) -> str | None:
         for q in self.lineage():
             for name, cap in q.capability.items():

@@ -94,7 +94,9 @@ def _pairs(spec: object) -> list[tuple[str, object]]:
             continue
         name, sep, value = item.partition("=")
         if not sep or not value.strip():
-            raise ValueError(f"resource {item.strip()!r} must be written NAME=AMOUNT, e.g. 'GPU=0.5'")
+            raise ValueError(
+                f"resource {item.strip()!r} must be written NAME=AMOUNT, e.g. 'GPU=0.5'"
+            )
         pairs.append((name, value.strip()))
     return pairs
 

@@ -43,6 +43,7 @@ class Task:
         self.devices: dict[str, dict[int, float]] = {}
         self.rank: int | None = None
         self.runs = 0
+        self.submitted = 0.0
 
     @property
     def _core_task(self):
@@ -89,6 +90,7 @@ class Simulation:
         self._done_runs: list[_Run] = []
         self._node_life: dict[str, list] = {}  # name -> [added, removed|None, totals]
         self._queues = {"default"}
+        self._ticks: set[float] = set()
 
     # -- building the scenario -------------------------------------------------------------
 
@@ -122,7 +124,9 @@ class Simulation:
         if rest:
             raise ValueError(f"GPU={gpus / SCALE:g}: a node has a whole number of GPUs")
         memory = parse_bytes(gpu_memory, "gpu_memory") if gpu_memory is not None else None
-        devices = {GPU: DeviceSet(range(count), dict.fromkeys(range(count), memory))} if count else {}
+        devices = {}
+        if count:
+            devices[GPU] = DeviceSet(range(count), dict.fromkeys(range(count), memory))
         slots: tuple[SlotSpec, ...] = ()
         if engines_per_gpu:
             slots = tuple(SlotSpec(f"{name}/e{g}.{k}", frozenset({g}))
@@ -189,6 +193,7 @@ class Simulation:
             spec.check()
             made.append((spec, Task(self, task_id, member_name, float(duration))))
         for _, task in made:
+            task.submitted = float(at)
             self.tasks[task.id] = task
         self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec))
         return [t for _, t in made] if gang_spec else made[0][1]
@@ -197,6 +202,10 @@ class Simulation:
         task_id = task.id if isinstance(task, Task) else task
         if task_id not in self.tasks:
             raise ValueError(f"no task {task_id!r} in this simulation")
+        submitted = self.tasks[task_id].submitted
+        if at < submitted:
+            raise ValueError(f"cancel at {at!r} comes before {task_id} is submitted "
+                             f"(at {submitted:g})")
         self._at(at, ev.Cancel(task_id))
 
     # -- playing it -------------------------------------------------------------------------
@@ -218,6 +227,10 @@ class Simulation:
                     batch.append(event)
             for instruction in core.handle(*batch):
                 self._carry_out(instruction)
+            deadline = core.next_deadline()
+            if deadline is not None and deadline > when and deadline not in self._ticks:
+                self._ticks.add(deadline)  # a time limit ends then: the core must hear of it
+                self._at(deadline, ("tick",))
         self._close_runs()
 
     def _to_event(self, item: Any) -> Any:
@@ -227,6 +240,9 @@ class Simulation:
                 name = payload[0]
                 self._node_life[name][1] = self.now
                 return ev.NodeRemoved(name)
+            if kind == "tick":
+                self._ticks.discard(self.now)
+                return None
             if kind == "finish":
                 task_id, token = payload
                 if self._finish_token.get(task_id) != token:

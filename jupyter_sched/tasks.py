@@ -1,4 +1,4 @@
-"""Tasks and gangs as the core sees them: what they need, where they may run, what state they are in.
+"""Tasks and gangs as the core sees them: what they need, where they may run, their state.
 
 States::
 

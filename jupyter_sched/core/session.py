@@ -214,7 +214,9 @@ class Session:
         return self.core.now - first.submitted_at >= self.core.reservation_after
 
 
-def _hold_on(node: Node, demand: Demand, busy: list) -> tuple[frozenset[int], dict[str, int]] | None:
+def _hold_on(
+    node: Node, demand: Demand, busy: list
+) -> tuple[frozenset[int], dict[str, int]] | None:
     """The devices and amounts ``demand`` would hold on ``node``, avoiding ``busy`` holds."""
     res = node.resources
     blocked = frozenset().union(*(d for d, _ in busy)) if busy else frozenset()

@@ -115,7 +115,7 @@ class Core:
             self.now = event.now
         deadlines = self.deadlines
         while deadlines and deadlines[0][0] <= self.now:
-            end, _, task_id = heapq.heappop(deadlines)
+            _, _, task_id = heapq.heappop(deadlines)
             task = self.tasks.get(task_id)
             if task is not None and task.state == RUNNING and task.stopping is None:
                 limit = task.spec.time_limit

@@ -41,9 +41,14 @@ def run(session: Session) -> None:
         key, spec, demand = job_class(job)
         fifo = queue.classes[key]
         placed = False
-        over = queue.fits_capability(demand)
+        if isinstance(job, Gang):
+            room = queue.room_for(spec.demand.as_dict())
+            over = None if room is None or room >= job.spec.min_members else "capability"
+        else:
+            room = None
+            over = queue.fits_capability(demand)
         if over is None:
-            placed = try_place(session, job)
+            placed = try_place(session, job, limit=room)
         if placed:
             fifo.popleft()
             _push_class(classes, queue, key)
@@ -56,9 +61,11 @@ def run(session: Session) -> None:
             heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
 
 
-def try_place(session: Session, job: Task | Gang, easy: bool = False) -> bool:
+def try_place(session: Session, job: Task | Gang, easy: bool = False,
+              limit: int | None = None) -> bool:
+    """Place a job now; ``limit`` caps how many gang members its queue has room for."""
     if isinstance(job, Gang):
-        return place_gang(session, job, easy)
+        return place_gang(session, job, easy, limit)
     return session.place_task(job, easy)
 
 

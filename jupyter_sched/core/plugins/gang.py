@@ -25,9 +25,12 @@ if TYPE_CHECKING:
     from ...cluster import Cluster
 
 
-def place_gang(session: Session, gang: Gang, easy: bool = False) -> bool:
+def place_gang(session: Session, gang: Gang, easy: bool = False,
+               limit: int | None = None) -> bool:
     members = [m for m in gang.members if m.state == QUEUED]
     need = gang.spec.min_members - (gang.spec.size - len(members))
+    if limit is not None:
+        members = members[:limit]  # the queue's capability has room for no more
     strategy = gang.spec.strategy
     core = session.core
     if strategy == "strict-pack":
