@@ -83,7 +83,8 @@ class _Request:
     reply: Future | None = None
     records: tuple[TaskRecord, ...] = ()
     handles: tuple[TaskHandle, ...] = ()
-    after: Callable[[Core], Any] | None = None  # run on success; its value is the reply
+    after: Callable[[Core], Any] | None = None  # run on the runtime thread on success
+    error: BaseException | None = None  # why the core rejected it
 
 
 @dataclasses.dataclass(eq=False)
@@ -605,8 +606,12 @@ class Scheduler(Configurable):
                     break
             try:
                 stop = self._step(items)
-            except Exception:  # keep scheduling: a bug in one step must not end the thread
+            except Exception as exc:  # keep scheduling: a bug in one step must not end it
                 log.exception("jupyter_sched runtime step failed")
+                for item in items:
+                    reply = getattr(item, "reply", None)
+                    if reply is not None and not reply.done():
+                        reply.set_exception(RuntimeError(f"the scheduler failed: {exc!r}"))
                 stop = _STOP in items
         self._close()
 
@@ -650,8 +655,9 @@ class Scheduler(Configurable):
         self._sync_all = False
         instructions: list = []
         batch: list = [ev.Tick(now), *plain]
-        if not requests:
-            instructions += core.handle(*batch)
+        deadline = core.next_deadline()
+        if not requests and (plain or (deadline is not None and deadline <= now)):
+            instructions += core.handle(*batch)  # a bare wake-up (output, publish) needs none
         for request in requests:
             instructions += self._apply(request, batch, touched)
             batch = []
@@ -690,7 +696,7 @@ class Scheduler(Configurable):
         try:
             out = core.handle(*batch, *request.events)
         except Exception as exc:
-            request.error = exc  # type: ignore[attr-defined]
+            request.error = exc
             for record in request.records:
                 self._records.pop(record.id, None)
                 self._live_records.pop(record.id, None)
@@ -722,7 +728,7 @@ class Scheduler(Configurable):
             self._sync_all = True
 
     def _answer(self, request: _Request) -> None:
-        error = getattr(request, "error", None)
+        error = request.error
         if request.reply is not None:
             if error is None:
                 request.reply.set_result(None)
