@@ -168,8 +168,9 @@ def _pythons() -> list[str]:
     return [sys.executable, *[p for p in extra.split(os.pathsep) if p]]
 
 
-@pytest.fixture(params=_pythons(), ids=lambda p: "kernel" if p == sys.executable else p)
-def kernel(request, tmp_path):
+@pytest.fixture(scope="module", params=_pythons(),
+                ids=lambda p: "kernel" if p == sys.executable else p)
+def kernel(request, tmp_path_factory):
     jupyter_client = pytest.importorskip("jupyter_client")
     from jupyter_client.kernelspec import KernelSpec
 
@@ -180,7 +181,7 @@ def kernel(request, tmp_path):
     env = dict(os.environ, JUPYTER_SCHED_DECLARE="GPU=2",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")])))
-    km.start_kernel(env=env, cwd=str(tmp_path))
+    km.start_kernel(env=env, cwd=str(tmp_path_factory.mktemp("kernel")))
     kc = km.client()
     kc.start_channels()
     try:
@@ -239,3 +240,20 @@ def test_task_output_goes_to_the_submitting_cell_in_a_real_kernel(kernel):
     hello = next(i for i, m in enumerate(messages) if m["msg_type"] == "stream"
                  and "hello from t" in m["content"]["text"])
     assert busy[0] < hello < busy[-1]
+
+
+CELL_TASK = """
+base = 40
+h2 = js.submit(code="answer = base + 2\\nprint('computing')\\nanswer * 1", resources="GPU=1")
+"""
+
+CELL_CHECK = "print('got', h2.result(10), answer)"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_cell_task_runs_in_the_notebook_namespace(kernel):
+    cells = ["import jupyter_sched as js\n" + CELL_TASK, CELL_CHECK]
+    (first, second), messages = _run_cells(kernel, cells)
+    assert _parents(messages, "stdout", "computing") == [first]
+    assert _parents(messages, "stdout", "got 42 42") == [second]
