@@ -42,10 +42,10 @@ def scheduler_with_engines(**start: object) -> Iterator[tuple[Scheduler, object]
     sched = Scheduler(local_resources="GPU=2")
     pids: list[int] = []
     try:
-        with engines_can_import_this_checkout():
+        with engines_can_import_this_checkout():  # also for engines added later
             executor = sched.start_cluster(**start)
-        pids = [e.pid for e in executor.engines.values()]
-        yield sched, executor
+            pids = [e.pid for e in executor.engines.values()]
+            yield sched, executor
     finally:
         with contextlib.suppress(Exception):
             pids += [e.pid for e in executor.engines.values()]

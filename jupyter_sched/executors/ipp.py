@@ -275,6 +275,8 @@ class IppExecutor(Executor):
         self._gangs: dict[str, _Gang] = {}
         self._probing: dict[int, Any] = {}
         self._closed = False
+        self._loop: _LoopThread | None = None  # runs the cluster we started (and its launchers)
+        self._watched: set[int] = set()
         self.hosts = HostMap(_local_host(runtime))
         self._callback = self._on_registration
         client._registration_callbacks.append(self._callback)
@@ -356,19 +358,21 @@ class IppExecutor(Executor):
         if launcher is not None:
             cluster_kwargs["engines"] = launcher
         cluster = ipp.Cluster(**cluster_kwargs)
+        loop = _LoopThread()
         try:
-            cluster.start_controller_sync()
-            client = cluster.connect_client_sync()
+            loop.run(cluster.start_controller())
+            client = loop.run(cluster.connect_client())
         except BaseException:
-            cluster.stop_cluster_sync()
+            with contextlib.suppress(Exception):
+                loop.run(cluster.stop_cluster())
+            loop.stop()
             raise
         executor = cls(runtime, client, cluster=cluster, owns_cluster=True, owns_client=True,
                        stop_grace=stop_grace)
+        executor._loop = loop
         try:
             for n, set_env in sets:
-                cluster.start_engines_sync(n=n, environment=set_env,
-                                           engine_args=["--IPEngine.enable_nanny=True"])
-            executor._watch_launchers()
+                executor.add_engines(n, environment=set_env)
             client.wait_for_engines(sum(n for n, _ in sets), timeout=timeout, block=True,
                                     interactive=False)
             executor.wait_ready(timeout)
@@ -376,6 +380,20 @@ class IppExecutor(Executor):
             executor.close()
             raise
         return executor
+
+    def add_engines(self, n: int = 1, environment: Mapping[str, str] | None = None,
+                    **launcher_kwargs: Any) -> str:
+        """Start ``n`` more engines in the cluster this executor started (they join as slots
+        when they register). ``environment`` is theirs, e.g. ``{"CUDA_VISIBLE_DEVICES": "1"}``
+        to pin them. Returns the engine set id."""
+        if self._loop is None or self.cluster is None:
+            raise RuntimeError("add_engines works on a cluster started by start_cluster(); "
+                               "start engines of a connected cluster with its own tools")
+        launcher_kwargs.setdefault("engine_args", ["--IPEngine.enable_nanny=True"])
+        set_id = self._loop.run(self.cluster.start_engines(
+            n=n, environment=dict(environment or {}), **launcher_kwargs))
+        self._watch_launchers()
+        return set_id
 
     def wait_ready(self, timeout: float = 30) -> None:
         """Wait until every registered engine has been probed and announced."""
@@ -805,10 +823,13 @@ class IppExecutor(Executor):
         out.send()  # (the engine's join was reported before it could be found here)
 
     def _watch_launchers(self) -> None:
-        """Exit statuses of engines our cluster object launched, as their processes end."""
+        """Exit statuses of engines our cluster object launched, as their processes end (when
+        the launchers' event loop runs: ours, or a kernel's)."""
         for launcher in self._launchers():
-            with contextlib.suppress(Exception):
-                launcher.on_stop(self._launcher_stopped)
+            if id(launcher) not in self._watched:
+                self._watched.add(id(launcher))
+                with contextlib.suppress(Exception):
+                    launcher.on_stop(self._launcher_stopped)
 
     def _launchers(self) -> list:
         found = []
@@ -866,9 +887,14 @@ class IppExecutor(Executor):
             log.debug("reporting the engines' end: %s", err)
         if self.owns_cluster and self.cluster is not None:
             try:
-                self.cluster.stop_cluster_sync()
+                if self._loop is not None:
+                    self._loop.run(self.cluster.stop_cluster(), timeout=60)
+                else:
+                    self.cluster.stop_cluster_sync()
             except Exception as err:
                 log.warning("stopping the cluster: %s", err)
+        if self._loop is not None:
+            self._loop.stop()
         if self.owns_client:
             with contextlib.suppress(Exception):
                 self.client.close()
@@ -885,6 +911,40 @@ _OWN_FILES = frozenset({
     os.path.join(os.path.dirname(os.path.dirname(__file__)), "namespace.py"),
     contextlib.__file__,
 })
+
+
+class _LoopThread:
+    """An event loop in a thread of its own for a cluster we start.
+
+    ``Cluster.*_sync`` outside a running event loop runs each call on a fresh loop that it then
+    closes, so launchers never report their processes' exit; on one lasting loop they do, as
+    they do in a notebook kernel.
+    """
+
+    def __init__(self) -> None:
+        from tornado.ioloop import IOLoop
+
+        ready = threading.Event()
+
+        def main() -> None:
+            self.loop = IOLoop(make_current=False)
+            self.loop.add_callback(ready.set)
+            self.loop.start()
+            self.loop.close(all_fds=False)
+
+        self.thread = threading.Thread(target=main, name="jupyter_sched-ipp-cluster",
+                                       daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def run(self, coro: Any, timeout: float | None = 120) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop.asyncio_loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.add_callback(self.loop.stop)
+        self.thread.join(10)
 
 
 def _timer(delay: float, fn: Callable, *args: Any) -> threading.Timer:

@@ -1,0 +1,158 @@
+"""Floating engines, engines dying and joining, many tiny tasks: a real local cluster of three
+floating engines on a host with two declared GPUs. The tests run in order and share it: each
+leaves the cluster as the next expects it (the kill test leaves two engines, the join test
+adds two)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest_ipp import scheduler_with_engines, wait_for
+
+from jupyter_sched.core import events as ev
+from jupyter_sched.executors.ipp import EngineLost
+from jupyter_sched.tasks import TERMINAL
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+
+@pytest.fixture(scope="module")
+def floating():
+    with scheduler_with_engines(engines=3) as (sched, executor):
+        yield sched, executor
+        sched.inspect_core(lambda core: core.validate())
+
+
+def meet(directory: str, me: str, other: str) -> tuple[str | None, int]:
+    Path(directory, me).touch()
+    deadline = time.monotonic() + 20
+    while not Path(directory, other).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{other} never arrived")
+        time.sleep(0.01)
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
+
+
+def visible() -> tuple[str | None, int]:
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
+
+
+def sleeper(directory: str) -> None:
+    """Say where it runs (the engine's pid, in a file named for its rank), then sleep."""
+    Path(directory, os.environ.get("RANK", "task")).write_text(str(os.getpid()))
+    time.sleep(60)
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def free_gpu(sched) -> float:
+    local = next(n for n in sched.snapshot(fresh=True).nodes if n.name == "local")
+    return local.available.get("GPU", 0)
+
+
+def test_floating_engines_are_bound_by_their_first_gpu_task(floating, tmp_path):
+    sched, executor = floating
+    assert all(not e.pinned and e.visible is None for e in executor.engines.values())
+    a = sched.submit(meet, str(tmp_path), "a", "b", resources={"GPU": 0.5}, target="engines")
+    b = sched.submit(meet, str(tmp_path), "b", "a", resources={"GPU": 0.5}, target="engines")
+    c = sched.submit(visible, resources={"GPU": 0.75}, target="engines")
+    (cuda_a, pid_a), (cuda_b, pid_b), (cuda_c, pid_c) = (h.result(timeout=30) for h in (a, b, c))
+    # the two halves share GPU 0 at the same time, on two engines; 0.75 goes to GPU 1
+    assert a.devices == b.devices == {"GPU": {0: 0.5}}
+    assert c.devices == {"GPU": {1: 0.75}}
+    assert len({pid_a, pid_b, pid_c}) == 3
+    assert (cuda_a, cuda_b, cuda_c) == ("0", "0", "1")  # bound to the device they were given
+    by_pid = {e.pid: e for e in executor.engines.values()}
+    assert [by_pid[p].visible for p in (pid_a, pid_b, pid_c)] == [(0,), (0,), (1,)]
+    # bound for good: GPU 0's engines take GPU 0 work again, with the same variable
+    again = sched.submit(visible, resources={"GPU": 1}, target="engines").result(timeout=30)
+    assert again == ("0", again[1]) or again == ("1", pid_c)
+
+
+def test_an_engine_killed_mid_task_fails_its_task_and_frees_its_share(floating, tmp_path):
+    sched, executor = floating
+    assert free_gpu(sched) == 2
+    h = sched.submit(sleeper, str(tmp_path), resources={"GPU": 0.5}, target="engines")
+    marker = tmp_path / "task"
+    wait_for(marker.exists, 30, "the task to start")
+    pid = int(marker.read_text())
+    victim = next(e for e in executor.engines.values() if e.pid == pid)
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(Exception, match=f"engine {victim.eid} on host .* died") as info:
+        h.result(timeout=15)
+    assert time.monotonic() - t0 < 5
+    assert "SIGKILL" in h.reason
+    assert isinstance(info.value, EngineLost) or "died" in str(info.value)
+    assert h.state == "failed"
+    wait_for(lambda: free_gpu(sched) == 2, 5, "the share to come back")
+    assert victim.eid not in executor.engines
+    local = next(n for n in sched.snapshot(fresh=True).nodes if n.name == "local")
+    assert local.slots == 2
+    # the scheduler keeps going on the engines that are left
+    assert sched.submit(inc, 1, target="engines").result(timeout=30) == 2
+
+
+def test_two_thousand_tiny_tasks_each_end_exactly_once(floating):
+    sched, executor = floating
+    assert len(executor.engines) == 2
+    ends: collections.Counter = collections.Counter()
+    report = sched.report
+
+    def counting(event):
+        if isinstance(event, (ev.Finished, ev.Failed, ev.Stopped)):
+            ends[event.task] += 1
+        report(event)
+
+    sched.report = counting
+    try:
+        handles = sched.map(inc, range(2000), target="engines")
+        sched.wait(handles, timeout=80)
+    finally:
+        del sched.report
+    assert [h.result() for h in handles] == [k + 1 for k in range(2000)]
+    ids = [h.id for h in handles]
+    assert len(set(ids)) == 2000
+    assert all(ends[i] == 1 for i in ids), {i: ends[i] for i in ids if ends[i] != 1}
+    states = sched.inspect_core(lambda core: collections.Counter(
+        core.tasks[i].state for i in ids))
+    assert states == {"done": 2000}
+    assert all(s in TERMINAL for s in states)
+    assert {h.slot for h in handles} == {e.slot for e in executor.engines.values()}
+
+
+def test_engines_joining_at_run_time_become_slots(floating):
+    sched, executor = floating
+    executor.add_engines(2)
+    wait_for(lambda: len(executor.engines) == 4, 40, "two more engines")
+    local = next(n for n in sched.snapshot(fresh=True).nodes if n.name == "local")
+    assert local.slots == 4
+    new = [e for e in executor.engines.values() if e.visible is None]
+    assert len(new) >= 2  # floating, not bound yet
+
+
+def test_a_gang_member_killed_fails_the_gang_and_stops_the_other(floating, tmp_path):
+    sched, executor = floating
+    gang = sched.submit(sleeper, str(tmp_path), gang="ddp:2", target="engines")
+    wait_for(lambda: (tmp_path / "0").exists() and (tmp_path / "1").exists(), 30,
+             "both members to start")
+    pids = {rank: int((tmp_path / str(rank)).read_text()) for rank in (0, 1)}
+    t0 = time.monotonic()
+    os.kill(pids[1], signal.SIGKILL)
+    with pytest.raises(Exception):  # noqa: B017 - the gang's own failure type
+        gang.result(timeout=15)
+    rank0, rank1 = gang.members
+    wait_for(lambda: rank0.done() and rank1.done(), 10, "both members to end")
+    assert time.monotonic() - t0 < executor.stop_grace  # rank 0 was interrupted, not killed
+    assert rank1.state == "failed" and "died" in rank1.reason
+    assert rank0.state in ("cancelled", "failed") and "ddp" in rank0.reason
+    assert pids[0] in [e.pid for e in executor.engines.values()]  # its engine lives on
+    assert free_gpu(sched) == 2
+    assert sched.submit(inc, 41, target="engines").result(timeout=30) == 42
