@@ -142,7 +142,9 @@ def _where(view: Any, word: str = "on") -> str:
     if not node:
         return ""
     devices = format_devices(_get(view, "devices", {}) or {})
-    return f" {word} {node}" + (f", {devices}" if devices else "")
+    slot = _get(view, "slot")
+    engine = f" (engine {slot})" if slot else ""
+    return f" {word} {node}{engine}" + (f", {devices}" if devices else "")
 
 
 def _gang_text(view: Any) -> str:

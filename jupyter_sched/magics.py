@@ -348,15 +348,24 @@ class LiveLines:
 
     def add(self, handle, parent: dict | None) -> _Line:
         """Display the line for ``handle`` under the current cell and keep it up to date."""
-        line = _Line(uuid.uuid4().hex, _members(handle), parent)
-        bundle = render_line(line.handles, self._now(), positions=self._positions())
-        line.last = bundle["text/plain"]
+        line = self.new(handle, parent)
+        self.show(line)
+        return line
+
+    def new(self, handle, parent: dict | None) -> _Line:
+        """The line for ``handle``, not shown yet (no I/O: safe to hold before an interrupt)."""
+        return _Line(uuid.uuid4().hex, _members(handle), parent)
+
+    def show(self, line: _Line) -> None:
+        """Display ``line`` under the current cell and follow its task from now on."""
+        bundle = render_line(line.handles, self._now(), note=line.note,
+                             positions=self._positions())
         display(bundle, raw=True, display_id=line.display_id)
+        line.last = bundle["text/plain"]  # shown: from now on it is updated, not shown again
         with self._lock:
             self._lines[line.display_id] = line
             self._ensure_running()
         self._wake.set()
-        return line
 
     def refresh(self, line: _Line, note: str | None = None) -> None:
         """Redraw ``line`` now, from the calling thread (the cell's own, under ``--wait``)."""
@@ -509,31 +518,40 @@ class SchedMagics(Magics):
                                            parent=parent, **submit)
         except (ValueError, TypeError) as err:
             raise UsageError(_one_line(err)) from None
-        if args.out:
-            self.shell.user_ns[args.out] = handle
-        line_ = self.live.add(handle, parent)
-        if not args.wait:
-            return None
-        return self._wait(handle, line_, args.timeout)
+        line_ = self.live.new(handle, parent)
+        try:
+            if args.out:
+                self.shell.user_ns[args.out] = handle
+            self.live.show(line_)
+            if not args.wait:
+                return None
+            return self._wait(handle, line_, args.timeout)
+        except KeyboardInterrupt:
+            # from the moment the task is queued: an interrupt may land before the wait begins
+            if args.wait or line_.last is None:
+                cancelled = handle.cancel()
+                _wait_quietly(handle, 5.0)
+                note = "interrupted: cancelled" if cancelled else "interrupted"
+                with contextlib.suppress(BaseException):
+                    if line_.last is None:  # never shown: show it now, with the news
+                        line_.note = note
+                        self.live.show(line_)
+                    else:
+                        self.live.refresh(line_, note=note)
+            raise
 
     def _wait(self, handle, line: _Line, timeout: float | None):
         __tracebackhide__ = True
         deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while not _done(handle):
-                left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-                if left <= 0:
-                    self.live.refresh(line)
-                    label = d.task_label(handle)
-                    raise TimeoutError(f"{label} is still {handle.state} after {timeout:g} s; "
-                                       f"it goes on (%sched wait {handle.id}, or "
-                                       f"%sched cancel {handle.id})")
-                concurrent.futures.wait([handle], timeout=left)
-        except KeyboardInterrupt:
-            handle.cancel()
-            _wait_quietly(handle, 5.0)
-            self.live.refresh(line, note="interrupted: cancelled")
-            raise
+        while not _done(handle):
+            left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+            if left <= 0:
+                self.live.refresh(line)
+                label = d.task_label(handle)
+                raise TimeoutError(f"{label} is still {handle.state} after {timeout:g} s; "
+                                   f"it goes on (%sched wait {handle.id}, or "
+                                   f"%sched cancel {handle.id})")
+            concurrent.futures.wait([handle], timeout=left)
         self.live.refresh(line)
         error = handle.exception(timeout=0) if not handle.cancelled() else None
         if error is not None:
@@ -739,7 +757,7 @@ class SchedMagics(Magics):
         if args.engines is None and args.engines_per_gpu is None:
             raise UsageError("%sched start needs --engines N (or --engines-per-gpu K)")
         try:
-            self.scheduler.start_cluster(engines=args.engines or 0,
+            self.scheduler.start_cluster(engines=args.engines,
                                          engines_per_gpu=args.engines_per_gpu,
                                          launcher=args.launcher)
         except Exception as err:  # ipyparallel raises many kinds; say it in one line
@@ -748,15 +766,19 @@ class SchedMagics(Magics):
                              f"{_one_line(err)}") from None
         return d.NodeList(self._snapshot())
 
-    @_sub("stop", "stop the ipyparallel cluster this kernel started")
+    @_sub("stop", "stop using ipyparallel engines (and stop a cluster %sched start started)")
     @ma.magic_arguments("sched stop")
     @_help
     def _stop(self, args):
-        """Stop the cluster started by ``%sched start`` (its tasks fail or re-queue)."""
+        """Stop using ipyparallel engines; a cluster ``%sched start`` started is stopped (its
+        tasks fail, or re-queue under ``--retries``)."""
         engines = self._engine_slots()
-        self.scheduler.stop_cluster()
-        print("stopped the cluster started by %sched start" if engines
-              else "no ipyparallel engines were running")
+        try:
+            self.scheduler.stop_cluster()
+        except Exception as err:
+            raise UsageError(f"stopping the cluster failed: {_one_line(err)}") from None
+        print("left the ipyparallel engines (a cluster %sched start started is stopped)"
+              if engines else "no ipyparallel engines were in use")
         return None
 
     def _engine_slots(self) -> int:

@@ -377,3 +377,24 @@ def test_dashboard_with_ten_thousand_queued(kernel):
     idle(kernel)
     run = kernel.run("%sched status --widget")
     assert any("application/vnd.jupyter.widget-view+json" in c["data"] for c in run.displays)
+
+
+# -- ipyparallel engines ------------------------------------------------------------------------
+
+def test_cells_on_engines_push_and_pull(kernel):
+    pytest.importorskip("ipyparallel")
+    run = kernel.run("%sched start --engines 1", timeout=180)
+    assert run.error is None and not run.stderr.strip(), run.stderr
+    assert "1/1" in run.texts()[0]  # one engine slot, free
+    kernel.run("import os\nkernel_pid = os.getpid()\nx = 20")
+    run = kernel.run("%%sched --on engines --wait --out e\n"
+                     "import os\ny = x + 1\nprint('elsewhere', os.getpid() != kernel_pid)\ny * 2")
+    assert run.error is None, run.error
+    assert run.stdout == "elsewhere True\n"
+    assert "42" in run.texts()
+    assert "(engine " in run.status_lines()[-1] and ": done on " in run.status_lines()[-1]
+    assert kernel.value("y") == 21  # assigned on the engine, pulled back
+    run = kernel.run("%sched stop", timeout=120)
+    said = "left the ipyparallel engines (a cluster %sched start started is stopped)"
+    assert said in run.stdout.splitlines()
+    assert "1/1" not in kernel.run("%sched nodes").texts()[0]
