@@ -172,16 +172,19 @@ class NodeResources:
             self.take(allocation, pending=pending)
         return allocation
 
-    def take(self, allocation: Allocation, *, pending: bool = False) -> None:
-        """Take an allocation chosen earlier (commit re-checks it: raises if it no longer fits)."""
+    def take(self, allocation: Allocation, *, pending: bool = False, checked: bool = False
+             ) -> None:
+        """Take an allocation chosen earlier. It is re-checked (raises if it no longer fits),
+        unless ``checked``: chosen on this very state a moment ago."""
         available = self.available
-        for name, units in allocation.amounts.items():
-            if name not in self.devices and available.get(name, 0) < units:
-                raise ValueError(f"{name}: {units} no longer free on this node")
-        for name, shares in allocation.devices.items():
-            for index, units in shares.items():
-                if self.devices[name].free.get(index, -1) < units:
-                    raise ValueError(f"{name} device {index} no longer has {units} free")
+        if not checked:
+            for name, units in allocation.amounts.items():
+                if name not in self.devices and available.get(name, 0) < units:
+                    raise ValueError(f"{name}: {units} no longer free on this node")
+            for name, shares in allocation.devices.items():
+                for index, units in shares.items():
+                    if self.devices[name].free.get(index, -1) < units:
+                        raise ValueError(f"{name} device {index} no longer has {units} free")
         for name, shares in allocation.devices.items():
             self.devices[name].take(shares)
         allocated = self.allocated
@@ -246,7 +249,8 @@ class NodeResources:
     def set_devices(
         self, name: str, memory: Mapping[int, int | None], declared: bool | None = None
     ) -> None:
-        """Make the devices of ``name`` exactly ``memory``'s keys (adding or removing some)."""
+        """Make the devices of ``name`` exactly ``memory``'s keys (adding or removing some),
+        each with exactly the memory given (None: unknown)."""
         devs = self.devices.get(name)
         if devs is None:
             devs = self.devices[name] = DeviceSet(declared=bool(declared))
@@ -257,6 +261,8 @@ class NodeResources:
                 devs.remove(index)
         for index, mem in memory.items():
             devs.add(index, mem)
+            if mem is None:
+                devs.memory.pop(index, None)
         if devs.total:
             self.total[name] = devs.total
         else:

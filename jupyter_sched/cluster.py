@@ -240,8 +240,9 @@ class Cluster:
 
     @staticmethod
     def _keys(node: Node) -> tuple[int, int, int]:
-        """(largest free share, whole free GPUs, free CPU); the GPU keys break ties by the
-        node's total free GPU, so the tightest node comes first among equals."""
+        """(largest free share on one GPU, whole free GPUs, free CPU). The GPU keys break ties
+        by the node's total free GPU, so binpack finds the tightest node first and spread the
+        loosest; among equal keys nodes keep their order."""
         res = node.resources
         devs = res.devices.get(GPU)
         if devs is None or not devs.free:

@@ -12,7 +12,7 @@ States: ``open`` (accepts and runs work), ``draining`` (refuses new work, runs w
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 OPEN = "open"
 CLOSED = "closed"
@@ -110,18 +110,19 @@ class Queue:
                             f"may hold at most {cap / 10_000:g}")
         return None
 
-    def add_use(self, field: str, amounts: Mapping[str, int], sign: int) -> None:
-        """Add (sign=1) or take away (sign=-1) amounts to ``allocated`` or ``waiting`` here and
-        in every ancestor."""
+    def add_use(self, field: str, amounts: Iterable[tuple[str, int]], sign: int) -> None:
+        """Add (sign=1) or take away (sign=-1) ``(name, units)`` pairs to ``allocated`` or
+        ``waiting`` here and in every ancestor below root (root's share is never asked)."""
+        pairs = tuple(amounts)
         q: Queue | None = self
-        while q is not None:
-            target = getattr(q, field)
-            for name, units in amounts.items():
+        while q is not None and q.parent is not None:
+            target = q.allocated if field == "allocated" else q.waiting
+            for name, units in pairs:
                 value = target.get(name, 0) + sign * units
                 if value:
                     target[name] = value
                 else:
-                    target.pop(name, None)
+                    del target[name]
             q = q.parent
 
     def __repr__(self) -> str:

@@ -119,6 +119,7 @@ class Task:
         "allocation",
         "attempts",
         "gang",
+        "klass",
         "node",
         "rank",
         "reason",
@@ -148,6 +149,8 @@ class Task:
         # set while a Cancel/Preempt instruction is out and the executor has not confirmed
         self.stopping: str | None = None
         self.started_at: float | None = None
+        # the scheduling class (priority and placement constraints), set by the core
+        self.klass: tuple = ()
 
     @property
     def id(self) -> str:

@@ -76,6 +76,7 @@ class NodeUpdated:
     devices: Mapping[str, Mapping[int, int | None]] | None = None
     labels: Mapping[str, str] | None = None
     cordoned: bool | None = None
+    declared: bool | None = None  # whether the new devices are declared (not discovered)
 
 
 @dataclass(frozen=True, slots=True)

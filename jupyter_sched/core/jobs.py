@@ -19,7 +19,7 @@ def job_class(job: Task | Gang) -> tuple[tuple, TaskSpec, dict[str, int]]:
         demand = spec.demand.scaled(len(waiting)).as_dict()
         return ("gang", job.seq), spec, demand
     spec = job.spec
-    return (spec.priority, spec.constraint_key), spec, spec.demand.as_dict()
+    return job.klass, spec, spec.demand.as_dict()
 
 
 def job_waits(job: Task | Gang) -> bool:

@@ -33,6 +33,18 @@ class Reservation:
     job: Task | Gang
     nodes: dict[str, tuple[frozenset[int], dict[str, int]]] = field(default_factory=dict)
 
+    @property
+    def rank(self) -> tuple[int, int]:
+        """Order among jobs: higher priority, then older. A job ignores the reservations of
+        jobs ranked after it, so the first-ranked reservation is never blocked and two
+        reservations cannot wait on each other."""
+        return job_rank(self.job)
+
+
+def job_rank(job: Task | Gang) -> tuple[int, int]:
+    spec = job.members[0].spec if isinstance(job, Gang) else job.spec
+    return (-spec.priority, job.seq)
+
 
 @dataclass
 class Proposal:
@@ -101,10 +113,12 @@ class Session:
         self.core = core
         self.failed: dict[tuple, Task | Gang] = {}
         self.reserved: dict[str, dict[int, tuple[frozenset[int], dict[str, int]]]] = {}
+        self.ranks: dict[int, tuple[int, int]] = {}
         for seq, reservation in list(core.reservations.items()):
             if not _still_waits(reservation.job):
                 del core.reservations[seq]
                 continue
+            self.ranks[seq] = reservation.rank
             for name, hold in reservation.nodes.items():
                 self.reserved.setdefault(name, {})[seq] = hold
 
@@ -116,8 +130,12 @@ class Session:
         """The node, allocation and slot for one task now, or None. Changes nothing."""
         core = self.core
         demand = spec.demand
-        nodes = [only] if only is not None else nodeorder.candidates(
-            core.cluster, demand, core.policy, core.hybrid_threshold)
+        if only is not None:
+            nodes = [only]
+        elif core.policy == "binpack":
+            nodes = core.cluster.candidates(demand)
+        else:
+            nodes = nodeorder.candidates(core.cluster, demand, core.policy, core.hybrid_threshold)
         reserved = self.reserved
         for node in nodes:
             if node.name in exclude or not node_passes(node, spec):
@@ -134,8 +152,11 @@ class Session:
     def _place_around(self, node: Node, spec: TaskSpec, job_seq: int,
                       holds: dict[int, tuple[frozenset[int], dict[str, int]]]
                       ) -> tuple[Allocation, str | None] | None:
-        """Place on a node with reservations, leaving the reserved resources alone."""
-        others = [hold for seq, hold in holds.items() if seq != job_seq]
+        """Place on a node with reservations, leaving alone what jobs ranked before this one
+        hold."""
+        mine = (-spec.priority, job_seq)
+        ranks = self.ranks
+        others = [hold for seq, hold in holds.items() if seq != job_seq and ranks[seq] < mine]
         if not others:
             return node.place(spec.demand, spec.target)
         blocked = frozenset().union(*(devs for devs, _ in others))
@@ -171,10 +192,14 @@ class Session:
         if found is None:
             return False
         node, allocation, slot = found
-        statement = Statement(self)
-        statement.take(task, node, allocation, slot)
-        statement.commit()
-        self.core.reservations.pop(task.seq, None)
+        core = self.core
+        # a statement of one: found on the live state just now, so it is applied at once
+        node.resources.take(allocation, checked=True)
+        core.cluster.refresh(node)
+        core.start(task, node, allocation, slot)
+        core.emit(ev.Start(task.id, node.name, slot, allocation.devices))
+        if core.reservations:
+            core.reservations.pop(task.seq, None)
         return True
 
     # -- reservations ----------------------------------------------------------------------
@@ -185,20 +210,17 @@ class Session:
         core = self.core
         reservation = Reservation(job.seq, job)
         spec = specs[0]
-        taken: dict[str, list[tuple[frozenset[int], dict[str, int]]]] = {}
-        for _ in specs:
-            hold = None
-            for node in nodeorder.candidates(core.cluster, Demand(), "spread", 1.0):
-                if not node_passes(node, spec) or not node.resources.could_ever_fit(spec.demand):
-                    continue
-                busy = [h for seq, h in self.reserved.get(node.name, {}).items()
-                        if seq != job.seq] + taken.get(node.name, [])
-                hold = _hold_on(node, spec.demand, busy)
-                if hold is not None:
-                    taken.setdefault(node.name, []).append(hold)
-                    break
-            if hold is None:
-                return  # cannot hold it anywhere right now; try again next cycle
+        strategy = job.spec.strategy if isinstance(job, Gang) else "pack"
+        nodes = [n for n in nodeorder.candidates(core.cluster, Demand(), "spread", 1.0)
+                 if node_passes(n, spec) and n.resources.could_ever_fit(spec.demand)]
+        # strict-pack holds every member on one node; the others go member by member
+        plans = [[n] for n in nodes] if strategy == "strict-pack" else [nodes]
+        for plan in plans:
+            taken = self._plan_holds(job, spec, len(specs), plan, strategy == "strict-spread")
+            if taken is not None:
+                break
+        else:
+            return  # cannot hold it anywhere right now; try again next cycle
         for name, holds in taken.items():
             devs = frozenset().union(*(d for d, _ in holds))
             scalars: dict[str, int] = {}
@@ -208,6 +230,24 @@ class Session:
             reservation.nodes[name] = (devs, scalars)
             self.reserved.setdefault(name, {})[job.seq] = (devs, scalars)
         core.reservations[job.seq] = reservation
+        self.ranks[job.seq] = reservation.rank
+
+    def _plan_holds(self, job, spec: TaskSpec, members: int, nodes: list[Node],
+                    distinct: bool) -> dict[str, list] | None:
+        taken: dict[str, list[tuple[frozenset[int], dict[str, int]]]] = {}
+        for _ in range(members):
+            for node in nodes:
+                if distinct and node.name in taken:
+                    continue
+                busy = [h for seq, h in self.reserved.get(node.name, {}).items()
+                        if seq != job.seq] + taken.get(node.name, [])
+                hold = _hold_on(node, spec.demand, busy)
+                if hold is not None:
+                    taken.setdefault(node.name, []).append(hold)
+                    break
+            else:
+                return None
+        return taken
 
     def waited_too_long(self, job: Task | Gang) -> bool:
         first = job.members[0] if isinstance(job, Gang) else job

@@ -76,6 +76,7 @@ class Core:
         self.reservations: dict[int, object] = {}   # job seq -> Reservation (see session)
         self.deadlines: list[tuple[float, int, str]] = []  # (time limit end, seq, task id)
         self.nodes_changed = False
+        self.feasibility: dict[tuple, str | None] = {}  # job class -> why it can never run
         self._seq = 0
         self._out: list[ev.Instruction] = []
         self._dirty = False
@@ -111,6 +112,8 @@ class Core:
     # -- events -------------------------------------------------------------------------------
 
     def _on_tick(self, event: ev.Tick) -> None:
+        """Time passes. Only a time limit running out needs a cycle: reservations are made
+        when something else happens, since nothing frees up without an event."""
         if event.now > self.now:
             self.now = event.now
         deadlines = self.deadlines
@@ -120,7 +123,7 @@ class Core:
             if task is not None and task.state == RUNNING and task.stopping is None:
                 limit = task.spec.time_limit
                 self._stop(task, f"time limit of {limit:g}s exceeded", "timeout")
-        self._dirty = True
+                self._dirty = True
 
     def _on_submit(self, event: ev.Submit) -> None:
         specs = event.tasks
@@ -162,6 +165,7 @@ class Core:
     def _new_task(self, spec: TaskSpec) -> Task:
         self._seq += 1
         task = Task(spec, self._seq, self.now)
+        task.klass = (spec.priority, spec.constraint_key)
         self.tasks[spec.id] = task
         return task
 
@@ -241,10 +245,15 @@ class Core:
         node = self.cluster.nodes.get(event.name)
         if node is None:
             raise ValueError(f"node {event.name!r} is not registered")
+        for name in event.totals or {}:  # check all before changing anything
+            if name in node.resources.devices and name not in (event.devices or {}):
+                raise ValueError(f"{name} on {event.name!r} is counted per device; "
+                                 "give its devices instead of a total")
         for name, units in (event.totals or {}).items():
-            node.resources.set_total(name, units)
+            if name not in node.resources.devices:
+                node.resources.set_total(name, units)
         for name, memory in (event.devices or {}).items():
-            node.resources.set_devices(name, memory)
+            node.resources.set_devices(name, memory, event.declared)
         if event.labels is not None:
             node.labels = {**dict(event.labels), "kind": node.kind}
         if event.cordoned is not None:
@@ -322,8 +331,9 @@ class Core:
             gpus = allocation.devices.get("GPU")
             if s.binding is None and gpus:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
-        self.queues[task.spec.queue].add_use("allocated", allocation.amounts, 1)
-        self.queues[task.spec.queue].running += 1
+        queue = self.queues[task.spec.queue]
+        queue.add_use("allocated", allocation.amounts.items(), 1)
+        queue.running += 1
         self.running[task.id] = task
         self.transition(task, RUNNING)
         if task.spec.time_limit is not None:
@@ -341,7 +351,7 @@ class Core:
             self.cluster.refresh(node)
         if allocation is not None:
             queue = self.queues[task.spec.queue]
-            queue.add_use("allocated", allocation.amounts, -1)
+            queue.add_use("allocated", allocation.amounts.items(), -1)
             queue.running -= 1
         self.running.pop(task.id, None)
         task.allocation = None
@@ -392,13 +402,13 @@ class Core:
         if fifo is None:
             fifo = queue.classes[key] = deque()
         fifo.append(job)
-        queue.add_use("waiting", demand, 1)
+        queue.add_use("waiting", demand.items(), 1)
 
     def _leave_waiting(self, task: Task) -> None:
         """Take a task's demand out of its queue's waiting sum (the FIFO is cleaned lazily)."""
         if task.state == QUEUED:
             queue = self.queues[task.spec.queue]
-            queue.add_use("waiting", task.spec.demand.as_dict(), -1)
+            queue.add_use("waiting", task.spec.demand.amounts, -1)
         elif task.state == PENDING:
             self.pending = [j for j in self.pending if j is not task and j is not task.gang]
         elif task.state == INFEASIBLE:
@@ -434,7 +444,27 @@ class Core:
 
     def next_deadline(self) -> float | None:
         """When a ``Tick`` next matters (a time limit ends), or None."""
-        return self.deadlines[0][0] if self.deadlines else None
+        deadlines = self.deadlines
+        while deadlines:
+            end, _, task_id = deadlines[0]
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == RUNNING and task.started_at is not None and (
+                    task.started_at + (task.spec.time_limit or 0) == end):
+                return end
+            heapq.heappop(deadlines)  # that task ended (or restarted) before its limit
+        return None
+
+    def forget(self, task_ids) -> None:
+        """Drop finished tasks from memory (the shells keep their own history)."""
+        for task_id in task_ids:
+            task = self.tasks.get(task_id)
+            if task is None or task.state not in TERMINAL:
+                continue
+            gang = task.gang
+            if gang is not None and not all(m.state in TERMINAL for m in gang.members):
+                continue
+            for member in (gang.members if gang is not None else [task]):
+                self.tasks.pop(member.id, None)
 
     def queue_position(self) -> dict[str, int]:
         """Each queued task's place in its queue's order (1 = next), for display."""

@@ -20,8 +20,9 @@ from ..session import Session
 
 def run(session: Session) -> None:
     core = session.core
-    cache: dict[tuple, str | None] = {}
+    cache = core.feasibility
     if core.nodes_changed:
+        cache.clear()  # what can ever fit depends on the nodes (and queue capabilities)
         _recheck(session, cache)
     pending, core.pending = core.pending, []
     for job in pending:
@@ -44,8 +45,13 @@ def _why_not(session: Session, job: Task | Gang, cache: dict[tuple, str | None])
     key, spec, demand = job_class(job)
     queue = core.queues[spec.queue]
     if isinstance(job, Gang):
-        demand = spec.demand.scaled(job.spec.min_members).as_dict()
-        return queue.within_capability_ever(demand) or why_gang_never(core.cluster, job)
+        key = ("gang", spec.constraint_key, spec.queue, job.spec.min_members, job.spec.strategy)
+        if key not in cache:
+            demand = spec.demand.scaled(job.spec.min_members).as_dict()
+            cache[key] = (queue.within_capability_ever(demand)
+                          or why_gang_never(core.cluster, job))
+        return cache[key]
+    key = (key, spec.queue)
     if key not in cache:
         cache[key] = queue.within_capability_ever(demand) or why_never(core.cluster, spec)
     return cache[key]

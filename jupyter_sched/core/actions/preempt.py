@@ -37,6 +37,7 @@ def run(session: Session) -> None:
                         {k: v for k, v in allocation.amounts.items() if k != GPU})
                 core.reservations[job.seq] = Reservation(job.seq, job, {node.name: hold})
                 session.reserved.setdefault(node.name, {})[job.seq] = hold
+                session.ranks[job.seq] = core.reservations[job.seq].rank
                 break
 
 

@@ -84,6 +84,14 @@ def _commit(session: Session, statement: Statement, gang: Gang) -> bool:
     return True
 
 
+def _enough(strategy: str, counts: list[int], need: int) -> bool:
+    if strategy == "strict-pack":
+        return counts[-1] >= need
+    if strategy == "strict-spread":
+        return len(counts) >= need
+    return sum(counts) >= need
+
+
 def why_gang_never(cluster: Cluster, gang: Gang) -> str | None:
     """Could ``min`` members ever be placed at once, on an otherwise empty cluster?"""
     spec = gang.members[0].spec
@@ -103,6 +111,8 @@ def why_gang_never(cluster: Cluster, gang: Gang) -> str | None:
             count += 1
         if count:
             fits_per_node.append(count)
+            if _enough(strategy, fits_per_node, need):
+                return None  # no need to look at the rest of the cluster
     if strategy == "strict-pack":
         ok = any(c >= need for c in fits_per_node)
     elif strategy == "strict-spread":

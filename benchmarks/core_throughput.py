@@ -1,0 +1,144 @@
+"""How fast the scheduling core places work, and how much memory waiting work costs.
+
+    python benchmarks/core_throughput.py [--quick]
+
+1. Clusters of 100, 1,000 and 10,000 nodes, 8 GPUs and 64 CPUs each.
+2. A mixed workload sized to fill about 90% of the GPUs: 40% quarter/half-GPU tasks, 25% whole
+   GPUs (1 or 2), 20% CPU-only, 15% members of 4-member gangs (one GPU each).
+3. Placements per second = tasks started / seconds spent in ``Core.handle`` for the batch that
+   submits them; then a steady state: 10% of the running tasks finish and the freed room is
+   filled from a waiting backlog, timed the same way.
+4. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
+
+Goals (docs/architecture.md): >= 50,000 placements/s at 1,000 nodes; cost per placement grows
+sub-linearly with nodes; < 200 MB for 100,000 queued tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import time
+import tracemalloc
+
+from jupyter_sched.allocation import NodeResources
+from jupyter_sched.core import events as ev
+from jupyter_sched.core.state import Core
+from jupyter_sched.resources import Demand
+from jupyter_sched.tasks import GangSpec, TaskSpec
+
+U = 10_000
+SHAPES = [
+    (0.20, Demand.of({"GPU": 2500, "CPU": U})),
+    (0.20, Demand.of({"GPU": 5000, "CPU": U})),
+    (0.15, Demand.of({"GPU": U, "CPU": 2 * U})),
+    (0.10, Demand.of({"GPU": 2 * U, "CPU": 4 * U})),
+    (0.20, Demand.of({"CPU": 2 * U})),
+]
+GANG_SHARE = 0.15
+GANG = Demand.of({"GPU": U, "CPU": U})
+
+
+def make_core(nodes: int) -> Core:
+    core = Core(policy="binpack")
+    core.handle(*(ev.NodeAdded(f"n{i}", NodeResources({"CPU": 64 * U, "GPU": 8 * U}))
+                  for i in range(nodes)))
+    return core
+
+
+def workload(rng: random.Random, gpus: float, start: int) -> list[ev.Submit]:
+    """Submissions whose GPU demand adds up to about ``gpus``."""
+    out: list[ev.Submit] = []
+    used = 0.0
+    n = start
+    weights = [w for w, _ in SHAPES] + [GANG_SHARE]
+    while used < gpus:
+        pick = rng.choices(range(len(weights)), weights)[0]
+        if pick == len(SHAPES):
+            specs = tuple(TaskSpec(f"t{n + k}", GANG) for k in range(4))
+            out.append(ev.Submit(specs, GangSpec(f"g{n}", 4)))
+            n += 4
+            used += 4
+        else:
+            demand = SHAPES[pick][1]
+            out.append(ev.Submit((TaskSpec(f"t{n}", demand),)))
+            n += 1
+            used += demand.get("GPU") / U
+    return out
+
+
+def timed(core: Core, events: list) -> tuple[int, float]:
+    gc.disable()
+    t0 = time.perf_counter()
+    out = core.handle(*events)
+    elapsed = time.perf_counter() - t0
+    gc.enable()
+    return sum(isinstance(i, ev.Start) for i in out), elapsed
+
+
+def measure(nodes: int, seed: int = 0) -> dict[str, float]:
+    rng = random.Random(seed)
+    core = make_core(nodes)
+    fill = workload(rng, nodes * 8 * 0.9, 0)
+    placed, seconds = timed(core, fill)
+    # steady state: 10% of running work ends, a backlog refills it
+    running = list(core.running)
+    rng.shuffle(running)
+    ending = running[: len(running) // 10]
+    backlog = workload(rng, len(ending) * 0.8, 10**8)
+    core.handle(*backlog[: len(backlog) // 2])
+    refill, refill_seconds = timed(
+        core, [ev.Finished(t) for t in ending] + backlog[len(backlog) // 2:])
+    core.validate()
+    return {
+        "nodes": nodes,
+        "placed": placed,
+        "rate": placed / seconds,
+        "us_per": seconds / placed * 1e6,
+        "refill": refill,
+        "refill_rate": refill / refill_seconds if refill else 0.0,
+    }
+
+
+def queued_memory(count: int = 100_000) -> float:
+    """MB held by the core for ``count`` queued tasks on a full one-node cluster."""
+    gc.collect()
+    tracemalloc.start()
+    core = make_core(1)
+    base = tracemalloc.get_traced_memory()[0]
+    blocker = ev.Submit((TaskSpec("block", Demand.of({"GPU": 8 * U, "CPU": 64 * U})),))
+    demands = [d for _, d in SHAPES]
+    core.handle(blocker, *(ev.Submit((TaskSpec(f"q{k}", demands[k % len(demands)]),))
+                           for k in range(count)))
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    waiting = sum(1 for t in core.tasks.values() if t.state == "queued")
+    assert waiting == count, waiting
+    return used / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="skip the 10,000-node cluster")
+    args = parser.parse_args()
+    sizes = [100, 1_000] if args.quick else [100, 1_000, 10_000]
+    rows = [measure(n) for n in sizes]
+    print(f"{'nodes':>7} {'placed':>8} {'placements/s':>13} {'us/placement':>13} "
+          f"{'refill/s':>10}")
+    for r in rows:
+        print(f"{r['nodes']:>7,} {r['placed']:>8,} {r['rate']:>13,.0f} {r['us_per']:>13.1f} "
+              f"{r['refill_rate']:>10,.0f}")
+    at_1k = next(r for r in rows if r["nodes"] == 1_000)
+    print(f"\nplacements/s at 1,000 nodes: {at_1k['rate']:,.0f} (goal >= 50,000: "
+          f"{at_1k['rate'] / 50_000:.2f}x)")
+    for a, b in zip(rows, rows[1:], strict=False):
+        growth = b["us_per"] / a["us_per"]
+        print(f"cost per placement {a['nodes']:,} -> {b['nodes']:,} nodes: x{growth:.2f} "
+              f"for x{b['nodes'] / a['nodes']:.0f} nodes (sub-linear: {growth < b['nodes'] / a['nodes']})")
+    mb = queued_memory()
+    print(f"memory of 100,000 queued tasks: {mb:.1f} MB (goal < 200 MB: {200 / mb:.2f}x headroom)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""The core driven directly: events in, the exact instructions out."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_sched.allocation import NodeResources
+from jupyter_sched.cluster import SlotSpec
+from jupyter_sched.core import events as ev
+from jupyter_sched.core.state import Core, InvalidTransition
+from jupyter_sched.resources import Demand
+from jupyter_sched.tasks import GangSpec, TaskSpec
+
+U = 10_000
+
+
+def node(name="n", gpus=2, cpus=8, **kw):
+    return ev.NodeAdded(name, NodeResources({"CPU": cpus * U, "GPU": gpus * U}), **kw)
+
+
+def task(tid, gpu=0.0, **kw):
+    demand = Demand.parse({"GPU": gpu}) if gpu else Demand.parse({"CPU": 1})
+    return TaskSpec(tid, demand, **kw)
+
+
+def submit(*specs, gang=None):
+    return ev.Submit(tuple(specs), gang)
+
+
+@pytest.fixture
+def core():
+    c = Core()
+    yield c
+    c.validate()
+
+
+def test_submit_starts_with_exact_devices(core):
+    out = core.handle(node(), submit(task("t1", 0.5)), submit(task("t2", 0.5)))
+    assert out == [
+        ev.Start("t1", "n", None, {"GPU": {0: 5000}}),
+        ev.Start("t2", "n", None, {"GPU": {0: 5000}}),
+    ]
+
+
+def test_events_are_coalesced_into_one_cycle(core):
+    core.handle(node(gpus=1))
+    out = core.handle(submit(task("a", 1)), submit(task("b", 1)))
+    assert [i.task for i in out] == ["a"]
+    out = core.handle(ev.Finished("a"))
+    assert out == [ev.Start("b", "n", None, {"GPU": {0: U}})]
+    assert core.tasks["a"].state == "done"
+
+
+def test_cancel_of_a_running_task_waits_for_the_executor(core):
+    core.handle(node(gpus=1), submit(task("a", 1)), submit(task("b", 1)))
+    out = core.handle(ev.Cancel("a"))
+    assert out == [ev.Stop("a", "cancelled by the user")]
+    assert core.tasks["a"].state == "running"       # still holds its GPU
+    out = core.handle(ev.Stopped("a"))
+    assert core.tasks["a"].state == "cancelled"
+    assert [i.task for i in out] == ["b"]
+
+
+def test_failed_with_retries_runs_again(core):
+    core.handle(node(gpus=1), submit(task("a", 1, retries=1)))
+    out = core.handle(ev.Failed("a", "boom"))
+    assert [i.task for i in out] == ["a"]
+    assert core.tasks["a"].attempts == 2
+    core.handle(ev.Failed("a", "boom again"))
+    assert core.tasks["a"].state == "failed" and core.tasks["a"].reason == "boom again"
+
+
+def test_gang_member_failure_stops_the_others(core):
+    core.handle(node(gpus=2))
+    out = core.handle(submit(task("g0", 1), task("g1", 1), gang=GangSpec("ddp", 2)))
+    assert [(i.task, i.rank, i.world_size, i.master_node) for i in out] == [
+        ("g0", 0, 2, "n"), ("g1", 1, 2, "n")]
+    out = core.handle(ev.Failed("g0", "rank 0 crashed"))
+    assert out == [ev.Stop("g1", "gang 'ddp': g0 failed")]
+    core.handle(ev.Stopped("g1"))
+    assert core.tasks["g1"].state == "cancelled"
+    assert core.tasks["g0"].gang.state == "failed"
+
+
+def test_slot_removed_fails_its_task_naming_the_engine(core):
+    core.handle(node("h", gpus=1, threads=False, slots=(SlotSpec("e0"),)))
+    core.handle(submit(task("a", 1)))
+    core.handle(ev.SlotRemoved("h", "e0"))
+    assert core.tasks["a"].state == "failed"
+    assert "e0" in core.tasks["a"].reason
+    assert core.cluster.nodes["h"].resources.allocated == {}
+
+
+def test_stale_executor_reports_are_ignored(core):
+    core.handle(node(), submit(task("a", 1)))
+    core.handle(ev.Finished("a"))
+    assert core.handle(ev.Finished("a"), ev.Failed("a", "late")) == []
+    assert core.handle(ev.Finished("never-submitted")) == []
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (submit(task("x", 1, queue="nope")), "'nope' does not exist"),
+        (submit(task("x", 1, node="ghost")), "'ghost' is not registered"),
+        (submit(task("x", 1, target="moon")), "'moon'"),
+        (submit(task("x", 1, priority=1.5)), "1.5"),
+        (submit(task("x", 1, retries=-1)), "-1"),
+        (submit(task("x", 1, time_limit=0)), "time limit 0"),
+        (submit(task("a", 1)), "'a' is already in use"),
+        (submit(task("g0", 1), gang=GangSpec("ddp", 0)), "size 0"),
+        (submit(task("g0", 1), task("g1", 1), gang=GangSpec("ddp", 2, 3)), "min 3"),
+        (submit(task("g0", 1), gang=GangSpec("ddp", 1, strategy="tight")), "'tight'"),
+        (submit(task("g0", 1), gang=GangSpec("ddp", 2)), "2 but 1 members"),
+        (ev.Cancel("t404"), "'t404'"),
+        (ev.NodeRemoved("ghost"), "'ghost'"),
+        (ev.QueueSet("q", weight=0), "weight 0"),
+        (ev.QueueSet("q", state="paused"), "'paused'"),
+        (ev.QueueSet("q", parent="nowhere"), "'nowhere'"),
+        (node("n"), "already registered"),
+        (ev.NodeUpdated("n", totals={"GPU": U}), "per device"),
+    ],
+)
+def test_bad_events_raise_and_change_nothing(core, event, message):
+    core.handle(node(), submit(task("a", 1)))
+    before = (dict(core.tasks), core.cluster.nodes["n"].resources.available.copy(),
+              dict(core.queues.queues))
+    with pytest.raises(ValueError, match=message):
+        core.handle(event)
+    after = (dict(core.tasks), core.cluster.nodes["n"].resources.available.copy(),
+             dict(core.queues.queues))
+    assert before == after
+
+
+def test_node_update_is_atomic_and_can_redeclare_devices(core):
+    core.handle(node(gpus=2))
+    with pytest.raises(ValueError):
+        core.handle(ev.NodeUpdated("n", totals={"CPU": U, "GPU": U}))
+    assert core.cluster.nodes["n"].resources.total["CPU"] == 8 * U
+    core.handle(ev.NodeUpdated("n", devices={"GPU": {0: 16 * 2**30}}, declared=True))
+    gpus = core.cluster.nodes["n"].resources.devices["GPU"]
+    assert list(gpus.free) == [0] and gpus.declared and gpus.memory == {0: 16 * 2**30}
+    core.handle(ev.NodeUpdated("n", devices={"GPU": {0: None}}))
+    assert gpus.memory == {}
+
+
+def test_a_gpu_lost_while_in_use_is_paid_back(core):
+    core.handle(node(gpus=2), submit(task("a", 1)), submit(task("b", 1)))
+    core.handle(ev.NodeUpdated("n", devices={"GPU": {1: None}}))
+    res = core.cluster.nodes["n"].resources
+    assert res.total["GPU"] == U and res.available["GPU"] == 0 and res.owed("GPU") == U
+    core.handle(ev.Finished("a"))
+    assert res.available["GPU"] == 0 and res.owed("GPU") == 0
+    core.handle(ev.Finished("b"))
+    assert res.available["GPU"] == U
+
+
+def test_time_limit_deadlines_and_stale_ones(core):
+    core.handle(ev.Tick(0.0), node(gpus=2), submit(task("a", 1, time_limit=5)),
+                submit(task("b", 1, time_limit=2)))
+    assert core.next_deadline() == 2.0
+    core.handle(ev.Tick(1.0), ev.Finished("b"))
+    assert core.next_deadline() == 5.0  # b ended early: its deadline is gone
+    assert core.handle(ev.Tick(4.0)) == []
+    assert core.handle(ev.Tick(5.0)) == [ev.Stop("a", "time limit of 5s exceeded")]
+    core.handle(ev.Stopped("a"))
+    assert core.tasks["a"].state == "failed"
+
+
+def test_forget_drops_only_finished_tasks(core):
+    core.handle(node(gpus=1), submit(task("a", 1)), submit(task("b", 1)))
+    core.handle(ev.Finished("a"))
+    core.forget(["a", "b"])
+    assert "a" not in core.tasks and "b" in core.tasks
+
+
+def test_unknown_transitions_raise(core):
+    core.handle(node(), submit(task("a", 1)))
+    with pytest.raises(InvalidTransition):
+        core.transition(core.tasks["a"], "pending")
+
+
+def test_queue_positions_follow_priority_then_age(core):
+    core.handle(node(gpus=1), submit(task("run", 1)))
+    core.handle(submit(task("old", 1)), submit(task("vip", 1, priority=5)),
+                submit(task("new", 1)))
+    assert core.queue_position() == {"vip": 1, "old": 2, "new": 3}
+
+
+def test_drained_node_gets_no_new_work(core):
+    core.handle(node("a", gpus=1), node("b", gpus=1))
+    core.handle(ev.NodeUpdated("a", cordoned=True))
+    out = core.handle(submit(task("x", 1)), submit(task("y", 1)))
+    assert [(i.task, i.node) for i in out] == [("x", "b")]
