@@ -1,9 +1,9 @@
 """The ipywidgets dashboard: nodes and their GPUs, the queue with cancel buttons, history.
 
 It reads snapshots only: ``scheduler.observe(callback)`` hands it each published snapshot on
-the runtime thread. Updates are coalesced: the newest snapshot is kept and applied at most
-once every ``interval`` seconds (at once when the last apply is old enough, otherwise from a
-timer), so a burst of a thousand notifications costs one redraw.
+the runtime thread. Updates are coalesced: the newest snapshot is kept and applied from a
+timer thread at most once every ``interval`` seconds, so a burst of a thousand notifications
+costs one redraw and the runtime thread never waits for drawing.
 
 Each section shows at most ``rows`` rows and counts the rest. Row widgets are pooled and
 reused (their values change; they are hidden when not needed), so a redraw with 10,000 queued
@@ -144,6 +144,7 @@ class Dashboard(w.VBox):
         self.limit = rows
         self.interval = interval
         self._lock = threading.Lock()
+        self._drawing = threading.RLock()  # one redraw at a time (timer thread, refresh())
         self._latest: Snapshot | None = None
         self._applied_at = 0.0
         self._timer: threading.Timer | None = None
@@ -173,18 +174,16 @@ class Dashboard(w.VBox):
     # -- feeding -------------------------------------------------------------------------------
 
     def _on_snapshot(self, snapshot: Snapshot) -> None:
-        """Called on the runtime thread: keep the newest, apply now or from a timer."""
+        """Called on the runtime thread: keep the newest and leave the drawing to a timer
+        thread (drawing sends widget messages; the scheduler must not wait for them)."""
         with self._lock:
             self._latest = snapshot
             if self._timer is not None:
                 return
-            wait = self._applied_at + self.interval - time.monotonic()
-            if wait > 0:
-                self._timer = threading.Timer(wait, self._flush)
-                self._timer.daemon = True
-                self._timer.start()
-                return
-        self._flush()
+            wait = max(0.0, self._applied_at + self.interval - time.monotonic())
+            self._timer = threading.Timer(wait, self._flush)
+            self._timer.daemon = True
+            self._timer.start()
 
     def _flush(self) -> None:
         with self._lock:
@@ -210,6 +209,10 @@ class Dashboard(w.VBox):
 
     def apply(self, snapshot: Snapshot) -> None:
         """Show ``snapshot`` (bounded rows; values of pooled widgets change, nothing is rebuilt)."""
+        with self._drawing:
+            self._apply(snapshot)
+
+    def _apply(self, snapshot: Snapshot) -> None:
         self._applied_at = time.monotonic()
         counts, limit = snapshot.counts, self.limit
         self.summary.value = f"<b>jupyter_sched</b> · {d._e(d.summary_text(snapshot))}"

@@ -112,6 +112,7 @@ def test_rows_are_reused_and_hidden_when_the_queue_shrinks(big):
     board = widgets.Dashboard(fake, interval=0)
     rows = list(board.waiting.rows)
     fake.observers[0](small)
+    board._timer.join(10)         # drawn on the timer's thread, not the notifier's
     assert board.waiting.rows == rows  # same widgets, nothing rebuilt
     assert board.waiting.visible == []
     assert [r.task_id for r in board.running.visible] == ["t1"]
@@ -133,6 +134,7 @@ def test_updates_are_coalesced_to_the_newest_snapshot(big):
         fake.observers[0](empty)
     fake.observers[0](big)
     assert applied == []          # within the interval: kept, not drawn
+    assert board._timer is not None and board._timer.is_alive()
     board._flush()                # what the timer does
     assert applied == [big]
     board.close()
