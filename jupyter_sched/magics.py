@@ -5,7 +5,7 @@
     In [1]: %load_ext jupyter_sched
     In [2]: %%sched --gpus 0.5 --name train-a
        ...: model_a = train(cfg_a)
-    t1 train-a: running on local, GPU 0 (0.5) (for 3.0 s)      <- updated in place
+    [sched] t1 train-a: running on local, GPU 0 (0.5) (for 3.0 s)    <- updated in place
     In [3]: %sched queue
 
 The magics parse, call the scheduler's public methods, and show what comes back; they hold no
