@@ -193,10 +193,14 @@ class BucketIndex:
     def iter(self, least: int, descending: bool = False) -> Iterator[str]:
         keys = self.keys
         start = bisect.bisect_left(keys, least)
-        chosen = reversed(keys[start:]) if descending else keys[start:]
         buckets = self.buckets
-        for key in chosen:
-            yield from buckets[key]  # callers stop iterating before they change the index
+        # callers stop iterating before they change the index, so keys stay put meanwhile
+        if descending:
+            for i in range(len(keys) - 1, start - 1, -1):
+                yield from buckets[keys[i]]
+        else:
+            for i in range(start, len(keys)):
+                yield from buckets[keys[i]]
 
 
 class Cluster:

@@ -396,13 +396,18 @@ class Core:
 
     def enter_waiting(self, job: Task | Gang) -> None:
         """Put a job (already QUEUED) in its queue's class FIFO."""
-        key, spec, demand = job_class(job)
+        if isinstance(job, Gang):
+            key, spec, demand = job_class(job)
+            pairs = demand.items()
+        else:
+            key, spec = job.klass, job.spec
+            pairs = spec.demand.amounts
         queue = self.queues[spec.queue]
         fifo = queue.classes.get(key)
         if fifo is None:
             fifo = queue.classes[key] = deque()
         fifo.append(job)
-        queue.add_use("waiting", demand.items(), 1)
+        queue.add_use("waiting", pairs, 1)
 
     def _leave_waiting(self, task: Task) -> None:
         """Take a task's demand out of its queue's waiting sum (the FIFO is cleaned lazily)."""

@@ -17,7 +17,7 @@ import heapq
 
 from ...queues import CLOSED
 from ...tasks import Gang, Task
-from ..jobs import job_class, job_spec
+from ..jobs import job_spec
 from ..plugins.gang import place_gang
 from ..session import Session
 
@@ -32,21 +32,28 @@ def run(session: Session) -> None:
     heap = [(-q.priority, q.share(), q.name, q) for q in queues]
     heapq.heapify(heap)
     class_heaps = {q.name: _class_heap(q) for q in queues}
+    alone = len(queues) == 1  # one queue: no shares to keep in order
+    capped = {q.name: any(p.capability for p in q.lineage()) for q in queues}
     while heap:
-        _, _, name, queue = heapq.heappop(heap)
+        _, _, name, queue = heap[0] if alone else heapq.heappop(heap)
         classes = class_heaps[name]
         job = _next_job(queue, classes, session)
         if job is None:
+            if alone:
+                break
             continue
-        key, spec, demand = job_class(job)
+        gang = isinstance(job, Gang)
+        key = ("gang", job.seq) if gang else job.klass
         fifo = queue.classes[key]
         placed = False
-        if isinstance(job, Gang):
-            room = queue.room_for(spec.demand.as_dict())
-            over = None if room is None or room >= job.spec.min_members else "capability"
-        else:
-            room = None
-            over = queue.fits_capability(demand)
+        room = over = None
+        if capped[name]:
+            spec = job_spec(job)
+            if gang:
+                room = queue.room_for(spec.demand.as_dict())
+                over = None if room is None or room >= job.spec.min_members else "capability"
+            else:
+                over = queue.fits_capability(spec.demand.as_dict())
         if over is None:
             placed = try_place(session, job, limit=room)
         if placed:
@@ -57,7 +64,10 @@ def run(session: Session) -> None:
             if over is None and session.waited_too_long(job) and job.seq not in core.reservations:
                 members = job.members if isinstance(job, Gang) else [job]
                 session.reserve(job, [m.spec for m in members])
-        if classes:
+        if alone:
+            if not classes:
+                break
+        elif classes:
             heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
 
 
