@@ -42,8 +42,9 @@ from .resources import GPU
 LOCAL_NODE = "local"
 
 
-def probe() -> dict[str, object]:
-    """What an engine says about itself (runs on the engine; plain types only)."""
+def probe(peer: str | None = None) -> dict[str, object]:
+    """What an engine says about itself (runs on the engine; plain types only). ``peer`` is the
+    controller's address: the engine's own address is the one it reaches the controller from."""
     from jupyter_sched.discovery import discover_host
 
     return {
@@ -51,12 +52,20 @@ def probe() -> dict[str, object]:
         "pid": os.getpid(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "hostname": socket.gethostname(),
-        "address": host_address(),
+        "address": host_address(peer),
     }
 
 
-def host_address() -> str:
-    """An address other hosts can reach this one at (the loopback address when none is known)."""
+def host_address(peer: str | None = None) -> str:
+    """An address of this host that others can reach: the one its route to ``peer`` leaves
+    from (a UDP "connect" sends nothing), else its hostname's, else the loopback address."""
+    if peer:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((peer, 9))
+                return s.getsockname()[0]
+        except OSError:
+            pass
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:

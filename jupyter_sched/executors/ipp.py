@@ -38,6 +38,7 @@ import contextlib
 import logging
 import os
 import pickle
+import re
 import signal
 import threading
 import time
@@ -49,12 +50,14 @@ from typing import Any
 
 from ..core import events as ev
 from ..discovery import HostInfo, discover_host
-from ..probe import EngineInfo, HostMap, free_port, probe
+from ..probe import EngineInfo, HostMap, free_port, host_address
 from ..quantity import SCALE, format_bytes
 from .base import Executor, TaskRecord
 
 log = logging.getLogger(__name__)
 
+ENGINE_ARGS = ["--IPEngine.enable_nanny=True",  # a dead engine is noticed at once
+               "--IPEngine.log_level=WARN"]  # not a log line per task
 _QUIET_AFTER_SIGNAL = 0.25  # seconds a SIGINT may take to reach an engine
 _OUTPUT_WAIT = 0.5  # seconds to wait for a task's last output after its reply
 _DEATH_WAIT = 0.5  # seconds to wait for an exit status before reporting a death without it
@@ -167,6 +170,33 @@ def _pack_error(err: BaseException) -> tuple[bytes | None, str, str]:
     return data, text, summary
 
 
+class _Ref:
+    """A function of this package, sent by name (ipyparallel would send its code each time)."""
+
+    __slots__ = ("module", "name")
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
+
+    def __reduce__(self) -> tuple:
+        return (_Ref, (self.module, self.name))
+
+    def __repr__(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+_CALL = _Ref(__name__, "_engine_call")
+_CELL = _Ref(__name__, "_engine_cell")
+_PROBE = _Ref("jupyter_sched.probe", "probe")
+_FREE_PORT = _Ref("jupyter_sched.probe", "free_port")
+
+
 # -- in the kernel ----------------------------------------------------------------------------
 
 
@@ -215,6 +245,7 @@ class _Run:
     future: Any = None
     stopping: str | None = None
     done: bool = False
+    printed: bool = False
     timer: threading.Timer | None = None
 
 
@@ -278,6 +309,7 @@ class IppExecutor(Executor):
         self._loop: _LoopThread | None = None  # runs the cluster we started (and its launchers)
         self._watched: set[int] = set()
         self.hosts = HostMap(_local_host(runtime))
+        self._peer = _controller_address(client)
         self._callback = self._on_registration
         client._registration_callbacks.append(self._callback)
         for eid in list(client.ids):
@@ -353,7 +385,7 @@ class IppExecutor(Executor):
             sets = [(engines_per_gpu, {**env, "CUDA_VISIBLE_DEVICES": v}) for v in visible]
         if engines:
             sets.append((engines, env))
-        cluster_kwargs.setdefault("log_level", logging.WARNING)
+        cluster_kwargs.setdefault("log_level", logging.ERROR)  # deaths are reported as such
         cluster_kwargs.setdefault("delay", 0)
         if launcher is not None:
             cluster_kwargs["engines"] = launcher
@@ -389,7 +421,7 @@ class IppExecutor(Executor):
         if self._loop is None or self.cluster is None:
             raise RuntimeError("add_engines works on a cluster started by start_cluster(); "
                                "start engines of a connected cluster with its own tools")
-        launcher_kwargs.setdefault("engine_args", ["--IPEngine.enable_nanny=True"])
+        launcher_kwargs.setdefault("engine_args", ENGINE_ARGS)
         set_id = self._loop.run(self.cluster.start_engines(
             n=n, environment=dict(environment or {}), **launcher_kwargs))
         self._watch_launchers()
@@ -441,7 +473,8 @@ class IppExecutor(Executor):
                 return
             try:
                 socket, ident = self._route(eid)
-                future = self.client.send_apply_request(socket, probe, [], {}, ident=ident)
+                future = self.client.send_apply_request(socket, _PROBE, [self._peer], {},
+                                                        ident=ident)
             except Exception as err:  # gone again already
                 log.debug("engine %d: cannot probe it: %s", eid, err)
                 return
@@ -541,7 +574,7 @@ class IppExecutor(Executor):
             from ..namespace import function_globals
 
             found = function_globals(work.fn)
-            return (_engine_call, [meta, work.fn, tuple(found), tuple(found.values()),
+            return (_CALL, [meta, work.fn, tuple(found), tuple(found.values()),
                                    *work.args], dict(work.kwargs))
         from .. import namespace as nsmod
 
@@ -550,7 +583,7 @@ class IppExecutor(Executor):
         self._check_push_size(run, values)
         pull = tuple(work.pull) if work.pull is not None else None
         args = [meta, code, pull, work.pull is not None, tuple(values), *values.values()]
-        return _engine_cell, args, {}
+        return _CELL, args, {}
 
     def _check_push_size(self, run: _Run, values: Mapping[str, object]) -> None:
         limit = getattr(self.runtime, "push_warn_bytes", None)
@@ -583,7 +616,7 @@ class IppExecutor(Executor):
 
         def hook(future):  # before the request leaves: no reply or output can come earlier
             if relay:
-                future.iopub_callbacks.append(lambda msg: _relay(msg, record))
+                future.iopub_callbacks.append(lambda msg: self._relay(run, msg))
             future.add_done_callback(lambda f: self._replied(run, f))
 
         try:
@@ -612,15 +645,26 @@ class IppExecutor(Executor):
         if run.engine.task == run.task:
             run.engine.task = None
 
+    def _relay(self, run: _Run, msg: Mapping[str, Any]) -> None:
+        """Client IO thread: the task's stdout/stderr, as it arrives."""
+        if msg["header"]["msg_type"] == "stream":
+            run.printed = True
+            content = msg["content"]
+            try:
+                _write(run.record, content["name"], content["text"])
+            except Exception as err:  # a sink must not break the client's IO thread
+                log.debug("task output: %s", err)
+
     def _replied(self, run: _Run, future: Any) -> None:
         """IO thread: the engine answered (or the client gave up on it)."""
         reply = future.result()
         output = getattr(future, "output", None)
         record = run.record
-        if (record.output is not None or record.work.output is not None) and (
+        if (run.printed or record.work.code is not None) and (
                 output is not None and not output.done()):
-            # the task may have printed: its last lines may still be on their way (the
-            # engine's idle status ends them; iopub may drop it under load, hence the limit)
+            # its last lines may still be on their way: the engine's idle status ends them
+            # (a cell waits for it always; a function only if it printed, to keep tiny tasks
+            # quick); iopub may drop it under load, hence the limit
             output.add_done_callback(lambda _: self._finish(run, reply))
             self.client._io_loop.call_later(_OUTPUT_WAIT, self._finish, run, reply)
             return
@@ -690,8 +734,9 @@ class IppExecutor(Executor):
             if start.rank == 0:
                 gang = _Gang(key, run.engine)
                 self._ask_port(gang, out)
-            else:  # rank 0 runs in a kernel thread: a port of this host
-                gang = _Gang(key, None, address="127.0.0.1", port=free_port())
+            else:  # rank 0 runs in a kernel thread
+                address, port = self._kernel_master(run)
+                gang = _Gang(key, None, address=address, port=port)
             self._gangs[key] = gang
         gang.members.append(run)
         if len(gang.members) >= (start.world_size or 1):
@@ -702,10 +747,21 @@ class IppExecutor(Executor):
             self._forget(run)
             out.fail(run.task, RuntimeError(gang.failed), gang.failed)
 
+    def _kernel_master(self, run: _Run) -> tuple[str, int]:
+        """Address and port of a rank 0 that runs in a kernel thread: those the local executor
+        gave it (its record's environment; it was started just before), else a port here."""
+        record_of = getattr(self.runtime, "record", None)
+        master = record_of(run.record.gang_id) if record_of and run.record.gang_id else None
+        env = getattr(master, "env", None) or {}
+        port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else free_port()
+        if run.engine.local_host:
+            return env.get("MASTER_ADDR") or "127.0.0.1", port
+        return host_address(self._peer), port
+
     def _ask_port(self, gang: _Gang, out: _Outbox) -> None:
         engine = gang.master
         try:
-            future = self.client.send_apply_request(engine.socket, free_port, [], {},
+            future = self.client.send_apply_request(engine.socket, _FREE_PORT, [], {},
                                                     ident=engine.ident)
         except Exception as err:
             gang.failed = f"no port on rank 0's host: {type(err).__name__}: {err}"
@@ -966,25 +1022,20 @@ def _write(record: TaskRecord, name: str, text: str) -> bool:
     return False
 
 
-def _relay(msg: Mapping[str, Any], record: TaskRecord) -> None:
-    """Client IO thread: an engine's stdout/stderr, as it arrives."""
-    if msg["header"]["msg_type"] == "stream":
-        content = msg["content"]
-        try:
-            _write(record, content["name"], content["text"])
-        except Exception as err:  # a sink must not break the client's IO thread
-            log.debug("task output: %s", err)
-
-
 def _engine_died(error: BaseException) -> bool:
     return getattr(error, "ename", None) == "EngineError" or type(error).__name__ == "EngineError"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _remote_tb(error: BaseException) -> str:
+    """ipyparallel's traceback of a failure outside our wrapper, without terminal colours."""
     try:
-        return "\n".join(error.render_traceback())
+        text = "\n".join(error.render_traceback())
     except Exception:
-        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return _ANSI.sub("", text)
 
 
 def _exit_text(code: Any) -> str:
@@ -997,6 +1048,16 @@ def _exit_text(code: Any) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def _controller_address(client: Any) -> str | None:
+    """The controller's IP as this client reaches it (engines report the address they reach
+    it from: the one gang members on other hosts can use)."""
+    try:
+        host = client._config["interface"].split("://", 1)[1]
+    except Exception:
+        return None
+    return None if host in ("*", "") else host
 
 
 def _local_host(runtime: Any) -> HostInfo:

@@ -1,0 +1,145 @@
+"""Engine dispatch: the scheduler against raw ipyparallel, on the same engines, in the same run.
+
+DESIGN.md section 8:
+
+* latency: a no-op task through the scheduler to an engine, against ``view.apply_sync`` on the
+  same engines (goal: at most 1.2x, medians of at least 200 calls, taken in alternating rounds);
+* throughput: tiny tasks through the scheduler to two engines, against raw direct views on the
+  same two engines, all submitted at once (goal: at least 0.9x);
+* fractional makespan: 16 tasks x 0.25 GPU x 1 s on two declared GPUs with four pinned engines
+  per GPU (bound 2.0 s, goal at most 2.2 s).
+
+Run from the repository root::
+
+    python benchmarks/dispatch_engines.py            # all three
+    python benchmarks/dispatch_engines.py --calls 300 --tasks 2000 --skip-makespan
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+# engines inherit the environment: let them import this checkout too
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
+                                                         os.environ.get("PYTHONPATH")]))
+
+from jupyter_sched.runtime import Scheduler  # noqa: E402
+
+
+def noop():
+    return None
+
+
+def tiny(x):
+    return x
+
+
+def nap(seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def latency(sched, executor, calls: int, rounds: int = 8) -> tuple[float, float]:
+    """Medians (seconds) of raw ``apply_sync`` and of submit-and-wait, in alternating rounds."""
+    client = executor.client
+    views = [client[e] for e in sorted(executor.engines)]
+    for _ in range(20):  # warm both paths
+        views[0].apply_sync(noop)
+        sched.submit(noop, target="engines").result()
+    raw, ours = [], []
+    per_round = max(1, calls // rounds)
+    for r in range(rounds):
+        view = views[r % len(views)]
+        for _ in range(per_round):
+            t = time.perf_counter()
+            view.apply_sync(noop)
+            raw.append(time.perf_counter() - t)
+        for _ in range(per_round):
+            t = time.perf_counter()
+            sched.submit(noop, target="engines").result()
+            ours.append(time.perf_counter() - t)
+    return statistics.median(raw), statistics.median(ours)
+
+
+def throughput(sched, executor, tasks: int, rounds: int = 3) -> tuple[float, float]:
+    """Best tasks/s of raw direct views (round robin) and of the scheduler, on two engines."""
+    client = executor.client
+    views = [client[e] for e in sorted(executor.engines)[:2]]
+    best_raw = best_ours = 0.0
+    for _ in range(rounds):
+        t = time.perf_counter()
+        results = [views[i % 2].apply_async(tiny, i) for i in range(tasks)]
+        for ar in results:
+            ar.get()
+        best_raw = max(best_raw, tasks / (time.perf_counter() - t))
+        t = time.perf_counter()
+        handles = sched.map(tiny, range(tasks), target="engines")
+        sched.wait(handles)
+        best_ours = max(best_ours, tasks / (time.perf_counter() - t))
+        assert [h.result() for h in handles[:5]] == list(range(5))
+    return best_raw, best_ours
+
+
+def makespan(tasks: int = 16, share: float = 0.25, seconds: float = 1.0) -> float:
+    sched = Scheduler(local_resources="GPU=2")
+    try:
+        sched.start_cluster(engines_per_gpu=4)
+        warm = [sched.submit(nap, 0.0, resources={"GPU": share}, target="engines")
+                for _ in range(8)]
+        sched.wait(warm)
+        t = time.perf_counter()
+        handles = [sched.submit(nap, seconds, resources={"GPU": share}, target="engines")
+                   for _ in range(tasks)]
+        sched.wait(handles)
+        span = time.perf_counter() - t
+        failed = [h for h in handles if h.state != "done"]
+        if failed:
+            raise RuntimeError(f"{len(failed)} tasks did not finish: {failed[0].reason}")
+        return span
+    finally:
+        sched.shutdown()
+
+
+def dispatch(calls: int, tasks: int) -> None:
+    sched = Scheduler()
+    try:
+        t = time.perf_counter()
+        executor = sched.start_cluster(engines=2)
+        print(f"cluster of 2 engines ready in {time.perf_counter() - t:.1f}s")
+        raw, ours = latency(sched, executor, calls)
+        print(f"latency, median of {calls}: raw apply_sync {raw * 1e3:.2f} ms, "
+              f"scheduler {ours * 1e3:.2f} ms, ratio {ours / raw:.2f}x (goal <= 1.2x)")
+        raw_rate, our_rate = throughput(sched, executor, tasks)
+        print(f"throughput, {tasks} tiny tasks on 2 engines: raw direct views "
+              f"{raw_rate:.0f}/s, scheduler {our_rate:.0f}/s, ratio {our_rate / raw_rate:.2f}x "
+              f"(goal >= 0.9x)")
+    finally:
+        sched.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=400, help="latency calls per path")
+    parser.add_argument("--tasks", type=int, default=1000, help="throughput tasks per path")
+    parser.add_argument("--skip-makespan", action="store_true")
+    parser.add_argument("--only-makespan", action="store_true")
+    args = parser.parse_args()
+    if not args.only_makespan:
+        dispatch(args.calls, args.tasks)
+    if not args.skip_makespan:
+        span = makespan()
+        print(f"makespan, 16 x 0.25 GPU x 1 s on 2 GPUs, 4 pinned engines per GPU: "
+              f"{span:.2f} s (bound 2.0 s, goal <= 2.2 s)")
+
+
+if __name__ == "__main__":
+    main()
