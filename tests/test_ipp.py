@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -87,6 +88,12 @@ def double(x: int) -> int:
     return 2 * x
 
 
+def chatty(x: int) -> int:
+    print("working on", x)
+    print("careful", file=sys.stderr)
+    return x
+
+
 # -- engines as slots ----------------------------------------------------------------------------
 
 
@@ -117,6 +124,25 @@ def test_an_executor_reports_engines_as_slots(pinned):
     removed = [e for e in fake.events if isinstance(e, ev.SlotRemoved)]
     assert len(removed) == 4
     assert all(e.pid > 0 for e in executor.engines.values())  # the cluster is still ours
+
+
+def test_connect_by_cluster_id_and_by_client(pinned):
+    sched, executor = pinned
+    by_id = FakeRuntime(sched.local_host)
+    other = IppExecutor.connect(by_id, executor.cluster.cluster_id, timeout=30)
+    other.close()
+    assert sum(isinstance(e, ev.SlotAdded) for e in by_id.events) == 4
+    client = executor.cluster.connect_client_sync()
+    try:
+        by_client = FakeRuntime(sched.local_host)
+        other = IppExecutor.connect(by_client, client, timeout=30)
+        other.close()  # not its client: left open
+        assert sum(isinstance(e, ev.SlotAdded) for e in by_client.events) == 4
+        assert client.ids == sorted(executor.engines)
+    finally:
+        client.close()
+    with pytest.raises(ValueError, match="no cluster 'nope' is running"):
+        IppExecutor.connect(FakeRuntime(), "default", cluster_id="nope")
 
 
 # -- sharing a GPU -------------------------------------------------------------------------------
@@ -155,6 +181,14 @@ def test_a_cell_reads_and_sets_notebook_names(pinned):
     assert ns["y"] == 40
     assert "y is 40" in h.stdout
     assert h.slot is not None and h.node == "local"
+
+
+def test_a_functions_output_is_captured(pinned):
+    sched, _ = pinned
+    h = sched.submit(chatty, 7, target="engines")
+    assert h.result(timeout=30) == 7
+    assert h.stdout == "working on 7\n"
+    assert h.stderr == "careful\n"
 
 
 def test_explicit_push_and_pull(pinned):

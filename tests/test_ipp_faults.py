@@ -138,6 +138,29 @@ def test_engines_joining_at_run_time_become_slots(floating):
     assert len(new) >= 2  # floating, not bound yet
 
 
+def lose_first_attempt(directory: str) -> int:
+    """The first attempt says where it runs and waits to be killed; the retry returns."""
+    first = Path(directory, "first")
+    if not first.exists():
+        first.write_text(str(os.getpid()))
+        time.sleep(60)
+    return os.getpid()
+
+
+def test_a_task_lost_with_its_engine_is_retried_elsewhere(floating, tmp_path):
+    sched, executor = floating
+    h = sched.submit(lose_first_attempt, str(tmp_path), retries=1, resources={"GPU": 0.5},
+                     target="engines")
+    first = tmp_path / "first"
+    wait_for(lambda: first.exists() and first.read_text(), 30, "the first attempt")
+    killed = int(first.read_text())
+    os.kill(killed, signal.SIGKILL)
+    pid = h.result(timeout=30)
+    assert pid != killed and pid in [e.pid for e in executor.engines.values()]
+    assert h.state == "done"
+    wait_for(lambda: free_gpu(sched) == 2, 5, "the shares to come back")
+
+
 def test_a_gang_member_killed_fails_the_gang_and_stops_the_other(floating, tmp_path):
     sched, executor = floating
     gang = sched.submit(sleeper, str(tmp_path), gang="ddp:2", target="engines")
