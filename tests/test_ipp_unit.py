@@ -1,0 +1,377 @@
+"""The ipyparallel executor against a fake client and a fake runtime: what it sends, what it
+reports (no engines; the wrappers that run on engines are called here directly)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+from concurrent.futures import Future
+
+import pytest
+from conftest_ipp import FakeRuntime
+from ipyparallel import error
+
+from jupyter_sched import context
+from jupyter_sched.cluster import SlotSpec
+from jupyter_sched.core import events as ev
+from jupyter_sched.discovery import discover_host
+from jupyter_sched.executors.base import TaskRecord, Work
+from jupyter_sched.executors.ipp import (
+    _CALL,
+    _CELL,
+    _FREE_PORT,
+    _PROBE,
+    EngineLost,
+    IppExecutor,
+    RemoteTaskError,
+    _engine_call,
+    _engine_cell,
+    _exit_text,
+    _remote_tb,
+)
+from jupyter_sched.probe import probe
+from jupyter_sched.tasks import TaskSpec
+
+# -- the wrappers, as an engine runs them ---------------------------------------------------------
+
+
+def meta(task="t1", env=None, gpus=()):
+    return (task, "name", dict(env or {"JUPYTER_SCHED_TASK": task}), gpus, None, None, None,
+            "local")
+
+
+def test_engine_call_sets_the_environment_for_the_call_only(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("JUPYTER_SCHED_TASK", "before")
+    seen = {}
+
+    def task(x, *, y):
+        seen.update(rank=os.environ.get("RANK"), task=os.environ["JUPYTER_SCHED_TASK"],
+                    current=context.current_task())
+        return x + y
+
+    out = _engine_call(meta(env={"JUPYTER_SCHED_TASK": "t1", "RANK": "1"}, gpus=((0, 0.5),)),
+                       task, (), (), 1, y=2)
+    assert out == ("ok", 3)
+    assert seen["rank"] == "1" and seen["task"] == "t1"
+    assert seen["current"].id == "t1" and seen["current"].devices == {"GPU": {0: 0.5}}
+    assert "RANK" not in os.environ and os.environ["JUPYTER_SCHED_TASK"] == "before"
+    assert context.current_task() is None
+
+
+def test_engine_call_keeps_cuda_visible_devices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _engine_call(meta(env={"CUDA_VISIBLE_DEVICES": "GPU-1"}), lambda: None, (), ())
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-1"  # bound for good
+
+
+def test_engine_call_sends_exceptions_back_pickled():
+    def boom():
+        raise KeyError("k")
+
+    status, data, text, summary = _engine_call(meta(), boom, (), ())
+    assert status == "error" and summary == "KeyError: 'k'"
+    assert isinstance(pickle.loads(data), KeyError)
+    assert "boom" in text and "_engine_call" not in text
+
+
+def test_an_exception_that_cannot_travel_is_sent_as_text():
+    class Local(Exception):  # not importable where it would arrive
+        pass
+
+    def boom():
+        raise Local("x")
+
+    status, data, _, summary = _engine_call(meta(), boom, (), ())
+    assert (status, data) == ("error", None) and summary.endswith("Local: x")
+
+
+def test_engine_call_gives_notebook_functions_their_globals():
+    g = {"__name__": "__main__"}
+    exec("def f():\n    return SCALE * 2\n", g)
+    assert _engine_call(meta(), g["f"], ("SCALE",), (21,)) == ("ok", 42)
+
+
+def test_engine_cell_returns_result_and_pulled_names():
+    out = _engine_cell(meta(), "import math\ny = x + 1\ny * 2", None, False, ("x",), 1)
+    status, result, notes, names, *values = out
+    assert (status, result, notes) == ("ok", 4, ())
+    assert dict(zip(names, values, strict=True))["y"] == 2
+    assert dict(zip(names, values, strict=True))["math"].name == "math"
+
+
+def test_engine_cell_pulls_back_what_a_failing_cell_set():
+    out = _engine_cell(meta(), "w = 5\n1 / 0", None, False, ())
+    assert out[0] == "error" and out[3] == "ZeroDivisionError: division by zero"
+    _, names, *values = out[4:]
+    assert dict(zip(names, values, strict=True)) == {"w": 5}
+
+
+def test_engine_cell_explicit_pull_of_a_name_not_set_fails():
+    out = _engine_cell(meta(), "a = 1", ("a", "b"), True, ())
+    assert out[0] == "error" and "pull: the cell did not set 'b'" in out[3]
+
+
+# -- the executor, with a fake client -----------------------------------------------------------
+
+
+class FakeFuture(Future):
+    def __init__(self, msg_id):
+        super().__init__()
+        self.msg_id = msg_id
+        self.iopub_callbacks = []
+        self.output = Future()
+
+
+class FakeClient:
+    """Records requests; the test answers them."""
+
+    def __init__(self):
+        self._registration_callbacks = []
+        self._engines = {}
+        self._config = {"interface": "tcp://127.0.0.1"}
+        self.ids = []
+        self.sent = []  # (engine id, function, args, kwargs, future)
+        self.aborted = []
+        self.signals = []
+        self.closed = False
+
+    def direct_view(self, eid):
+        return type("View", (), {"_socket": eid})()
+
+    def _build_targets(self, eid):
+        return [str(eid).encode()], [eid]
+
+    def send_apply_request(self, socket, f, args, kwargs, ident=None, metadata=None,
+                           message_future_hook=None, track=False):
+        future = FakeFuture(f"m{len(self.sent)}")
+        if message_future_hook is not None:
+            message_future_hook(future)
+        self.sent.append((socket, f, list(args), dict(kwargs), future))
+        return future
+
+    def abort(self, jobs, targets=None, block=None):
+        self.aborted.append(jobs)
+
+    def send_signal(self, sig, targets=None, block=None):
+        self.signals.append((sig, targets))
+
+    def close(self):
+        self.closed = True
+
+    # the test's side
+
+    def register(self, eid, report):
+        self._engines[eid] = f"uuid-{eid}"
+        self.ids.append(eid)
+        for callback in list(self._registration_callbacks):
+            callback({"event": "register", "id": eid})
+        _, f, _, _, future = self.sent[-1]
+        assert f is _PROBE
+        future.set_result(report)
+
+    def unregister(self, eid):
+        self.ids.remove(eid)
+        del self._engines[eid]
+        for callback in list(self._registration_callbacks):
+            callback({"event": "unregister", "id": eid})
+
+
+LOCAL = discover_host(declare="GPU=2")
+
+
+def report(visible=None, pid=4242, host=LOCAL):
+    data = probe()
+    data.update(host=host.to_json(), pid=pid, cuda_visible_devices=visible)
+    return data
+
+
+@pytest.fixture
+def setup():
+    runtime = FakeRuntime(LOCAL)
+    client = FakeClient()
+    executor = IppExecutor(runtime, client, stop_grace=60)
+    yield runtime, client, executor
+    executor.close()
+
+
+def record(task_id="t1", fn=None, code=None, namespace=None, gang=None, gang_id=None):
+    """The runtime's record of a task (output kept on the work only: none here)."""
+    work = Work(fn=fn, code=code, namespace=namespace)
+    return TaskRecord(task_id, TaskSpec(task_id), work, gang=gang, gang_id=gang_id)
+
+
+def start(task_id="t1", slot="e0", gpus=None, **gang):
+    devices = {"GPU": {i: 5000 for i in gpus}} if gpus else {}
+    return ev.Start(task_id, "local", slot, devices, **gang)
+
+
+def test_registered_engines_become_slots(setup):
+    runtime, client, executor = setup
+    client.register(0, report("1"))
+    client.register(1, report())
+    assert runtime.events == [
+        ev.SlotAdded("local", SlotSpec("e0", frozenset({1}))),
+        ev.SlotAdded("local", SlotSpec("e1", None)),
+    ]
+    assert set(runtime.slots) == {("local", "e0"), ("local", "e1")}
+    assert executor.engines[0].visible == (1,) and executor.engines[1].visible is None
+    client.unregister(1)
+    assert runtime.events[-1] == ev.SlotRemoved(
+        "local", "e1", "engine 1 on host " + LOCAL.hostname + " unregistered "
+        "(exit status unknown)")
+
+
+def test_a_probe_that_fails_leaves_the_engine_out(setup, caplog):
+    runtime, client, _ = setup
+    client.register(0, error.RemoteError("ModuleNotFoundError", "no jupyter_sched", ""))
+    assert runtime.events == []
+    assert "cannot run tasks" in caplog.text
+
+
+def test_a_task_runs_and_finishes(setup):
+    runtime, client, executor = setup
+    client.register(0, report())
+    rec = record(fn=len)
+    executor.start(start(gpus=[1]), rec)
+    _, f, args, _, future = client.sent[-1]
+    assert f is _CALL and args[1] is len
+    env = args[0][2]
+    assert env == {"JUPYTER_SCHED_TASK": "t1", "CUDA_VISIBLE_DEVICES": "1"} == rec.env
+    assert args[0][3] == ((0, 0.5),)  # the task's GPU as the engine's device 0
+    assert executor.engines[0].visible == (1,)  # bound by its first GPU task
+    future.set_result(("ok", 7))
+    assert runtime.outcomes["t1"] == {"result": 7}
+    assert runtime.events[-1] == ev.Finished("t1")
+
+
+def test_a_failed_task_reports_its_own_exception(setup):
+    runtime, client, executor = setup
+    client.register(0, report())
+    executor.start(start(), record(fn=len))
+    client.sent[-1][4].set_result(("error", pickle.dumps(KeyError("k")), "tb", "KeyError: 'k'"))
+    assert isinstance(runtime.outcomes["t1"]["error"], KeyError)
+    assert runtime.outcomes["t1"]["traceback_text"] == "tb"
+    assert runtime.events[-1] == ev.Failed("t1", "KeyError: 'k'")
+    executor.start(start("t2"), record("t2", fn=len))
+    client.sent[-1][4].set_result(("error", None, "tb", "Local: x"))
+    assert isinstance(runtime.outcomes["t2"]["error"], RemoteTaskError)
+
+
+def test_a_cell_pushes_what_it_reads_and_pulls_what_it_sets(setup):
+    runtime, client, executor = setup
+    client.register(0, report())
+    ns = {"x": 1, "other": 2}
+    executor.start(start(), record(code="y = x + 1", namespace=ns))
+    _, f, args, _, future = client.sent[-1]
+    assert f is _CELL and args[1] == "y = x + 1" and args[4:] == [("x",), 1]
+    future.output.set_result(None)  # the engine's idle status: a cell waits for it
+    with pytest.warns(RuntimeWarning, match="'lock' was not pulled back"):  # no output here
+        future.set_result(("ok", None, ("'lock' was not pulled back",), ("y",), 2))
+    assert ns["y"] == 2
+    assert runtime.events[-1] == ev.Finished("t1")
+
+
+def test_a_missing_push_fails_the_task_before_it_is_sent(setup):
+    runtime, client, executor = setup
+    client.register(0, report())
+    sent = len(client.sent)
+    rec = record(code="y = 1", namespace={})
+    rec.work.push = ("nope",)
+    executor.start(start(), rec)
+    assert len(client.sent) == sent
+    assert isinstance(runtime.outcomes["t1"]["error"], ValueError)
+    assert "'nope'" in runtime.events[-1].error
+
+
+def test_a_start_on_a_gone_slot_fails_as_lost(setup):
+    runtime, _, executor = setup
+    executor.start(start(slot="e9"), record())
+    assert runtime.events[-1] == ev.Failed(
+        "t1", "engine slot 'e9' on 'local' went away before the task started", lost=True)
+    assert isinstance(runtime.outcomes["t1"]["error"], EngineLost)
+
+
+def test_an_engine_dying_fails_its_task_as_lost_then_removes_the_slot(setup):
+    runtime, client, executor = setup
+    client.register(0, report())
+    executor.start(start(), record(fn=len))
+    died = error.RemoteError("EngineError", "Engine 0 died while running task m1", "")
+    client.sent[-1][4].set_result(died)
+    reason = f"engine 0 on host {LOCAL.hostname} died (exit status unknown)"
+    assert runtime.events[-2:] == [ev.Failed("t1", reason, lost=True),
+                                   ev.SlotRemoved("local", "e0", reason)]
+    client.unregister(0)  # the same death, told again: nothing more
+    assert runtime.events[-1] == ev.SlotRemoved("local", "e0", reason)
+
+
+def test_stop_interrupts_and_reports_stopped_when_the_task_ends(setup):
+    runtime, client, executor = setup
+    client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
+    executor.start(start(), record(fn=len))
+    future = client.sent[-1][4]
+    executor.stop("t1", "cancelled by the user")
+    assert client.aborted == ["m1"]
+    assert client.signals and client.signals[0][1] == [0]  # through the nanny: not this host
+    future.set_result(("error", None, "KeyboardInterrupt", "KeyboardInterrupt"))
+    assert runtime.events[-1] == ev.Stopped("t1")
+    assert "t1" not in runtime.outcomes
+
+
+def test_a_gang_is_sent_once_rank_0s_host_named_a_port(setup):
+    _, client, executor = setup
+    client.register(0, report())
+    client.register(1, report())
+    gang = dict(gang="ddp", world_size=2, master_node="local")
+    executor.start(start("t1", "e0", rank=0, **gang), record("t1", fn=len, gang="ddp",
+                                                              gang_id="t1"))
+    executor.start(start("t2", "e1", rank=1, **gang), record("t2", fn=len, gang="ddp",
+                                                              gang_id="t1"))
+    _, f, _, _, port_future = client.sent[-1]
+    assert f is _FREE_PORT
+    sent = len(client.sent)
+    port_future.set_result(29500)
+    members = client.sent[sent:]
+    assert [m[1] for m in members] == [_CALL, _CALL]
+    envs = [m[2][0][2] for m in members]
+    assert [e["RANK"] for e in envs] == ["0", "1"]
+    assert {e["MASTER_PORT"] for e in envs} == {"29500"}
+    assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"}
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "1"]
+    assert all(e["WORLD_SIZE"] == "2" and e["JUPYTER_SCHED_GANG"] == "ddp" for e in envs)
+
+
+def test_a_gang_member_stopped_while_waiting_for_the_port(setup):
+    runtime, client, executor = setup
+    client.register(0, report())
+    client.register(1, report())
+    gang = dict(gang="ddp", world_size=2, master_node="local")
+    executor.start(start("t1", "e0", rank=0, **gang), record("t1", fn=len, gang_id="t1"))
+    executor.start(start("t2", "e1", rank=1, **gang), record("t2", fn=len, gang_id="t1"))
+    executor.stop("t2", "gang 'ddp': t1 failed")
+    assert runtime.events[-1] == ev.Stopped("t2")
+    sent = len(client.sent)
+    client.sent[-1][4].set_result(29500)
+    assert [m[2][0][0] for m in client.sent[sent:]] == ["t1"]
+
+
+def test_close_fails_what_runs_and_removes_the_slots(setup):
+    runtime, client, executor = setup
+    client.register(0, report())
+    executor.start(start(), record(fn=len))
+    executor.close()
+    assert runtime.events[-2:] == [
+        ev.Failed("t1", "engine 0 was closed", lost=True),
+        ev.SlotRemoved("local", "e0", "the engines were closed"),
+    ]
+    assert client.closed is False  # not its client
+    assert client._registration_callbacks == []
+
+
+def test_exit_text_and_tracebacks():
+    assert _exit_text(-9) == "killed by SIGKILL"
+    assert _exit_text(1) == "exit code 1"
+    assert _exit_text(None) == "exit status unknown"
+    err = error.RemoteError("KeyError", "k", "\x1b[31mTraceback\x1b[0m\nKeyError: 'k'")
+    assert _remote_tb(err) == "[Engine Exception]\nTraceback\nKeyError: 'k'"
