@@ -822,6 +822,7 @@ class Scheduler(Configurable):
         while len(self._finished) > HISTORY:
             old = self._finished.popleft()
             self._records.pop(old, None)
+            self._core.forget([old])  # the core keeps no history the shell does not
             old_handle = self._handles.pop(old, None)
             if old_handle is not None and self._by_name.get(old_handle.name) == old:
                 del self._by_name[old_handle.name]

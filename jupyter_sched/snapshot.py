@@ -141,9 +141,11 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
                         waiting.append(task_view(t))
     counts: dict[str, int] = {}
     for t in core.tasks.values():
-        counts[t.state] = counts.get(t.state, 0) + 1
+        if t.state not in TERMINAL:
+            counts[t.state] = counts.get(t.state, 0) + 1
     for state in (PENDING, QUEUED, INFEASIBLE, RUNNING):
         counts.setdefault(state, 0)
+    counts.update(core.ended)  # finished tasks may have been forgotten: count them all
     done = tuple(task_view(t) for t in (history or [])[:max_rows])
     queues = tuple(_queue_view(q) for q in core.queues.queues.values() if q.name != "root")
     return Snapshot(core.now, nodes, running, tuple(waiting), done, queues, counts)

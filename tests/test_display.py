@@ -77,7 +77,8 @@ def test_failed_task_error_and_status_line_are_escaped():
     assert bundle["text/plain"] == f"t9 {EVIL}: failed: ValueError: {EVIL}"
     assert "<img" not in bundle["text/html"] and ESCAPED in bundle["text/html"]
     line = display.status_line(view, now=9.0, error=f"ValueError: {EVIL}", note=EVIL)
-    assert line["text/plain"] == f"[sched] t9 {EVIL}: failed: ValueError: {EVIL} (in 2.5 s) — {EVIL}"
+    expected = f"[sched] t9 {EVIL}: failed: ValueError: {EVIL} (in 2.5 s) — {EVIL}"
+    assert line["text/plain"] == expected
     assert "<img" not in line["text/html"]
 
 

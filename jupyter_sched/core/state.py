@@ -77,6 +77,7 @@ class Core:
         self.deadlines: list[tuple[float, int, str]] = []  # (time limit end, seq, task id)
         self.nodes_changed = False
         self.feasibility: dict[tuple, str | None] = {}  # job class -> why it can never run
+        self.ended: dict[str, int] = {DONE: 0, FAILED: 0, CANCELLED: 0}  # all time, per state
         self._seq = 0
         self._out: list[ev.Instruction] = []
         self._dirty = False
@@ -306,6 +307,8 @@ class Core:
         task.state = state
         task.reason = reason
         task.times.append((state, self.now))
+        if state in TERMINAL:
+            self.ended[state] += 1
         if state in TERMINAL and task.gang is not None:
             gang = task.gang
             if all(m.state in TERMINAL for m in gang.members) and gang.state not in TERMINAL:
