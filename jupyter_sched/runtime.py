@@ -56,6 +56,7 @@ from . import snapshot as snapshots
 from .core import events as ev
 from .core.state import POLICIES, Core
 from .discovery import HostInfo, discover_host
+from .live import GpuMonitor
 from .executors.base import Executor, TaskRecord, Work, device_shares
 from .executors.local import LocalExecutor, Publisher, TaskOutput, current_parent
 from .handles import GangHandle, TaskHandle
@@ -149,6 +150,7 @@ class Scheduler(Configurable):
         self._t0 = time.monotonic()
         self.clock_offset = time.time()
         self.local_host: HostInfo | None = None
+        self._gpus: GpuMonitor | None = None  # live NVML use of the local node's real GPUs
         self._local: LocalExecutor | None = None
         self._publisher: Publisher | None = None
         # runtime-thread state
@@ -201,6 +203,7 @@ class Scheduler(Configurable):
             self._t0 = time.monotonic()
             self.clock_offset = time.time()
             self.local_host = host
+            self._gpus = GpuMonitor(host)
             self._local = LocalExecutor(self, visible_devices=_visible(host))
             self._executors.append(self._local)
             self._thread = threading.Thread(target=self._main, name="jupyter_sched-runtime",
@@ -451,18 +454,10 @@ class Scheduler(Configurable):
             if name != GPU:
                 totals.setdefault(name, 0)
         devices = {GPU: {g.index: g.memory for g in host.gpus}}
-        declared = host.gpus_declared
-
-        def mark(core: Core) -> None:
-            # NodeUpdated can neither set the "declared" flag nor clear a device's memory:
-            # set both on the node's GPU set directly (display and GPU-memory requests read them)
-            devs = core.cluster.nodes[LOCAL].resources.devices.get(GPU)
-            if devs is not None:
-                devs.declared = declared
-                devs.memory = {i: devices[GPU].get(i) for i in devs.free}
-
-        self._request([ev.NodeUpdated(LOCAL, totals, devices, host.labels())], after=mark)
+        self._request([ev.NodeUpdated(LOCAL, totals, devices, host.labels(),
+                                      declared=host.gpus_declared)])
         self.local_host = host
+        self._gpus = GpuMonitor(host)
         if self._local is not None:
             self._local.visible = _visible(host)
         return host
@@ -835,7 +830,8 @@ class Scheduler(Configurable):
             output.flush()
 
     def _publish(self, notify: bool = True) -> snapshots.Snapshot:
-        snap = snapshots.take(self._core, self.max_rows, list(self._history_tasks))
+        snap = snapshots.take(self._core, self.max_rows, list(self._history_tasks),
+                              live=self._gpus.read() if self._gpus is not None else None)
         self._snapshot = snap
         if notify:
             self._changed = False

@@ -1,0 +1,58 @@
+"""Live GPU use for display: NVML utilisation and memory of the local node's real GPUs.
+
+Read at most once per ``interval`` seconds, and only for discovered (not declared) devices:
+declared GPUs have no NVML counterpart. Errors read as "unknown", never as exceptions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .discovery import HostInfo
+from .nvml import Nvml, load_nvml
+
+Reading = dict[tuple[str, int], dict[str, int | None]]
+
+
+class GpuMonitor:
+    """``read()`` -> {(node, device index): {"utilization": %, "memory_used": bytes}}."""
+
+    def __init__(
+        self,
+        host: HostInfo,
+        node: str = "local",
+        nvml: Nvml | None | Callable[[], Nvml | None] = load_nvml,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.interval = interval
+        self._clock = clock
+        self._devices = [(g.index, g.nvml_index) for g in host.gpus
+                         if not g.declared and g.nvml_index is not None]
+        self._nvml = (nvml() if callable(nvml) else nvml) if self._devices else None
+        self._last: Reading = {}
+        self._at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._nvml is not None
+
+    def read(self) -> Reading:
+        if self._nvml is None:
+            return {}
+        now = self._clock()
+        if self._at is not None and now - self._at < self.interval:
+            return self._last
+        self._at = now
+        reading: Reading = {}
+        for index, nvml_index in self._devices:
+            try:
+                used = {"utilization": self._nvml.utilization(nvml_index),
+                        "memory_used": self._nvml.memory_used(nvml_index)}
+            except Exception:
+                used = {"utilization": None, "memory_used": None}
+            reading[(self.node, index)] = used
+        self._last = reading
+        return reading
