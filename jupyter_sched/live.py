@@ -22,7 +22,7 @@ class GpuMonitor:
         self,
         host: HostInfo,
         node: str = "local",
-        nvml: Nvml | None | Callable[[], Nvml | None] = load_nvml,
+        nvml: Nvml | Callable[[], Nvml | None] | None = load_nvml,
         interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

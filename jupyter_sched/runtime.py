@@ -56,10 +56,10 @@ from . import snapshot as snapshots
 from .core import events as ev
 from .core.state import POLICIES, Core
 from .discovery import HostInfo, discover_host
-from .live import GpuMonitor
 from .executors.base import Executor, TaskRecord, Work, device_shares
 from .executors.local import LocalExecutor, Publisher, TaskOutput, current_parent
 from .handles import GangHandle, TaskHandle
+from .live import GpuMonitor
 from .resources import GPU, Demand, parse_resources
 from .tasks import RUNNING, TERMINAL, GangSpec, TaskSpec
 
