@@ -738,9 +738,11 @@ class IppExecutor(Executor):
                 address, port = self._kernel_master(run)
                 gang = _Gang(key, None, address=address, port=port)
             self._gangs[key] = gang
+            if len(self._gangs) > 256:  # gangs with members elsewhere are never complete here
+                del self._gangs[next(iter(self._gangs))]
         gang.members.append(run)
         if len(gang.members) >= (start.world_size or 1):
-            self._gangs.pop(key, None)  # all here; later ranks belong to another executor
+            self._gangs.pop(key, None)  # every member is here
         if gang.port is not None:
             self._release(gang, run, out)
         elif gang.failed is not None:
