@@ -239,6 +239,8 @@ def test_interrupting_a_waiting_cell_cancels_the_task(kernel):
     kernel.km.interrupt_kernel()
     run = kernel.until(msg_id, lambda r: r.error is not None)
     assert run.error["ename"] == "KeyboardInterrupt"
+    # the status line's last update may reach iopub just after the cell's error
+    run = kernel.until(msg_id, lambda r: "interrupted: cancelled" in r.status_lines()[-1])
     assert "interrupted: cancelled" in run.status_lines()[-1]
     assert "cancelled" in run.status_lines()[-1]
     idle(kernel)
