@@ -213,7 +213,9 @@ class HostMap:
         else:
             events = (ev.SlotAdded(name, spec),)
             if grew:
-                update = ev.NodeUpdated(name, devices={GPU: entry.device_memory()})
+                declared = all(g.declared for g in entry.gpus.values())
+                update = ev.NodeUpdated(name, devices={GPU: entry.device_memory()},
+                                        declared=declared)
                 events = (update, *events)
         return Joined(name, spec, visible, events)
 

@@ -96,11 +96,13 @@ def test_engine_gpus_the_kernel_lacks_are_added_to_the_local_node_once():
         if k == 0:
             assert isinstance(joined.events[0], ev.NodeUpdated)
             assert dict(joined.events[0].devices["GPU"]) == {0: None}
+            assert joined.events[0].declared is True
         elif k == 1:
             assert dict(joined.events[0].devices["GPU"]) == {0: None, 1: None}
         else:
             assert len(joined.events) == 1
-    assert core.cluster.nodes["local"].resources.total["GPU"] == 2 * SCALE
+    gpus = core.cluster.nodes["local"].resources.devices["GPU"]
+    assert gpus.total == 2 * SCALE and gpus.declared
 
 
 def test_pinned_engines_map_to_node_devices_by_uuid():
