@@ -12,14 +12,15 @@ become ``NodeAdded``/``SlotAdded``/``NodeUpdated`` events (:class:`jupyter_sched
 and an engine that goes away becomes ``SlotRemoved`` (and ``NodeRemoved`` for a host left with no
 engine). Joins and leaves come from the client's registration callbacks, not from polling.
 
-Running a task (``start``): one apply request to the slot's engine, sent from the caller's thread;
-the reply comes back on the client's IO thread, which sets the outcome and reports ``Finished``
-or ``Failed``. On the engine the call runs inside :func:`_engine_call` / :func:`_engine_cell`,
-which set the task's environment for the call (``CUDA_VISIBLE_DEVICES`` when a floating engine is
-bound, gang variables, ``JUPYTER_SCHED_TASK``), make ``jupyter_sched.current_task()`` answer,
-and send exceptions back pickled (the real exception type when it can travel). A cell's free
-names are pushed as separate arguments (so ipyparallel sends arrays without copies) and the names
-it sets come back with the result (:mod:`jupyter_sched.namespace`).
+Running a task (``start``): one apply request to the slot's engine, made on the runtime thread
+(the wrapper goes by name, not as code); the reply comes back on the client's IO thread, which
+sets the outcome and reports ``Finished`` or ``Failed``. On the engine the call runs inside
+:func:`_engine_call` / :func:`_engine_cell`, which set the task's environment for the call
+(``CUDA_VISIBLE_DEVICES`` when a floating engine is bound, gang variables,
+``JUPYTER_SCHED_TASK``), make ``jupyter_sched.current_task()`` answer, and send exceptions back
+pickled (the real exception type when it can travel). A cell's free names are pushed as separate
+arguments (so ipyparallel sends arrays without copies) and the names it sets come back with the
+result (:mod:`jupyter_sched.namespace`).
 
 Gangs: the core starts a gang's members in one batch, rank 0 first. Rank 0's engine is asked for
 a free TCP port (``MASTER_PORT``); the members are sent together once it answers.
