@@ -6,13 +6,21 @@ adds two)."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest_ipp import scheduler_with_engines, wait_for
+from conftest_ipp import (
+    assert_gone,
+    engines_can_import_this_checkout,
+    scheduler_with_engines,
+    wait_for,
+)
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp import EngineLost
@@ -179,3 +187,23 @@ def test_a_gang_member_killed_fails_the_gang_and_stops_the_other(floating, tmp_p
     assert pids[0] in [e.pid for e in executor.engines.values()]  # its engine lives on
     assert free_gpu(sched) == 2
     assert sched.submit(inc, 41, target="engines").result(timeout=30) == 42
+
+
+KILLED_KERNEL = """
+import json, os, sys
+from jupyter_sched.runtime import Scheduler
+executor = Scheduler().start_cluster(engines=1)
+pids = [e.pid for e in executor.engines.values()] + [executor.cluster.controller.pid]
+print(json.dumps(pids), flush=True)
+os.kill(os.getpid(), 9)  # a kernel killed: nothing of ours runs on the way out
+"""
+
+
+def test_a_cluster_does_not_outlive_a_killed_kernel():
+    with engines_can_import_this_checkout():
+        done = subprocess.run([sys.executable, "-c", KILLED_KERNEL], capture_output=True,
+                              text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    pids = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(pids) == 2 and all(isinstance(p, int) for p in pids)
+    assert_gone(pids, timeout=30)

@@ -308,6 +308,7 @@ class IppExecutor(Executor):
         self._probing: dict[int, Any] = {}
         self._closed = False
         self._loop: _LoopThread | None = None  # runs the cluster we started (and its launchers)
+        self._reaper: Any = None  # stops that cluster if this process dies without doing so
         self._watched: set[int] = set()
         self.hosts = HostMap(_local_host(runtime))
         self._peer = _controller_address(client)
@@ -403,6 +404,7 @@ class IppExecutor(Executor):
         executor = cls(runtime, client, cluster=cluster, owns_cluster=True, owns_client=True,
                        stop_grace=stop_grace)
         executor._loop = loop
+        executor._reaper = _start_reaper(cluster)
         try:
             for n, set_env in sets:
                 executor.add_engines(n, environment=set_env)
@@ -954,6 +956,10 @@ class IppExecutor(Executor):
                 log.warning("stopping the cluster: %s", err)
         if self._loop is not None:
             self._loop.stop()
+        if self._reaper is not None:
+            self._reaper.terminate()
+            with contextlib.suppress(Exception):
+                self._reaper.wait(5)
         if self.owns_client:
             with contextlib.suppress(Exception):
                 self.client.close()
@@ -1004,6 +1010,36 @@ class _LoopThread:
     def stop(self) -> None:
         self.loop.add_callback(self.loop.stop)
         self.thread.join(10)
+
+
+_REAPER = """
+import os, sys, psutil
+parent, cluster_file = int(sys.argv[1]), sys.argv[2]
+try:
+    psutil.Process(parent).wait()
+except psutil.NoSuchProcess:
+    pass
+if os.path.exists(cluster_file):  # still there: nobody stopped the cluster
+    import ipyparallel
+    ipyparallel.Cluster.from_file(cluster_file).stop_cluster_sync()
+"""
+
+
+def _start_reaper(cluster: Any) -> Any:
+    """A small process that stops ``cluster`` if this one dies without stopping it (killed, or
+    a kernel restarted): controllers and engines run in sessions of their own and outlive it.
+    It reads the cluster file when it acts, so engines added later are stopped too."""
+    import subprocess
+    import sys
+
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", _REAPER, str(os.getpid()), cluster.cluster_file],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+    except OSError as err:
+        log.warning("no watch on the cluster: it may outlive this process: %s", err)
+        return None
 
 
 def _timer(delay: float, fn: Callable, *args: Any) -> threading.Timer:
