@@ -80,11 +80,13 @@ class NodeResources:
     # -- feasibility ------------------------------------------------------------------------
 
     def choose(
-        self, demand: Demand, gpu_allowed: Collection[int] | None = None
+        self, demand: Demand, gpu_allowed: Collection[int] | None = None,
+        gpu_held: Mapping[int, int] | None = None,
     ) -> Allocation | None:
         """The allocation ``demand`` would get now, or None; changes nothing.
 
-        ``gpu_allowed`` limits which GPU devices may be used (None: any).
+        ``gpu_allowed`` limits which GPU devices may be used (None: any); ``gpu_held`` is the
+        share of each GPU that must stay free for others (reservations).
         """
         available = self.available
         devices = self.devices
@@ -95,15 +97,16 @@ class NodeResources:
                 return None
             devs = devices.get(name)
             if devs is not None:
-                shares = devs.choose(units, allowed=gpu_allowed if name == GPU else None)
+                shares = (devs.choose(units, allowed=gpu_allowed, held=gpu_held) if name == GPU
+                          else devs.choose(units))
                 if shares is None:
                     return None
                 chosen[name] = shares
             amounts[name] = units
         if demand.gpu_memory:
             devs = devices.get(GPU)
-            shares = (devs.choose(gpu_memory=demand.gpu_memory, allowed=gpu_allowed)
-                      if devs else None)
+            shares = (devs.choose(gpu_memory=demand.gpu_memory, allowed=gpu_allowed,
+                                  held=gpu_held) if devs else None)
             if shares is None:
                 return None
             chosen[GPU] = shares

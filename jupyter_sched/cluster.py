@@ -111,34 +111,35 @@ class Node:
         return self.threads or bool(self.slots)
 
     def place(
-        self, demand: Demand, target: str, gpu_allowed: frozenset[int] | None = None
+        self, demand: Demand, target: str, gpu_held: Mapping[int, int] | None = None
     ) -> tuple[Allocation, str | None] | None:
         """Where ``demand`` would run here now: (allocation, engine slot or None for a kernel
-        thread), or None. Changes nothing."""
+        thread), or None. Changes nothing. ``gpu_held``: GPU shares to leave free."""
         resources = self.resources
         if self.threads and target != ENGINES:
-            allocation = resources.choose(demand, gpu_allowed)
+            allocation = resources.choose(demand, None, gpu_held)
             if allocation is not None or target == LOCAL:
                 return None if allocation is None else (allocation, None)
         if not self.free_slots or target == LOCAL:
             return None
         slots = self.slots
-        if not demand.get(GPU) and not demand.gpu_memory:
+        gpus = demand.get(GPU)
+        if not gpus and not demand.gpu_memory:
             allocation = resources.choose(demand)
             if allocation is None:
                 return None
             return allocation, self._pick_slot(None)
-        # GPU work: try the devices each distinct binding of a free slot can see
-        tried: set[frozenset[int] | None] = set()
-        for slot_id in self.free_slots:
-            binding = slots[slot_id].binding
-            if binding in tried:
-                continue
-            tried.add(binding)
-            allowed = binding
-            if gpu_allowed is not None:
-                allowed = gpu_allowed if binding is None else binding & gpu_allowed
-            allocation = resources.choose(demand, allowed)
+        bindings = {slots[s].binding for s in self.free_slots}
+        if gpus < SCALE:
+            # one device: the best fit among every device some free engine can use
+            allowed = None if None in bindings else frozenset().union(*bindings)
+            allocation = resources.choose(demand, allowed, gpu_held)
+            if allocation is None:
+                return None
+            return allocation, self._pick_slot(allocation.devices.get(GPU))
+        # whole devices: all of them visible to one engine
+        for binding in sorted(bindings, key=lambda b: (b is None, sorted(b or ()))):
+            allocation = resources.choose(demand, binding, gpu_held)
             if allocation is not None:
                 return allocation, self._pick_slot(allocation.devices.get(GPU))
         return None

@@ -71,15 +71,16 @@ class DeviceSet:
     # -- choosing ---------------------------------------------------------------------------
 
     def choose(
-        self, units: int = 0, gpu_memory: int = 0, allowed: Collection[int] | None = None
+        self, units: int = 0, gpu_memory: int = 0, allowed: Collection[int] | None = None,
+        held: Mapping[int, int] | None = None,
     ) -> dict[int, int] | None:
         """The devices a demand would take, ``{index: units}``, or None. Changes nothing.
 
-        ``allowed`` limits the candidates (the devices an engine can see, or those not held for
-        a reservation); None means every device.
+        ``allowed`` limits the candidates (the devices an engine can see); ``held`` is what
+        must stay free on each device (shares reserved for other jobs). None means no limit.
         """
-        if allowed is not None:
-            return self._restricted(allowed).choose(units, gpu_memory)
+        if allowed is not None or held:
+            return self._view(allowed, held).choose(units, gpu_memory)
         if gpu_memory:
             return self._choose_memory(gpu_memory)
         if units >= SCALE:
@@ -102,9 +103,12 @@ class DeviceSet:
                 best, best_free = index, share
         return None if best is None else {best: units}
 
-    def _restricted(self, allowed: Collection[int]) -> DeviceSet:
+    def _view(self, allowed: Collection[int] | None, held: Mapping[int, int] | None
+              ) -> DeviceSet:
         view = DeviceSet.__new__(DeviceSet)
-        view.free = {i: s for i, s in self.free.items() if i in allowed}
+        held = held or {}
+        view.free = {i: s - held.get(i, 0) for i, s in self.free.items()
+                     if (allowed is None or i in allowed) and s > held.get(i, 0)}
         view.memory = self.memory
         view.declared = self.declared
         view._lost = {}

@@ -483,3 +483,46 @@ def test_same_seed_same_trace():
         return [(t, repr(i)) for t, i in sim.trace]
 
     assert play() == play()
+
+
+def test_a_placed_reservation_stops_holding_at_once():
+    sim = Simulation(reservation_after=0.0)
+    sim.add_node("n", {"GPU": 2})
+    ts = [sim.submit(duration=1.0, resources={"GPU": 0.25}) for _ in range(16)]
+    finish(sim)
+    # the first waiting task held a quarter of a GPU, then ran: nothing else had to wait
+    assert sorted(t.start for t in ts) == [0.0] * 8 + [1.0] * 8
+    assert sim.makespan == 2.0
+
+
+def test_a_fractional_reservation_holds_only_its_share():
+    sim = Simulation(reservation_after=0.0)
+    sim.add_node("n", {"GPU": 1})
+    sim.submit(duration=10, resources={"GPU": 0.5}, name="long")
+    big = sim.submit(duration=1, resources={"GPU": 0.75}, at=1.0)  # waits, holds 0.75
+    sim.submit(duration=10, resources={"GPU": 0.25}, name="x", at=1.0)
+    sim.run(until=2.0)
+    # 0.5 free, 0.75 held: a quarter more would delay the reservation, so it waits
+    assert big.state == "queued"
+    assert [t.state for t in sim.tasks.values() if t.name == "x"] == ["queued"]
+    finish(sim)
+    assert big.start == 10.0
+
+
+def test_pinned_engines_share_a_device_by_best_fit():
+    from jupyter_sched.allocation import NodeResources
+    from jupyter_sched.cluster import SlotSpec
+    from jupyter_sched.core import events as ev
+    from jupyter_sched.core.state import Core
+    from jupyter_sched.resources import Demand
+    from jupyter_sched.tasks import TaskSpec
+
+    core = Core()
+    slots = tuple(SlotSpec(f"e{k}", frozenset({k % 2})) for k in range(4))  # GPUs 0,1,0,1
+    core.handle(ev.NodeAdded("h", NodeResources({"GPU": 20_000}), threads=False, slots=slots))
+    half = Demand.parse({"GPU": 0.5})
+    out = core.handle(*(ev.Submit((TaskSpec(f"t{i}", half, target="engines"),))
+                        for i in range(2)))
+    assert [dict(i.devices["GPU"]) for i in out] == [{0: 5000}, {0: 5000}]
+    assert [i.slot for i in out] == ["e0", "e2"]  # the engines pinned to GPU 0
+    core.validate()

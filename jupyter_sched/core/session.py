@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..allocation import Allocation
 from ..cluster import Node
-from ..resources import GPU, Demand
+from ..quantity import SCALE
+from ..resources import GPU, Demand, gpu_memory_share
 from ..tasks import CANCELLED, QUEUED, Gang, Task, TaskSpec
 from . import events as ev
 from .plugins import nodeorder
@@ -24,6 +25,21 @@ if TYPE_CHECKING:
     from .state import Core
 
 
+Hold = tuple[dict[int, int], dict[str, int]]
+"""What a reservation keeps free on one node: GPU shares by device, and amounts."""
+
+
+def merge_holds(holds) -> Hold:
+    devices: dict[int, int] = {}
+    scalars: dict[str, int] = {}
+    for shares, amounts in holds:
+        for i, units in shares.items():
+            devices[i] = devices.get(i, 0) + units
+        for k, v in amounts.items():
+            scalars[k] = scalars.get(k, 0) + v
+    return devices, scalars
+
+
 @dataclass
 class Reservation:
     """Resources held for a job that waited too long at the head of its queue: per node, the
@@ -31,7 +47,7 @@ class Reservation:
 
     seq: int
     job: Task | Gang
-    nodes: dict[str, tuple[frozenset[int], dict[str, int]]] = field(default_factory=dict)
+    nodes: dict[str, Hold] = field(default_factory=dict)
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -112,7 +128,7 @@ class Session:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.failed: dict[tuple, Task | Gang] = {}
-        self.reserved: dict[str, dict[int, tuple[frozenset[int], dict[str, int]]]] = {}
+        self.reserved: dict[str, dict[int, Hold]] = {}
         self.ranks: dict[int, tuple[int, int]] = {}
         for seq, reservation in list(core.reservations.items()):
             if not _still_waits(reservation.job):
@@ -150,7 +166,7 @@ class Session:
         return None
 
     def _place_around(self, node: Node, spec: TaskSpec, job_seq: int,
-                      holds: dict[int, tuple[frozenset[int], dict[str, int]]]
+                      holds: dict[int, Hold]
                       ) -> tuple[Allocation, str | None] | None:
         """Place on a node with reservations, leaving alone what jobs ranked before this one
         hold."""
@@ -159,19 +175,14 @@ class Session:
         others = [hold for seq, hold in holds.items() if seq != job_seq and ranks[seq] < mine]
         if not others:
             return node.place(spec.demand, spec.target)
-        blocked = frozenset().union(*(devs for devs, _ in others))
-        allowed = None
-        if blocked:
-            gpus = node.resources.devices.get(GPU)
-            allowed = frozenset(i for i in (gpus.free if gpus else ()) if i not in blocked)
-        got = node.place(spec.demand, spec.target, allowed)
+        held, scalars = merge_holds(others)
+        got = node.place(spec.demand, spec.target, held)
         if got is None:
             return None
         available = node.resources.available
-        for _, scalars in others:
-            for name, units in scalars.items():
-                if available.get(name, 0) - got[0].amounts.get(name, 0) < units:
-                    return None
+        for name, units in scalars.items():
+            if available.get(name, 0) - got[0].amounts.get(name, 0) < units:
+                return None
         return got
 
     def _easy_ok(self, spec: TaskSpec, node: Node) -> bool:
@@ -199,8 +210,15 @@ class Session:
         core.start(task, node, allocation, slot)
         core.emit(ev.Start(task.id, node.name, slot, allocation.devices))
         if core.reservations:
-            core.reservations.pop(task.seq, None)
+            self.release_reservation(task.seq)
         return True
+
+    def release_reservation(self, seq: int) -> None:
+        """The job got its room: its holds end now, for the rest of this cycle too."""
+        reservation = self.core.reservations.pop(seq, None)
+        if reservation is not None:
+            for name in reservation.nodes:
+                self.reserved.get(name, {}).pop(seq, None)
 
     # -- reservations ----------------------------------------------------------------------
 
@@ -222,19 +240,15 @@ class Session:
         else:
             return  # cannot hold it anywhere right now; try again next cycle
         for name, holds in taken.items():
-            devs = frozenset().union(*(d for d, _ in holds))
-            scalars: dict[str, int] = {}
-            for _, amounts in holds:
-                for k, v in amounts.items():
-                    scalars[k] = scalars.get(k, 0) + v
-            reservation.nodes[name] = (devs, scalars)
-            self.reserved.setdefault(name, {})[job.seq] = (devs, scalars)
+            hold = merge_holds(holds)
+            reservation.nodes[name] = hold
+            self.reserved.setdefault(name, {})[job.seq] = hold
         core.reservations[job.seq] = reservation
         self.ranks[job.seq] = reservation.rank
 
     def _plan_holds(self, job, spec: TaskSpec, members: int, nodes: list[Node],
                     distinct: bool) -> dict[str, list] | None:
-        taken: dict[str, list[tuple[frozenset[int], dict[str, int]]]] = {}
+        taken: dict[str, list[Hold]] = {}
         for _ in range(members):
             for node in nodes:
                 if distinct and node.name in taken:
@@ -254,32 +268,38 @@ class Session:
         return self.core.now - first.submitted_at >= self.core.reservation_after
 
 
-def _hold_on(
-    node: Node, demand: Demand, busy: list
-) -> tuple[frozenset[int], dict[str, int]] | None:
-    """The devices and amounts ``demand`` would hold on ``node``, avoiding ``busy`` holds."""
+def _hold_on(node: Node, demand: Demand, busy: list[Hold]) -> Hold | None:
+    """The GPU shares and amounts ``demand`` would hold on ``node`` beside ``busy`` holds:
+    for a share of one device, that share of the device with the most free now; for whole
+    devices, the freest devices entirely. Only what the demand needs is held."""
     res = node.resources
-    blocked = frozenset().union(*(d for d, _ in busy)) if busy else frozenset()
-    devices: frozenset[int] = frozenset()
+    held, already = merge_holds(busy) if busy else ({}, {})
+    shares: dict[int, int] = {}
     gpus = res.devices.get(GPU)
     units = demand.get(GPU)
     if units or demand.gpu_memory:
         if gpus is None:
             return None
-        order = sorted((i for i in gpus.free if i not in blocked),
-                       key=lambda i: (-gpus.free[i], i))
-        if demand.gpu_memory:
-            order = [i for i in order if (gpus.memory.get(i) or 0) >= demand.gpu_memory]
-        want = max(1, units // 10_000) if units >= 10_000 or not units else 1
-        if len(order) < want:
-            return None
-        devices = frozenset(order[:want])
+        order = sorted(gpus.free, key=lambda i: (-(gpus.free[i] - held.get(i, 0)), i))
+        if units >= SCALE:
+            whole = [i for i in order if not held.get(i)][: units // SCALE]
+            if len(whole) < units // SCALE:
+                return None
+            shares = dict.fromkeys(whole, SCALE)
+        else:
+            for i in order:
+                need = (gpu_memory_share(demand.gpu_memory, gpus.memory.get(i))
+                        if demand.gpu_memory else units)
+                if need is not None and SCALE - held.get(i, 0) >= need:
+                    shares = {i: need}
+                    break
+            else:
+                return None
     scalars = {k: v for k, v in demand.amounts if k != GPU}
-    for name, units_needed in scalars.items():
-        already = sum(h[1].get(name, 0) for h in busy)
-        if res.total.get(name, 0) - already < units_needed:
+    for name, needed in scalars.items():
+        if res.total.get(name, 0) - already.get(name, 0) < needed:
             return None
-    return devices, scalars
+    return shares, scalars
 
 
 def _still_waits(job: Task | Gang) -> bool:

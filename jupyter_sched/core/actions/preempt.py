@@ -33,7 +33,7 @@ def run(session: Session) -> None:
                 for victim in victims:
                     core.preempt_task(victim, job)
                 allocation = placement[0]
-                hold = (frozenset(allocation.devices.get(GPU, {})),
+                hold = (dict(allocation.devices.get(GPU, {})),
                         {k: v for k, v in allocation.amounts.items() if k != GPU})
                 core.reservations[job.seq] = Reservation(job.seq, job, {node.name: hold})
                 session.reserved.setdefault(node.name, {})[job.seq] = hold

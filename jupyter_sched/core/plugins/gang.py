@@ -80,7 +80,7 @@ def _commit(session: Session, statement: Statement, gang: Gang) -> bool:
     gang.started = True
     gang.state = "running"
     cancel_unplaced(session.core, gang, len(started))
-    session.core.reservations.pop(gang.seq, None)
+    session.release_reservation(gang.seq)
     return True
 
 
