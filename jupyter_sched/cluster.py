@@ -23,7 +23,7 @@ from .allocation import Allocation, NodeResources
 from .quantity import SCALE
 from .resources import CPU, GPU, Demand
 
-_TIE = 10**7  # GPU index keys: primary * _TIE + total free units (up to 1,000 GPUs a node)
+_TIE = 10**7  # share index key: primary * _TIE + total free units (up to 1,000 GPUs a node)
 
 LOCAL = "local"
 ENGINES = "engines"
@@ -245,17 +245,15 @@ class Cluster:
 
     @staticmethod
     def _keys(node: Node) -> tuple[int, int, int]:
-        """(largest free share on one GPU, whole free GPUs, free CPU). The GPU keys break ties
-        by the node's total free GPU, so binpack finds the tightest node first and spread the
-        loosest; among equal keys nodes keep their order."""
+        """(largest free share on one GPU, whole free GPUs, free CPU). The share key breaks
+        ties by the node's total free GPU, so binpack finds the tightest node first and spread
+        the loosest; among equal keys nodes keep their order."""
         res = node.resources
         devs = res.devices.get(GPU)
         if devs is None or not devs.free:
             return (0, 0, res.available.get(CPU, 0))
-        free = devs.free.values()
-        total = sum(free)
-        return (max(free) * _TIE + total, sum(1 for s in free if s == SCALE) * _TIE + total,
-                res.available.get(CPU, 0))
+        free = list(devs.free.values())
+        return (max(free) * _TIE + sum(free), free.count(SCALE), res.available.get(CPU, 0))
 
     def _index(self, node: Node, keys: tuple[int, int, int]) -> None:
         for index, key in zip(self._indexes(), keys, strict=True):
@@ -273,7 +271,7 @@ class Cluster:
         if demand.gpu_memory or 0 < gpu < SCALE:
             names = self.by_gpu_share.iter(max(gpu, 1) * _TIE, descending)
         elif gpu:
-            names = self.by_whole_gpus.iter(gpu // SCALE * _TIE, descending)
+            names = self.by_whole_gpus.iter(gpu // SCALE, descending)
         elif demand.get(CPU):
             names = self.by_cpu.iter(demand.get(CPU), descending)
         else:

@@ -125,6 +125,26 @@ class Queue:
                     del target[name]
             q = q.parent
 
+    def start_use(self, waiting: Iterable[tuple[str, int]],
+                  allocated: Iterable[tuple[str, int]]) -> None:
+        """A waiting task of this queue starts: its demand leaves ``waiting``, what it got
+        joins ``allocated`` (one walk up the tree for both)."""
+        waiting, allocated = tuple(waiting), tuple(allocated)
+        q: Queue | None = self
+        self.running += 1
+        while q is not None and q.parent is not None:
+            target = q.waiting
+            for name, units in waiting:
+                value = target[name] - units
+                if value:
+                    target[name] = value
+                else:
+                    del target[name]
+            target = q.allocated
+            for name, units in allocated:
+                target[name] = target.get(name, 0) + units
+            q = q.parent
+
     def __repr__(self) -> str:
         return f"<Queue {self.name} {self.state} w={self.weight}>"
 

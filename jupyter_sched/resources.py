@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .quantity import (
     MAX_BYTES,
@@ -137,6 +137,14 @@ class Demand:
 
     amounts: tuple[tuple[str, int], ...] = ()
     gpu_memory: int = 0
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # demands key the scheduler's caches: hash once, not at every lookup
+        object.__setattr__(self, "_hash", hash((self.amounts, self.gpu_memory)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def parse(

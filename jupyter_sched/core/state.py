@@ -320,7 +320,6 @@ class Core:
 
     def start(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
         """Bind a queued task to a node (called by the session's commit)."""
-        self._leave_waiting(task)
         task.node = node.name
         task.slot = slot
         task.allocation = allocation
@@ -335,8 +334,7 @@ class Core:
             if s.binding is None and gpus:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
         queue = self.queues[task.spec.queue]
-        queue.add_use("allocated", allocation.amounts.items(), 1)
-        queue.running += 1
+        queue.start_use(task.spec.demand.amounts, allocation.amounts.items())
         self.running[task.id] = task
         self.transition(task, RUNNING)
         if task.spec.time_limit is not None:
