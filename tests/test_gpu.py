@@ -82,3 +82,86 @@ def test_cli_shows_discovered_gpus(nvml, capsys, monkeypatch):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "discovered" in out and "GPU-" in out
+
+
+# -- scheduling on the real GPUs (these also need the GPUs to be idle enough to share) ---------
+
+
+def _where() -> dict:
+    """Inside a task: what it was given, and what CUDA in this process sees."""
+    import os
+
+    import jupyter_sched
+
+    task = jupyter_sched.current_task()
+    seen = {"gpus": task.gpus if task else None,
+            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        seen["torch_count"] = torch.cuda.device_count()
+        seen["torch_current"] = torch.cuda.current_device()
+    return seen
+
+
+def _meet(directory: str, me: str, other: str) -> dict:
+    import time
+    from pathlib import Path
+
+    Path(directory, me).touch()
+    deadline = time.monotonic() + 30
+    while not Path(directory, other).exists():
+        assert time.monotonic() < deadline, f"{other} never arrived"
+        time.sleep(0.01)
+    return _where()
+
+
+def test_two_half_gpu_tasks_share_one_real_gpu_at_the_same_time(nvml, tmp_path):
+    from jupyter_sched.runtime import Scheduler
+
+    try:  # with torch already imported, a task's first GPU becomes its thread's device
+        import torch
+    except ImportError:
+        torch = None
+    sched = Scheduler().start()
+    try:
+        a = sched.submit(_meet, str(tmp_path), "a", "b", resources={"GPU": 0.5})
+        b = sched.submit(_meet, str(tmp_path), "b", "a", resources={"GPU": 0.5})
+        seen = [a.result(timeout=60), b.result(timeout=60)]  # each waited for the other
+        assert a.devices == b.devices
+        assert seen[0]["gpus"] == seen[1]["gpus"] == sorted(a.devices["GPU"])
+        if torch is not None and "torch_current" in seen[0]:
+            assert seen[0]["torch_current"] == seen[0]["gpus"][0]
+        if nvml.device_count() > 1:
+            c = sched.submit(_where, resources={"GPU": 0.75})
+            assert set(c.result(timeout=60)["gpus"]) != set(seen[0]["gpus"])
+    finally:
+        sched.shutdown()
+
+
+def test_engines_per_gpu_pins_each_engine_to_one_real_gpu(nvml):
+    from conftest_ipp import engines_can_import_this_checkout
+
+    from jupyter_sched.runtime import Scheduler
+
+    sched = Scheduler().start()
+    try:
+        with engines_can_import_this_checkout():
+            sched.start_cluster(engines_per_gpu=1)
+        count = nvml.device_count()
+        handles = [sched.submit(_where, resources={"GPU": 1}, target="engines")
+                   for _ in range(count)]
+        for h in handles:
+            seen = h.result(timeout=120)
+            (device,) = h.devices["GPU"]
+            # the engine was launched seeing exactly its own GPU
+            assert seen["cuda_visible"] is not None and "," not in seen["cuda_visible"]
+            host_gpu = discover_host(nvml=nvml, env={}).gpus[device]
+            assert seen["cuda_visible"] in (str(host_gpu.nvml_index), host_gpu.uuid)
+            if "torch_count" in seen:
+                assert seen["torch_count"] == 1
+        assert sorted(next(iter(h.devices["GPU"])) for h in handles) == list(range(count))
+    finally:
+        sched.shutdown()

@@ -159,6 +159,9 @@ def test_pinned_engines_run_shares_on_their_own_device(pinned, tmp_path):
         assert cuda == str(device)  # the engine's own CUDA_VISIBLE_DEVICES, as launched
         assert h.env["CUDA_VISIBLE_DEVICES"] == cuda and h.env["JUPYTER_SCHED_TASK"] == h.id
     assert a.result()[1] != b.result()[1]  # two engines at the same time: each met the other
+    # the two halves share one GPU (best fit, through its two pinned engines); 0.75 takes the other
+    assert a.devices == b.devices
+    assert set(c.devices["GPU"]) != set(a.devices["GPU"])
 
 
 def test_whole_gpu_tasks_at_the_same_time_get_one_device_each(pinned, tmp_path):
