@@ -19,430 +19,31 @@ under that cell whatever cell runs now (see :class:`LiveLines`).
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import contextlib
-import keyword
-import shlex
 import sys
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.display import display
 
 from . import display as d
-from .resources import Demand
-from .tasks import STRATEGIES, TERMINAL, GangSpec
-
-# -- argument types: each names the value it rejects ---------------------------------------------
-
-
-def _number(convert: Callable[[str], Any], rule: str, ok: Callable[[Any], bool]):
-    """An argparse type: ``convert`` then check ``ok``; the error names the value."""
-
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}") from None
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
-        return value
-
-    return parse
-
-
-_INT = _number(int, "a whole number", lambda v: True)
-_COUNT = _number(int, "a whole number, 0 or more", lambda v: v >= 0)
-_POSITIVE = _number(int, "a whole number, 1 or more", lambda v: v >= 1)
-_SECONDS = _number(float, "a positive number of seconds", lambda v: 0 < v < float("inf"))
-
-
-def _identifier(text: str) -> str:
-    if not text.isidentifier() or keyword.iskeyword(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Python variable name")
-    return text
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(_identifier(n.strip()) for n in text.split(",") if n.strip())
-
-
-def parse_args(parser, line: str) -> argparse.Namespace:
-    """Split like a shell (quotes group words and are removed), then parse."""
-    try:
-        words = shlex.split(line, posix=True)
-    except ValueError as err:
-        raise UsageError(f"{line.strip()!r}: {err}") from None
-    return parser.parse_args(words)
-
-
-def help_text(parser) -> str:
-    """A parser's help without the reStructuredText ``::`` IPython puts before the usage."""
-    text = parser.format_help()
-    return text[4:] if text.startswith("::\n\n") else text
-
-
-def _help(fn):
-    return ma.argument("-h", "--help", action="store_true", help="show this help and return")(fn)
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
-
-
-# -- %%sched: the cell options ------------------------------------------------------------------
-
-@ma.magic_arguments("%sched")
-@ma.argument("--gpus", metavar="AMOUNT",
-             help="GPUs: a share of one device below 1 (0.5) or whole devices (2)")
-@ma.argument("--gpu-mem", metavar="SIZE",
-             help="GPU memory per device instead of --gpus (16GiB): that share of each device")
-@ma.argument("--cpus", metavar="AMOUNT", help="CPU cores (any amount, 0.5 is half a core)")
-@ma.argument("--mem", metavar="SIZE", help="memory (16GiB, 512MB)")
-@ma.argument("--resource", metavar="NAME=AMOUNT", action="append", default=[],
-             help="a custom resource, e.g. licenses=1 (repeatable)")
-@ma.argument("--name", metavar="NAME", help="a name for the task (default: its id)")
-@ma.argument("--queue", metavar="QUEUE", help="the queue to submit to (default: default)")
-@ma.argument("--priority", metavar="N", type=_INT, default=0,
-             help="higher runs first within its queue (default 0)")
-@ma.argument("--gang", metavar="NAME:SIZE[:MIN]",
-             help="run SIZE copies together, started when at least MIN (default SIZE) fit; "
-             "each gets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT")
-@ma.argument("--strategy", metavar="STRATEGY", choices=STRATEGIES, default="pack",
-             help=f"how a gang spreads over nodes: {', '.join(STRATEGIES)} (default pack)")
-@ma.argument("--on", metavar="WHERE", action="append", default=[],
-             help="local (this kernel), engines (ipyparallel), a node name, or label=value "
-             "(repeatable, or comma-separated)")
-@ma.argument("--wait", action="store_true",
-             help="block until the task ends; re-raise its error; interrupting cancels it")
-@ma.argument("--timeout", metavar="SECONDS", type=_SECONDS,
-             help="with --wait: stop waiting after SECONDS (the task goes on)")
-@ma.argument("--time-limit", metavar="SECONDS", type=_SECONDS,
-             help="stop the task when it has run this long")
-@ma.argument("--retries", metavar="N", type=_COUNT, default=0,
-             help="run again up to N times when it fails (default 0)")
-@ma.argument("--preemptible", action="store_true",
-             help="may be stopped and re-queued for higher-priority work")
-@ma.argument("--push", metavar="NAMES", action="append", default=[],
-             help="notebook variables to send to an engine (comma-separated; "
-             "default: the names the cell reads)")
-@ma.argument("--pull", metavar="NAMES", action="append", default=[],
-             help="variables to bring back from an engine (comma-separated; "
-             "default: the names the cell assigns)")
-@ma.argument("--out", metavar="VAR", type=_identifier,
-             help="store the task's handle in notebook variable VAR")
-@_help
-def _cell_options(self, line, cell):
-    """Run the cell as a task that asks for resources; return at once.
-
-    A status line under the cell follows it: queued and position, infeasible and why, running
-    where on which devices, done in how long, or the error. The task's output appears under it.
-
-    Example::
-
-        %%sched --gpus 0.5 --name train-a
-        model = train(cfg)
-    """
-
-
-CELL_PARSER = _cell_options.parser
-
-
-def parse_cell(line: str, user_ns: dict | None = None) -> tuple[argparse.Namespace, dict]:
-    """``%%sched`` options -> (parsed options, keyword arguments for ``scheduler.submit``).
-
-    Everything that can be checked without the scheduler is checked here: amounts, the gang,
-    ``--push`` names. The scheduler checks the rest (queues, nodes) before queueing anything.
-    """
-    args = parse_args(CELL_PARSER, line)
-    if args.help:
-        return args, {}
-    resources: dict[str, str] = {}
-    for option, name in (("gpus", "GPU"), ("cpus", "CPU"), ("mem", "memory")):
-        value = getattr(args, option)
-        if value is not None:
-            resources[name] = value
-    extra = ",".join(args.resource)
-    try:
-        for name, value in _resource_pairs(extra).items():
-            if name in resources:
-                raise ValueError(f"--resource {name}={value}: {name} is already given by an "
-                                 "option; give it once")
-            resources[name] = value
-        Demand.parse(resources, args.gpu_mem)  # checks every amount; errors name the value
-    except ValueError as err:
-        raise UsageError(_one_line(err)) from None
-    submit: dict[str, Any] = {
-        "resources": resources or None,
-        "gpu_memory": args.gpu_mem,
-        "name": args.name,
-        "queue": args.queue,
-        "priority": args.priority,
-        "gang": parse_gang(args.gang, args.strategy) if args.gang else None,
-        "strategy": args.strategy,
-        "time_limit": args.time_limit,
-        "retries": args.retries,
-        "preemptible": args.preemptible,
-    }
-    if args.name is not None and not args.name.strip():
-        raise UsageError("--name '' is empty; give the task a name or leave --name out")
-    submit.update(parse_on(args.on))
-    try:
-        push = tuple(n for text in args.push for n in _names(text)) or None
-        pull = tuple(n for text in args.pull for n in _names(text)) or None
-    except argparse.ArgumentTypeError as err:
-        raise UsageError(f"--push/--pull: {err}") from None
-    if push and user_ns is not None:
-        missing = [n for n in push if n not in user_ns]
-        if missing:
-            raise UsageError(f"--push {missing[0]!r}: no such variable in the notebook; "
-                             "define it first or leave it out")
-    submit["push"], submit["pull"] = push, pull
-    if args.timeout is not None:
-        args.wait = True
-    return args, submit
-
-
-def _resource_pairs(spec: str) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for item in spec.split(","):
-        if not item.strip():
-            continue
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise ValueError(f"--resource {item.strip()!r} must be written NAME=AMOUNT, "
-                             "e.g. licenses=1")
-        if name.strip() in pairs:
-            raise ValueError(f"--resource {name.strip()!r} is given twice; give it once")
-        pairs[name.strip()] = value.strip()
-    return pairs
-
-
-def parse_gang(text: str, strategy: str = "pack") -> tuple:
-    """``ddp:4`` -> ``("ddp", 4)``; ``ddp:4:3`` -> ``("ddp", 4, 3)``; errors name the value."""
-    parts = text.split(":")
-    if len(parts) not in (2, 3) or not parts[0].strip():
-        raise UsageError(f"--gang {text!r} must be NAME:SIZE or NAME:SIZE:MIN, e.g. ddp:4")
-    try:
-        numbers = [int(p) for p in parts[1:]]
-    except ValueError:
-        raise UsageError(f"--gang {text!r}: SIZE and MIN must be whole numbers, e.g. ddp:4:2"
-                         ) from None
-    spec = GangSpec(parts[0].strip(), numbers[0], numbers[1] if len(numbers) > 1 else None,
-                    strategy)
-    try:
-        spec.check()
-    except ValueError as err:
-        raise UsageError(f"--gang {text!r}: {_one_line(err)}") from None
-    return (spec.name, *numbers)
-
-
-def parse_on(values: Iterable[str]) -> dict[str, Any]:
-    """``--on`` values -> ``target``, ``node`` and ``labels`` for ``scheduler.submit``."""
-    target, node, labels = "any", None, {}
-    for value in (v.strip() for text in values for v in text.split(",")):
-        if not value:
-            continue
-        if value in ("local", "engines", "any"):
-            if target != "any" and target != value:
-                raise UsageError(f"--on {value!r} contradicts --on {target!r}; give one")
-            target = value
-        elif "=" in value:
-            key, _, want = value.partition("=")
-            if not key.strip() or not want.strip():
-                raise UsageError(f"--on {value!r} must be label=value, e.g. gpu.model=A100")
-            labels[key.strip()] = want.strip()
-        else:
-            if node is not None and node != value:
-                raise UsageError(f"--on {value!r}: a task runs on one node, and {node!r} is "
-                                 "already given")
-            node = value
-    return {"target": target, "node": node, "labels": labels or None}
-
-
-# -- the live status line -------------------------------------------------------------------------
-
-class _Line:
-    __slots__ = ("display_id", "handles", "last", "note", "parent")
-
-    def __init__(self, display_id: str, handles: list, parent: dict | None) -> None:
-        self.display_id = display_id
-        self.handles = handles
-        self.parent = parent
-        self.last: str | None = None
-        self.note = ""
-
-
-def _error_text(handle) -> str | None:
-    """The failure in one line: the handle says it (``handle.error``) or its exception does."""
-    if hasattr(handle, "error"):
-        return handle.error
-    if not _done(handle) or handle.cancelled():
-        return None
-    error = handle.exception(timeout=0)
-    return None if error is None else f"{type(error).__name__}: {_one_line(error)}"
-
-
-def _done(handle) -> bool:
-    try:
-        return bool(handle.done())
-    except Exception:
-        return getattr(handle, "state", "") in TERMINAL
-
-
-def _members(handle) -> list:
-    return list(getattr(handle, "members", None) or [handle])
-
-
-class _Positioned:
-    """A handle with the queue position a fresh snapshot gave (the handle's own comes from
-    the last published one, which may predate the task)."""
-
-    def __init__(self, handle, position: int | None) -> None:
-        self._handle, self.position = handle, position
-
-    def __getattr__(self, name: str):
-        return getattr(self._handle, name)
-
-
-def render_line(handles: list, now: float | None = None, note: str = "",
-                positions: dict[str, int] | None = None) -> dict[str, Any]:
-    """The status bundle for a task, or a gang's members one per line. Handles are read as
-    task views (state, position, node, devices, times on the scheduler's clock)."""
-    texts, htmls = [], []
-    for handle in handles:
-        view = handle
-        if positions and getattr(handle, "id", None) in positions:
-            view = _Positioned(handle, positions[handle.id])
-        bundle = d.status_line(view, now=now, error=_error_text(handle), note=note)
-        texts.append(bundle["text/plain"])
-        htmls.append(bundle["text/html"])
-    return {"text/plain": "\n".join(texts), "text/html": "<br>".join(htmls)}
-
-
-class LiveLines:
-    """Status lines under ``%%sched`` cells, updated in place from one background thread.
-
-    The scheduler's observer only wakes the thread (cheap, on the runtime thread); the thread
-    redraws every line whose text changed, at most every ``interval`` seconds, and once a
-    second while a task runs (for its running time). A line is dropped once its task ended.
-    """
-
-    def __init__(self, shell, scheduler: Callable[[], Any], interval: float = 0.25) -> None:
-        self.shell = shell
-        self._scheduler = scheduler
-        self.interval = interval
-        self._lines: dict[str, _Line] = {}
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._unsubscribe: Callable[[], None] | None = None
-
-    def add(self, handle, parent: dict | None) -> _Line:
-        """Display the line for ``handle`` under the current cell and keep it up to date."""
-        line = self.new(handle, parent)
-        self.show(line)
-        return line
-
-    def new(self, handle, parent: dict | None) -> _Line:
-        """The line for ``handle``, not shown yet (no I/O: safe to hold before an interrupt)."""
-        return _Line(uuid.uuid4().hex, _members(handle), parent)
-
-    def show(self, line: _Line) -> None:
-        """Display ``line`` under the current cell and follow its task from now on."""
-        bundle = render_line(line.handles, self._now(), note=line.note,
-                             positions=self._positions())
-        display(bundle, raw=True, display_id=line.display_id)
-        line.last = bundle["text/plain"]  # shown: from now on it is updated, not shown again
-        with self._lock:
-            self._lines[line.display_id] = line
-            self._ensure_running()
-        self._wake.set()
-
-    def refresh(self, line: _Line, note: str | None = None) -> None:
-        """Redraw ``line`` now, from the calling thread (the cell's own, under ``--wait``)."""
-        if note is not None:
-            line.note = note
-        self._draw(line, force=True)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        unsubscribe, self._unsubscribe = self._unsubscribe, None
-        if unsubscribe is not None:
-            with contextlib.suppress(Exception):
-                unsubscribe()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-
-    # -- the thread -----------------------------------------------------------------------------
-
-    def _positions(self) -> dict[str, int]:
-        try:
-            snapshot = self._scheduler().snapshot(fresh=True)
-        except Exception:
-            return {}
-        return {v.id: v.position for v in snapshot.waiting if v.position}
-
-    def _now(self) -> float | None:
-        now = getattr(self._scheduler(), "now", None)
-        return now() if callable(now) else None
-
-    def _ensure_running(self) -> None:
-        if self._unsubscribe is None:
-            self._unsubscribe = self._scheduler().observe(lambda _snap: self._wake.set())
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="jupyter-sched-status",
-                                            daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(timeout=1.0)
-            if self._stop.is_set():
-                return
-            self._wake.clear()
-            with self._lock:
-                lines = list(self._lines.values())
-            for line in lines:
-                # a closed kernel socket must not kill the thread
-                with contextlib.suppress(Exception):
-                    self._draw(line)
-            self._stop.wait(self.interval)
-
-    def _draw(self, line: _Line, force: bool = False) -> None:
-        bundle = render_line(line.handles, self._now(), note=line.note)
-        text = bundle["text/plain"]
-        if force or text != line.last:
-            line.last = text
-            self._publish(bundle, line)
-        if all(_done(h) for h in line.handles):
-            with self._lock:
-                self._lines.pop(line.display_id, None)
-
-    def _publish(self, bundle: dict, line: _Line) -> None:
-        from .executors.local import Publisher
-
-        publisher = Publisher.find() if line.parent else None
-        if publisher is None:
-            from IPython.display import update_display
-
-            update_display(bundle, raw=True, display_id=line.display_id)
-            return
-        # sent with the submitting cell's parent: the update belongs to that cell, whatever
-        # cell the kernel runs now (ipykernel's own parent tracking changed across versions)
-        publisher.display(line.parent, bundle, transient={"display_id": line.display_id},
-                          update=True)
-
+from .cell_options import (
+    CELL_PARSER,
+    INT,
+    POSITIVE,
+    SECONDS,
+    documented,
+    help_text,
+    one_line,
+    parse_args,
+    parse_cell,
+    parse_gang,
+    parse_on,
+)
+from .statusline import LiveLines, StatusLine, error_text, is_done, render_line
 
 # -- the magics ---------------------------------------------------------------------------------
 
@@ -499,7 +100,7 @@ class SchedMagics(Magics):
         try:
             return handler(self, args)
         except ValueError as err:
-            raise UsageError(_one_line(err)) from None
+            raise UsageError(one_line(err)) from None
 
     # -- %%sched ------------------------------------------------------------------------------
 
@@ -517,7 +118,7 @@ class SchedMagics(Magics):
             handle = self.scheduler.submit(code=code, namespace=self.shell.user_ns,
                                            parent=parent, **submit)
         except (ValueError, TypeError) as err:
-            raise UsageError(_one_line(err)) from None
+            raise UsageError(one_line(err)) from None
         line_ = self.live.new(handle, parent)
         try:
             if args.out:
@@ -540,10 +141,10 @@ class SchedMagics(Magics):
                         self.live.refresh(line_, note=note)
             raise
 
-    def _wait(self, handle, line: _Line, timeout: float | None):
+    def _wait(self, handle, line: StatusLine, timeout: float | None):
         __tracebackhide__ = True
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not _done(handle):
+        while not is_done(handle):
             left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
             if left <= 0:
                 self.live.refresh(line)
@@ -598,7 +199,7 @@ class SchedMagics(Magics):
     @_sub("status", "nodes, devices and the queue (the default; --widget for a live panel)")
     @ma.magic_arguments("sched status")
     @ma.argument("--widget", action="store_true", help="a live dashboard instead of a table")
-    @_help
+    @documented
     def _status(self, args):
         """Show nodes, their devices and the queue (``%sched``)."""
         if args.widget:
@@ -609,21 +210,21 @@ class SchedMagics(Magics):
 
     @_sub("nodes", "nodes and their GPUs, with the share of each that is allocated")
     @ma.magic_arguments("sched nodes")
-    @_help
+    @documented
     def _nodes(self, args):
         """Show the nodes: CPUs, memory, engines, one line per GPU (declared ones marked)."""
         return d.NodeList(self._snapshot())
 
     @_sub("queue", "running, queued (with position) and infeasible (with why) tasks")
     @ma.magic_arguments("sched queue")
-    @_help
+    @documented
     def _queue(self, args):
         """Show the tasks that run and wait (the first rows; the rest are counted)."""
         return d.QueueList(self._snapshot())
 
     @_sub("history", "recently finished tasks")
     @ma.magic_arguments("sched history")
-    @_help
+    @documented
     def _history(self, args):
         """Show recently finished tasks, newest first."""
         return d.History(self._snapshot())
@@ -632,7 +233,7 @@ class SchedMagics(Magics):
     @ma.magic_arguments("sched cancel")
     @ma.argument("tasks", nargs="*", metavar="ID|NAME", help="task ids (t3) or names")
     @ma.argument("--all", action="store_true", help="cancel every task that has not ended")
-    @_help
+    @documented
     def _cancel(self, args):
         """Cancel tasks: queued ones leave the queue, running ones are stopped."""
         if args.all == bool(args.tasks):
@@ -653,8 +254,8 @@ class SchedMagics(Magics):
     @_sub("wait", "wait for tasks (all outstanding when none are named)")
     @ma.magic_arguments("sched wait")
     @ma.argument("tasks", nargs="*", metavar="ID|NAME", help="task ids or names")
-    @ma.argument("--timeout", metavar="SECONDS", type=_SECONDS, help="stop waiting after this")
-    @_help
+    @ma.argument("--timeout", metavar="SECONDS", type=SECONDS, help="stop waiting after this")
+    @documented
     def _wait_cmd(self, args):
         """Block until the tasks end (interrupting stops the waiting, not the tasks)."""
         handles = [self._task(ref) for ref in args.tasks] or None
@@ -668,7 +269,7 @@ class SchedMagics(Magics):
                              "they go on") from None
         done = handles if handles is not None else []
         for handle in done:
-            print(d.task_text(handle, _error_text(handle)))
+            print(d.task_text(handle, error_text(handle)))
         if handles is None:
             print(d.summary_text(self._snapshot()))
         return None
@@ -676,11 +277,11 @@ class SchedMagics(Magics):
     @_sub("result", "the value of a finished task (re-raises its error)")
     @ma.magic_arguments("sched result")
     @ma.argument("task", metavar="ID|NAME")
-    @_help
+    @documented
     def _result(self, args):
         """Return a finished task's value (its last expression), or raise its error."""
         handle = self._task(args.task)
-        if not _done(handle):
+        if not is_done(handle):
             raise UsageError(f"{d.task_label(handle)} is {handle.state}; wait for it first "
                              f"(%sched wait {handle.id})")
         if handle.cancelled():
@@ -690,7 +291,7 @@ class SchedMagics(Magics):
     @_sub("log", "what a task printed")
     @ma.magic_arguments("sched log")
     @ma.argument("task", metavar="ID|NAME")
-    @_help
+    @documented
     def _log(self, args):
         """Print a task's captured stdout (and stderr, to stderr)."""
         handle = self._task(args.task)
@@ -713,7 +314,7 @@ class SchedMagics(Magics):
                  help="a custom resource (repeatable)")
     @ma.argument("--discover", action="store_true",
                  help="forget declarations: use what the host has")
-    @_help
+    @documented
     def _local(self, args):
         """Declare the local node's resources instead of (or on top of) what was found."""
         parts = [f"{name}={value}" for name, value in (
@@ -730,9 +331,9 @@ class SchedMagics(Magics):
     @ma.magic_arguments("sched connect")
     @ma.argument("profile", nargs="?", metavar="PROFILE", help="the IPython profile")
     @ma.argument("--cluster-id", metavar="ID", help="the cluster id")
-    @ma.argument("--timeout", metavar="SECONDS", type=_SECONDS, default=30.0,
+    @ma.argument("--timeout", metavar="SECONDS", type=SECONDS, default=30.0,
                  help="how long to wait for the cluster (default 30)")
-    @_help
+    @documented
     def _connect(self, args):
         """Connect to a running ipyparallel cluster; its engines become nodes and slots."""
         try:
@@ -741,17 +342,17 @@ class SchedMagics(Magics):
         except Exception as err:  # ipyparallel raises many kinds; say it in one line
             raise UsageError(f"cannot connect to ipyparallel cluster "
                              f"{args.profile or args.cluster_id or 'default'!r}: "
-                             f"{_one_line(err)}") from None
+                             f"{one_line(err)}") from None
         return d.NodeList(self._snapshot())
 
     @_sub("start", "start an ipyparallel cluster and use its engines")
     @ma.magic_arguments("sched start")
-    @ma.argument("--engines", metavar="N", type=_POSITIVE, help="how many engines")
-    @ma.argument("--engines-per-gpu", metavar="K", type=_POSITIVE,
+    @ma.argument("--engines", metavar="N", type=POSITIVE, help="how many engines")
+    @ma.argument("--engines-per-gpu", metavar="K", type=POSITIVE,
                  help="pin K engines to each GPU instead (CUDA_VISIBLE_DEVICES)")
     @ma.argument("--launcher", metavar="NAME",
                  help="ipyparallel engine launcher: local (default), mpi, slurm, pbs, ssh ...")
-    @_help
+    @documented
     def _start(self, args):
         """Start an ipyparallel cluster with this many engines and schedule onto them."""
         if args.engines is None and args.engines_per_gpu is None:
@@ -763,12 +364,12 @@ class SchedMagics(Magics):
         except Exception as err:  # ipyparallel raises many kinds; say it in one line
             raise UsageError(f"cannot start an ipyparallel cluster"
                              f"{f' with launcher {args.launcher!r}' if args.launcher else ''}: "
-                             f"{_one_line(err)}") from None
+                             f"{one_line(err)}") from None
         return d.NodeList(self._snapshot())
 
     @_sub("stop", "stop using ipyparallel engines (and stop a cluster %sched start started)")
     @ma.magic_arguments("sched stop")
-    @_help
+    @documented
     def _stop(self, args):
         """Stop using ipyparallel engines; a cluster ``%sched start`` started is stopped (its
         tasks fail, or re-queue under ``--retries``)."""
@@ -776,7 +377,7 @@ class SchedMagics(Magics):
         try:
             self.scheduler.stop_cluster()
         except Exception as err:
-            raise UsageError(f"stopping the cluster failed: {_one_line(err)}") from None
+            raise UsageError(f"stopping the cluster failed: {one_line(err)}") from None
         print("left the ipyparallel engines (a cluster %sched start started is stopped)"
               if engines else "no ipyparallel engines were in use")
         return None
@@ -789,12 +390,12 @@ class SchedMagics(Magics):
     @ma.argument("action", nargs="?", choices=("add", "open", "close", "drain"),
                  help="add a queue, or open, close or drain one")
     @ma.argument("name", nargs="?", metavar="NAME")
-    @ma.argument("--weight", metavar="W", type=_POSITIVE, help="share weight (add)")
+    @ma.argument("--weight", metavar="W", type=POSITIVE, help="share weight (add)")
     @ma.argument("--capability", metavar="SPEC", help="the most it may hold, e.g. GPU=4")
     @ma.argument("--guarantee", metavar="SPEC", help="what it is owed, e.g. GPU=1")
-    @ma.argument("--priority", metavar="P", type=_INT, help="queue priority")
+    @ma.argument("--priority", metavar="P", type=INT, help="queue priority")
     @ma.argument("--parent", metavar="NAME", help="parent queue (default root)")
-    @_help
+    @documented
     def _queues(self, args):
         """Show the queues, or change one: ``add NAME --weight 2 --capability GPU=4``,
         ``open NAME``, ``close NAME`` (refuse new tasks), ``drain NAME`` (run out, then close)."""
@@ -829,7 +430,7 @@ class SchedMagics(Magics):
     @ma.magic_arguments("sched drain")
     @ma.argument("node", metavar="NODE")
     @ma.argument("--undo", action="store_true", help="place tasks on it again")
-    @_help
+    @documented
     def _drain(self, args):
         """Cordon a node: what runs there finishes, nothing new starts."""
         known = [n.name for n in self._snapshot().nodes]
@@ -840,7 +441,7 @@ class SchedMagics(Magics):
 
     @_sub("config", "the scheduler's settings (change with %config Scheduler.NAME = ...)")
     @ma.magic_arguments("sched config")
-    @_help
+    @documented
     def _config(self, args):
         """Show the Scheduler's settings and how to change them."""
         sched = self.scheduler

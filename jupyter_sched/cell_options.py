@@ -1,0 +1,242 @@
+"""The options of ``%%sched`` and ``%sched``: argument types that name the value they reject,
+the cell option parser, and the translation of options into ``Scheduler.submit`` arguments."""
+
+from __future__ import annotations
+
+import argparse
+import keyword
+import shlex
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from IPython.core import magic_arguments as ma
+from IPython.core.error import UsageError
+
+from .resources import Demand
+from .tasks import STRATEGIES, GangSpec
+
+# -- argument types: each names the value it rejects ---------------------------------------------
+
+
+def _number(convert: Callable[[str], Any], rule: str, ok: Callable[[Any], bool]):
+    """An argparse type: ``convert`` then check ``ok``; the error names the value."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
+        return value
+
+    return parse
+
+
+INT = _number(int, "a whole number", lambda v: True)
+COUNT = _number(int, "a whole number, 0 or more", lambda v: v >= 0)
+POSITIVE = _number(int, "a whole number, 1 or more", lambda v: v >= 1)
+SECONDS = _number(float, "a positive number of seconds", lambda v: 0 < v < float("inf"))
+
+
+def identifier(text: str) -> str:
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Python variable name")
+    return text
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(identifier(n.strip()) for n in text.split(",") if n.strip())
+
+
+def parse_args(parser, line: str) -> argparse.Namespace:
+    """Split like a shell (quotes group words and are removed), then parse."""
+    try:
+        words = shlex.split(line, posix=True)
+    except ValueError as err:
+        raise UsageError(f"{line.strip()!r}: {err}") from None
+    return parser.parse_args(words)
+
+
+def help_text(parser) -> str:
+    """A parser's help without the reStructuredText ``::`` IPython puts before the usage."""
+    text = parser.format_help()
+    return text[4:] if text.startswith("::\n\n") else text
+
+
+def documented(fn):
+    return ma.argument("-h", "--help", action="store_true", help="show this help and return")(fn)
+
+
+def one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+# -- %%sched: the cell options ------------------------------------------------------------------
+
+@ma.magic_arguments("%sched")
+@ma.argument("--gpus", metavar="AMOUNT",
+             help="GPUs: a share of one device below 1 (0.5) or whole devices (2)")
+@ma.argument("--gpu-mem", metavar="SIZE",
+             help="GPU memory per device instead of --gpus (16GiB): that share of each device")
+@ma.argument("--cpus", metavar="AMOUNT", help="CPU cores (any amount, 0.5 is half a core)")
+@ma.argument("--mem", metavar="SIZE", help="memory (16GiB, 512MB)")
+@ma.argument("--resource", metavar="NAME=AMOUNT", action="append", default=[],
+             help="a custom resource, e.g. licenses=1 (repeatable)")
+@ma.argument("--name", metavar="NAME", help="a name for the task (default: its id)")
+@ma.argument("--queue", metavar="QUEUE", help="the queue to submit to (default: default)")
+@ma.argument("--priority", metavar="N", type=INT, default=0,
+             help="higher runs first within its queue (default 0)")
+@ma.argument("--gang", metavar="NAME:SIZE[:MIN]",
+             help="run SIZE copies together, started when at least MIN (default SIZE) fit; "
+             "each gets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT")
+@ma.argument("--strategy", metavar="STRATEGY", choices=STRATEGIES, default="pack",
+             help=f"how a gang spreads over nodes: {', '.join(STRATEGIES)} (default pack)")
+@ma.argument("--on", metavar="WHERE", action="append", default=[],
+             help="local (this kernel), engines (ipyparallel), a node name, or label=value "
+             "(repeatable, or comma-separated)")
+@ma.argument("--wait", action="store_true",
+             help="block until the task ends; re-raise its error; interrupting cancels it")
+@ma.argument("--timeout", metavar="SECONDS", type=SECONDS,
+             help="with --wait: stop waiting after SECONDS (the task goes on)")
+@ma.argument("--time-limit", metavar="SECONDS", type=SECONDS,
+             help="stop the task when it has run this long")
+@ma.argument("--retries", metavar="N", type=COUNT, default=0,
+             help="run again up to N times when it fails (default 0)")
+@ma.argument("--preemptible", action="store_true",
+             help="may be stopped and re-queued for higher-priority work")
+@ma.argument("--push", metavar="NAMES", action="append", default=[],
+             help="notebook variables to send to an engine (comma-separated; "
+             "default: the names the cell reads)")
+@ma.argument("--pull", metavar="NAMES", action="append", default=[],
+             help="variables to bring back from an engine (comma-separated; "
+             "default: the names the cell assigns)")
+@ma.argument("--out", metavar="VAR", type=identifier,
+             help="store the task's handle in notebook variable VAR")
+@documented
+def _cell_options(self, line, cell):
+    """Run the cell as a task that asks for resources; return at once.
+
+    A status line under the cell follows it: queued and position, infeasible and why, running
+    where on which devices, done in how long, or the error. The task's output appears under it.
+
+    Example::
+
+        %%sched --gpus 0.5 --name train-a
+        model = train(cfg)
+    """
+
+
+CELL_PARSER = _cell_options.parser
+
+
+def parse_cell(line: str, user_ns: dict | None = None) -> tuple[argparse.Namespace, dict]:
+    """``%%sched`` options -> (parsed options, keyword arguments for ``scheduler.submit``).
+
+    Everything that can be checked without the scheduler is checked here: amounts, the gang,
+    ``--push`` names. The scheduler checks the rest (queues, nodes) before queueing anything.
+    """
+    args = parse_args(CELL_PARSER, line)
+    if args.help:
+        return args, {}
+    resources: dict[str, str] = {}
+    for option, name in (("gpus", "GPU"), ("cpus", "CPU"), ("mem", "memory")):
+        value = getattr(args, option)
+        if value is not None:
+            resources[name] = value
+    extra = ",".join(args.resource)
+    try:
+        for name, value in _resource_pairs(extra).items():
+            if name in resources:
+                raise ValueError(f"--resource {name}={value}: {name} is already given by an "
+                                 "option; give it once")
+            resources[name] = value
+        Demand.parse(resources, args.gpu_mem)  # checks every amount; errors name the value
+    except ValueError as err:
+        raise UsageError(one_line(err)) from None
+    submit: dict[str, Any] = {
+        "resources": resources or None,
+        "gpu_memory": args.gpu_mem,
+        "name": args.name,
+        "queue": args.queue,
+        "priority": args.priority,
+        "gang": parse_gang(args.gang, args.strategy) if args.gang else None,
+        "strategy": args.strategy,
+        "time_limit": args.time_limit,
+        "retries": args.retries,
+        "preemptible": args.preemptible,
+    }
+    if args.name is not None and not args.name.strip():
+        raise UsageError("--name '' is empty; give the task a name or leave --name out")
+    submit.update(parse_on(args.on))
+    try:
+        push = tuple(n for text in args.push for n in _names(text)) or None
+        pull = tuple(n for text in args.pull for n in _names(text)) or None
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--push/--pull: {err}") from None
+    if push and user_ns is not None:
+        missing = [n for n in push if n not in user_ns]
+        if missing:
+            raise UsageError(f"--push {missing[0]!r}: no such variable in the notebook; "
+                             "define it first or leave it out")
+    submit["push"], submit["pull"] = push, pull
+    if args.timeout is not None:
+        args.wait = True
+    return args, submit
+
+
+def _resource_pairs(spec: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"--resource {item.strip()!r} must be written NAME=AMOUNT, "
+                             "e.g. licenses=1")
+        if name.strip() in pairs:
+            raise ValueError(f"--resource {name.strip()!r} is given twice; give it once")
+        pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def parse_gang(text: str, strategy: str = "pack") -> tuple:
+    """``ddp:4`` -> ``("ddp", 4)``; ``ddp:4:3`` -> ``("ddp", 4, 3)``; errors name the value."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[0].strip():
+        raise UsageError(f"--gang {text!r} must be NAME:SIZE or NAME:SIZE:MIN, e.g. ddp:4")
+    try:
+        numbers = [int(p) for p in parts[1:]]
+    except ValueError:
+        raise UsageError(f"--gang {text!r}: SIZE and MIN must be whole numbers, e.g. ddp:4:2"
+                         ) from None
+    spec = GangSpec(parts[0].strip(), numbers[0], numbers[1] if len(numbers) > 1 else None,
+                    strategy)
+    try:
+        spec.check()
+    except ValueError as err:
+        raise UsageError(f"--gang {text!r}: {one_line(err)}") from None
+    return (spec.name, *numbers)
+
+
+def parse_on(values: Iterable[str]) -> dict[str, Any]:
+    """``--on`` values -> ``target``, ``node`` and ``labels`` for ``scheduler.submit``."""
+    target, node, labels = "any", None, {}
+    for value in (v.strip() for text in values for v in text.split(",")):
+        if not value:
+            continue
+        if value in ("local", "engines", "any"):
+            if target != "any" and target != value:
+                raise UsageError(f"--on {value!r} contradicts --on {target!r}; give one")
+            target = value
+        elif "=" in value:
+            key, _, want = value.partition("=")
+            if not key.strip() or not want.strip():
+                raise UsageError(f"--on {value!r} must be label=value, e.g. gpu.model=A100")
+            labels[key.strip()] = want.strip()
+        else:
+            if node is not None and node != value:
+                raise UsageError(f"--on {value!r}: a task runs on one node, and {node!r} is "
+                                 "already given")
+            node = value
+    return {"target": target, "node": node, "labels": labels or None}

@@ -1,0 +1,193 @@
+"""The live status line under a ``%%sched`` cell: one display (``display_id``) updated in place
+from a background thread, sent with the submitting cell's parent header so that it lands under
+that cell whatever cell the kernel runs now."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from IPython.display import display
+
+from . import display as d
+from .cell_options import one_line
+from .tasks import TERMINAL
+
+# -- the live status line -------------------------------------------------------------------------
+
+class StatusLine:
+    __slots__ = ("display_id", "handles", "last", "note", "parent")
+
+    def __init__(self, display_id: str, handles: list, parent: dict | None) -> None:
+        self.display_id = display_id
+        self.handles = handles
+        self.parent = parent
+        self.last: str | None = None
+        self.note = ""
+
+
+def error_text(handle) -> str | None:
+    """The failure in one line: the handle says it (``handle.error``) or its exception does."""
+    if hasattr(handle, "error"):
+        return handle.error
+    if not is_done(handle) or handle.cancelled():
+        return None
+    error = handle.exception(timeout=0)
+    return None if error is None else f"{type(error).__name__}: {one_line(error)}"
+
+
+def is_done(handle) -> bool:
+    try:
+        return bool(handle.done())
+    except Exception:
+        return getattr(handle, "state", "") in TERMINAL
+
+
+def _members(handle) -> list:
+    return list(getattr(handle, "members", None) or [handle])
+
+
+class _Positioned:
+    """A handle with the queue position a fresh snapshot gave (the handle's own comes from
+    the last published one, which may predate the task)."""
+
+    def __init__(self, handle, position: int | None) -> None:
+        self._handle, self.position = handle, position
+
+    def __getattr__(self, name: str):
+        return getattr(self._handle, name)
+
+
+def render_line(handles: list, now: float | None = None, note: str = "",
+                positions: dict[str, int] | None = None) -> dict[str, Any]:
+    """The status bundle for a task, or a gang's members one per line. Handles are read as
+    task views (state, position, node, devices, times on the scheduler's clock)."""
+    texts, htmls = [], []
+    for handle in handles:
+        view = handle
+        if positions and getattr(handle, "id", None) in positions:
+            view = _Positioned(handle, positions[handle.id])
+        bundle = d.status_line(view, now=now, error=error_text(handle), note=note)
+        texts.append(bundle["text/plain"])
+        htmls.append(bundle["text/html"])
+    return {"text/plain": "\n".join(texts), "text/html": "<br>".join(htmls)}
+
+
+class LiveLines:
+    """Status lines under ``%%sched`` cells, updated in place from one background thread.
+
+    The scheduler's observer only wakes the thread (cheap, on the runtime thread); the thread
+    redraws every line whose text changed, at most every ``interval`` seconds, and once a
+    second while a task runs (for its running time). A line is dropped once its task ended.
+    """
+
+    def __init__(self, shell, scheduler: Callable[[], Any], interval: float = 0.25) -> None:
+        self.shell = shell
+        self._scheduler = scheduler
+        self.interval = interval
+        self._lines: dict[str, StatusLine] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def add(self, handle, parent: dict | None) -> StatusLine:
+        """Display the line for ``handle`` under the current cell and keep it up to date."""
+        line = self.new(handle, parent)
+        self.show(line)
+        return line
+
+    def new(self, handle, parent: dict | None) -> StatusLine:
+        """The line for ``handle``, not shown yet (no I/O: safe to hold before an interrupt)."""
+        return StatusLine(uuid.uuid4().hex, _members(handle), parent)
+
+    def show(self, line: StatusLine) -> None:
+        """Display ``line`` under the current cell and follow its task from now on."""
+        bundle = render_line(line.handles, self._now(), note=line.note,
+                             positions=self._positions())
+        display(bundle, raw=True, display_id=line.display_id)
+        line.last = bundle["text/plain"]  # shown: from now on it is updated, not shown again
+        with self._lock:
+            self._lines[line.display_id] = line
+            self._ensure_running()
+        self._wake.set()
+
+    def refresh(self, line: StatusLine, note: str | None = None) -> None:
+        """Redraw ``line`` now, from the calling thread (the cell's own, under ``--wait``)."""
+        if note is not None:
+            line.note = note
+        self._draw(line, force=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            with contextlib.suppress(Exception):
+                unsubscribe()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    # -- the thread -----------------------------------------------------------------------------
+
+    def _positions(self) -> dict[str, int]:
+        try:
+            snapshot = self._scheduler().snapshot(fresh=True)
+        except Exception:
+            return {}
+        return {v.id: v.position for v in snapshot.waiting if v.position}
+
+    def _now(self) -> float | None:
+        now = getattr(self._scheduler(), "now", None)
+        return now() if callable(now) else None
+
+    def _ensure_running(self) -> None:
+        if self._unsubscribe is None:
+            self._unsubscribe = self._scheduler().observe(lambda _snap: self._wake.set())
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="jupyter-sched-status",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            with self._lock:
+                lines = list(self._lines.values())
+            for line in lines:
+                # a closed kernel socket must not kill the thread
+                with contextlib.suppress(Exception):
+                    self._draw(line)
+            self._stop.wait(self.interval)
+
+    def _draw(self, line: StatusLine, force: bool = False) -> None:
+        bundle = render_line(line.handles, self._now(), note=line.note)
+        text = bundle["text/plain"]
+        if force or text != line.last:
+            line.last = text
+            self._publish(bundle, line)
+        if all(is_done(h) for h in line.handles):
+            with self._lock:
+                self._lines.pop(line.display_id, None)
+
+    def _publish(self, bundle: dict, line: StatusLine) -> None:
+        from .executors.local import Publisher
+
+        publisher = Publisher.find() if line.parent else None
+        if publisher is None:
+            from IPython.display import update_display
+
+            update_display(bundle, raw=True, display_id=line.display_id)
+            return
+        # sent with the submitting cell's parent: the update belongs to that cell, whatever
+        # cell the kernel runs now (ipykernel's own parent tracking changed across versions)
+        publisher.display(line.parent, bundle, transient={"display_id": line.display_id},
+                          update=True)
