@@ -20,6 +20,24 @@ TESTS = Path(__file__).resolve().parent
 ROOT = str(TESTS.parent)
 
 
+# -- what tasks run on engines (engines import this module to unpickle them) ------------------
+
+
+def meet(directory: str, me: str, other: str) -> tuple[str | None, int]:
+    """Arrive, then wait for ``other``: both return only if they ran at the same time."""
+    Path(directory, me).touch()
+    deadline = time.monotonic() + 20
+    while not Path(directory, other).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{other} never arrived")
+        time.sleep(0.01)
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
+
+
+def visible() -> tuple[str | None, int]:
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
+
+
 @contextlib.contextmanager
 def engines_can_import_this_checkout() -> Iterator[None]:
     """Engines inherit the environment: let them import jupyter_sched from this checkout, and

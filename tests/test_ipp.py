@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest_ipp import FakeRuntime, scheduler_with_engines, wait_for
+from conftest_ipp import FakeRuntime, meet, scheduler_with_engines, visible, wait_for
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp import IppExecutor
@@ -28,21 +28,6 @@ def pinned():
 
 
 # -- what the tasks run (engines import this module) ---------------------------------------------
-
-
-def meet(directory: str, me: str, other: str) -> tuple[str | None, int]:
-    """Arrive, then wait for ``other``: both return only if they ran at the same time."""
-    Path(directory, me).touch()
-    deadline = time.monotonic() + 20
-    while not Path(directory, other).exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{other} never arrived")
-        time.sleep(0.01)
-    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
-
-
-def visible() -> tuple[str | None, int]:
-    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
 
 
 GANG_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",

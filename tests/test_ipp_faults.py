@@ -18,7 +18,9 @@ import pytest
 from conftest_ipp import (
     assert_gone,
     engines_can_import_this_checkout,
+    meet,
     scheduler_with_engines,
+    visible,
     wait_for,
 )
 
@@ -33,20 +35,6 @@ def floating():
     with scheduler_with_engines(engines=3) as (sched, executor):
         yield sched, executor
         sched.inspect_core(lambda core: core.validate())
-
-
-def meet(directory: str, me: str, other: str) -> tuple[str | None, int]:
-    Path(directory, me).touch()
-    deadline = time.monotonic() + 20
-    while not Path(directory, other).exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{other} never arrived")
-        time.sleep(0.01)
-    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
-
-
-def visible() -> tuple[str | None, int]:
-    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
 
 
 def sleeper(directory: str) -> None:
