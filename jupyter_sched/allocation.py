@@ -189,7 +189,9 @@ class NodeResources:
                     if self.devices[name].free.get(index, -1) < units:
                         raise ValueError(f"{name} device {index} no longer has {units} free")
         for name, shares in allocation.devices.items():
-            self.devices[name].take(shares)
+            free = self.devices[name].free  # checked above, or chosen on this state just now
+            for index, units in shares.items():
+                free[index] -= units
         allocated = self.allocated
         load = self.load
         for name, units in allocation.amounts.items():

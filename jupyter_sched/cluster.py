@@ -191,6 +191,10 @@ class BucketIndex:
             del self.buckets[key]
             del self.keys[bisect.bisect_left(self.keys, key)]
 
+    def move(self, name: str, old: int, new: int) -> None:
+        self.remove(name, old)
+        self.add(name, new)
+
     def iter(self, least: int, descending: bool = False) -> Iterator[str]:
         keys = self.keys
         start = bisect.bisect_left(keys, least)
@@ -230,14 +234,17 @@ class Cluster:
 
     def refresh(self, node: Node) -> None:
         """Re-file a node after its free capacity changed (only in the indexes whose key moved,
-        so a node keeps its place among equals)."""
-        keys = self._keys(node)
+        so a node keeps its place among equals). On every placement: kept lean."""
+        share, whole, cpu = keys = self._keys(node)
         old = node.keys
         if keys != old:
-            for index, before, after in zip(self._indexes(), old, keys, strict=True):
-                if before != after:
-                    index.remove(node.name, before)
-                    index.add(node.name, after)
+            name = node.name
+            if share != old[0]:
+                self.by_gpu_share.move(name, old[0], share)
+            if whole != old[1]:
+                self.by_whole_gpus.move(name, old[1], whole)
+            if cpu != old[2]:
+                self.by_cpu.move(name, old[2], cpu)
             node.keys = keys
 
     def _indexes(self) -> tuple[BucketIndex, BucketIndex, BucketIndex]:

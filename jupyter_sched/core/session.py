@@ -78,7 +78,8 @@ class Statement:
         self.proposals: list[Proposal] = []
 
     def take(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
-        node.resources.take(allocation, pending=True)
+        """Hold what ``find`` just chose on this state (counted as the node's load)."""
+        node.resources.take(allocation, pending=True, checked=True)
         if slot is not None:
             del node.free_slots[slot]
         self.session.core.cluster.refresh(node)
