@@ -20,7 +20,9 @@ into ``time.time()`` values.
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import Future
+from concurrent.futures._base import PENDING as _PENDING
 from typing import TYPE_CHECKING, Any
 
 from .tasks import CANCELLED, DONE, FAILED, RUNNING, TERMINAL
@@ -38,7 +40,36 @@ class TaskTimeout(TaskFailed, TimeoutError):
     """A task ran past its time limit and was stopped."""
 
 
-class TaskHandle(Future):
+class _LightFuture(Future):
+    """A Future whose Condition is made on first use.
+
+    A Condition (with its lock) is most of what a Future weighs, and most handles of a long
+    queue are never waited on one by one: 100,000 queued tasks must fit in a kernel.
+    """
+
+    def __init__(self) -> None:  # Future.__init__, less the Condition
+        self._lazy_condition: threading.Condition | None = None
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters: list = []
+        self._done_callbacks: list = []
+
+    @property
+    def _condition(self) -> threading.Condition:
+        condition = self._lazy_condition
+        if condition is None:
+            with _MAKING:
+                if self._lazy_condition is None:
+                    self._lazy_condition = threading.Condition()
+                condition = self._lazy_condition
+        return condition
+
+
+_MAKING = threading.Lock()
+
+
+class TaskHandle(_LightFuture):
     """One task. Reads its live state from the scheduler's record of it."""
 
     def __init__(self, scheduler: Scheduler, record: TaskRecord) -> None:
@@ -233,7 +264,7 @@ def _failure(record: TaskRecord) -> BaseException:
     return failure
 
 
-class GangHandle(Future):
+class GangHandle(_LightFuture):
     """A gang: its members' handles, and a future of the list of their results.
 
     It fails with the first failed member's exception; it is cancelled when cancelled before

@@ -47,6 +47,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from queue import Empty, SimpleQueue
+from types import MappingProxyType
 from typing import Any
 
 from traitlets import Bool, Enum, Float, Int, Unicode, observe
@@ -343,11 +344,9 @@ class Scheduler(Configurable):
             self._publisher = Publisher.find()
         records, handles = [], []
         for spec, work in zip(specs, works, strict=True):
-            output = TaskOutput(work.parent, self._publisher, sink=work.output,
-                                on_pending=self._output_pending)
-            work = dataclasses.replace(work, output=output.write)
+            # the task's output capture is made when it starts: a queue of 100,000 stays light
             record = TaskRecord(spec.id, spec, work, gang=gang.name if gang else None,
-                                gang_id=specs[0].id if gang else None, output=output)
+                                gang_id=specs[0].id if gang else None)
             records.append(record)
             handles.append(TaskHandle(self, record))
         self._request([ev.Submit(tuple(specs), gang)], records=records, handles=handles)
@@ -745,6 +744,12 @@ class Scheduler(Configurable):
             return
         if isinstance(instruction, ev.Start):
             task = self._core.tasks[instruction.task]
+            if record.output is None:
+                work = record.work
+                output = TaskOutput(work.parent, self._publisher, sink=work.output,
+                                    on_pending=self._output_pending)
+                record.output = output
+                record.work = dataclasses.replace(work, output=output.write)
             record.start = instruction
             record.node, record.slot = instruction.node, instruction.slot
             record.devices = device_shares(instruction)
@@ -890,6 +895,9 @@ _COMMON = ("resources", "gpu_memory", "queue", "priority", "target", "node", "la
            "time_limit", "retries", "preemptible")
 
 
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})  # shared by the many calls that have none
+
+
 def _work(fn, args, kwargs, code, namespace, push, pull, parent) -> Work:
     if (fn is None) == (code is None):
         raise ValueError("submit a callable (fn) or cell source (code=), one of the two")
@@ -904,7 +912,7 @@ def _work(fn, args, kwargs, code, namespace, push, pull, parent) -> Work:
             namespace = _user_namespace()
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ValueError(f"kwargs {kwargs!r} must be a mapping of keyword arguments")
-    return Work(fn=fn, args=tuple(args), kwargs=dict(kwargs or {}), code=code,
+    return Work(fn=fn, args=tuple(args), kwargs=dict(kwargs) if kwargs else _NO_KWARGS, code=code,
                 namespace=namespace, push=_names(push, "push"), pull=_names(pull, "pull"),
                 parent=parent if parent is not None else current_parent())
 

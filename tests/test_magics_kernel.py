@@ -359,6 +359,11 @@ def test_dashboard_with_ten_thousand_queued(kernel):
     run = kernel.run("handles = sched.map(lambda i: gate.wait(60), range(10_000), "
                      "resources={'GPU': 1}, name='many')", timeout=120)
     assert run.error is None, run.error
+    # the two that fit start on the scheduler's thread: wait until a snapshot shows them
+    run = kernel.run("import time\n"
+                     "while sched.snapshot(fresh=True).counts['running'] < 2:\n"
+                     "    time.sleep(0.02)", timeout=60)
+    assert run.error is None, run.error
     run = kernel.run(
         "from jupyter_sched.widgets import Dashboard\n"
         "board = Dashboard(sched)\n"

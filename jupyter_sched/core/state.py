@@ -79,6 +79,7 @@ class Core:
         self.feasibility: dict[tuple, str | None] = {}  # job class -> why it can never run
         self.ended: dict[str, int] = {DONE: 0, FAILED: 0, CANCELLED: 0}  # all time, per state
         self._seq = 0
+        self._klasses: dict[tuple, tuple] = {}
         self._out: list[ev.Instruction] = []
         self._dirty = False
 
@@ -166,7 +167,8 @@ class Core:
     def _new_task(self, spec: TaskSpec) -> Task:
         self._seq += 1
         task = Task(spec, self._seq, self.now)
-        task.klass = (spec.priority, spec.constraint_key)
+        klass = (spec.priority, spec.constraint_key)
+        task.klass = self._klasses.setdefault(klass, klass)  # one tuple per class, not per task
         self.tasks[spec.id] = task
         return task
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..tasks import TaskSpec
 
 
-@dataclass
+@dataclass(slots=True)
 class Work:
     """What a task runs; kept by the runtime, never by the core."""
 
@@ -53,7 +53,7 @@ class Work:
         return f"{name}(...)"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class TaskRecord:
     """The runtime's side of one task: what it runs, where it runs, how it went.
 

@@ -156,7 +156,7 @@ class TaskOutput:
         self.interval = interval
         self.displays: list[dict] = []
         self.due: float | None = None  # when the pending text should go out (monotonic)
-        self._chunks: dict[str, list[str]] = {name: [] for name in STREAMS}
+        self._chunks: dict[str, list[str]] = {}  # made on first write: most tasks print little
         self._kept: dict[str, int] = {}
         self._pending: dict[str, list[str]] = {}
         self._last_sent = 0.0
