@@ -138,7 +138,6 @@ class Scheduler(Configurable):
         "Warn when the names a cell pushes to an engine add up to more bytes than this.")
     ).tag(config=True)
 
-    _ready = False  # set once built: until then observe() is traitlets' own
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -175,7 +174,6 @@ class Scheduler(Configurable):
         # debugging: check the core's invariants after every step (tests turn this on)
         self.debug_validate = False
         self.validation_errors: list[str] = []
-        self._ready = True
 
     @observe("policy", "reservation_after", "preemption")
     def _core_setting(self, change: dict) -> None:
@@ -421,15 +419,12 @@ class Scheduler(Configurable):
             return self._on_runtime(lambda core: self._publish(notify=False))
         return self._snapshot
 
-    def observe(self, callback: Callable, names: Any = None, type: Any = None) -> Any:
+    def subscribe(self, callback: Callable[[snapshots.Snapshot], Any]) -> Callable[[], None]:
         """Call ``callback(snapshot)`` on the runtime thread as state changes (at most every
         ``update_interval``; once soon after subscribing). Returns the unsubscribe function.
 
-        With ``names`` or ``type`` (and while the object is being built, when traitlets itself
-        calls it) this is traitlets' ``observe`` of trait changes.
+        (``observe`` stays traitlets' own: it watches this object's settings.)
         """
-        if names is not None or type is not None or not self._ready:
-            return super().observe(callback, names=names, type=type or "change")
         key = next(self._observer_ids)
         self._observers[key] = callback
         self._changed = True

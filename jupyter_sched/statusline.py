@@ -147,7 +147,7 @@ class LiveLines:
 
     def _ensure_running(self) -> None:
         if self._unsubscribe is None:
-            self._unsubscribe = self._scheduler().observe(lambda _snap: self._wake.set())
+            self._unsubscribe = self._scheduler().subscribe(lambda _snap: self._wake.set())
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="jupyter-sched-status",

@@ -1,6 +1,6 @@
 """The ipywidgets dashboard: nodes and their GPUs, the queue with cancel buttons, history.
 
-It reads snapshots only: ``scheduler.observe(callback)`` hands it each published snapshot on
+It reads snapshots only: ``scheduler.subscribe(callback)`` hands it each published snapshot on
 the runtime thread. Updates are coalesced: the newest snapshot is kept and applied from a
 timer thread at most once every ``interval`` seconds, so a burst of a thousand notifications
 costs one redraw and the runtime thread never waits for drawing.
@@ -136,7 +136,7 @@ class _Pool:
 class Dashboard(w.VBox):
     """Nodes, the queue and history of ``scheduler``, kept up to date.
 
-    ``scheduler`` needs ``snapshot()``, ``observe(callback) -> unsubscribe`` and ``cancel(id)``.
+    ``scheduler`` needs ``snapshot()``, ``subscribe(callback) -> unsubscribe`` and ``cancel(id)``.
     """
 
     def __init__(self, scheduler, rows: int = ROWS, interval: float = 0.5, **kwargs) -> None:
@@ -169,7 +169,7 @@ class Dashboard(w.VBox):
         self.tabs.titles = ("Nodes", "Queue", "History")
         super().__init__([self.summary, self.tabs, self.message], **kwargs)
         self.apply(scheduler.snapshot())
-        self._unsubscribe = scheduler.observe(self._on_snapshot)
+        self._unsubscribe = scheduler.subscribe(self._on_snapshot)
 
     # -- feeding -------------------------------------------------------------------------------
 

@@ -269,7 +269,7 @@ def test_observers_get_throttled_snapshots_and_a_last_one(sched):
         if snap.counts.get("done") == 30:
             quiet.set()
 
-    unsubscribe = sched.observe(watch)
+    unsubscribe = sched.subscribe(watch)
     handles = [sched.submit(lambda: None, resources="GPU=0.5") for _ in range(30)]
     sched.wait(handles, timeout=WAIT)
     assert quiet.wait(WAIT), "a last snapshot is published once things go quiet"

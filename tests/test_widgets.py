@@ -13,7 +13,7 @@ EVIL = "<img src=x onerror=alert(1)>"
 
 
 class FakeScheduler:
-    """What the dashboard needs of a scheduler: snapshot(), observe(), cancel()."""
+    """What the dashboard needs of a scheduler: snapshot(), subscribe(), cancel()."""
 
     def __init__(self, snap):
         self.snap = snap
@@ -23,7 +23,7 @@ class FakeScheduler:
     def snapshot(self):
         return self.snap
 
-    def observe(self, callback):
+    def subscribe(self, callback):
         self.observers.append(callback)
         return lambda: self.observers.remove(callback)
 
