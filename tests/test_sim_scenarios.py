@@ -526,3 +526,23 @@ def test_pinned_engines_share_a_device_by_best_fit():
     assert [dict(i.devices["GPU"]) for i in out] == [{0: 5000}, {0: 5000}]
     assert [i.slot for i in out] == ["e0", "e2"]  # the engines pinned to GPU 0
     core.validate()
+
+
+def test_a_gang_runs_all_in_threads_or_all_on_engines():
+    from jupyter_sched.allocation import NodeResources
+    from jupyter_sched.cluster import SlotSpec
+    from jupyter_sched.core import events as ev
+    from jupyter_sched.core.state import Core
+    from jupyter_sched.resources import Demand
+    from jupyter_sched.tasks import GangSpec, TaskSpec
+
+    core = Core()
+    # the kernel's node holds one GPU task in a thread; an engine host holds two on engines
+    core.handle(ev.NodeAdded("local", NodeResources({"GPU": 10_000})),
+                ev.NodeAdded("h", NodeResources({"GPU": 20_000}), threads=False,
+                             slots=(SlotSpec("e0"), SlotSpec("e1"))))
+    one = Demand.parse({"GPU": 1})
+    out = core.handle(ev.Submit(tuple(TaskSpec(f"g{k}", one) for k in range(2)),
+                                GangSpec("ddp", 2, strategy="spread")))
+    assert {i.slot is None for i in out} == {False}  # both on engines, none in a thread
+    core.validate()

@@ -14,10 +14,11 @@ statement commits, so the first one commits and the second waits (no partial hol
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ...allocation import NodeResources
-from ...tasks import QUEUED, Gang
+from ...tasks import QUEUED, Gang, TaskSpec
 from ..session import Session, Statement, cancel_unplaced
 from .predicates import empty_model, node_passes
 
@@ -31,19 +32,32 @@ def place_gang(session: Session, gang: Gang, easy: bool = False,
     need = gang.spec.min_members - (gang.spec.size - len(members))
     if limit is not None:
         members = members[:limit]  # the queue's capability has room for no more
+    spec = members[0].spec
+    if _place(session, gang, members, need, spec, easy):
+        return True
+    if spec.target != "any":
+        return False
+    # the first member's place decided threads or engines for all: try each way explicitly
+    return any(_place(session, gang, members, need, dataclasses.replace(spec, target=kind),
+                      easy) for kind in ("engines", "local"))
+
+
+def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpec,
+           easy: bool) -> bool:
     strategy = gang.spec.strategy
     core = session.core
     if strategy == "strict-pack":
-        spec = members[0].spec
         for node in list(core.cluster.nodes.values()):
             if not node_passes(node, spec):
                 continue
             statement = Statement(session)
+            member_spec = spec
             for member in members:
-                found = session.find(member.spec, gang.seq, easy, only=node)
+                found = session.find(member_spec, gang.seq, easy, only=node)
                 if found is None:
                     break
                 statement.take(member, *found)
+                member_spec = _same_kind(member_spec, found)
             if len(statement.proposals) >= need:
                 return _commit(session, statement, gang)
             statement.discard()
@@ -54,23 +68,32 @@ def place_gang(session: Session, gang: Gang, easy: bool = False,
         found = None
         if strategy == "pack":
             for node in used:
-                found = session.find(member.spec, gang.seq, easy, only=node)
+                found = session.find(spec, gang.seq, easy, only=node)
                 if found:
                     break
         exclude = frozenset(n.name for n in used) if strategy != "pack" else frozenset()
         if found is None:
-            found = session.find(member.spec, gang.seq, easy, exclude=exclude)
+            found = session.find(spec, gang.seq, easy, exclude=exclude)
         if found is None and strategy == "spread":
-            found = session.find(member.spec, gang.seq, easy)
+            found = session.find(spec, gang.seq, easy)
         if found is None:
             continue
         statement.take(member, *found)
+        spec = _same_kind(spec, found)
         if found[0] not in used:
             used.append(found[0])
     if len(statement.proposals) >= need:
         return _commit(session, statement, gang)
     statement.discard()
     return False
+
+
+def _same_kind(spec: TaskSpec, found: tuple) -> TaskSpec:
+    """Members of one gang run all in kernel threads or all on engines, as the first placed
+    one does: one way to reach each other (MASTER_ADDR, MASTER_PORT) for the whole gang."""
+    if spec.target != "any":
+        return spec
+    return dataclasses.replace(spec, target="local" if found[2] is None else "engines")
 
 
 def _commit(session: Session, statement: Statement, gang: Gang) -> bool:
