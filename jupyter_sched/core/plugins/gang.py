@@ -10,6 +10,8 @@ Strategies (Ray placement groups):
 
 Two gangs that each fit alone but not together never deadlock: a gang holds nothing until its
 statement commits, so the first one commits and the second waits (no partial holds).
+
+A gang runs all in kernel threads or all on engines, so its members have one way to meet.
 """
 
 from __future__ import annotations
