@@ -103,6 +103,9 @@ class Core:
         return out
 
     def _cycle(self) -> None:
+        if not (self.pending or self.nodes_changed  # (infeasible work waits for node changes)
+                or any(q.classes for q in self.queues.queues.values())):
+            return  # nothing waits: no decision to make (the common case of a task ending)
         session = Session(self)
         enqueue.run(session)
         allocate.run(session)
