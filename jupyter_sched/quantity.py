@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from functools import total_ordering
 
 SCALE = 10_000
@@ -68,7 +69,7 @@ def _number(value: object, name: str) -> float | int:
 
 
 def to_units(value: object, name: str = "amount", *, limit: int = MAX_COUNT) -> int:
-    """Amount -> units, rounded to the nearest unit.
+    """Amount -> units, rounded to the nearest unit (of the decimal as written).
 
     >>> to_units(0.25), to_units("2"), to_units(1 / 3)
     (2500, 20000, 3333)
@@ -81,7 +82,11 @@ def to_units(value: object, name: str = "amount", *, limit: int = MAX_COUNT) -> 
         raise ValueError(f"{name}={value!r} is absurdly large; the most is {limit:,}")
     if isinstance(number, int):
         return number * SCALE
-    units = round(number * SCALE)
+    # exact, from the decimal as written (0.33335 is 3333.5 units, not the float just below
+    # it), and not through a float product, which can land on the wrong side of a half unit
+    # (978851756.9661499 * 10000 is ...661.5 as a float). Ties go to the even unit.
+    written = value.strip() if isinstance(value, str) else repr(number)
+    units = round(Fraction(written) * SCALE)
     if units == 0 and number > 0:
         raise ValueError(
             f"{name}={value!r} is below the smallest amount the scheduler can hold "

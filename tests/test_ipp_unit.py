@@ -18,17 +18,19 @@ from jupyter_sched.core import events as ev
 from jupyter_sched.discovery import discover_host
 from jupyter_sched.executors.base import TaskRecord, Work
 from jupyter_sched.executors.ipp import (
-    _CALL,
-    _CELL,
-    _FREE_PORT,
-    _PROBE,
     EngineLost,
     IppExecutor,
     RemoteTaskError,
-    _engine_call,
-    _engine_cell,
     _exit_text,
     _remote_tb,
+)
+from jupyter_sched.executors.on_engine import (
+    CALL,
+    CELL,
+    FREE_PORT,
+    PROBE,
+    engine_call,
+    engine_cell,
 )
 from jupyter_sched.probe import probe
 from jupyter_sched.tasks import TaskSpec
@@ -51,7 +53,7 @@ def test_engine_call_sets_the_environment_for_the_call_only(monkeypatch):
                     current=context.current_task())
         return x + y
 
-    out = _engine_call(meta(env={"JUPYTER_SCHED_TASK": "t1", "RANK": "1"}, gpus=((0, 0.5),)),
+    out = engine_call(meta(env={"JUPYTER_SCHED_TASK": "t1", "RANK": "1"}, gpus=((0, 0.5),)),
                        task, (), (), 1, y=2)
     assert out == ("ok", 3)
     assert seen["rank"] == "1" and seen["task"] == "t1"
@@ -62,7 +64,7 @@ def test_engine_call_sets_the_environment_for_the_call_only(monkeypatch):
 
 def test_engine_call_keeps_cuda_visible_devices(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    _engine_call(meta(env={"CUDA_VISIBLE_DEVICES": "GPU-1"}), lambda: None, (), ())
+    engine_call(meta(env={"CUDA_VISIBLE_DEVICES": "GPU-1"}), lambda: None, (), ())
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-1"  # bound for good
 
 
@@ -70,10 +72,10 @@ def test_engine_call_sends_exceptions_back_pickled():
     def boom():
         raise KeyError("k")
 
-    status, data, text, summary = _engine_call(meta(), boom, (), ())
+    status, data, text, summary = engine_call(meta(), boom, (), ())
     assert status == "error" and summary == "KeyError: 'k'"
     assert isinstance(pickle.loads(data), KeyError)
-    assert "boom" in text and "_engine_call" not in text
+    assert "boom" in text and "engine_call" not in text
 
 
 def test_an_exception_that_cannot_travel_is_sent_as_text():
@@ -83,18 +85,18 @@ def test_an_exception_that_cannot_travel_is_sent_as_text():
     def boom():
         raise Local("x")
 
-    status, data, _, summary = _engine_call(meta(), boom, (), ())
+    status, data, _, summary = engine_call(meta(), boom, (), ())
     assert (status, data) == ("error", None) and summary.endswith("Local: x")
 
 
 def test_engine_call_gives_notebook_functions_their_globals():
     g = {"__name__": "__main__"}
     exec("def f():\n    return SCALE * 2\n", g)
-    assert _engine_call(meta(), g["f"], ("SCALE",), (21,)) == ("ok", 42)
+    assert engine_call(meta(), g["f"], ("SCALE",), (21,)) == ("ok", 42)
 
 
 def test_engine_cell_returns_result_and_pulled_names():
-    out = _engine_cell(meta(), "import math\ny = x + 1\ny * 2", None, False, ("x",), 1)
+    out = engine_cell(meta(), "import math\ny = x + 1\ny * 2", None, False, ("x",), 1)
     status, result, notes, names, *values = out
     assert (status, result, notes) == ("ok", 4, ())
     assert dict(zip(names, values, strict=True))["y"] == 2
@@ -102,14 +104,14 @@ def test_engine_cell_returns_result_and_pulled_names():
 
 
 def test_engine_cell_pulls_back_what_a_failing_cell_set():
-    out = _engine_cell(meta(), "w = 5\n1 / 0", None, False, ())
+    out = engine_cell(meta(), "w = 5\n1 / 0", None, False, ())
     assert out[0] == "error" and out[3] == "ZeroDivisionError: division by zero"
     _, names, *values = out[4:]
     assert dict(zip(names, values, strict=True)) == {"w": 5}
 
 
 def test_engine_cell_explicit_pull_of_a_name_not_set_fails():
-    out = _engine_cell(meta(), "a = 1", ("a", "b"), True, ())
+    out = engine_cell(meta(), "a = 1", ("a", "b"), True, ())
     assert out[0] == "error" and "pull: the cell did not set 'b'" in out[3]
 
 
@@ -168,7 +170,7 @@ class FakeClient:
         for callback in list(self._registration_callbacks):
             callback({"event": "register", "id": eid})
         _, f, _, _, future = self.sent[-1]
-        assert f is _PROBE
+        assert f is PROBE
         future.set_result(report)
 
     def unregister(self, eid):
@@ -236,7 +238,7 @@ def test_a_task_runs_and_finishes(setup):
     rec = record(fn=len)
     executor.start(start(gpus=[1]), rec)
     _, f, args, _, future = client.sent[-1]
-    assert f is _CALL and args[1] is len
+    assert f is CALL and args[1] is len
     env = args[0][2]
     assert env == {"JUPYTER_SCHED_TASK": "t1", "CUDA_VISIBLE_DEVICES": "1"} == rec.env
     assert args[0][3] == ((0, 0.5),)  # the task's GPU as the engine's device 0
@@ -265,7 +267,7 @@ def test_a_cell_pushes_what_it_reads_and_pulls_what_it_sets(setup):
     ns = {"x": 1, "other": 2}
     executor.start(start(), record(code="y = x + 1", namespace=ns))
     _, f, args, _, future = client.sent[-1]
-    assert f is _CELL and args[1] == "y = x + 1" and args[4:] == [("x",), 1]
+    assert f is CELL and args[1] == "y = x + 1" and args[4:] == [("x",), 1]
     future.output.set_result(None)  # the engine's idle status: a cell waits for it
     with pytest.warns(RuntimeWarning, match="'lock' was not pulled back"):  # no output here
         future.set_result(("ok", None, ("'lock' was not pulled back",), ("y",), 2))
@@ -329,11 +331,11 @@ def test_a_gang_is_sent_once_rank_0s_host_named_a_port(setup):
     executor.start(start("t2", "e1", rank=1, **gang), record("t2", fn=len, gang="ddp",
                                                               gang_id="t1"))
     _, f, _, _, port_future = client.sent[-1]
-    assert f is _FREE_PORT
+    assert f is FREE_PORT
     sent = len(client.sent)
     port_future.set_result(29500)
     members = client.sent[sent:]
-    assert [m[1] for m in members] == [_CALL, _CALL]
+    assert [m[1] for m in members] == [CALL, CALL]
     envs = [m[2][0][2] for m in members]
     assert [e["RANK"] for e in envs] == ["0", "1"]
     assert {e["MASTER_PORT"] for e in envs} == {"29500"}

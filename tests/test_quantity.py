@@ -50,7 +50,9 @@ GiB = 2**30
         (0.12349, 1235),
         (0.99999, SCALE),  # rounds up to a whole one
         (0.00006, 1),  # truncation would say 0 and refuse it
-        (0.00015, 1),  # the float is just below 1.5 units
+        (0.00015, 2),  # 1.5 units as written (the float is just below): a tie, to even
+        (0.00025, 2),  # 2.5 units: a tie, to even
+        (978851756.9661499, 9788517569661),  # the float product would round up to ...662
         (1.00001, SCALE),
         (-0.0, 0),
         (MAX_COUNT, MAX_COUNT * SCALE),
@@ -113,7 +115,7 @@ def test_to_units_limit_is_configurable():
 @settings(max_examples=200, deadline=None)
 @given(st.floats(min_value=0, max_value=MAX_COUNT, allow_nan=False, allow_infinity=False))
 def test_to_units_is_within_half_a_unit_of_the_exact_value(value):
-    exact = Fraction(value) * SCALE
+    exact = Fraction(repr(value)) * SCALE  # the decimal as written
     try:
         units = to_units(value)
     except ValueError as exc:

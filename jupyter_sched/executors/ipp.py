@@ -15,7 +15,7 @@ engine). Joins and leaves come from the client's registration callbacks, not fro
 Running a task (``start``): one apply request to the slot's engine, made on the runtime thread
 (the wrapper goes by name, not as code); the reply comes back on the client's IO thread, which
 sets the outcome and reports ``Finished`` or ``Failed``. On the engine the call runs inside
-:func:`_engine_call` / :func:`_engine_cell`, which set the task's environment for the call
+:func:`engine_call` / :func:`engine_cell`, which set the task's environment for the call
 (``CUDA_VISIBLE_DEVICES`` when a floating engine is bound, gang variables,
 ``JUPYTER_SCHED_TASK``), make ``jupyter_sched.current_task()`` answer, and send exceptions back
 pickled (the real exception type when it can travel). A cell's free names are pushed as separate
@@ -54,6 +54,7 @@ from ..discovery import HostInfo, discover_host
 from ..probe import EngineInfo, HostMap, free_port, host_address
 from ..quantity import SCALE, format_bytes
 from .base import Executor, TaskRecord
+from .on_engine import CALL, CELL, FREE_PORT, PROBE
 
 log = logging.getLogger(__name__)
 
@@ -78,124 +79,6 @@ class EngineLost(RuntimeError):
 
 class PushSizeWarning(UserWarning):
     """A cell pushes more data to its engine than ``push_warn_bytes``."""
-
-
-# -- on the engine ----------------------------------------------------------------------------
-
-
-def _engine_call(meta: tuple, fn: Callable, names: tuple, values: tuple, /, *args: Any,
-                 **kwargs: Any) -> tuple:
-    """Run ``fn(*args, **kwargs)`` as task ``meta`` (on the engine); a notebook function gets
-    the notebook globals it reads (``names``, ``values``) as its globals.
-
-    Returns ``("ok", result)`` or ``("error", pickled exception or None, traceback, summary)``.
-    """
-    if names:
-        from jupyter_sched.namespace import rebind
-
-        fn = rebind(dict(zip(names, values, strict=True)), fn)
-    with _task_scope(meta) as outcome:
-        outcome[:] = ["ok", fn(*args, **kwargs)]
-    return tuple(outcome)
-
-
-def _engine_cell(meta: tuple, code: str, pull: tuple | None, explicit: bool,
-                 names: tuple, /, *values: Any) -> tuple:
-    """Run cell ``code`` with ``names`` bound to ``values`` (on the engine).
-
-    Returns ``_engine_call``'s outcome followed by the notes on names left behind, the names
-    pulled back and their values, flat, so that ipyparallel sends arrays without copying them.
-    Names the cell set are sent back even when it raised: a kernel keeps what a failing cell
-    assigned.
-    """
-    from IPython import get_ipython
-
-    from jupyter_sched import namespace as nsmod
-
-    ns: dict[str, Any] = {"__name__": "__main__", "get_ipython": get_ipython}
-    ns.update(nsmod.resolve_modules(dict(zip(names, values, strict=True))))
-    wanted = pull if pull is not None else nsmod.names_to_pull(code)
-    pulled: dict[str, Any] = {}
-    notes: list[str] = []
-    with _task_scope(meta) as outcome:
-        try:
-            result = nsmod.run_cell(code, ns, f"<task {meta[0]}>")
-        except BaseException:
-            pulled, notes = nsmod.collect(ns, wanted)
-            raise
-        pulled, notes = nsmod.collect(ns, wanted, explicit=explicit)
-        outcome[:] = ["ok", result]
-    return (*outcome, tuple(notes), tuple(pulled), *pulled.values())
-
-
-@contextlib.contextmanager
-def _task_scope(meta: tuple):
-    """Environment and ``current_task()`` for one call; an exception becomes the outcome."""
-    task_id, name, env, gpus, rank, world_size, gang, node = meta
-    saved = {k: os.environ.get(k) for k in env if k != "CUDA_VISIBLE_DEVICES"}
-    os.environ.update(env)  # CUDA_VISIBLE_DEVICES stays: CUDA reads it once per process
-    ctx = previous = None
-    with contextlib.suppress(Exception):  # an older package on the engine: no current_task()
-        from jupyter_sched import context as ctx
-
-        previous = ctx.enter(ctx.TaskContext(
-            task_id, name, {"GPU": dict(gpus)} if gpus else {}, rank, world_size, dict(env),
-            node, gang))
-    outcome: list = []
-    try:
-        yield outcome
-    except BaseException as err:  # KeyboardInterrupt too: the kernel decides what it means
-        outcome[:] = ["error", *_pack_error(err)]
-    finally:
-        if ctx is not None:
-            ctx.leave(previous)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def _pack_error(err: BaseException) -> tuple[bytes | None, str, str]:
-    """(the pickled exception if it survives the trip, traceback text, one-line summary)."""
-    tb = err.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in _OWN_FILES:
-        tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(err), err, tb))
-    summary = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-    try:
-        data = pickle.dumps(err.with_traceback(None))
-        pickle.loads(data)
-    except Exception:
-        data = None
-    return data, text, summary
-
-
-class _Ref:
-    """A function of this package, sent by name (ipyparallel would send its code each time)."""
-
-    __slots__ = ("module", "name")
-
-    def __init__(self, module: str, name: str) -> None:
-        self.module = module
-        self.name = name
-
-    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
-
-    def __reduce__(self) -> tuple:
-        return (_Ref, (self.module, self.name))
-
-    def __repr__(self) -> str:
-        return f"{self.module}.{self.name}"
-
-
-_CALL = _Ref(__name__, "_engine_call")
-_CELL = _Ref(__name__, "_engine_cell")
-_PROBE = _Ref("jupyter_sched.probe", "probe")
-_FREE_PORT = _Ref("jupyter_sched.probe", "free_port")
 
 
 # -- in the kernel ----------------------------------------------------------------------------
@@ -476,7 +359,7 @@ class IppExecutor(Executor):
                 return
             try:
                 socket, ident = self._route(eid)
-                future = self.client.send_apply_request(socket, _PROBE, [self._peer], {},
+                future = self.client.send_apply_request(socket, PROBE, [self._peer], {},
                                                         ident=ident)
             except Exception as err:  # gone again already
                 log.debug("engine %d: cannot probe it: %s", eid, err)
@@ -545,7 +428,7 @@ class IppExecutor(Executor):
         out.send()
 
     def _environment(self, run: _Run) -> tuple[dict[str, str], tuple]:
-        """The task's environment, and the meta tuple ``_task_scope`` reads on the engine."""
+        """The task's environment, and the meta tuple ``task_scope`` reads on the engine."""
         start, engine = run.start, run.engine
         env = {"JUPYTER_SCHED_TASK": start.task}
         gpus = start.gpu_indices()
@@ -577,7 +460,7 @@ class IppExecutor(Executor):
             from ..namespace import function_globals
 
             found = function_globals(work.fn)
-            return (_CALL, [meta, work.fn, tuple(found), tuple(found.values()),
+            return (CALL, [meta, work.fn, tuple(found), tuple(found.values()),
                                    *work.args], dict(work.kwargs))
         from .. import namespace as nsmod
 
@@ -586,7 +469,7 @@ class IppExecutor(Executor):
         self._check_push_size(run, values)
         pull = tuple(work.pull) if work.pull is not None else None
         args = [meta, code, pull, work.pull is not None, tuple(values), *values.values()]
-        return _CELL, args, {}
+        return CELL, args, {}
 
     def _check_push_size(self, run: _Run, values: Mapping[str, object]) -> None:
         limit = getattr(self.runtime, "push_warn_bytes", None)
@@ -766,7 +649,7 @@ class IppExecutor(Executor):
     def _ask_port(self, gang: _Gang, out: _Outbox) -> None:
         engine = gang.master
         try:
-            future = self.client.send_apply_request(engine.socket, _FREE_PORT, [], {},
+            future = self.client.send_apply_request(engine.socket, FREE_PORT, [], {},
                                                     ident=engine.ident)
         except Exception as err:
             gang.failed = f"no port on rank 0's host: {type(err).__name__}: {err}"
@@ -970,13 +853,6 @@ class IppExecutor(Executor):
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-_OWN_FILES = frozenset({
-    __file__,
-    os.path.join(os.path.dirname(os.path.dirname(__file__)), "namespace.py"),
-    contextlib.__file__,
-})
-
 
 class _LoopThread:
     """An event loop in a thread of its own for a cluster we start.
