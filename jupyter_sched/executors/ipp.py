@@ -15,7 +15,8 @@ engine). Joins and leaves come from the client's registration callbacks, not fro
 Running a task (``start``): one apply request to the slot's engine, made on the runtime thread
 (the wrapper goes by name, not as code); the reply comes back on the client's IO thread, which
 sets the outcome and reports ``Finished`` or ``Failed``. On the engine the call runs inside
-:func:`engine_call` / :func:`engine_cell`, which set the task's environment for the call
+:func:`.on_engine.engine_call` / :func:`.on_engine.engine_cell`, which set the task's
+environment for the call
 (``CUDA_VISIBLE_DEVICES`` when a floating engine is bound, gang variables,
 ``JUPYTER_SCHED_TASK``), make ``jupyter_sched.current_task()`` answer, and send exceptions back
 pickled (the real exception type when it can travel). A cell's free names are pushed as separate
