@@ -414,8 +414,8 @@ class Scheduler(Configurable):
 
     def snapshot(self, fresh: bool = False) -> snapshots.Snapshot:
         """The latest published state (immutable). ``fresh=True`` takes one now (waits for the
-        runtime thread)."""
-        if fresh and self.started:
+        runtime thread); so does any call while nobody subscribes and the state has moved on."""
+        if self.started and (fresh or (self._changed and not self._observers)):
             return self._on_runtime(lambda core: self._publish(notify=False))
         return self._snapshot
 
@@ -607,7 +607,7 @@ class Scheduler(Configurable):
     def _timeout(self) -> float | None:
         now = self.now()
         due = []
-        if self._changed:
+        if self._changed and self._observers:
             due.append(self._last_publish + self.update_interval)
         deadline = self._core.next_deadline()
         if deadline is not None:
@@ -667,7 +667,10 @@ class Scheduler(Configurable):
             self._validate()
         if plain or requests or instructions:
             self._changed = True
-        if self._changed and now - self._last_publish >= self.update_interval:
+        # snapshots are made for subscribers (status lines, the dashboard); with none, one is
+        # made when asked for (``snapshot()``), not every update_interval
+        if self._changed and self._observers and (
+                now - self._last_publish >= self.update_interval):
             self._publish()
         return stop
 

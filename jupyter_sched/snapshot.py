@@ -10,11 +10,12 @@ docs/schema.md): plain numbers, GPU shares as floats, memory in bytes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from .quantity import SCALE
-from .resources import MEMORY, resources_to_json
+from .resources import MEMORY, Demand, resources_to_json
 from .tasks import INFEASIBLE, PENDING, QUEUED, RUNNING, TERMINAL
 
 if TYPE_CHECKING:
@@ -105,6 +106,12 @@ class Snapshot:
         return data
 
 
+@functools.lru_cache(maxsize=1024)
+def _demand_json(demand: Demand) -> dict[str, float | int]:
+    """A demand as JSON, made once per demand shape (views share it: read, never change it)."""
+    return demand.to_json()
+
+
 def task_view(task: Task, position: int | None = None) -> TaskView:
     spec = task.spec
     times = dict(task.times)
@@ -116,7 +123,8 @@ def task_view(task: Task, position: int | None = None) -> TaskView:
     ended = task.times[-1][1] if task.state in TERMINAL else None
     return TaskView(
         id=task.id, name=spec.name, state=task.state, reason=task.reason, queue=spec.queue,
-        priority=spec.priority, demand=spec.demand.to_json(), node=task.node, slot=task.slot,
+        priority=spec.priority, demand=_demand_json(spec.demand), node=task.node,
+        slot=task.slot,
         devices=devices, position=position, submitted=task.submitted_at,
         started=task.started_at if task.state == RUNNING or ended else times.get(RUNNING),
         ended=ended, gang=task.gang.name if task.gang else None, rank=task.rank,
