@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 
+import pytest
 from hypothesis import settings
 
 # In CI the property tests draw the same examples every run (derandomized): a run is judged on
@@ -12,3 +15,14 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture
+def quiet(caplog):
+    """Fail the test if anything warns or logs above DEBUG (no NVML must be a quiet state)."""
+    caplog.set_level(logging.DEBUG, logger="jupyter_sched")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield caplog
+    records = caplog.get_records("setup") + caplog.get_records("call")
+    assert [r.getMessage() for r in records if r.levelno > logging.DEBUG] == []

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import sys
-import warnings
 
 import psutil
 import pytest
@@ -125,16 +123,6 @@ def test_an_unreadable_gpu_is_skipped_but_keeps_its_place():
 
 
 # -- no NVML, no GPU: no error, no noise -------------------------------------------------------
-
-
-@pytest.fixture
-def quiet(caplog):
-    caplog.set_level(logging.DEBUG, logger="jupyter_sched")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        yield caplog
-    records = caplog.get_records("setup") + caplog.get_records("call")
-    assert [r.getMessage() for r in records if r.levelno > logging.DEBUG] == []
 
 
 def test_no_nvml_means_no_gpus(quiet):

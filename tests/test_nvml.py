@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 import types
-import warnings
 
 import pytest
 
@@ -118,17 +116,6 @@ def _fake_pynvml(*, init_error=None, count_error=None, names_as_bytes=True, util
     )
     mod.nvmlDeviceGetUtilizationRates = nvmlDeviceGetUtilizationRates
     return mod
-
-
-@pytest.fixture
-def quiet(caplog):
-    """Fail the test if anything warns or logs above DEBUG."""
-    caplog.set_level(logging.DEBUG, logger="jupyter_sched")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        yield caplog
-    records = caplog.get_records("setup") + caplog.get_records("call")
-    assert [r.getMessage() for r in records if r.levelno > logging.DEBUG] == []
 
 
 def test_load_nvml_without_pynvml_is_none_and_quiet(monkeypatch, quiet):
