@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
@@ -15,6 +16,22 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@contextlib.contextmanager
+def checked_scheduler(local_resources: str):
+    """A started scheduler that validates the core after every step; shut down after, with
+    no invariant broken on the way."""
+    from jupyter_sched.runtime import Scheduler
+
+    s = Scheduler(local_resources=local_resources, update_interval=0.02)
+    s.debug_validate = True
+    s.start()
+    try:
+        yield s
+    finally:
+        s.shutdown()
+    assert s.validation_errors == []
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import types
 from concurrent.futures import CancelledError
 
 import pytest
+from conftest import checked_scheduler
 
 import jupyter_sched
 from jupyter_sched.context import current_task
 from jupyter_sched.executors import local
-from jupyter_sched.runtime import Scheduler
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,12 +23,8 @@ WAIT = 10
 
 @pytest.fixture
 def sched():
-    s = Scheduler(local_resources="GPU=2", update_interval=0.02)
-    s.debug_validate = True
-    s.start()
-    yield s
-    s.shutdown()
-    assert s.validation_errors == []
+    with checked_scheduler("GPU=2") as s:
+        yield s
 
 
 def hold(gate: threading.Event) -> None:

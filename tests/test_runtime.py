@@ -14,6 +14,7 @@ import time
 from collections import Counter
 
 import pytest
+from conftest import checked_scheduler
 
 from jupyter_sched.runtime import HISTORY, Scheduler
 from jupyter_sched.tasks import TERMINAL
@@ -25,12 +26,8 @@ WAIT = 10  # seconds any single wait in these tests may take before it counts as
 
 @pytest.fixture
 def sched():
-    s = Scheduler(local_resources="GPU=2,CPU=4", update_interval=0.02)
-    s.debug_validate = True
-    s.start()
-    yield s
-    s.shutdown()
-    assert s.validation_errors == []
+    with checked_scheduler("GPU=2,CPU=4") as s:
+        yield s
 
 
 def sched_threads() -> list[str]:
