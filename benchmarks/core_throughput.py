@@ -23,11 +23,11 @@ import random
 import time
 import tracemalloc
 
-from jupyter_sched.allocation import NodeResources
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core
-from jupyter_sched.resources import Demand
-from jupyter_sched.tasks import GangSpec, TaskSpec
+from jupyter_sched.model.allocation import NodeResources
+from jupyter_sched.model.resources import Demand
+from jupyter_sched.model.tasks import GangSpec, TaskSpec
 
 U = 10_000
 SHAPES = [

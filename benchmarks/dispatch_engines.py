@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
                                                          os.environ.get("PYTHONPATH")]))
 
-from jupyter_sched.runtime import Scheduler  # noqa: E402
+from jupyter_sched.runtime.scheduler import Scheduler  # noqa: E402
 
 
 def noop():

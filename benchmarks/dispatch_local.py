@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jupyter_sched.runtime import Scheduler
+from jupyter_sched.runtime.scheduler import Scheduler
 
 WARMUP = 50
 

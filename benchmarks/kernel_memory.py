@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
-from jupyter_sched.runtime import Scheduler
+from jupyter_sched.runtime.scheduler import Scheduler
 
 
 def noop(i: int) -> int:

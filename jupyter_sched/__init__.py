@@ -26,12 +26,12 @@ _EXPORTS = {
     "cancel": "api",
     "wait": "api",
     "dashboard": "api",
-    "current_task": "context",
-    "Scheduler": "runtime",
-    "TaskHandle": "handles",
-    "GangHandle": "handles",
-    "TaskFailed": "handles",
-    "TaskTimeout": "handles",
+    "current_task": "executors.context",
+    "Scheduler": "runtime.scheduler",
+    "TaskHandle": "runtime.handles",
+    "GangHandle": "runtime.handles",
+    "TaskFailed": "runtime.handles",
+    "TaskTimeout": "runtime.handles",
 }
 
 
@@ -50,17 +50,15 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_sched``: the ``%sched`` and ``%%sched`` magics."""
-    from .magics import load_ipython_extension as load
+    from .notebook.extension import load_ipython_extension as load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from . import magics
+    from .notebook.extension import unload_ipython_extension as unload
 
-    unload = getattr(magics, "unload_ipython_extension", None)
-    if unload is not None:
-        unload(ipython)
+    unload(ipython)
 
 
 __all__ = ["__version__", *_EXPORTS]

@@ -23,9 +23,9 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .discovery import HostInfo, discover_host
-from .quantity import format_bytes, format_units
-from .resources import resources_to_json
+from .host.discovery import HostInfo, discover_host
+from .model.quantity import format_bytes, format_units
+from .model.resources import resources_to_json
 
 PROG = "jupyter-sched"
 _COMMANDS = ("info",)
@@ -87,7 +87,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def format_host(host: HostInfo) -> str:
-    """A :class:`~jupyter_sched.discovery.HostInfo` as an aligned, readable table."""
+    """A :class:`~jupyter_sched.host.discovery.HostInfo` as an aligned, readable table."""
 
     def mark(name: str) -> str:
         return "  (declared)" if name in host.declared else ""

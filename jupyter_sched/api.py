@@ -14,41 +14,14 @@ it; it is shut down when the kernel exits.
 from __future__ import annotations
 
 import importlib.util
-import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .context import current_task
-from .handles import GangHandle, TaskHandle
-from .runtime import Scheduler
-
-_lock = threading.Lock()
-_scheduler: Scheduler | None = None
-
-
-def get_scheduler(**config: Any) -> Scheduler:
-    """The kernel-wide scheduler, created and started on first call.
-
-    ``config`` (trait values such as ``local_resources="GPU=2"``) applies when it is created;
-    later calls with config change those settings on the running scheduler.
-    """
-    global _scheduler
-    with _lock:
-        sched = _scheduler
-        if sched is None or sched._state not in ("new", "running"):
-            shell = _shell()
-            if shell is not None:
-                sched = Scheduler(parent=shell, **config)
-                if sched not in shell.configurables:
-                    shell.configurables.append(sched)  # %config Scheduler.x = y
-            else:
-                sched = Scheduler(**config)
-            _scheduler = sched
-        elif config:
-            for name, value in config.items():
-                setattr(sched, name, value)
-    return sched.start()
+from .executors.context import current_task
+from .runtime.handles import GangHandle, TaskHandle
+from .runtime.instance import get_scheduler
+from .runtime.instance import shell as _shell
 
 
 def submit(fn: Callable | None = None, *args: Any, **kw: Any) -> TaskHandle | GangHandle:
@@ -69,14 +42,14 @@ def map(fn: Callable, items: Iterable, *, progress: bool = True,
 
 def nodes():
     """The nodes, their devices and what is free (displays as a table)."""
-    from .display import NodeList
+    from .views.display import NodeList
 
     return NodeList(get_scheduler().snapshot(fresh=True))
 
 
 def queue():
     """Running and waiting tasks (displays as a table)."""
-    from .display import QueueList
+    from .views.display import QueueList
 
     return QueueList(get_scheduler().snapshot(fresh=True))
 
@@ -93,14 +66,9 @@ def wait(handles_or_ids: object = None, timeout: float | None = None) -> list:
 
 def dashboard(*args: Any, **kwargs: Any) -> Any:
     """The live ipywidgets dashboard of the kernel-wide scheduler."""
-    from .widgets import dashboard as make
+    from .notebook.widgets import dashboard as make
 
     return make(*args, **kwargs)
-
-
-def _shell() -> Any:
-    ipython = sys.modules.get("IPython")
-    return ipython.get_ipython() if ipython is not None else None
 
 
 def _progress_bar(handles: list[TaskHandle]) -> None:

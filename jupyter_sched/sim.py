@@ -19,14 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .allocation import NodeResources
-from .cluster import SlotSpec
 from .core import events as ev
 from .core.state import Core
-from .devices import DeviceSet
-from .quantity import SCALE, parse_bytes
-from .resources import GPU, Demand, parse_resources
-from .tasks import TERMINAL, GangSpec, TaskSpec
+from .model.allocation import NodeResources
+from .model.cluster import SlotSpec
+from .model.devices import DeviceSet
+from .model.quantity import SCALE, parse_bytes
+from .model.resources import GPU, Demand, parse_resources
+from .model.tasks import TERMINAL, GangSpec, TaskSpec
 
 
 class Task:

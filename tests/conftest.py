@@ -22,7 +22,7 @@ if os.environ.get("CI"):
 def checked_scheduler(local_resources: str):
     """A started scheduler that validates the core after every step; shut down after, with
     no invariant broken on the way."""
-    from jupyter_sched.runtime import Scheduler
+    from jupyter_sched.runtime.scheduler import Scheduler
 
     s = Scheduler(local_resources=local_resources, update_interval=0.02)
     s.debug_validate = True

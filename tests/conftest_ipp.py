@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from jupyter_sched.runtime import Scheduler
+from jupyter_sched.runtime.scheduler import Scheduler
 
 TESTS = Path(__file__).resolve().parent
 ROOT = str(TESTS.parent)

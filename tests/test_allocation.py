@@ -16,10 +16,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from jupyter_sched.allocation import EMPTY, Allocation, NodeResources
-from jupyter_sched.devices import DeviceSet
-from jupyter_sched.quantity import SCALE
-from jupyter_sched.resources import CPU, GPU, MEMORY, Demand
+from jupyter_sched.model.allocation import EMPTY, Allocation, NodeResources
+from jupyter_sched.model.devices import DeviceSet
+from jupyter_sched.model.quantity import SCALE
+from jupyter_sched.model.resources import CPU, GPU, MEMORY, Demand
 
 GiB = 2**30
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import jupyter_sched as js
-from jupyter_sched import api
+from jupyter_sched.runtime import instance
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,7 +25,7 @@ def sched():
     s = js.get_scheduler(local_resources="GPU=2", update_interval=0.02)
     yield s
     s.shutdown()
-    api._scheduler = None
+    instance._scheduler = None
 
 
 def test_get_scheduler_is_one_started_instance(sched):
@@ -92,7 +92,7 @@ def test_current_task_is_exported():
 
 def test_first_use_of_current_task_loads_no_runtime():
     code = ("import sys, jupyter_sched as js; js.current_task(); "
-            "print(sorted(m for m in ('jupyter_sched.runtime', 'traitlets', 'IPython') "
+            "print(sorted(m for m in ('jupyter_sched.runtime.scheduler', 'traitlets', 'IPython') "
             "if m in sys.modules))")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_sched.allocation import NodeResources
-from jupyter_sched.cluster import SlotSpec
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core, InvalidTransition
-from jupyter_sched.resources import Demand
-from jupyter_sched.tasks import GangSpec, TaskSpec
+from jupyter_sched.model.allocation import NodeResources
+from jupyter_sched.model.cluster import SlotSpec
+from jupyter_sched.model.resources import Demand
+from jupyter_sched.model.tasks import GangSpec, TaskSpec
 
 U = 10_000
 

@@ -14,8 +14,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from jupyter_sched.devices import DeviceSet
-from jupyter_sched.quantity import SCALE
+from jupyter_sched.model.devices import DeviceSet
+from jupyter_sched.model.quantity import SCALE
 
 GiB = 2**30
 

@@ -10,12 +10,12 @@ import sys
 import psutil
 import pytest
 
-from jupyter_sched import discovery
-from jupyter_sched.allocation import NodeResources
-from jupyter_sched.discovery import DECLARE_ENV, GpuInfo, HostInfo, discover_host
-from jupyter_sched.nvml import FakeNvml
-from jupyter_sched.quantity import SCALE
-from jupyter_sched.resources import Demand, parse_resources
+from jupyter_sched.host import discovery
+from jupyter_sched.host.discovery import DECLARE_ENV, GpuInfo, HostInfo, discover_host
+from jupyter_sched.host.nvml import FakeNvml
+from jupyter_sched.model.allocation import NodeResources
+from jupyter_sched.model.quantity import SCALE
+from jupyter_sched.model.resources import Demand, parse_resources
 
 GiB = 2**30
 

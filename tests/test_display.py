@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jupyter_sched import display, snapshot
 from jupyter_sched.sim import Simulation
+from jupyter_sched.views import display, snapshot
 
 EVIL = "<img src=x onerror=alert(1)>"
 ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jupyter_sched.__main__ import main
-from jupyter_sched.discovery import discover_host
-from jupyter_sched.nvml import load_nvml
-from jupyter_sched.resources import Demand
+from jupyter_sched.host.discovery import discover_host
+from jupyter_sched.host.nvml import load_nvml
+from jupyter_sched.model.resources import Demand
 
 pytestmark = pytest.mark.gpu
 
@@ -119,7 +119,7 @@ def _meet(directory: str, me: str, other: str) -> dict:
 
 
 def test_two_half_gpu_tasks_share_one_real_gpu_at_the_same_time(nvml, tmp_path):
-    from jupyter_sched.runtime import Scheduler
+    from jupyter_sched.runtime.scheduler import Scheduler
 
     try:  # with torch already imported, a task's first GPU becomes its thread's device
         import torch
@@ -144,7 +144,7 @@ def test_two_half_gpu_tasks_share_one_real_gpu_at_the_same_time(nvml, tmp_path):
 def test_engines_per_gpu_pins_each_engine_to_one_real_gpu(nvml):
     from conftest_ipp import engines_can_import_this_checkout
 
-    from jupyter_sched.runtime import Scheduler
+    from jupyter_sched.runtime.scheduler import Scheduler
 
     sched = Scheduler().start()
     try:

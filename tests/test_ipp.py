@@ -14,7 +14,7 @@ import pytest
 from conftest_ipp import FakeRuntime, meet, scheduler_with_engines, visible, wait_for
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.executors.ipp import IppExecutor
+from jupyter_sched.executors.ipp.executor import IppExecutor
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

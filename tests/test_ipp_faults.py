@@ -25,7 +25,7 @@ from conftest_ipp import (
 )
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.executors.ipp import EngineLost
+from jupyter_sched.executors.ipp.executor import EngineLost
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -179,7 +179,7 @@ def test_a_gang_member_killed_fails_the_gang_and_stops_the_other(floating, tmp_p
 
 KILLED_KERNEL = """
 import json, os, sys
-from jupyter_sched.runtime import Scheduler
+from jupyter_sched.runtime.scheduler import Scheduler
 executor = Scheduler().start_cluster(engines=1)
 pids = [e.pid for e in executor.engines.values()] + [executor.cluster.controller.pid]
 print(json.dumps(pids), flush=True)

@@ -12,19 +12,18 @@ import pytest
 from conftest_ipp import FakeRuntime
 from ipyparallel import error
 
-from jupyter_sched import context
-from jupyter_sched.cluster import SlotSpec
 from jupyter_sched.core import events as ev
-from jupyter_sched.discovery import discover_host
+from jupyter_sched.executors import context
 from jupyter_sched.executors.base import TaskRecord, Work
-from jupyter_sched.executors.ipp import (
+from jupyter_sched.executors.ipp.engines import probe
+from jupyter_sched.executors.ipp.executor import (
     EngineLost,
     IppExecutor,
     RemoteTaskError,
     _exit_text,
     _remote_tb,
 )
-from jupyter_sched.executors.on_engine import (
+from jupyter_sched.executors.ipp.on_engine import (
     CALL,
     CELL,
     FREE_PORT,
@@ -32,8 +31,9 @@ from jupyter_sched.executors.on_engine import (
     engine_call,
     engine_cell,
 )
-from jupyter_sched.probe import probe
-from jupyter_sched.tasks import TaskSpec
+from jupyter_sched.host.discovery import discover_host
+from jupyter_sched.model.cluster import SlotSpec
+from jupyter_sched.model.tasks import TaskSpec
 
 # -- the wrappers, as an engine runs them ---------------------------------------------------------
 

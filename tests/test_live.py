@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from jupyter_sched.discovery import discover_host
-from jupyter_sched.live import GpuMonitor
-from jupyter_sched.nvml import FakeNvml
+from jupyter_sched.host.discovery import discover_host
+from jupyter_sched.host.live import GpuMonitor
+from jupyter_sched.host.nvml import FakeNvml
 
 
 def host_with(nvml, declare=None):
@@ -38,8 +38,8 @@ def test_an_unreadable_gpu_reads_as_unknown():
 
 
 def test_snapshot_shows_live_use_on_the_device():
-    from jupyter_sched import snapshot
     from jupyter_sched.sim import Simulation
+    from jupyter_sched.views import snapshot
 
     sim = Simulation()
     sim.add_node("local", {"GPU": 1})

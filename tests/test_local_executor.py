@@ -13,8 +13,8 @@ import pytest
 from conftest import checked_scheduler
 
 import jupyter_sched
-from jupyter_sched.context import current_task
-from jupyter_sched.executors import local
+from jupyter_sched.executors.context import current_task
+from jupyter_sched.executors.local import executor as local
 
 pytestmark = pytest.mark.timeout(60)
 

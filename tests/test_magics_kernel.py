@@ -365,7 +365,7 @@ def test_dashboard_with_ten_thousand_queued(kernel):
                      "    time.sleep(0.02)", timeout=60)
     assert run.error is None, run.error
     run = kernel.run(
-        "from jupyter_sched.widgets import Dashboard\n"
+        "from jupyter_sched.notebook.widgets import Dashboard\n"
         "board = Dashboard(sched)\n"
         "board.refresh()\n"
         "print(len(board.running.visible), len(board.waiting.visible), "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_sched import magics
-from jupyter_sched.magics import SchedMagics, parse_cell, parse_gang, parse_on
+from jupyter_sched.notebook import magics
+from jupyter_sched.notebook.magics import SchedMagics, parse_cell, parse_gang, parse_on
 
 
 def test_defaults_submit_nothing_but_the_cell():

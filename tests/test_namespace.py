@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from jupyter_sched.namespace import (
+from jupyter_sched.executors.ipp.namespace import (
     CellNames,
     ModuleRef,
     cell_names,

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from jupyter_sched.nvml import FakeNvml, Nvml, NvmlDevice, PynvmlNvml, load_nvml
+from jupyter_sched.host.nvml import FakeNvml, Nvml, NvmlDevice, PynvmlNvml, load_nvml
 
 GiB = 2**30
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_sched.executors import local
-from jupyter_sched.executors.local import RoutedStream, TaskOutput
+from jupyter_sched.executors.local import executor as local
+from jupyter_sched.executors.local.executor import RoutedStream, TaskOutput
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 10

@@ -34,7 +34,7 @@ def test_import_prints_nothing_and_loads_nothing_heavy():
 
 
 def test_discovery_and_nvml_modules_load_pynvml_only_when_asked():
-    proc = _import("jupyter_sched.discovery, jupyter_sched.nvml, jupyter_sched.__main__")
+    proc = _import("jupyter_sched.host.discovery, jupyter_sched.host.nvml, jupyter_sched.__main__")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     assert proc.stderr == "[]"

@@ -7,13 +7,13 @@ import socket
 
 import pytest
 
-from jupyter_sched.cluster import SlotSpec
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core
-from jupyter_sched.discovery import discover_host
-from jupyter_sched.nvml import FakeNvml
-from jupyter_sched.probe import EngineInfo, HostMap, free_port, probe
-from jupyter_sched.quantity import SCALE
+from jupyter_sched.executors.ipp.engines import EngineInfo, HostMap, free_port, probe
+from jupyter_sched.host.discovery import discover_host
+from jupyter_sched.host.nvml import FakeNvml
+from jupyter_sched.model.cluster import SlotSpec
+from jupyter_sched.model.quantity import SCALE
 
 NVML = FakeNvml([("A100", "80GiB"), ("A100", "80GiB"), ("T4", "16GiB")])
 UUID = [d.uuid for d in NVML.devices]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_sched.quantity import (
+from jupyter_sched.model.quantity import (
     MAX_BYTES,
     MAX_COUNT,
     SCALE,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_sched.quantity import SCALE
-from jupyter_sched.resources import (
+from jupyter_sched.model.quantity import SCALE
+from jupyter_sched.model.resources import (
     CPU,
     GPU,
     MEMORY,

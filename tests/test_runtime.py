@@ -16,8 +16,8 @@ from collections import Counter
 import pytest
 from conftest import checked_scheduler
 
-from jupyter_sched.runtime import HISTORY, Scheduler
-from jupyter_sched.tasks import TERMINAL
+from jupyter_sched.model.tasks import TERMINAL
+from jupyter_sched.runtime.scheduler import HISTORY, Scheduler
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -164,7 +164,7 @@ def test_unknown_cancel_raises(sched):
 
 
 def test_time_limit_stops_a_running_task_and_frees_its_gpu(sched):
-    from jupyter_sched.handles import TaskTimeout
+    from jupyter_sched.runtime.handles import TaskTimeout
 
     def spin():
         while True:

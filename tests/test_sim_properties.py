@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.quantity import SCALE
+from jupyter_sched.model.quantity import SCALE
+from jupyter_sched.model.tasks import TERMINAL
 from jupyter_sched.sim import Simulation
-from jupyter_sched.tasks import TERMINAL
 
 SHARES = st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.75, 1, 2])
 

@@ -510,12 +510,12 @@ def test_a_fractional_reservation_holds_only_its_share():
 
 
 def test_pinned_engines_share_a_device_by_best_fit():
-    from jupyter_sched.allocation import NodeResources
-    from jupyter_sched.cluster import SlotSpec
     from jupyter_sched.core import events as ev
     from jupyter_sched.core.state import Core
-    from jupyter_sched.resources import Demand
-    from jupyter_sched.tasks import TaskSpec
+    from jupyter_sched.model.allocation import NodeResources
+    from jupyter_sched.model.cluster import SlotSpec
+    from jupyter_sched.model.resources import Demand
+    from jupyter_sched.model.tasks import TaskSpec
 
     core = Core()
     slots = tuple(SlotSpec(f"e{k}", frozenset({k % 2})) for k in range(4))  # GPUs 0,1,0,1
@@ -529,12 +529,12 @@ def test_pinned_engines_share_a_device_by_best_fit():
 
 
 def test_a_gang_runs_all_in_threads_or_all_on_engines():
-    from jupyter_sched.allocation import NodeResources
-    from jupyter_sched.cluster import SlotSpec
     from jupyter_sched.core import events as ev
     from jupyter_sched.core.state import Core
-    from jupyter_sched.resources import Demand
-    from jupyter_sched.tasks import GangSpec, TaskSpec
+    from jupyter_sched.model.allocation import NodeResources
+    from jupyter_sched.model.cluster import SlotSpec
+    from jupyter_sched.model.resources import Demand
+    from jupyter_sched.model.tasks import GangSpec, TaskSpec
 
     core = Core()
     # the kernel's node holds one GPU task in a thread; an engine host holds two on engines

@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from jupyter_sched import snapshot, widgets
+from jupyter_sched.notebook import widgets
 from jupyter_sched.sim import Simulation
+from jupyter_sched.views import snapshot
 
 EVIL = "<img src=x onerror=alert(1)>"
 

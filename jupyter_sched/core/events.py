@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..allocation import NodeResources
-from ..cluster import SlotSpec
-from ..tasks import GangSpec, TaskSpec
+from ..model.allocation import NodeResources
+from ..model.cluster import SlotSpec
+from ..model.tasks import GangSpec, TaskSpec
 
 # -- events ---------------------------------------------------------------------------------
 

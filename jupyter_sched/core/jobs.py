@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..resources import Demand
-from ..tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task, TaskSpec
+from ..model.resources import Demand
+from ..model.tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task, TaskSpec
 
 
 def job_spec(job: Task | Gang) -> TaskSpec:

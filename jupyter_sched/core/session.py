@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..allocation import Allocation
-from ..cluster import Node
-from ..quantity import SCALE
-from ..resources import GPU, Demand, gpu_memory_share
-from ..tasks import CANCELLED, QUEUED, Gang, Task, TaskSpec
+from ..model.allocation import Allocation
+from ..model.cluster import Node
+from ..model.quantity import SCALE
+from ..model.resources import GPU, Demand, gpu_memory_share
+from ..model.tasks import CANCELLED, QUEUED, Gang, Task, TaskSpec
 from . import events as ev
 from .plugins import nodeorder
 from .plugins.predicates import node_passes

@@ -11,10 +11,10 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from ..allocation import Allocation
-from ..cluster import Cluster, Node
-from ..queues import CLOSED, QueueTree
-from ..tasks import (
+from ..model.allocation import Allocation
+from ..model.cluster import Cluster, Node
+from ..model.queues import CLOSED, QueueTree
+from ..model.tasks import (
     CANCELLED,
     DONE,
     FAILED,

@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..quantity import SCALE
+from ..model.quantity import SCALE
 
 if TYPE_CHECKING:
     from ..core.events import Start
-    from ..tasks import TaskSpec
+    from ..model.tasks import TaskSpec
 
 
 @dataclass(slots=True)

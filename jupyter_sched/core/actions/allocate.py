@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import heapq
 
-from ...queues import CLOSED
-from ...tasks import Gang, Task
+from ...model.queues import CLOSED
+from ...model.tasks import Gang, Task
 from ..jobs import job_spec
 from ..plugins.gang import place_gang
 from ..session import Session

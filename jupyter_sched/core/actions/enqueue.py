@@ -11,7 +11,7 @@ class, not once per task.
 
 from __future__ import annotations
 
-from ...tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task
+from ...model.tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task
 from ..jobs import job_class, job_spec
 from ..plugins.gang import why_gang_never
 from ..plugins.predicates import why_never

@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from ...resources import GPU
-from ...tasks import Gang, Task
+from ...model.resources import GPU
+from ...model.tasks import Gang, Task
 from ..jobs import job_spec
 from ..plugins.predicates import node_passes
 from ..session import Reservation, Session

@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ...allocation import NodeResources
-from ...tasks import QUEUED, Gang, TaskSpec
+from ...model.allocation import NodeResources
+from ...model.tasks import QUEUED, Gang, TaskSpec
 from ..session import Session, Statement, cancel_unplaced
 from .predicates import empty_model, node_passes
 
 if TYPE_CHECKING:
-    from ...cluster import Cluster
+    from ...model.cluster import Cluster
 
 
 def place_gang(session: Session, gang: Gang, easy: bool = False,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...cluster import Cluster, Node
-from ...resources import CPU, GPU, Demand
+from ...model.cluster import Cluster, Node
+from ...model.resources import CPU, GPU, Demand
 
 
 def candidates(cluster: Cluster, demand: Demand, policy: str, threshold: float) -> Iterator[Node]:

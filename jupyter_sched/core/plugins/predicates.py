@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ...allocation import NodeResources
-from ...cluster import Cluster, Node
-from ...devices import DeviceSet
-from ...tasks import TaskSpec
+from ...model.allocation import NodeResources
+from ...model.cluster import Cluster, Node
+from ...model.devices import DeviceSet
+from ...model.tasks import TaskSpec
 
 
 def node_passes(node: Node, spec: TaskSpec) -> bool:

@@ -1,7 +1,7 @@
 """Engines as nodes and slots: what an engine reports about itself, and how engines add up.
 
 :func:`probe` runs once on each ipyparallel engine when it registers. It sends back the engine's
-host (:func:`~jupyter_sched.discovery.discover_host`), its pid, its ``CUDA_VISIBLE_DEVICES`` and
+host (:func:`~..host.discovery.discover_host`), its pid, its ``CUDA_VISIBLE_DEVICES`` and
 its host's address.
 
 :class:`HostMap` turns those reports into the core's node events (DESIGN.md section 4):
@@ -31,13 +31,13 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .allocation import NodeResources
-from .cluster import SlotSpec
-from .core import events as ev
-from .devices import DeviceSet
-from .discovery import GpuInfo, HostInfo, visible_indices
-from .nvml import NvmlDevice
-from .resources import GPU
+from ...core import events as ev
+from ...host.discovery import GpuInfo, HostInfo, visible_indices
+from ...host.nvml import NvmlDevice
+from ...model.allocation import NodeResources
+from ...model.cluster import SlotSpec
+from ...model.devices import DeviceSet
+from ...model.resources import GPU
 
 LOCAL_NODE = "local"
 
@@ -45,7 +45,7 @@ LOCAL_NODE = "local"
 def probe(peer: str | None = None) -> dict[str, object]:
     """What an engine says about itself (runs on the engine; plain types only). ``peer`` is the
     controller's address: the engine's own address is the one it reaches the controller from."""
-    from jupyter_sched.discovery import discover_host
+    from jupyter_sched.host.discovery import discover_host
 
     return {
         "host": discover_host().to_json(),

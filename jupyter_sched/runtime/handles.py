@@ -25,11 +25,11 @@ from concurrent.futures import Future
 from concurrent.futures._base import PENDING as _PENDING
 from typing import TYPE_CHECKING, Any
 
-from .tasks import CANCELLED, DONE, FAILED, RUNNING, TERMINAL
+from ..model.tasks import CANCELLED, DONE, FAILED, RUNNING, TERMINAL
 
 if TYPE_CHECKING:
-    from .executors.base import TaskRecord
-    from .runtime import Scheduler
+    from ..executors.base import TaskRecord
+    from .scheduler import Scheduler
 
 
 class TaskFailed(RuntimeError):
@@ -240,7 +240,7 @@ class TaskHandle(_LightFuture):
     # -- display ----------------------------------------------------------------------------
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        from . import display
+        from ..views import display
 
         return display.task_bundle(self, self.error)
 
@@ -343,7 +343,7 @@ class GangHandle(_LightFuture):
             self.set_running_or_notify_cancel()
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        from . import display
+        from ..views import display
 
         return display.gang_bundle(self.name, self.members, self.error)
 

@@ -12,8 +12,8 @@ from typing import Any
 from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 
-from .resources import Demand
-from .tasks import STRATEGIES, GangSpec
+from ..model.resources import Demand
+from ..model.tasks import STRATEGIES, GangSpec
 
 # -- argument types: each names the value it rejects ---------------------------------------------
 

@@ -31,7 +31,7 @@ def engine_call(meta: tuple, fn: Callable, names: tuple, values: tuple, /, *args
     Returns ``("ok", result)`` or ``("error", pickled exception or None, traceback, summary)``.
     """
     if names:
-        from jupyter_sched.namespace import rebind
+        from jupyter_sched.executors.ipp.namespace import rebind
 
         fn = rebind(dict(zip(names, values, strict=True)), fn)
     with task_scope(meta) as outcome:
@@ -50,7 +50,7 @@ def engine_cell(meta: tuple, code: str, pull: tuple | None, explicit: bool,
     """
     from IPython import get_ipython
 
-    from jupyter_sched import namespace as nsmod
+    from jupyter_sched.executors.ipp import namespace as nsmod
 
     ns: dict[str, Any] = {"__name__": "__main__", "get_ipython": get_ipython}
     ns.update(nsmod.resolve_modules(dict(zip(names, values, strict=True))))
@@ -76,7 +76,7 @@ def task_scope(meta: tuple):
     os.environ.update(env)  # CUDA_VISIBLE_DEVICES stays: CUDA reads it once per process
     ctx = previous = None
     with contextlib.suppress(Exception):  # an older package on the engine: no current_task()
-        from jupyter_sched import context as ctx
+        from jupyter_sched.executors import context as ctx
 
         previous = ctx.enter(ctx.TaskContext(
             task_id, name, {"GPU": dict(gpus)} if gpus else {}, rank, world_size, dict(env),
@@ -134,5 +134,5 @@ class Ref:
 
 CALL = Ref(__name__, "engine_call")
 CELL = Ref(__name__, "engine_cell")
-PROBE = Ref("jupyter_sched.probe", "probe")
-FREE_PORT = Ref("jupyter_sched.probe", "free_port")
+PROBE = Ref("jupyter_sched.executors.ipp.engines", "probe")
+FREE_PORT = Ref("jupyter_sched.executors.ipp.engines", "free_port")

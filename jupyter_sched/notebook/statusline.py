@@ -12,9 +12,9 @@ from typing import Any
 
 from IPython.display import display
 
-from . import display as d
+from ..model.tasks import TERMINAL
+from ..views import display as d
 from .cell_options import one_line
-from .tasks import TERMINAL
 
 # -- the live status line -------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ class LiveLines:
                 self._lines.pop(line.display_id, None)
 
     def _publish(self, bundle: dict, line: StatusLine) -> None:
-        from .executors.local import Publisher
+        from ..executors.local.executor import Publisher
 
         publisher = Publisher.find() if line.parent else None
         if publisher is None:

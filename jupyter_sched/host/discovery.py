@@ -40,11 +40,11 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .allocation import NodeResources
-from .devices import DeviceSet
+from ..model.allocation import NodeResources
+from ..model.devices import DeviceSet
+from ..model.quantity import SCALE, format_bytes, from_units, parse_bytes, to_units
+from ..model.resources import CPU, GPU, MEMORY, canonical_name, parse_resources, resources_to_json
 from .nvml import Nvml, NvmlDevice, load_nvml
-from .quantity import SCALE, format_bytes, from_units, parse_bytes, to_units
-from .resources import CPU, GPU, MEMORY, canonical_name, parse_resources, resources_to_json
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class HostInfo:
     """One host as one process on it sees it.
 
     ``cpus`` is what this process may use (its CPU affinity), ``memory`` the physical memory in
-    bytes, ``custom`` declared custom resources in units (see :mod:`jupyter_sched.quantity`).
+    bytes, ``custom`` declared custom resources in units (see :mod:`jupyter_sched.model.quantity`).
     ``nvml_gpus`` is how many GPUs NVML reports on the whole host (None: NVML not available);
     ``declared`` names the resources that were declared rather than found.
     """
@@ -192,7 +192,7 @@ def discover_host(
 ) -> HostInfo:
     """This host as this process sees it.
 
-    ``nvml``: an :class:`~jupyter_sched.nvml.Nvml` (e.g. a ``FakeNvml``), None for no NVML, or by
+    ``nvml``: an :class:`~.nvml.Nvml` (e.g. a ``FakeNvml``), None for no NVML, or by
     default the real one if it can be loaded. ``env``: the environment to read
     ``CUDA_VISIBLE_DEVICES`` and ``JUPYTER_SCHED_DECLARE`` from (default ``os.environ``).
     ``declare``: declared resources, a spec ``"GPU=2,gpu_memory=16GiB"`` or a mapping; when None,

@@ -7,8 +7,8 @@ Getting engines::
     executor = IppExecutor.start_cluster(runtime, engines_per_gpu=2)        # 2 pinned per GPU
     executor = IppExecutor.start_cluster(runtime, engines=16, launcher="slurm")
 
-Each engine is probed once when it registers (:func:`jupyter_sched.probe.probe`); the reports
-become ``NodeAdded``/``SlotAdded``/``NodeUpdated`` events (:class:`jupyter_sched.probe.HostMap`),
+Each engine is probed once when it registers (:func:`.engines.probe`); the reports
+become ``NodeAdded``/``SlotAdded``/``NodeUpdated`` events (:class:`.engines.HostMap`),
 and an engine that goes away becomes ``SlotRemoved`` (and ``NodeRemoved`` for a host left with no
 engine). Joins and leaves come from the client's registration callbacks, not from polling.
 
@@ -21,7 +21,7 @@ environment for the call
 ``JUPYTER_SCHED_TASK``), make ``jupyter_sched.current_task()`` answer, and send exceptions back
 pickled (the real exception type when it can travel). A cell's free names are pushed as separate
 arguments (so ipyparallel sends arrays without copies) and the names it sets come back with the
-result (:mod:`jupyter_sched.namespace`).
+result (:mod:`jupyter_sched.executors.ipp.namespace`).
 
 Gangs: the core starts a gang's members in one batch, rank 0 first. Rank 0's engine is asked for
 a free TCP port (``MASTER_PORT``); the members are sent together once it answers.
@@ -50,11 +50,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import events as ev
-from ..discovery import HostInfo, discover_host
-from ..probe import EngineInfo, HostMap, free_port, host_address
-from ..quantity import SCALE, format_bytes
-from .base import Executor, TaskRecord
+from ...core import events as ev
+from ...host.discovery import HostInfo, discover_host
+from ...model.quantity import SCALE, format_bytes
+from ..base import Executor, TaskRecord
+from .engines import EngineInfo, HostMap, free_port, host_address
 from .on_engine import CALL, CELL, FREE_PORT, PROBE
 
 log = logging.getLogger(__name__)
@@ -458,12 +458,12 @@ class IppExecutor(Executor):
         if work.code is None:
             if work.fn is None:
                 raise ValueError(f"task {run.task} has neither a function nor code to run")
-            from ..namespace import function_globals
+            from .namespace import function_globals
 
             found = function_globals(work.fn)
             return (CALL, [meta, work.fn, tuple(found), tuple(found.values()),
                                    *work.args], dict(work.kwargs))
-        from .. import namespace as nsmod
+        from . import namespace as nsmod
 
         code = nsmod.transform_cell(work.code)
         values = nsmod.values_to_push(code, work.namespace or {}, work.push)
@@ -476,7 +476,7 @@ class IppExecutor(Executor):
         limit = getattr(self.runtime, "push_warn_bytes", None)
         if not values or not limit:
             return
-        from ..namespace import estimate_size
+        from .namespace import estimate_size
 
         sizes = estimate_size(values)
         total = sum(sizes.values())
@@ -601,7 +601,7 @@ class IppExecutor(Executor):
         runtime.report(ev.Failed(task_id, summary))
 
     def _pull_back(self, run: _Run, values: Mapping[str, object], notes: tuple) -> None:
-        from ..namespace import resolve_modules
+        from .namespace import resolve_modules
 
         work = run.record.work
         if work.namespace is not None and values:

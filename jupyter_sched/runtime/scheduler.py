@@ -53,16 +53,16 @@ from typing import Any
 from traitlets import Bool, Enum, Float, Int, Unicode, observe
 from traitlets.config import Configurable
 
-from . import snapshot as snapshots
-from .core import events as ev
-from .core.state import POLICIES, Core
-from .discovery import HostInfo, discover_host
-from .executors.base import Executor, TaskRecord, Work, device_shares
-from .executors.local import LocalExecutor, Publisher, TaskOutput, current_parent
+from ..core import events as ev
+from ..core.state import POLICIES, Core
+from ..executors.base import Executor, TaskRecord, Work, device_shares
+from ..executors.local.executor import LocalExecutor, Publisher, TaskOutput, current_parent
+from ..host.discovery import HostInfo, discover_host
+from ..host.live import GpuMonitor
+from ..model.resources import GPU, Demand, parse_resources
+from ..model.tasks import RUNNING, TERMINAL, GangSpec, TaskSpec
+from ..views import snapshot as snapshots
 from .handles import GangHandle, TaskHandle
-from .live import GpuMonitor
-from .resources import GPU, Demand, parse_resources
-from .tasks import RUNNING, TERMINAL, GangSpec, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -474,7 +474,7 @@ class Scheduler(Configurable):
                 timeout: float = 30) -> Any:
         """Use the engines of a running ipyparallel cluster (an ``ipp.Cluster``, an
         ``ipp.Client``, a profile name, or a cluster id). Returns the engine executor."""
-        from .executors.ipp import IppExecutor
+        from ..executors.ipp.executor import IppExecutor
 
         self.start()
         executor = IppExecutor.connect(self, cluster_or_client_or_profile,
@@ -487,7 +487,7 @@ class Scheduler(Configurable):
         """Start an ipyparallel cluster (``engines`` floating engines, 2 when neither count is
         given; ``engines_per_gpu`` pinned ones per GPU) and use its engines;
         ``stop_cluster()`` stops it."""
-        from .executors.ipp import IppExecutor
+        from ..executors.ipp.executor import IppExecutor
 
         self.start()
         executor = IppExecutor.start_cluster(self, engines=engines,

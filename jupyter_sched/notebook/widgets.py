@@ -21,8 +21,8 @@ from typing import Any
 
 import ipywidgets as w
 
-from . import display as d
-from .snapshot import NodeView, Snapshot, TaskView
+from ..views import display as d
+from ..views.snapshot import NodeView, Snapshot, TaskView
 
 ROWS = 50
 
@@ -245,7 +245,7 @@ def _more(count: int, what: str) -> str:
 def dashboard(scheduler=None, rows: int = ROWS) -> Dashboard:
     """A live :class:`Dashboard` of ``scheduler`` (the kernel's scheduler by default)."""
     if scheduler is None:
-        from .magics import get_scheduler
+        from ..runtime.instance import get_scheduler
 
         scheduler = get_scheduler()
     return Dashboard(scheduler, rows=rows)

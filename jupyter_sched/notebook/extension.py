@@ -17,7 +17,8 @@ def load_ipython_extension(ip) -> None:
     """Register the magics with ``ip`` and start the scheduler (once per shell)."""
     if id(ip) in _STATE:
         return
-    from .magics import SchedMagics, get_scheduler
+    from ..runtime.instance import get_scheduler
+    from .magics import SchedMagics
 
     scheduler = get_scheduler()
     if scheduler not in ip.configurables:

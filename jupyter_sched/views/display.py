@@ -1,6 +1,6 @@
 """MIME bundles for tasks, nodes, the queue, history and queues, rendered from snapshot views.
 
-Every function here is pure: it reads immutable views (:mod:`jupyter_sched.snapshot`) and
+Every function here is pure: it reads immutable views (:mod:`jupyter_sched.views.snapshot`) and
 returns a mimebundle dict with three entries:
 
 * ``text/plain`` — aligned tables, stable for equal states: no clock readings or durations, so
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from .quantity import format_bytes
+from ..model.quantity import format_bytes
 from .snapshot import SCHEMA_VERSION, NodeView, QueueView, Snapshot, TaskView
 
 MIME = "application/vnd.jupyter-sched.v1+json"

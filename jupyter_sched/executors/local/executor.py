@@ -36,12 +36,12 @@ from collections.abc import Callable
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from ...core.events import Failed, Finished, Stopped
 from .. import context
-from ..core.events import Failed, Finished, Stopped
-from .base import Executor, TaskRecord, Work, task_env
+from ..base import Executor, TaskRecord, Work, task_env
 
 if TYPE_CHECKING:
-    from ..core.events import Start
+    from ...core.events import Start
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ nothing is warned. ``pynvml`` is imported only inside :func:`load_nvml`, so impo
 costs nothing.
 
 Indices here are *NVML* indices (PCI bus order, all devices of the host, regardless of
-``CUDA_VISIBLE_DEVICES``); :mod:`jupyter_sched.discovery` maps them to the indices a process sees.
+``CUDA_VISIBLE_DEVICES``); :mod:`.discovery` maps them to the indices a process sees.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class FakeNvml(Nvml):
     """
 
     def __init__(self, devices: Iterable[object] = (), broken: Iterable[int] = ()) -> None:
-        from .quantity import parse_bytes
+        from ..model.quantity import parse_bytes
 
         self.devices: list[NvmlDevice] = []
         for index, spec in enumerate(devices):

@@ -14,13 +14,13 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from .quantity import SCALE
-from .resources import MEMORY, Demand, resources_to_json
-from .tasks import INFEASIBLE, PENDING, QUEUED, RUNNING, TERMINAL
+from ..model.quantity import SCALE
+from ..model.resources import MEMORY, Demand, resources_to_json
+from ..model.tasks import INFEASIBLE, PENDING, QUEUED, RUNNING, TERMINAL
 
 if TYPE_CHECKING:
-    from .core.state import Core
-    from .tasks import Task
+    from ..core.state import Core
+    from ..model.tasks import Task
 
 SCHEMA_VERSION = 1
 

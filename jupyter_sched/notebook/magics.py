@@ -29,7 +29,8 @@ from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from . import display as d
+from ..runtime.instance import get_scheduler
+from ..views import display as d
 from .cell_options import (
     CELL_PARSER,
     INT,
@@ -472,31 +473,17 @@ def _wait_quietly(handle, timeout: float) -> None:
 
 def _parent(shell) -> dict | None:
     """The parent header of the cell that runs now, where there is one (in a kernel)."""
-    from .executors.local import current_parent
+    from ..executors.local.executor import current_parent
 
     return current_parent()
 
-
-def get_scheduler():
-    """The kernel-wide scheduler (created and started on first use)."""
-    try:
-        from .api import get_scheduler as get
-    except ImportError:
-        from .runtime import get_scheduler as get
-    return get()
-
-
-# ``%load_ext jupyter_sched`` finds these through the package; they live in extension.py
-from .extension import load_ipython_extension, unload_ipython_extension  # noqa: E402
 
 __all__ = [
     "CELL_PARSER",
     "LiveLines",
     "SchedMagics",
-    "load_ipython_extension",
     "parse_cell",
     "parse_gang",
     "parse_on",
     "render_line",
-    "unload_ipython_extension",
 ]

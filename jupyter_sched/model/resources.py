@@ -1,7 +1,7 @@
 """Resource names, requests and resource sets.
 
 A request (a :class:`Demand`) is a set of named amounts in fixed-point units (see
-:mod:`jupyter_sched.quantity`) plus, optionally, an amount of GPU memory per device. Names:
+:mod:`jupyter_sched.model.quantity`) plus, optionally, an amount of GPU memory per device. Names:
 
 * ``CPU`` — cores, any amount (``0.5`` is half a core);
 * ``GPU`` — a *unit-instance* resource: a fraction below 1 is a share of one device, a whole
