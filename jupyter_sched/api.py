@@ -42,14 +42,14 @@ def map(fn: Callable, items: Iterable, *, progress: bool = True,
 
 def nodes():
     """The nodes, their devices and what is free (displays as a table)."""
-    from .views.display import NodeList
+    from .views.tables import NodeList
 
     return NodeList(get_scheduler().snapshot(fresh=True))
 
 
 def queue():
     """Running and waiting tasks (displays as a table)."""
-    from .views.display import QueueList
+    from .views.tables import QueueList
 
     return QueueList(get_scheduler().snapshot(fresh=True))
 

@@ -14,7 +14,7 @@ import pytest
 from jupyter_sched import __version__
 from jupyter_sched.__main__ import main
 from jupyter_sched.host import discovery
-from jupyter_sched.host.nvml import FakeNvml
+from jupyter_sched.testing import FakeNvml
 
 GiB = 2**30
 ROOT = Path(__file__).resolve().parent.parent

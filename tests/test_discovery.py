@@ -12,10 +12,10 @@ import pytest
 
 from jupyter_sched.host import discovery
 from jupyter_sched.host.discovery import DECLARE_ENV, GpuInfo, HostInfo, discover_host
-from jupyter_sched.host.nvml import FakeNvml
 from jupyter_sched.model.allocation import NodeResources
 from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.model.resources import Demand, parse_resources
+from jupyter_sched.testing import FakeNvml
 
 GiB = 2**30
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from jupyter_sched.sim import Simulation
-from jupyter_sched.views import display, snapshot
+from jupyter_sched.views import display, snapshot, tables
+from jupyter_sched.views import format as fmt
 
 EVIL = "<img src=x onerror=alert(1)>"
 ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
@@ -143,14 +144,14 @@ def test_rows_are_bounded_and_the_rest_counted():
 
 def test_wrappers_display_and_iterate():
     snap = scenario()
-    nodes = display.NodeList(snap)
+    nodes = tables.NodeList(snap)
     assert [n.name for n in nodes] == ["n1", EVIL] and len(nodes) == 2
     assert repr(nodes) == display.nodes_bundle(snap)["text/plain"]
-    queue = display.QueueList(snap)
+    queue = tables.QueueList(snap)
     assert len(queue) == len(snap.running) + len(snap.waiting)
     assert queue.counts["running"] == 4
-    for cls in (display.Status, display.NodeList, display.QueueList, display.History,
-                display.Queues):
+    for cls in (tables.Status, tables.NodeList, tables.QueueList, tables.History,
+                tables.Queues):
         assert display.MIME in cls(snap)._repr_mimebundle_()
 
 
@@ -162,9 +163,9 @@ def test_empty_snapshot_renders():
 
 
 def test_formatting_helpers():
-    assert display.format_resources({"CPU": 2, "GPU": 0.5, "memory": 2**34}) == (
+    assert fmt.format_resources({"CPU": 2, "GPU": 0.5, "memory": 2**34}) == (
         "GPU 0.5, CPU 2, memory 16 GiB")
-    assert display.format_devices({"GPU": {1: 1.0, 0: 0.25}}) == "GPU 0 (0.25), GPU 1"
-    assert display.format_duration(0.042) == "0.04 s"
-    assert display.format_duration(75) == "1 min 15 s"
-    assert display.format_duration(7300) == "2 h 1 min"
+    assert fmt.format_devices({"GPU": {1: 1.0, 0: 0.25}}) == "GPU 0 (0.25), GPU 1"
+    assert fmt.format_duration(0.042) == "0.04 s"
+    assert fmt.format_duration(75) == "1 min 15 s"
+    assert fmt.format_duration(7300) == "2 h 1 min"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jupyter_sched.host.discovery import discover_host
 from jupyter_sched.host.live import GpuMonitor
-from jupyter_sched.host.nvml import FakeNvml
+from jupyter_sched.testing import FakeNvml
 
 
 def host_with(nvml, declare=None):

@@ -7,7 +7,8 @@ import types
 
 import pytest
 
-from jupyter_sched.host.nvml import FakeNvml, Nvml, NvmlDevice, PynvmlNvml, load_nvml
+from jupyter_sched.host.nvml import Nvml, NvmlDevice, PynvmlNvml, load_nvml
+from jupyter_sched.testing import FakeNvml
 
 GiB = 2**30
 

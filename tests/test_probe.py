@@ -11,9 +11,9 @@ from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core
 from jupyter_sched.executors.ipp.engines import EngineInfo, HostMap, free_port, probe
 from jupyter_sched.host.discovery import discover_host
-from jupyter_sched.host.nvml import FakeNvml
 from jupyter_sched.model.cluster import SlotSpec
 from jupyter_sched.model.quantity import SCALE
+from jupyter_sched.testing import FakeNvml
 
 NVML = FakeNvml([("A100", "80GiB"), ("A100", "80GiB"), ("T4", "16GiB")])
 UUID = [d.uuid for d in NVML.devices]

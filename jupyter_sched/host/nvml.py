@@ -1,7 +1,8 @@
 """The one place that talks to NVML (nvidia-ml-py, module ``pynvml``).
 
 Everything else sees GPUs through the small :class:`Nvml` interface, so discovery and its tests
-run the same with the real library (:func:`load_nvml`) or a :class:`FakeNvml`.
+run the same with the real library (:func:`load_nvml`) or a fake
+(:class:`jupyter_sched.testing.FakeNvml`).
 
 No NVML is a normal state, not an error: a laptop, a CPU-only container, a machine whose driver
 is missing. :func:`load_nvml` then returns None and logs one debug line; nothing is printed and
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -130,72 +130,4 @@ def _text(value: object) -> str:
     return str(value)
 
 
-class FakeNvml(Nvml):
-    """An NVML stand-in for tests and demos: devices you describe, readings you set.
-
-    >>> nv = FakeNvml([("A100-SXM4-80GB", "80GiB"), ("T4", 16 * 2**30)])
-    >>> nv.device(1).name, nv.device(1).memory_total, nv.device(1).uuid
-    ('T4', 17179869184, 'GPU-00000001-fake-4000-8000-000000000001')
-    >>> nv.set_utilization(1, 75); nv.utilization(1)
-    75
-
-    Devices are ``(name, memory)`` pairs (memory in bytes or a size such as ``"16GiB"``),
-    ``(name, memory, uuid)`` triples, or :class:`NvmlDevice` objects (their ``nvml_index`` is
-    replaced by their position). Indices in ``broken`` raise like a GPU NVML cannot read.
-    """
-
-    def __init__(self, devices: Iterable[object] = (), broken: Iterable[int] = ()) -> None:
-        from ..model.quantity import parse_bytes
-
-        self.devices: list[NvmlDevice] = []
-        for index, spec in enumerate(devices):
-            if isinstance(spec, NvmlDevice):
-                uuid, name, memory = spec.uuid, spec.name, spec.memory_total
-            else:
-                name, memory, *rest = spec
-                uuid = rest[0] if rest else f"GPU-{index:08x}-fake-4000-8000-{index:012x}"
-            memory = parse_bytes(memory, f"memory of fake GPU {index}")
-            self.devices.append(NvmlDevice(index, uuid, name, memory))
-        self.broken = set(broken)
-        self._utilization: dict[int, int] = {}
-        self._memory_used: dict[int, int] = {}
-
-    def device_count(self) -> int:
-        return len(self.devices)
-
-    def device(self, index: int) -> NvmlDevice:
-        self._check(index)
-        return self.devices[index]
-
-    def utilization(self, index: int) -> int | None:
-        self._check(index)
-        return self._utilization.get(index)
-
-    def memory_used(self, index: int) -> int | None:
-        self._check(index)
-        return self._memory_used.get(index)
-
-    def set_utilization(self, index: int, percent: int | None) -> None:
-        self._set(self._utilization, index, percent)
-
-    def set_memory_used(self, index: int, used: int | None) -> None:
-        self._set(self._memory_used, index, used)
-
-    def _set(self, readings: dict[int, int], index: int, value: int | None) -> None:
-        self._check(index)
-        if value is None:
-            readings.pop(index, None)
-        else:
-            readings[index] = int(value)
-
-    def _check(self, index: int) -> None:
-        if not 0 <= index < len(self.devices):
-            raise IndexError(f"fake NVML has {len(self.devices)} devices; there is no {index}")
-        if index in self.broken:
-            raise RuntimeError(f"fake NVML: device {index} cannot be read")
-
-    def __repr__(self) -> str:
-        return f"FakeNvml({[(d.name, d.memory_total) for d in self.devices]!r})"
-
-
-__all__ = ["FakeNvml", "Nvml", "NvmlDevice", "PynvmlNvml", "load_nvml"]
+__all__ = ["Nvml", "NvmlDevice", "PynvmlNvml", "load_nvml"]

@@ -31,6 +31,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..runtime.instance import get_scheduler
 from ..views import display as d
+from ..views import format as fmt
+from ..views import tables
 from .cell_options import (
     CELL_PARSER,
     INT,
@@ -149,7 +151,7 @@ class SchedMagics(Magics):
             left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
             if left <= 0:
                 self.live.refresh(line)
-                label = d.task_label(handle)
+                label = fmt.task_label(handle)
                 raise TimeoutError(f"{label} is still {handle.state} after {timeout:g} s; "
                                    f"it goes on (%sched wait {handle.id}, or "
                                    f"%sched cancel {handle.id})")
@@ -207,28 +209,28 @@ class SchedMagics(Magics):
             from .widgets import Dashboard
 
             return Dashboard(self.scheduler)
-        return d.Status(self._snapshot())
+        return tables.Status(self._snapshot())
 
     @_sub("nodes", "nodes and their GPUs, with the share of each that is allocated")
     @ma.magic_arguments("sched nodes")
     @documented
     def _nodes(self, args):
         """Show the nodes: CPUs, memory, engines, one line per GPU (declared ones marked)."""
-        return d.NodeList(self._snapshot())
+        return tables.NodeList(self._snapshot())
 
     @_sub("queue", "running, queued (with position) and infeasible (with why) tasks")
     @ma.magic_arguments("sched queue")
     @documented
     def _queue(self, args):
         """Show the tasks that run and wait (the first rows; the rest are counted)."""
-        return d.QueueList(self._snapshot())
+        return tables.QueueList(self._snapshot())
 
     @_sub("history", "recently finished tasks")
     @ma.magic_arguments("sched history")
     @documented
     def _history(self, args):
         """Show recently finished tasks, newest first."""
-        return d.History(self._snapshot())
+        return tables.History(self._snapshot())
 
     @_sub("cancel", "cancel tasks by id or name, or --all")
     @ma.magic_arguments("sched cancel")
@@ -247,9 +249,9 @@ class SchedMagics(Magics):
         handles = [self._task(ref) for ref in args.tasks]  # all known before any is cancelled
         for handle in handles:
             if self.scheduler.cancel(handle.id):
-                print(f"cancelled {d.task_label(handle)}")
+                print(f"cancelled {fmt.task_label(handle)}")
             else:
-                print(f"{d.task_label(handle)} had already ended ({handle.state})")
+                print(f"{fmt.task_label(handle)} had already ended ({handle.state})")
         return None
 
     @_sub("wait", "wait for tasks (all outstanding when none are named)")
@@ -283,10 +285,10 @@ class SchedMagics(Magics):
         """Return a finished task's value (its last expression), or raise its error."""
         handle = self._task(args.task)
         if not is_done(handle):
-            raise UsageError(f"{d.task_label(handle)} is {handle.state}; wait for it first "
+            raise UsageError(f"{fmt.task_label(handle)} is {handle.state}; wait for it first "
                              f"(%sched wait {handle.id})")
         if handle.cancelled():
-            raise UsageError(f"{d.task_label(handle)} was cancelled: it has no result")
+            raise UsageError(f"{fmt.task_label(handle)} was cancelled: it has no result")
         return handle.result(timeout=0)
 
     @_sub("log", "what a task printed")
@@ -302,7 +304,7 @@ class SchedMagics(Magics):
         if err:
             sys.stderr.write(err if err.endswith("\n") else err + "\n")
         if not out and not err:
-            print(f"{d.task_label(handle)} printed nothing (yet)")
+            print(f"{fmt.task_label(handle)} printed nothing (yet)")
         return None
 
     @_sub("local", "declare this kernel's resources (e.g. logical GPUs on a laptop)")
@@ -326,7 +328,7 @@ class SchedMagics(Magics):
             raise UsageError("%sched local takes --gpus, --cpus, --mem, --gpu-mem or "
                              "--resource, or --discover (not both)")
         self.scheduler.declare_local(",".join(parts))
-        return d.NodeList(self._snapshot())
+        return tables.NodeList(self._snapshot())
 
     @_sub("connect", "use a running ipyparallel cluster's engines")
     @ma.magic_arguments("sched connect")
@@ -344,7 +346,7 @@ class SchedMagics(Magics):
             raise UsageError(f"cannot connect to ipyparallel cluster "
                              f"{args.profile or args.cluster_id or 'default'!r}: "
                              f"{one_line(err)}") from None
-        return d.NodeList(self._snapshot())
+        return tables.NodeList(self._snapshot())
 
     @_sub("start", "start an ipyparallel cluster and use its engines")
     @ma.magic_arguments("sched start")
@@ -366,7 +368,7 @@ class SchedMagics(Magics):
             raise UsageError(f"cannot start an ipyparallel cluster"
                              f"{f' with launcher {args.launcher!r}' if args.launcher else ''}: "
                              f"{one_line(err)}") from None
-        return d.NodeList(self._snapshot())
+        return tables.NodeList(self._snapshot())
 
     @_sub("stop", "stop using ipyparallel engines (and stop a cluster %sched start started)")
     @ma.magic_arguments("sched stop")
@@ -405,7 +407,7 @@ class SchedMagics(Magics):
             if args.name is not None:
                 raise UsageError(f"%sched queues {args.name!r}: say what to do: add, open, "
                                  "close or drain")
-            return d.Queues(self._snapshot())
+            return tables.Queues(self._snapshot())
         if not args.name:
             raise UsageError(f"%sched queues {args.action} needs a queue NAME")
         known = {q.name for q in self._snapshot().queues}
@@ -425,7 +427,7 @@ class SchedMagics(Magics):
                 raise UsageError(f"%sched queues {args.action} takes only a NAME")
             state = {"open": "open", "close": "closed", "drain": "draining"}[args.action]
             sched.set_queue(args.name, state=state)
-        return d.Queues(self._snapshot())
+        return tables.Queues(self._snapshot())
 
     @_sub("drain", "stop placing tasks on a node (--undo to resume)")
     @ma.magic_arguments("sched drain")
@@ -438,7 +440,7 @@ class SchedMagics(Magics):
         if args.node not in known:
             raise UsageError(f"no node {args.node!r}; nodes: {', '.join(known) or 'none'}")
         self.scheduler.drain(args.node, on=not args.undo)
-        return d.NodeList(self._snapshot())
+        return tables.NodeList(self._snapshot())
 
     @_sub("config", "the scheduler's settings (change with %config Scheduler.NAME = ...)")
     @ma.magic_arguments("sched config")

@@ -22,6 +22,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..views import display as d
+from ..views import format as fmt
 from ..views.snapshot import NodeView, Snapshot, TaskView
 
 ROWS = 50
@@ -53,17 +54,17 @@ class _TaskRow:
 
 
 def _task_html(view: TaskView, now: float) -> str:
-    state = d._state_html(view.state)
+    state = fmt.state_html(view.state)
     if view.state == "queued" and view.position:
         state += f" #{view.position}"
-    detail = d.task_state_text(view).partition(" ")[2].lstrip(", :")
+    detail = fmt.task_state_text(view).partition(" ")[2].lstrip(", :")
     if view.state == "queued":
         detail = f"in {view.queue}"
     if view.state == "running" and view.started is not None:
-        detail += f" for {d.format_duration(now - view.started)}"
-    return (f"<code>{d._e(view.id)}</code> <b>{d._e(view.name)}</b> {state} "
-            f"<span style='color:#616161'>{d._e(d.format_resources(view.demand))}</span> "
-            f"{d._e(detail + d._gang_text(view))}")
+        detail += f" for {fmt.format_duration(now - view.started)}"
+    return (f"<code>{fmt.escape(view.id)}</code> <b>{fmt.escape(view.name)}</b> {state} "
+            f"<span style='color:#616161'>{fmt.escape(fmt.format_resources(view.demand))}</span> "
+            f"{fmt.escape(detail + fmt.gang_text(view))}")
 
 
 class _NodeRow:
@@ -79,11 +80,12 @@ class _NodeRow:
         if node is None:
             self.box.layout.display = "none"
             return
-        free = f"CPU {d._free_total(node, 'CPU')} free, memory {d._free_total(node, 'memory')} free"
+        free = (f"CPU {fmt.free_total(node, 'CPU')} free, "
+                f"memory {fmt.free_total(node, 'memory')} free")
         slots = f", engines {node.free_slots}/{node.slots} free" if node.slots else ""
         state = " <i>drained</i>" if node.drained else ""
-        self.label.value = (f"<b>{d._e(node.name)}</b> ({d._e(node.kind)}){state}: "
-                            f"{d._e(free + slots)}, {node.running} running")
+        self.label.value = (f"<b>{fmt.escape(node.name)}</b> ({fmt.escape(node.kind)}){state}: "
+                            f"{fmt.escape(free + slots)}, {node.running} running")
         while len(self.bars) < len(node.devices):
             bar = w.FloatProgress(min=0.0, max=1.0, layout=w.Layout(width="160px"))
             self.bars.append((bar, _html()))
@@ -98,15 +100,15 @@ class _NodeRow:
 
 def _device_html(dev) -> str:
     parts = [f"{dev.allocated:.2f} allocated"]
-    if dev.model and not d._placeholder(dev):
-        parts.append(d._e(dev.model))
+    if dev.model and not fmt.is_placeholder(dev):
+        parts.append(fmt.escape(dev.model))
     if dev.utilization is not None:
         parts.append(f"use {dev.utilization:.0f}%")
     if dev.memory_used is not None and dev.memory:
-        parts.append(f"memory {d._e(d.format_bytes(dev.memory_used))}/"
-                     f"{d._e(d.format_bytes(dev.memory))}")
+        parts.append(f"memory {fmt.escape(d.format_bytes(dev.memory_used))}/"
+                     f"{fmt.escape(d.format_bytes(dev.memory))}")
     elif dev.memory:
-        parts.append(d._e(d.format_bytes(dev.memory)))
+        parts.append(fmt.escape(d.format_bytes(dev.memory)))
     if dev.declared:
         parts.append("<i>declared</i>")
     return " · ".join(parts)
@@ -215,17 +217,18 @@ class Dashboard(w.VBox):
     def _apply(self, snapshot: Snapshot) -> None:
         self._applied_at = time.monotonic()
         counts, limit = snapshot.counts, self.limit
-        self.summary.value = f"<b>jupyter_sched</b> · {d._e(d.summary_text(snapshot))}"
+        self.summary.value = f"<b>jupyter_sched</b> · {fmt.escape(d.summary_text(snapshot))}"
         self.nodes.show(snapshot.nodes)
         self.nodes_more.value = _more(len(snapshot.nodes) - limit, "nodes")
         running = counts.get("running", 0)
-        waiting = d._waiting_count(counts)
-        self.queue_counts.value = d._e(d._counts_text(counts, ("running", "queued", "infeasible")))
+        waiting = fmt.waiting_count(counts)
+        self.queue_counts.value = fmt.escape(
+            fmt.counts_text(counts, ("running", "queued", "infeasible")))
         self.running.show(snapshot.running, snapshot.time)
         self.running_more.value = _more(running - len(self.running.visible), "running")
         self.waiting.show(snapshot.waiting, snapshot.time)
         self.waiting_more.value = _more(waiting - len(self.waiting.visible), "waiting")
-        self.history.value = d._history_html(snapshot, limit)
+        self.history.value = d.history_html(snapshot, limit)
         self.tabs.titles = (f"Nodes ({len(snapshot.nodes)})", f"Queue ({running + waiting:,})",
                             "History")
 
@@ -233,13 +236,13 @@ class Dashboard(w.VBox):
         try:
             self.scheduler.cancel(task_id)
         except Exception as err:  # a button has nowhere to raise to: say it in the panel
-            self.message.value = f"<span style='color:#c62828'>{d._e(err)}</span>"
+            self.message.value = f"<span style='color:#c62828'>{fmt.escape(err)}</span>"
         else:
-            self.message.value = f"cancel sent to <code>{d._e(task_id)}</code>"
+            self.message.value = f"cancel sent to <code>{fmt.escape(task_id)}</code>"
 
 
 def _more(count: int, what: str) -> str:
-    return f"<i>{d._e(d._more(count, what))}</i>" if count > 0 else ""
+    return f"<i>{fmt.escape(fmt.more_text(count, what))}</i>" if count > 0 else ""
 
 
 def dashboard(scheduler=None, rows: int = ROWS) -> Dashboard:

@@ -1,0 +1,80 @@
+"""Fakes for tests, users' and our own: an NVML with the devices you describe.
+
+Nothing in the package's production code imports this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .host.nvml import Nvml, NvmlDevice
+from .model.quantity import parse_bytes
+
+
+class FakeNvml(Nvml):
+    """An NVML stand-in for tests and demos: devices you describe, readings you set.
+
+    >>> nv = FakeNvml([("A100-SXM4-80GB", "80GiB"), ("T4", 16 * 2**30)])
+    >>> nv.device(1).name, nv.device(1).memory_total, nv.device(1).uuid
+    ('T4', 17179869184, 'GPU-00000001-fake-4000-8000-000000000001')
+    >>> nv.set_utilization(1, 75); nv.utilization(1)
+    75
+
+    Devices are ``(name, memory)`` pairs (memory in bytes or a size such as ``"16GiB"``),
+    ``(name, memory, uuid)`` triples, or :class:`NvmlDevice` objects (their ``nvml_index`` is
+    replaced by their position). Indices in ``broken`` raise like a GPU NVML cannot read.
+    """
+
+    def __init__(self, devices: Iterable[object] = (), broken: Iterable[int] = ()) -> None:
+        self.devices: list[NvmlDevice] = []
+        for index, spec in enumerate(devices):
+            if isinstance(spec, NvmlDevice):
+                uuid, name, memory = spec.uuid, spec.name, spec.memory_total
+            else:
+                name, memory, *rest = spec
+                uuid = rest[0] if rest else f"GPU-{index:08x}-fake-4000-8000-{index:012x}"
+            memory = parse_bytes(memory, f"memory of fake GPU {index}")
+            self.devices.append(NvmlDevice(index, uuid, name, memory))
+        self.broken = set(broken)
+        self._utilization: dict[int, int] = {}
+        self._memory_used: dict[int, int] = {}
+
+    def device_count(self) -> int:
+        return len(self.devices)
+
+    def device(self, index: int) -> NvmlDevice:
+        self._check(index)
+        return self.devices[index]
+
+    def utilization(self, index: int) -> int | None:
+        self._check(index)
+        return self._utilization.get(index)
+
+    def memory_used(self, index: int) -> int | None:
+        self._check(index)
+        return self._memory_used.get(index)
+
+    def set_utilization(self, index: int, percent: int | None) -> None:
+        self._set(self._utilization, index, percent)
+
+    def set_memory_used(self, index: int, used: int | None) -> None:
+        self._set(self._memory_used, index, used)
+
+    def _set(self, readings: dict[int, int], index: int, value: int | None) -> None:
+        self._check(index)
+        if value is None:
+            readings.pop(index, None)
+        else:
+            readings[index] = int(value)
+
+    def _check(self, index: int) -> None:
+        if not 0 <= index < len(self.devices):
+            raise IndexError(f"fake NVML has {len(self.devices)} devices; there is no {index}")
+        if index in self.broken:
+            raise RuntimeError(f"fake NVML: device {index} cannot be read")
+
+    def __repr__(self) -> str:
+        return f"FakeNvml({[(d.name, d.memory_total) for d in self.devices]!r})"
+
+
+__all__ = ["FakeNvml"]
