@@ -1,0 +1,107 @@
+"""The package's shape is a contract: layers point one way, no import circles, a pure core.
+
+`lint-imports` checks the contracts in pyproject.toml ([tool.importlinter]); the two checks it
+cannot express are here, on the same import graph (grimp, which import-linter is built on).
+Function-level imports count as much as module-level ones; imports under `if TYPE_CHECKING:`
+do not (they never run).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PURE = ("jupyter_sched.model", "jupyter_sched.core")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return grimp.build_graph("jupyter_sched", include_external_packages=True,
+                             exclude_type_checking_imports=True)
+
+
+def test_the_import_contracts_hold():
+    done = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command;"
+                           " lint_imports_command()"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report
+    assert "0 broken" in report and "KEPT" in report
+
+
+def _circles(graph) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), in the package only."""
+    modules = sorted(m for m in graph.modules if m.startswith("jupyter_sched"))
+    edges = {m: sorted(n for n in graph.find_modules_directly_imported_by(m)
+                       if n.startswith("jupyter_sched") and not _is_parent(n, m))
+             for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for m in modules:
+        if m not in index:
+            visit(m)
+    return groups
+
+
+def _is_parent(package: str, module: str) -> bool:
+    # importing a submodule runs its package's __init__; that is not an import circle
+    return module.startswith(package + ".")
+
+
+def test_no_module_imports_itself_back(graph):
+    assert _circles(graph) == []
+
+
+def test_the_circle_finder_finds_circles():
+    class Graph:
+        modules = {"jupyter_sched.a", "jupyter_sched.b", "jupyter_sched.c"}
+
+        @staticmethod
+        def find_modules_directly_imported_by(m):
+            return {"jupyter_sched.a": {"jupyter_sched.b"}, "jupyter_sched.b": {"jupyter_sched.a"},
+                    "jupyter_sched.c": {"jupyter_sched.a"}}[m]
+
+    assert _circles(Graph) == [["jupyter_sched.a", "jupyter_sched.b"]]
+
+
+def test_model_and_core_import_only_the_standard_library_and_each_other(graph):
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    found = {}
+    for module in sorted(graph.modules):
+        if not module.startswith(PURE):
+            continue
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported.startswith(PURE) or imported.split(".")[0] in allowed:
+                continue
+            found.setdefault(module, []).append(imported)
+    assert found == {}
