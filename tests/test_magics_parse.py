@@ -86,6 +86,18 @@ def test_timeout_implies_wait():
     ("--gpuz 1", "--gpuz"),
     ("--wait=yes", "--wait"),
     ("--gpus", "--gpus"),
+    ("--out get_ipython", "get_ipython"),
+    ("--out In", "In"),
+    ("--out _i3", "_i3"),
+    ("--out print", "print"),
+    ("--pull get_ipython", "get_ipython"),
+    ("--priority -0x10", "-0x10"),
+    ("--priority 1_000", "1_000"),
+    ("--retries \u0661", "\u0661"),
+    ("--time-limit 1_0", "1_0"),
+    ("--queue ''", "--queue"),
+    ("--queue '  '", "--queue"),
+    ("--strategy spread", "--strategy spread"),
 ])
 def test_bad_cell_options_are_one_line_usage_errors_naming_the_value(line, named):
     with pytest.raises(UsageError) as info:
@@ -93,6 +105,13 @@ def test_bad_cell_options_are_one_line_usage_errors_naming_the_value(line, named
     message = str(info.value)
     assert named in message, message
     assert "\n" not in message
+
+
+def test_negative_numbers_still_reach_options_that_take_them():
+    args, submit = parse_cell("--priority -3")
+    assert submit["priority"] == -3
+    with pytest.raises(UsageError, match="--gpuz"):
+        parse_cell("--priority --gpuz")
 
 
 def test_parse_gang_and_on():

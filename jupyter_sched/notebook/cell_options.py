@@ -4,7 +4,9 @@ the cell option parser, and the translation of options into ``Scheduler.submit``
 from __future__ import annotations
 
 import argparse
+import builtins
 import keyword
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -18,11 +20,20 @@ from ..model.tasks import STRATEGIES, GangSpec
 # -- argument types: each names the value it rejects ---------------------------------------------
 
 
+# ASCII digits only: int() and float() also take "1_000" and the digits of other scripts,
+# which a size never does
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _number(convert: Callable[[str], Any], rule: str, ok: Callable[[Any], bool]):
     """An argparse type: ``convert`` then check ``ok``; the error names the value."""
+    pattern = _INT_TEXT if convert is int else _FLOAT_TEXT
 
     def parse(text: str):
         try:
+            if not pattern.fullmatch(text.strip()):
+                raise ValueError(text)
             value = convert(text)
         except (TypeError, ValueError):
             raise argparse.ArgumentTypeError(f"{text!r} is not {rule}") from None
@@ -45,8 +56,28 @@ def identifier(text: str) -> str:
     return text
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(identifier(n.strip()) for n in text.split(",") if n.strip())
+# Names IPython keeps in the notebook namespace for itself: setting one breaks the notebook
+# (``get_ipython``) or is overwritten by the next cell (``_``, ``_i3``, ``Out``).
+_IPYTHON_NAMES = frozenset({"get_ipython", "exit", "quit", "In", "Out", "_oh", "_ih", "_dh",
+                            "_", "__", "___", "_i", "_ii", "_iii"})
+_IPYTHON_NUMBERED = re.compile(r"_i?[0-9]+")
+
+
+def notebook_variable(text: str) -> str:
+    """A name a task may set in the notebook: an identifier that is not IPython's own and does
+    not hide a builtin."""
+    name = identifier(text)
+    if name in _IPYTHON_NAMES or _IPYTHON_NUMBERED.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"{name!r} is a name IPython keeps in the notebook for itself; choose another name")
+    if hasattr(builtins, name):
+        raise argparse.ArgumentTypeError(
+            f"{name!r} would hide Python's builtin {name}(); choose another name")
+    return name
+
+
+def _names(text: str, kind: Callable[[str], str] = identifier) -> tuple[str, ...]:
+    return tuple(kind(n.strip()) for n in text.split(",") if n.strip())
 
 
 def parse_args(parser, line: str) -> argparse.Namespace:
@@ -55,7 +86,28 @@ def parse_args(parser, line: str) -> argparse.Namespace:
         words = shlex.split(line, posix=True)
     except ValueError as err:
         raise UsageError(f"{line.strip()!r}: {err}") from None
-    return parser.parse_args(words)
+    return parser.parse_args(_attach_dashed_values(parser, words))
+
+
+def _attach_dashed_values(parser, words: list[str]) -> list[str]:
+    """``--priority -0x10`` -> ``--priority=-0x10``: argparse takes a value that starts with a
+    dash for an option and answers "expected one argument" without naming it; attached, the
+    value reaches the option's type, whose error names it."""
+    takes_value = {s for a in parser._actions if a.nargs != 0 for s in a.option_strings}
+    known = {s for a in parser._actions for s in a.option_strings}
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        nxt = words[i + 1] if i + 1 < len(words) else None
+        if (word in takes_value and nxt is not None and nxt.startswith("-")
+                and nxt.split("=", 1)[0] not in known):
+            out.append(f"{word}={nxt}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def help_text(parser) -> str:
@@ -90,7 +142,7 @@ def one_line(err: BaseException) -> str:
 @ma.argument("--gang", metavar="NAME:SIZE[:MIN]",
              help="run SIZE copies together, started when at least MIN (default SIZE) fit; "
              "each gets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT")
-@ma.argument("--strategy", metavar="STRATEGY", choices=STRATEGIES, default="pack",
+@ma.argument("--strategy", metavar="STRATEGY", choices=STRATEGIES,
              help=f"how a gang spreads over nodes: {', '.join(STRATEGIES)} (default pack)")
 @ma.argument("--on", metavar="WHERE", action="append", default=[],
              help="local (this kernel), engines (ipyparallel), a node name, or label=value "
@@ -111,7 +163,7 @@ def one_line(err: BaseException) -> str:
 @ma.argument("--pull", metavar="NAMES", action="append", default=[],
              help="variables to bring back from an engine (comma-separated; "
              "default: the names the cell assigns)")
-@ma.argument("--out", metavar="VAR", type=identifier,
+@ma.argument("--out", metavar="VAR", type=notebook_variable,
              help="store the task's handle in notebook variable VAR")
 @documented
 def _cell_options(self, line, cell):
@@ -160,18 +212,24 @@ def parse_cell(line: str, user_ns: dict | None = None) -> tuple[argparse.Namespa
         "name": args.name,
         "queue": args.queue,
         "priority": args.priority,
-        "gang": parse_gang(args.gang, args.strategy) if args.gang else None,
-        "strategy": args.strategy,
+        "gang": parse_gang(args.gang, args.strategy or "pack") if args.gang else None,
+        "strategy": args.strategy or "pack",
         "time_limit": args.time_limit,
         "retries": args.retries,
         "preemptible": args.preemptible,
     }
     if args.name is not None and not args.name.strip():
         raise UsageError("--name '' is empty; give the task a name or leave --name out")
+    if args.queue is not None and not args.queue.strip():
+        raise UsageError(f"--queue {args.queue!r} is empty; name a queue (`%sched queues` lists "
+                         "them) or leave --queue out for the default queue")
+    if args.strategy is not None and not args.gang:
+        raise UsageError(f"--strategy {args.strategy} places the members of a gang; add --gang "
+                         "NAME:SIZE, or leave --strategy out")
     submit.update(parse_on(args.on))
     try:
         push = tuple(n for text in args.push for n in _names(text)) or None
-        pull = tuple(n for text in args.pull for n in _names(text)) or None
+        pull = tuple(n for text in args.pull for n in _names(text, notebook_variable)) or None
     except argparse.ArgumentTypeError as err:
         raise UsageError(f"--push/--pull: {err}") from None
     if push and user_ns is not None:
