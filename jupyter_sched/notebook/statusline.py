@@ -5,6 +5,7 @@ that cell whatever cell the kernel runs now."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 import uuid
 from collections.abc import Callable
@@ -76,6 +77,31 @@ def render_line(handles: list, now: float | None = None, note: str = "",
     return {"text/plain": "\n".join(texts), "text/html": "<br>".join(htmls)}
 
 
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold a SIGINT (the kernel's interrupt) until the block is done, then raise it.
+
+    Only the main thread receives signals, so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *received: caught.append(received))
+    except (ValueError, TypeError):  # no signal support here: nothing to defer
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and previous is not signal.SIG_IGN:
+            if callable(previous):
+                previous(*caught[0])  # Python's own handler raises KeyboardInterrupt here
+            else:
+                raise KeyboardInterrupt
+
+
 class LiveLines:
     """Status lines under ``%%sched`` cells, updated in place from one background thread.
 
@@ -109,8 +135,11 @@ class LiveLines:
         """Display ``line`` under the current cell and follow its task from now on."""
         bundle = render_line(line.handles, self._now(), note=line.note,
                              positions=self._positions())
-        display(bundle, raw=True, display_id=line.display_id)
-        line.last = bundle["text/plain"]  # shown: from now on it is updated, not shown again
+        # An interrupt inside display() could leave the message sent but the line not marked
+        # shown, and the final state would then appear as a second line: the two go together.
+        with interrupts_deferred():
+            display(bundle, raw=True, display_id=line.display_id)
+            line.last = bundle["text/plain"]  # shown: from now on it is updated, not shown again
         with self._lock:
             self._lines[line.display_id] = line
             self._ensure_running()
