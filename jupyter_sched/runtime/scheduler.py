@@ -56,7 +56,8 @@ from traitlets.config import Configurable
 from ..core import events as ev
 from ..core.state import POLICIES, Core
 from ..executors.base import Executor, TaskRecord, Work, device_shares
-from ..executors.local.executor import LocalExecutor, Publisher, TaskOutput, current_parent
+from ..executors.local.executor import LocalExecutor
+from ..executors.local.output import Publisher, TaskOutput, current_parent
 from ..host.discovery import HostInfo, discover_host
 from ..host.live import GpuMonitor
 from ..model.resources import GPU, Demand, parse_resources
