@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_sched.executors.local import executor as local
-from jupyter_sched.executors.local.executor import RoutedStream, TaskOutput
+from jupyter_sched.executors.local import output as routing
+from jupyter_sched.executors.local.output import RoutedStream, TaskOutput
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 10
@@ -66,13 +66,13 @@ def test_routed_stream_sends_task_writes_to_the_task_and_passes_others():
     ident = threading.get_ident()
 
     stream.write("main before\n")
-    local._routes[ident] = out
+    routing.route(ident, out)
     try:
         stream.write("from the task\n")
         stream.write("partial")
         stream.flush()
     finally:
-        del local._routes[ident]
+        routing.unroute(ident)
     stream.write("main after\n")
     assert inner.parts == ["main before\n", "main after\n"]
     assert out.text("stdout") == "from the task\npartial"
@@ -106,19 +106,19 @@ def test_display_from_a_task_thread_goes_to_its_output(monkeypatch):
             published.append("clear")
 
     pub = Pub()
-    monkeypatch.setattr(local, "_shell", lambda: types_shell(pub))
-    local._wrap_display_pub(pub)
+    monkeypatch.setattr(routing, "ipython_shell", lambda: types_shell(pub))
+    routing._wrap_display_pub(pub)
     rec = Recorder()
     out = TaskOutput({"msg_id": "cell-7"}, rec)
     done = threading.Event()
 
     def task_thread():
-        local._routes[threading.get_ident()] = out
+        routing.route(threading.get_ident(), out)
         try:
             pub.publish({"text/plain": "task"})
             pub.clear_output()
         finally:
-            del local._routes[threading.get_ident()]
+            routing.unroute(threading.get_ident())
         done.set()
 
     threading.Thread(target=task_thread).start()

@@ -83,7 +83,7 @@ class TaskRecord:
     result: Any = None
     error: BaseException | None = None
     traceback: str = ""
-    output: Any = None  # the task's captured output (see executors.local.TaskOutput)
+    output: Any = None  # the task's captured output (see executors.local.output.TaskOutput)
 
     @property
     def name(self) -> str:

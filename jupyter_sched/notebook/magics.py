@@ -475,7 +475,7 @@ def _wait_quietly(handle, timeout: float) -> None:
 
 def _parent(shell) -> dict | None:
     """The parent header of the cell that runs now, where there is one (in a kernel)."""
-    from ..executors.local.executor import current_parent
+    from ..executors.local.output import current_parent
 
     return current_parent()
 

@@ -208,7 +208,7 @@ class LiveLines:
                 self._lines.pop(line.display_id, None)
 
     def _publish(self, bundle: dict, line: StatusLine) -> None:
-        from ..executors.local.executor import Publisher
+        from ..executors.local.output import Publisher
 
         publisher = Publisher.find() if line.parent else None
         if publisher is None:

@@ -1,6 +1,7 @@
 """The runtime: one thread that owns the core, feeds it events and carries out its instructions.
 
-Holds the ``Scheduler`` configurable (settings and lifecycle), building submissions, and the
-handles users wait on. Imports ``executors``, ``host``, ``views``, ``core`` and ``model``;
-nothing from ``notebook`` or ``api``.
+``scheduler`` holds the ``Scheduler`` configurable (settings, life cycle, public methods),
+``loop`` its runtime thread, ``submission`` the checks and builders of a submission, ``handles``
+the handles users wait on, ``instance`` the kernel-wide scheduler. Imports ``executors``,
+``host``, ``views``, ``core`` and ``model``; nothing from ``notebook`` or ``api``.
 """

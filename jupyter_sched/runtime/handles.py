@@ -26,6 +26,7 @@ from concurrent.futures._base import PENDING as _PENDING
 from typing import TYPE_CHECKING, Any
 
 from ..model.tasks import CANCELLED, DONE, FAILED, RUNNING, TERMINAL
+from ..views import display
 
 if TYPE_CHECKING:
     from ..executors.base import TaskRecord
@@ -240,8 +241,6 @@ class TaskHandle(_LightFuture):
     # -- display ----------------------------------------------------------------------------
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        from ..views import display
-
         return display.task_bundle(self, self.error)
 
     def __repr__(self) -> str:
@@ -343,8 +342,6 @@ class GangHandle(_LightFuture):
             self.set_running_or_notify_cancel()
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        from ..views import display
-
         return display.gang_bundle(self.name, self.members, self.error)
 
     def __repr__(self) -> str:

@@ -1,4 +1,4 @@
-"""The scheduler's runtime: one thread owns the core, everything else talks to it through a queue.
+"""The ``Scheduler``: its settings, its life cycle, and what callers and executors ask of it.
 
 ::
 
@@ -7,21 +7,10 @@
     h.result()
     sched.shutdown()
 
-How the runtime thread works (``_main``):
-
-1. Wait on the queue for the next item, at most until the next thing that is due: a snapshot
-   for the observers, a task's time limit (``core.next_deadline()``), a task's pending output.
-   Nothing is polled.
-2. Drain every item queued meanwhile and hand the events to the core in ONE
-   ``core.handle(Tick(now), *events)`` call (a burst of twenty finishes is one cycle). Requests
-   a caller waits on (submit, cancel, declare...) ride along; the core rejects a bad one with
-   ``ValueError`` before changing anything, and the caller gets that exception.
-3. Carry out the instructions through the executors: ``Start`` with ``slot`` None goes to the
-   local executor (kernel threads), any other to the executor that registered the slot;
-   ``Stop``/``Preempt`` to the executor running the task.
-4. Bring the records of the tasks the step touched up to date and resolve the handles of those
-   that ended; answer the waiting callers; publish a snapshot to the observers if one is due
-   (at most every ``update_interval``, and always a last one when things go quiet).
+Settings are traitlets (``%config Scheduler.policy = "spread"``). Public methods check what
+they can in the caller's thread (:mod:`.submission`), then hand the rest to the runtime thread
+(:mod:`.loop`, which the scheduler inherits) and wait for its answer: the core, and every
+record of a task, is changed on that thread only.
 
 Executors report back with :meth:`Scheduler.report` (thread-safe, it only enqueues), after
 setting the outcome with :meth:`Scheduler.complete`.
@@ -33,21 +22,13 @@ into wall-clock time (``wall(t)``) for display.
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import heapq
 import itertools
-import logging
-import sys
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
-from queue import Empty, SimpleQueue
-from types import MappingProxyType
 from typing import Any
 
 from traitlets import Bool, Enum, Float, Int, Unicode, observe
@@ -55,52 +36,19 @@ from traitlets.config import Configurable
 
 from ..core import events as ev
 from ..core.state import POLICIES, Core
-from ..executors.base import Executor, TaskRecord, Work, device_shares
-from ..executors.local.executor import LocalExecutor, Publisher, TaskOutput, current_parent
+from ..executors.base import Executor, TaskRecord, Work
+from ..executors.local.executor import LocalExecutor
+from ..executors.local.output import Publisher, current_parent
 from ..host.discovery import HostInfo, discover_host
 from ..host.live import GpuMonitor
-from ..model.resources import GPU, Demand, parse_resources
-from ..model.tasks import RUNNING, TERMINAL, GangSpec, TaskSpec
+from ..model.resources import GPU, parse_resources
+from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
+from . import submission
 from .handles import GangHandle, TaskHandle
-
-log = logging.getLogger(__name__)
+from .loop import HISTORY, RuntimeLoop
 
 LOCAL = "local"
-HISTORY = 1000  # finished tasks whose records and handles the scheduler keeps
-_DEADLINE_SLACK = 0.0005  # wake this much after a time limit ends, so the Tick is past it
-
-_PLAIN = (ev.Finished, ev.Failed, ev.Stopped)  # events the core never rejects
-_NODE_EVENTS = (ev.NodeAdded, ev.NodeRemoved, ev.NodeUpdated, ev.SlotAdded, ev.SlotRemoved,
-                ev.QueueSet)
-_STOP = object()
-_WAKE = object()
-
-
-@dataclasses.dataclass(eq=False)
-class _Request:
-    """Events the core may reject, with the caller's future (None: nobody waits)."""
-
-    events: tuple
-    reply: Future | None = None
-    records: tuple[TaskRecord, ...] = ()
-    handles: tuple[TaskHandle, ...] = ()
-    after: Callable[[Core], Any] | None = None  # run on the runtime thread on success
-    error: BaseException | None = None  # why the core rejected it
-
-
-@dataclasses.dataclass(eq=False)
-class _Call:
-    """Run ``fn(core)`` on the runtime thread, after the step's events."""
-
-    fn: Callable[[Core], Any]
-    reply: Future
-
-
-@dataclasses.dataclass(eq=False)
-class _Flush:
-    output: TaskOutput
-
 
 _live: weakref.WeakSet = weakref.WeakSet()
 
@@ -111,7 +59,7 @@ def _shutdown_all() -> None:
         sched.shutdown()
 
 
-class Scheduler(Configurable):
+class Scheduler(RuntimeLoop, Configurable):
     """Schedules tasks on this kernel's host (threads) and on ipyparallel engines."""
 
     policy = Enum(POLICIES, default_value="binpack", help=(
@@ -138,14 +86,11 @@ class Scheduler(Configurable):
         "Warn when the names a cell pushes to an engine add up to more bytes than this.")
     ).tag(config=True)
 
-
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._queue: SimpleQueue = SimpleQueue()
+        self._init_loop()
         self._lifecycle = threading.Lock()
         self._state = "new"  # new -> running -> closing -> closed
-        self._thread: threading.Thread | None = None
-        self._core: Core | None = None
         self._ids = itertools.count(1)
         self._t0 = time.monotonic()
         self.clock_offset = time.time()
@@ -153,27 +98,7 @@ class Scheduler(Configurable):
         self._gpus: GpuMonitor | None = None  # live NVML use of the local node's real GPUs
         self._local: LocalExecutor | None = None
         self._publisher: Publisher | None = None
-        # runtime-thread state
-        self._records: dict[str, TaskRecord] = {}
-        self._handles: dict[str, TaskHandle] = {}
-        self._by_name: dict[str, str] = {}
-        self._live_records: dict[str, TaskRecord] = {}
-        self._finished: deque[str] = deque()
-        self._history_tasks: deque = deque(maxlen=max(self.max_rows, 1))
-        self._history_handles: deque[TaskHandle] = deque(maxlen=HISTORY)
-        self._slot_executors: dict[tuple[str, str], Executor] = {}
-        self._executors: list[Executor] = []
-        self._outputs: list[tuple[float, int, TaskOutput]] = []
-        self._output_seq = itertools.count()
-        self._observers: dict[int, Callable] = {}
         self._observer_ids = itertools.count(1)
-        self._snapshot = snapshots.Snapshot(0.0, (), (), (), (), (), {})
-        self._changed = True
-        self._last_publish = float("-inf")
-        self._sync_all = False
-        # debugging: check the core's invariants after every step (tests turn this on)
-        self.debug_validate = False
-        self.validation_errors: list[str] = []
 
     @observe("policy", "reservation_after", "preemption")
     def _core_setting(self, change: dict) -> None:
@@ -203,7 +128,7 @@ class Scheduler(Configurable):
             self.clock_offset = time.time()
             self.local_host = host
             self._gpus = GpuMonitor(host)
-            self._local = LocalExecutor(self, visible_devices=_visible(host))
+            self._local = LocalExecutor(self, visible_devices=submission.visible_devices(host))
             self._executors.append(self._local)
             self._thread = threading.Thread(target=self._main, name="jupyter_sched-runtime",
                                             daemon=True)
@@ -223,7 +148,7 @@ class Scheduler(Configurable):
                     self._state = "closed"
                 return
             self._state = "closing"
-            self._queue.put(_STOP)
+            self._ask_to_stop()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -276,11 +201,11 @@ class Scheduler(Configurable):
         Returns at once (the task runs in the background). A bad amount, unknown or closed
         queue, bad gang, or unknown node raises ``ValueError`` and queues nothing.
         """
-        work = _work(fn, args, kwargs, code, namespace, push, pull, parent)
-        common = self._common(resources, gpu_memory, queue, priority, target, node, labels,
-                              time_limit, retries, preemptible)
-        gang_spec = parse_gang(gang, strategy)
-        base_name = name if name is not None else _default_name(fn, code)
+        work = submission.work(fn, args, kwargs, code, namespace, push, pull, parent)
+        common = submission.common(self.default_queue, resources, gpu_memory, queue, priority,
+                                   target, node, labels, time_limit, retries, preemptible)
+        gang_spec = submission.parse_gang(gang, strategy)
+        base_name = name if name is not None else submission.default_name(fn, code)
         if not isinstance(base_name, str):
             raise ValueError(f"name {name!r} must be a string")
         if gang_spec is None:
@@ -301,39 +226,22 @@ class Scheduler(Configurable):
         if "gang" in submit_kw or "code" in submit_kw:
             raise ValueError("map runs independent tasks: no gang= or code=")
         parent, kwargs = submit_kw.pop("parent", None), submit_kw.pop("kwargs", None)
-        common = self._common(**{k: submit_kw.pop(k) for k in list(submit_kw)
-                                 if k in _COMMON})
+        common = submission.common(self.default_queue, **{
+            k: submit_kw.pop(k) for k in list(submit_kw) if k in submission.COMMON})
         if submit_kw:
             raise TypeError(f"map() got unexpected arguments: {', '.join(submit_kw)}")
-        base = name if name is not None else _default_name(fn, None)
+        base = name if name is not None else submission.default_name(fn, None)
         parent = parent if parent is not None else current_parent()
         works, specs = [], []
         for k, item in enumerate(items):
-            works.append(_work(fn, (item,), kwargs, None, None, None, None, parent))
+            works.append(submission.work(fn, (item,), kwargs, None, None, None, None, parent))
             specs.append(self._spec(f"{base}[{k}]", common))
         if not specs:
             return []
         return self._submit(specs, None, works)
 
-    def _common(self, resources: object = None, gpu_memory: object = None,
-                queue: str | None = None, priority: int = 0, target: str = "any",
-                node: str | None = None, labels: object = None,
-                time_limit: float | None = None, retries: int = 0,
-                preemptible: bool = False) -> dict[str, Any]:
-        """Checks that need no scheduler state, in the caller's thread."""
-        demand = Demand.parse(resources, gpu_memory)
-        if time_limit is not None:
-            if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
-                raise ValueError(f"time limit {time_limit!r} must be a number of seconds")
-            time_limit = float(time_limit)
-        return dict(demand=demand, queue=queue or self.default_queue, priority=priority,
-                    target=target, node=node, selector=_selector(labels),
-                    time_limit=time_limit, retries=retries, preemptible=bool(preemptible))
-
     def _spec(self, name: str, common: Mapping[str, Any]) -> TaskSpec:
-        spec = TaskSpec(f"t{next(self._ids)}", name=name, **common)
-        spec.check()
-        return spec
+        return submission.task_spec(f"t{next(self._ids)}", name, common)
 
     def _submit(self, specs: list[TaskSpec], gang: GangSpec | None,
                 works: list[Work]) -> list[TaskHandle]:
@@ -429,7 +337,7 @@ class Scheduler(Configurable):
         self._observers[key] = callback
         self._changed = True
         if self.started:
-            self._queue.put(_WAKE)
+            self._wake()
 
         def unsubscribe() -> None:
             self._observers.pop(key, None)
@@ -453,7 +361,7 @@ class Scheduler(Configurable):
         self.local_host = host
         self._gpus = GpuMonitor(host)
         if self._local is not None:
-            self._local.visible = _visible(host)
+            self._local.visible = submission.visible_devices(host)
         return host
 
     def set_queue(self, name: str, parent: str = "root", weight: int | None = None,
@@ -541,455 +449,9 @@ class Scheduler(Configurable):
         and debugging: e.g. ``sched.inspect_core(lambda core: core.validate())``)."""
         return self._on_runtime(fn)
 
-    # -- talking to the runtime thread ----------------------------------------------------------
-
-    def _request(self, events: list, records: list | tuple = (), handles: list | tuple = (),
-                 after: Callable[[Core], Any] | None = None) -> Any:
-        self.start()
-        on_runtime = threading.current_thread() is self._thread
-        reply: Future | None = None if on_runtime else Future()
-        item = _Request(tuple(events), reply, tuple(records), tuple(handles), after)
-        self._put(item)
-        return None if reply is None else self._await(reply)
-
-    def _on_runtime(self, fn: Callable[[Core], Any]) -> Any:
-        if threading.current_thread() is self._thread:
-            return fn(self._core)
-        reply: Future = Future()
-        self._put(_Call(fn, reply))
-        return self._await(reply)
-
-    def _put(self, item: Any) -> None:
-        with self._lifecycle:
-            if self._state != "running":
-                raise RuntimeError("the scheduler is shut down; jupyter_sched.get_scheduler() "
-                                   "starts a new one")
-            self._queue.put(item)
-
-    def _await(self, reply: Future) -> Any:
-        while True:
-            try:
-                return reply.result(timeout=1.0)
-            except FutureTimeout:
-                if self._thread is None or not self._thread.is_alive():
-                    raise RuntimeError("the scheduler's runtime thread is not running") from None
-
-    def _output_pending(self, output: TaskOutput) -> None:
-        self._queue.put(_Flush(output))
-
-    # -- the runtime thread ---------------------------------------------------------------------
-
-    def _main(self) -> None:
-        q = self._queue
-        stop = False
-        while not stop:
-            try:
-                first = q.get(timeout=self._timeout())
-                items = [first]
-            except Empty:
-                items = []
-            while True:
-                try:
-                    items.append(q.get_nowait())
-                except Empty:
-                    break
-            try:
-                stop = self._step(items)
-            except Exception as exc:  # keep scheduling: a bug in one step must not end it
-                log.exception("jupyter_sched runtime step failed")
-                for item in items:
-                    reply = getattr(item, "reply", None)
-                    if reply is not None and not reply.done():
-                        reply.set_exception(RuntimeError(f"the scheduler failed: {exc!r}"))
-                stop = _STOP in items
-        self._close()
-
-    def _timeout(self) -> float | None:
-        now = self.now()
-        due = []
-        if self._changed and self._observers:
-            due.append(self._last_publish + self.update_interval)
-        deadline = self._core.next_deadline()
-        if deadline is not None:
-            due.append(deadline + _DEADLINE_SLACK)
-        if self._outputs:
-            due.append(self._outputs[0][0] - self._t0)
-        if not due:
-            return None
-        return max(0.0, min(due) - now)
-
-    def _step(self, items: list) -> bool:
-        core = self._core
-        plain: list = []
-        requests: list[_Request] = []
-        calls: list[_Call] = []
-        stop = False
-        for item in items:
-            if isinstance(item, _PLAIN):
-                plain.append(item)
-            elif isinstance(item, _Request):
-                requests.append(item)
-            elif isinstance(item, _Flush):
-                heapq.heappush(self._outputs, (item.output.due or 0.0, next(self._output_seq),
-                                               item.output))
-            elif isinstance(item, _Call):
-                calls.append(item)
-            elif item is _STOP:
-                stop = True
-            elif item is not _WAKE:  # an executor's node or slot event: checked, nobody waits
-                requests.append(_Request((item,)))
-
-        now = self.now()
-        touched = {e.task for e in plain}
-        self._sync_all = False
-        instructions: list = []
-        batch: list = [ev.Tick(now), *plain]
-        deadline = core.next_deadline()
-        if not requests and (plain or (deadline is not None and deadline <= now)):
-            instructions += core.handle(*batch)  # a bare wake-up (output, publish) needs none
-        for request in requests:
-            instructions += self._apply(request, batch, touched)
-            batch = []
-
-        for instruction in instructions:
-            touched.add(instruction.task)
-            self._carry_out(instruction)
-        self._sync(touched)
-        for request in requests:
-            self._answer(request)
-        for call in calls:
-            try:
-                call.reply.set_result(call.fn(core))
-            except BaseException as exc:
-                call.reply.set_exception(exc)
-        self._flush_outputs()
-        if self.debug_validate:
-            self._validate()
-        if plain or requests or instructions:
-            self._changed = True
-        # snapshots are made for subscribers (status lines, the dashboard); with none, one is
-        # made when asked for (``snapshot()``), not every update_interval
-        if self._changed and self._observers and (
-                now - self._last_publish >= self.update_interval):
-            self._publish()
-        return stop
-
-    def _apply(self, request: _Request, batch: list, touched: set) -> list:
-        """Hand ``batch`` (plain events, which the core never rejects) and one request to the
-        core; a rejected request leaves the plain events applied."""
-        core = self._core
-        for record in request.records:
-            self._records[record.id] = record
-            self._live_records[record.id] = record
-        for handle in request.handles:
-            self._handles[handle.id] = handle
-        for event in request.events:
-            self._note(event, touched)
-        try:
-            out = core.handle(*batch, *request.events)
-        except Exception as exc:
-            request.error = exc
-            for record in request.records:
-                self._records.pop(record.id, None)
-                self._live_records.pop(record.id, None)
-                self._handles.pop(record.id, None)
-                touched.discard(record.id)
-            if not isinstance(exc, ValueError):
-                log.exception("the scheduling core failed on %r", request.events)
-            return core.handle() if batch else []
-        if request.after is not None:
-            try:
-                request.after(core)
-            except Exception:
-                log.exception("after %r", request.events)
-        now = core.now
-        for record in request.records:
-            record.submitted = now
-            if record.name:
-                self._by_name[record.name] = record.id
-        return out
-
-    def _note(self, event: Any, touched: set) -> None:
-        """Tasks an event may end or move, noted before the core handles it."""
-        task = getattr(event, "task", None)
-        if isinstance(task, str):
-            touched.add(task)
-        elif isinstance(event, ev.Submit):
-            touched.update(spec.id for spec in event.tasks)
-        if isinstance(event, _NODE_EVENTS):
-            self._sync_all = True
-
-    def _answer(self, request: _Request) -> None:
-        error = request.error
-        if request.reply is not None:
-            if error is None:
-                request.reply.set_result(None)
-            else:
-                request.reply.set_exception(error)
-        elif error is not None:
-            if request.handles:  # submitted from the runtime thread: the handles carry it
-                for handle in request.handles:
-                    handle._record.state = "failed"
-                    handle.set_exception(error)
-            else:
-                log.warning("jupyter_sched: %s rejected: %s",
-                            type(request.events[0]).__name__, error)
-
-    def _carry_out(self, instruction: Any) -> None:
-        record = self._records.get(instruction.task)
-        if record is None:
-            log.error("no record of task %s for %r", instruction.task, instruction)
-            return
-        if isinstance(instruction, ev.Start):
-            task = self._core.tasks[instruction.task]
-            if record.output is None:
-                work = record.work
-                output = TaskOutput(work.parent, self._publisher, sink=work.output,
-                                    on_pending=self._output_pending)
-                record.output = output
-                record.work = dataclasses.replace(work, output=output.write)
-            record.start = instruction
-            record.node, record.slot = instruction.node, instruction.slot
-            record.devices = device_shares(instruction)
-            record.rank, record.world_size = instruction.rank, instruction.world_size
-            record.started, record.ended = task.started_at, None
-            record.state, record.reason = RUNNING, ""
-            record.result, record.error, record.traceback = None, None, ""
-            executor = self._executor_for(instruction)
-            if executor is None:
-                self.report(ev.Failed(instruction.task, f"no executor runs engine slot "
-                                      f"{instruction.slot!r} on {instruction.node!r}"))
-                return
-            try:
-                executor.start(instruction, record)
-            except Exception as exc:
-                log.exception("could not start %s", instruction.task)
-                self.report(ev.Failed(instruction.task, f"could not start: {exc}"))
-        else:  # Stop or Preempt
-            reason = getattr(instruction, "reason", None) or f"preempted by {instruction.by}"
-            executor = self._executor_for(record.start) if record.start else None
-            if executor is None:
-                self.report(ev.Stopped(instruction.task))
-                return
-            try:
-                executor.stop(instruction.task, reason)
-            except Exception:
-                log.exception("could not stop %s", instruction.task)
-
-    def _executor_for(self, start: ev.Start) -> Executor | None:
-        if start.slot is None:
-            return self._local
-        return self._slot_executors.get((start.node, start.slot))
-
-    def _sync(self, touched: set) -> None:
-        """Bring records up to date with the core; resolve the handles of tasks that ended."""
-        core = self._core
-        ids = set(self._live_records) if self._sync_all else touched
-        gangs = set()
-        for task_id in list(ids):
-            task = core.tasks.get(task_id)
-            if task is not None and task.gang is not None and id(task.gang) not in gangs:
-                gangs.add(id(task.gang))
-                ids.update(m.id for m in task.gang.members)
-        ended = []
-        for task_id in ids:
-            record = self._live_records.get(task_id)
-            task = core.tasks.get(task_id)
-            if record is None or task is None:
-                continue
-            record.state, record.reason = task.state, task.reason
-            if task.state in TERMINAL:
-                record.ended = task.times[-1][1]
-                ended.append((task.seq, record, task))
-        for _, record, task in sorted(ended, key=lambda e: e[0]):
-            self._ended(record, task)
-
-    def _ended(self, record: TaskRecord, task: Any) -> None:
-        del self._live_records[record.id]
-        self._history_tasks.appendleft(task)
-        record.work = dataclasses.replace(record.work, fn=None, args=(), kwargs={},
-                                          namespace=None)
-        handle = self._handles.get(record.id)
-        if handle is not None:
-            self._history_handles.appendleft(handle)
-            try:
-                handle._settle()
-            except Exception:
-                log.exception("resolving the handle of %s failed", record.id)
-        self._finished.append(record.id)
-        while len(self._finished) > HISTORY:
-            old = self._finished.popleft()
-            self._records.pop(old, None)
-            self._core.forget([old])  # the core keeps no history the shell does not
-            old_handle = self._handles.pop(old, None)
-            if old_handle is not None and self._by_name.get(old_handle.name) == old:
-                del self._by_name[old_handle.name]
-
-    def _flush_outputs(self) -> None:
-        heap = self._outputs
-        now = time.monotonic()
-        while heap and heap[0][0] <= now:
-            _, _, output = heapq.heappop(heap)
-            output.flush()
-
-    def _publish(self, notify: bool = True) -> snapshots.Snapshot:
-        snap = snapshots.take(self._core, self.max_rows, list(self._history_tasks),
-                              live=self._gpus.read() if self._gpus is not None else None)
-        self._snapshot = snap
-        if notify:
-            self._changed = False
-            self._last_publish = self.now()
-            for callback in list(self._observers.values()):
-                try:
-                    callback(snap)
-                except Exception:
-                    log.exception("a jupyter_sched observer failed")
-        return snap
-
-    def _validate(self) -> None:
-        try:
-            self._core.validate()
-        except AssertionError as err:
-            self.validation_errors.append(repr(err))
-            log.error("core invariant broken: %r", err)
-
-    def _close(self) -> None:
-        """On the runtime thread, after STOP: stop everything, answer everyone, leave."""
-        for executor in reversed(self._executors):
-            try:
-                executor.close()
-            except Exception:
-                log.exception("closing %r failed", executor)
-        for record in list(self._live_records.values()):
-            record.state, record.reason = "cancelled", "the scheduler shut down"
-            handle = self._handles.get(record.id)
-            if handle is not None:
-                handle._settle()
-        self._live_records.clear()
-        for _, _, output in self._outputs:
-            output.flush()
-        with self._lifecycle:
-            self._state = "closed"
-        while True:  # callers that got in before the STOP
-            try:
-                item = self._queue.get_nowait()
-            except Empty:
-                break
-            reply = getattr(item, "reply", None)
-            if reply is not None and not reply.done():
-                reply.set_exception(RuntimeError("the scheduler shut down"))
-        try:
-            self._publish()
-        except Exception:
-            log.debug("last snapshot failed", exc_info=True)
 
     def __repr__(self) -> str:
         return f"<Scheduler {self._state} policy={self.policy}>"
 
 
-# -- building submissions ---------------------------------------------------------------------
-
-_COMMON = ("resources", "gpu_memory", "queue", "priority", "target", "node", "labels",
-           "time_limit", "retries", "preemptible")
-
-
-_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})  # shared by the many calls that have none
-
-
-def _work(fn, args, kwargs, code, namespace, push, pull, parent) -> Work:
-    if (fn is None) == (code is None):
-        raise ValueError("submit a callable (fn) or cell source (code=), one of the two")
-    if fn is not None and not callable(fn):
-        raise ValueError(f"{fn!r} is not callable; pass code= to run cell source")
-    if code is not None:
-        if not isinstance(code, str):
-            raise ValueError(f"code must be a string of Python source, not {type(code).__name__}")
-        if args:
-            raise ValueError("positional arguments go with a callable, not with code=")
-        if namespace is None:
-            namespace = _user_namespace()
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise ValueError(f"kwargs {kwargs!r} must be a mapping of keyword arguments")
-    return Work(fn=fn, args=tuple(args), kwargs=dict(kwargs) if kwargs else _NO_KWARGS, code=code,
-                namespace=namespace, push=_names(push, "push"), pull=_names(pull, "pull"),
-                parent=parent if parent is not None else current_parent())
-
-
-def _user_namespace() -> dict:
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    if shell is not None:
-        return shell.user_ns
-    return sys.modules["__main__"].__dict__
-
-
-def _names(value: object, what: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    names = value.replace(",", " ").split() if isinstance(value, str) else list(value)
-    for n in names:
-        if not isinstance(n, str) or not n.isidentifier():
-            raise ValueError(f"{what}: {n!r} is not a variable name")
-    return tuple(names)
-
-
-def _selector(labels: object) -> tuple[tuple[str, str], ...]:
-    if labels is None:
-        return ()
-    if isinstance(labels, str):
-        pairs = []
-        for part in filter(None, (p.strip() for p in labels.split(","))):
-            key, sep, value = part.partition("=")
-            if not sep or not key.strip():
-                raise ValueError(f"label selector {part!r} must be written KEY=VALUE")
-            pairs.append((key.strip(), value.strip()))
-        labels = dict(pairs)
-    if not isinstance(labels, Mapping):
-        raise ValueError(f"labels {labels!r} must be a mapping such as {{'gpu.model': 'A100'}}")
-    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-
-
-def _default_name(fn: Callable | None, code: str | None) -> str:
-    if fn is not None:
-        return getattr(fn, "__name__", "") or ""
-    return ""
-
-
-def parse_gang(gang: object, strategy: str = "pack") -> GangSpec | None:
-    """``"ddp:4"``, ``"ddp:4:3"``, ``("ddp", 4[, 3])`` or a ``GangSpec`` -> a checked spec."""
-    if gang is None:
-        return None
-    if isinstance(gang, GangSpec):
-        spec = gang
-    else:
-        parts = gang.split(":") if isinstance(gang, str) else gang
-        if not isinstance(parts, (list, tuple)) or len(parts) not in (2, 3):
-            raise ValueError(f"gang {gang!r} must be NAME:SIZE or NAME:SIZE:MIN, e.g. 'ddp:4'")
-        name = str(parts[0]).strip()
-        if not name:
-            raise ValueError(f"gang {gang!r} needs a name, e.g. 'ddp:4'")
-        try:
-            size = int(parts[1])
-            least = int(parts[2]) if len(parts) == 3 else None
-        except (TypeError, ValueError):
-            raise ValueError(f"gang {gang!r}: size and min must be whole numbers, "
-                             "e.g. 'ddp:4' or 'ddp:4:3'") from None
-        spec = GangSpec(name, size, least, strategy)
-    try:
-        spec.check()
-    except ValueError as err:
-        if isinstance(gang, GangSpec):
-            raise
-        raise ValueError(f"gang {gang!r}: {str(err).removeprefix(f'gang {spec.name!r}: ')}"
-                         ) from None
-    return spec
-
-
-def _visible(host: HostInfo) -> str | None:
-    """What the local node's GPU indices refer to when a task's env is made."""
-    if host.gpus_declared:
-        return ",".join(str(g.index) for g in host.gpus)
-    return host.cuda_visible_devices
-
-
-__all__ = ["HISTORY", "LOCAL", "Scheduler", "parse_gang"]
+__all__ = ["HISTORY", "LOCAL", "Scheduler"]

@@ -1,1 +1,2 @@
-"""Tasks in kernel threads: running cell code, stopping it, routing its output to its cell."""
+"""Tasks in kernel threads: the thread pool (``executor``), running cell code and callables and
+interrupting them (``running``), routing their output to their cell (``output``)."""

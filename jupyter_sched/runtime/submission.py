@@ -1,0 +1,158 @@
+"""Building a submission: checking what ``submit`` and ``map`` are given, in the caller's thread.
+
+Everything here needs no scheduler state and raises ``ValueError`` naming the bad value before
+anything is queued: the options every task of a submission shares (:func:`common`), its specs
+(:func:`task_spec`), its work (:func:`work`: a callable with its arguments, or cell source with
+the namespace it runs in), a gang (:func:`parse_gang`). :func:`visible_devices` says what the
+local node's GPU indices refer to in the environment a task gets.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ..executors.base import Work
+from ..executors.local.output import current_parent
+from ..model.resources import Demand
+from ..model.tasks import GangSpec, TaskSpec
+
+if TYPE_CHECKING:
+    from ..host.discovery import HostInfo
+
+COMMON = ("resources", "gpu_memory", "queue", "priority", "target", "node", "labels",
+           "time_limit", "retries", "preemptible")
+
+
+def common(default_queue: str, resources: object = None, gpu_memory: object = None,
+           queue: str | None = None, priority: int = 0, target: str = "any",
+           node: str | None = None, labels: object = None, time_limit: float | None = None,
+           retries: int = 0, preemptible: bool = False) -> dict[str, Any]:
+    """The checked options of a submission's tasks, as ``TaskSpec`` fields (``queue`` falls
+    back to ``default_queue``)."""
+    demand = Demand.parse(resources, gpu_memory)
+    if time_limit is not None:
+        if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
+            raise ValueError(f"time limit {time_limit!r} must be a number of seconds")
+        time_limit = float(time_limit)
+    return dict(demand=demand, queue=queue or default_queue, priority=priority,
+                target=target, node=node, selector=selector(labels),
+                time_limit=time_limit, retries=retries, preemptible=bool(preemptible))
+
+
+def task_spec(task_id: str, name: str, options: Mapping[str, Any]) -> TaskSpec:
+    """A checked spec of one task with the options from :func:`common`."""
+    spec = TaskSpec(task_id, name=name, **options)
+    spec.check()
+    return spec
+
+
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})  # shared by the many calls that have none
+
+
+def work(fn, args, kwargs, code, namespace, push, pull, parent) -> Work:
+    """What a task runs: ``fn(*args, **kwargs)``, or ``code`` in ``namespace`` (the notebook's
+    by default); output goes to the cell of ``parent`` (by default the calling code's)."""
+    if (fn is None) == (code is None):
+        raise ValueError("submit a callable (fn) or cell source (code=), one of the two")
+    if fn is not None and not callable(fn):
+        raise ValueError(f"{fn!r} is not callable; pass code= to run cell source")
+    if code is not None:
+        if not isinstance(code, str):
+            raise ValueError(f"code must be a string of Python source, not {type(code).__name__}")
+        if args:
+            raise ValueError("positional arguments go with a callable, not with code=")
+        if namespace is None:
+            namespace = user_namespace()
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ValueError(f"kwargs {kwargs!r} must be a mapping of keyword arguments")
+    return Work(fn=fn, args=tuple(args), kwargs=dict(kwargs) if kwargs else _NO_KWARGS, code=code,
+                namespace=namespace, push=variable_names(push, "push"),
+                pull=variable_names(pull, "pull"),
+                parent=parent if parent is not None else current_parent())
+
+
+def user_namespace() -> dict:
+    """The notebook's namespace (the shell's), else ``__main__``'s."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None:
+        return shell.user_ns
+    return sys.modules["__main__"].__dict__
+
+
+def variable_names(value: object, what: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    names = value.replace(",", " ").split() if isinstance(value, str) else list(value)
+    for n in names:
+        if not isinstance(n, str) or not n.isidentifier():
+            raise ValueError(f"{what}: {n!r} is not a variable name")
+    return tuple(names)
+
+
+def selector(labels: object) -> tuple[tuple[str, str], ...]:
+    """A node selector, ``{"gpu.model": "A100"}`` or ``"gpu.model=A100,zone=a"``, as pairs."""
+    if labels is None:
+        return ()
+    if isinstance(labels, str):
+        pairs = []
+        for part in filter(None, (p.strip() for p in labels.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"label selector {part!r} must be written KEY=VALUE")
+            pairs.append((key.strip(), value.strip()))
+        labels = dict(pairs)
+    if not isinstance(labels, Mapping):
+        raise ValueError(f"labels {labels!r} must be a mapping such as {{'gpu.model': 'A100'}}")
+    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def default_name(fn: Callable | None, code: str | None) -> str:
+    """A task's name when none is given: the callable's ``__name__``; cells get none."""
+    if fn is not None:
+        return getattr(fn, "__name__", "") or ""
+    return ""
+
+
+def parse_gang(gang: object, strategy: str = "pack") -> GangSpec | None:
+    """``"ddp:4"``, ``"ddp:4:3"``, ``("ddp", 4[, 3])`` or a ``GangSpec`` -> a checked spec."""
+    if gang is None:
+        return None
+    if isinstance(gang, GangSpec):
+        spec = gang
+    else:
+        parts = gang.split(":") if isinstance(gang, str) else gang
+        if not isinstance(parts, (list, tuple)) or len(parts) not in (2, 3):
+            raise ValueError(f"gang {gang!r} must be NAME:SIZE or NAME:SIZE:MIN, e.g. 'ddp:4'")
+        name = str(parts[0]).strip()
+        if not name:
+            raise ValueError(f"gang {gang!r} needs a name, e.g. 'ddp:4'")
+        try:
+            size = int(parts[1])
+            least = int(parts[2]) if len(parts) == 3 else None
+        except (TypeError, ValueError):
+            raise ValueError(f"gang {gang!r}: size and min must be whole numbers, "
+                             "e.g. 'ddp:4' or 'ddp:4:3'") from None
+        spec = GangSpec(name, size, least, strategy)
+    try:
+        spec.check()
+    except ValueError as err:
+        if isinstance(gang, GangSpec):
+            raise
+        raise ValueError(f"gang {gang!r}: {str(err).removeprefix(f'gang {spec.name!r}: ')}"
+                         ) from None
+    return spec
+
+
+def visible_devices(host: HostInfo) -> str | None:
+    """What the local node's GPU indices refer to when a task's env is made."""
+    if host.gpus_declared:
+        return ",".join(str(g.index) for g in host.gpus)
+    return host.cuda_visible_devices
+
+
+__all__ = ["COMMON", "common", "default_name", "parse_gang", "selector", "task_spec",
+           "user_namespace", "variable_names", "visible_devices", "work"]
