@@ -26,9 +26,9 @@ def graph():
 
 
 def test_the_import_contracts_hold():
-    done = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command;"
-                           " lint_imports_command()"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    command = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+    done = subprocess.run([sys.executable, "-c", command], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
     report = done.stdout + done.stderr
     assert done.returncode == 0, report
     assert "0 broken" in report and "KEPT" in report

@@ -108,7 +108,7 @@ def test_bad_cell_options_are_one_line_usage_errors_naming_the_value(line, named
 
 
 def test_negative_numbers_still_reach_options_that_take_them():
-    args, submit = parse_cell("--priority -3")
+    _args, submit = parse_cell("--priority -3")
     assert submit["priority"] == -3
     with pytest.raises(UsageError, match="--gpuz"):
         parse_cell("--priority --gpuz")

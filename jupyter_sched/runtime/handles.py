@@ -23,14 +23,24 @@ import asyncio
 import threading
 from concurrent.futures import Future
 from concurrent.futures._base import PENDING as _PENDING
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..model.tasks import CANCELLED, DONE, FAILED, RUNNING, TERMINAL
 from ..views import display
 
 if TYPE_CHECKING:
     from ..executors.base import TaskRecord
-    from .scheduler import Scheduler
+
+
+class Scheduler(Protocol):
+    """What a handle asks of the scheduler that made it (the scheduler imports the handles,
+    not the other way round)."""
+
+    def now(self) -> float: ...
+
+    def snapshot(self, fresh: bool = False) -> Any: ...
+
+    def _cancel_ids(self, ids: list[str], reason: str = ...) -> bool: ...
 
 
 class TaskFailed(RuntimeError):
