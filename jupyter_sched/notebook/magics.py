@@ -71,8 +71,10 @@ class SchedMagics(Magics):
 
     @property
     def scheduler(self):
-        if self._scheduler is None:
-            self._scheduler = get_scheduler()
+        held = self._scheduler
+        if held is None or (getattr(held, "_state", "running") == "running"
+                            and not getattr(held, "alive", True)):
+            self._scheduler = get_scheduler()  # a fresh one when its runtime thread died
         return self._scheduler
 
     @line_cell_magic

@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 HISTORY = 1000  # finished tasks whose records and handles the scheduler keeps
 _DEADLINE_SLACK = 0.0005  # wake this much after a time limit ends, so the Tick is past it
+_MAX_WAIT = 3600.0  # the longest the thread sleeps: far deadlines are looked at again, and
+# queue.get() overflows on timeouts past ~292 years
 
 _PLAIN = (ev.Finished, ev.Failed, ev.Stopped)  # events the core never rejects
 _NODE_EVENTS = (ev.NodeAdded, ev.NodeRemoved, ev.NodeUpdated, ev.SlotAdded, ev.SlotRemoved,
@@ -126,6 +128,7 @@ class RuntimeLoop:
         self._changed = True
         self._last_publish = float("-inf")
         self._sync_all = False
+        self.death: BaseException | None = None  # why the runtime thread ended, if not asked to
         # debugging: check the core's invariants after every step (tests turn this on)
         self.debug_validate = False
         self.validation_errors: list[str] = []
@@ -148,11 +151,24 @@ class RuntimeLoop:
         self._put(_Call(fn, reply))
         return self._await(reply)
 
+    @property
+    def alive(self) -> bool:
+        """Running, with its runtime thread there to serve requests."""
+        thread = self._thread
+        return self._state == "running" and thread is not None and thread.is_alive()
+
+    def _gone(self) -> RuntimeError:
+        why = f" ({self.death!r})" if self.death is not None else ""
+        return RuntimeError(f"the scheduler's runtime thread stopped{why}; "
+                            "jupyter_sched.get_scheduler() starts a fresh scheduler")
+
     def _put(self, item: Any) -> None:
         with self._lifecycle:
             if self._state != "running":
                 raise RuntimeError("the scheduler is shut down; jupyter_sched.get_scheduler() "
                                    "starts a new one")
+            if not self.alive and threading.current_thread() is not self._thread:
+                raise self._gone()
             self._queue.put(item)
 
     def _await(self, reply: Future) -> Any:
@@ -161,7 +177,7 @@ class RuntimeLoop:
                 return reply.result(timeout=1.0)
             except FutureTimeout:
                 if self._thread is None or not self._thread.is_alive():
-                    raise RuntimeError("the scheduler's runtime thread is not running") from None
+                    raise self._gone() from None
 
     def _output_pending(self, output: TaskOutput) -> None:
         self._queue.put(_Flush(output))
@@ -177,29 +193,47 @@ class RuntimeLoop:
     # -- the runtime thread ---------------------------------------------------------------------
 
     def _main(self) -> None:
-        q = self._queue
-        stop = False
-        while not stop:
-            try:
-                first = q.get(timeout=self._timeout())
-                items = [first]
-            except Empty:
-                items = []
-            while True:
+        try:
+            stop = False
+            while not stop:
+                items = self._next_items()
                 try:
-                    items.append(q.get_nowait())
-                except Empty:
-                    break
+                    stop = self._step(items)
+                except BaseException as exc:  # a bug in one step must not end scheduling
+                    stop = self._contain(exc, items)
+            self._close()
+        except BaseException as exc:  # the thread ends anyway: say why to the next caller
+            self.death = exc
+            log.exception("the jupyter_sched runtime thread stopped")
+
+    def _next_items(self) -> list:
+        """Wait for the next item (at most until something is due), then take all queued."""
+        q = self._queue
+        try:
+            timeout = self._timeout()
+        except Exception:
+            log.exception("jupyter_sched: computing the next wake-up failed")
+            timeout = _MAX_WAIT
+        try:
+            items = [q.get(timeout=timeout)]
+        except Empty:
+            items = []
+        while True:
             try:
-                stop = self._step(items)
-            except Exception as exc:  # keep scheduling: a bug in one step must not end it
-                log.exception("jupyter_sched runtime step failed")
-                for item in items:
-                    reply = getattr(item, "reply", None)
-                    if reply is not None and not reply.done():
-                        reply.set_exception(RuntimeError(f"the scheduler failed: {exc!r}"))
-                stop = _STOP in items
-        self._close()
+                items.append(q.get_nowait())
+            except Empty:
+                return items
+
+    def _contain(self, exc: BaseException, items: list) -> bool:
+        """Answer the callers of a failed step with its error, once each; go on scheduling."""
+        log.error("jupyter_sched runtime step failed", exc_info=exc)
+        for item in items:
+            reply = getattr(item, "reply", None)
+            if reply is not None and not reply.done():
+                reply.set_exception(RuntimeError(f"the scheduler could not do this: {exc!r}; "
+                                                 "it goes on with the next request"))
+        self._changed = True
+        return _STOP in items
 
     def _timeout(self) -> float | None:
         now = self.now()
@@ -213,7 +247,7 @@ class RuntimeLoop:
             due.append(self._outputs[0][0] - self._t0)
         if not due:
             return None
-        return max(0.0, min(due) - now)
+        return min(_MAX_WAIT, max(0.0, min(due) - now))
 
     def _step(self, items: list) -> bool:
         core = self._core

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import threading
 import time
 import weakref
@@ -50,6 +51,7 @@ from .loop import HISTORY, RuntimeLoop
 
 LOCAL = "local"
 
+log = logging.getLogger(__name__)
 _live: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -157,6 +159,32 @@ class Scheduler(RuntimeLoop, Configurable):
     @property
     def started(self) -> bool:
         return self._state == "running"
+
+    def abandon(self) -> str:
+        """After the runtime thread died: stop the executors, end every unfinished task as
+        failed with the reason, and say in one line what was lost."""
+        with self._lifecycle:
+            if self._state != "running" or self.alive:
+                return ""
+            self._state = "closed"
+        reason = str(self._gone()).split(";")[0]
+        for executor in reversed(self._executors):
+            try:
+                executor.close()
+            except Exception:
+                log.exception("closing %r failed", executor)
+        lost = list(self._live_records.values())
+        counts: dict[str, int] = {}
+        for record in lost:
+            counts[record.state] = counts.get(record.state, 0) + 1
+            record.state, record.reason = "failed", reason
+            handle = self._handles.get(record.id)
+            if handle is not None and not handle.done():
+                handle._settle()
+        self._live_records.clear()
+        _live.discard(self)
+        what = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"
+        return f"{reason}: a fresh scheduler takes over; lost {what}"
 
     def now(self) -> float:
         """The scheduler's clock: seconds since it started (``time.monotonic()`` based)."""
