@@ -16,13 +16,8 @@ from jupyter_sched.core import events as ev
 from jupyter_sched.executors import context
 from jupyter_sched.executors.base import TaskRecord, Work
 from jupyter_sched.executors.ipp.engines import probe
-from jupyter_sched.executors.ipp.executor import (
-    EngineLost,
-    IppExecutor,
-    RemoteTaskError,
-    _exit_text,
-    _remote_tb,
-)
+from jupyter_sched.executors.ipp.executor import EngineLost, IppExecutor, RemoteTaskError
+from jupyter_sched.executors.ipp.faults import _exit_text, _remote_tb
 from jupyter_sched.executors.ipp.on_engine import (
     CALL,
     CELL,
