@@ -353,6 +353,21 @@ def test_a_gang_member_stopped_while_waiting_for_the_port(setup):
     assert [m[2][0][0] for m in client.sent[sent:]] == ["t1"]
 
 
+def test_a_gang_member_whose_rank_0_is_not_here_fails_unsent(setup):
+    runtime, client, executor = setup
+    client.register(1, report())
+    gang = dict(gang="ddp", world_size=2, master_node="local")
+    executor.start(start("t1", "e0", rank=0, **gang), record("t1", fn=len, gang_id="t1"))
+    assert runtime.events[-1].lost  # rank 0's engine went away before it started
+    sent = len(client.sent)
+    executor.start(start("t2", "e1", rank=1, **gang), record("t2", fn=len, gang_id="t1"))
+    assert len(client.sent) == sent
+    assert runtime.events[-1] == ev.Failed(
+        "t2", "gang 'ddp': its rank 0 is not on these engines (it could not start, or runs on "
+        "other engines)")
+    assert executor.engines[1].task is None
+
+
 def test_close_fails_what_runs_and_removes_the_slots(setup):
     runtime, client, executor = setup
     client.register(0, report())

@@ -28,7 +28,6 @@ from typing import Any
 from ...core import events as ev
 from ...model.quantity import SCALE, format_bytes
 from ..base import TaskRecord
-from .engines import free_port, host_address
 from .faults import EngineLost, RemoteTaskError, _engine_died, _remote_tb
 from .on_engine import CALL, CELL, FREE_PORT
 from .state import _Engine, _Outbox, _Run, _timer
@@ -280,9 +279,10 @@ class DispatchMixin:
             if start.rank == 0:
                 gang = _Gang(key, run.engine)
                 self._ask_port(gang, out)
-            else:  # rank 0 runs in a kernel thread
-                address, port = self._kernel_master(run)
-                gang = _Gang(key, None, address=address, port=port)
+            else:  # the core starts rank 0 first, and never splits a gang between
+                # kernel threads and engines
+                gang = _Gang(key, None, failed=f"gang {start.gang!r}: its rank 0 is not on "
+                             "these engines (it could not start, or runs on other engines)")
             self._gangs[key] = gang
             if len(self._gangs) > 256:  # gangs with members elsewhere are never complete here
                 del self._gangs[next(iter(self._gangs))]
@@ -294,17 +294,6 @@ class DispatchMixin:
         elif gang.failed is not None:
             self._forget(run)
             out.fail(run.task, RuntimeError(gang.failed), gang.failed)
-
-    def _kernel_master(self, run: _Run) -> tuple[str, int]:
-        """Address and port of a rank 0 that runs in a kernel thread: those the local executor
-        gave it (its record's environment; it was started just before), else a port here."""
-        record_of = getattr(self.runtime, "record", None)
-        master = record_of(run.record.gang_id) if record_of and run.record.gang_id else None
-        env = getattr(master, "env", None) or {}
-        port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else free_port()
-        if run.engine.local_host:
-            return env.get("MASTER_ADDR") or "127.0.0.1", port
-        return host_address(self._peer), port
 
     def _ask_port(self, gang: _Gang, out: _Outbox) -> None:
         engine = gang.master
