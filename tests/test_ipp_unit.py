@@ -101,6 +101,7 @@ def test_engine_cell_returns_result_and_pulled_names():
 def test_engine_cell_pulls_back_what_a_failing_cell_set():
     out = engine_cell(meta(), "w = 5\n1 / 0", None, False, ())
     assert out[0] == "error" and out[3] == "ZeroDivisionError: division by zero"
+    assert "run_cell" not in out[2] and "<task t1>" in out[2]  # starts at the cell's code
     _, names, *values = out[4:]
     assert dict(zip(names, values, strict=True)) == {"w": 5}
 
