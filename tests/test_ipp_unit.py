@@ -16,13 +16,8 @@ from jupyter_sched.core import events as ev
 from jupyter_sched.executors import context
 from jupyter_sched.executors.base import TaskRecord, Work
 from jupyter_sched.executors.ipp.engines import probe
-from jupyter_sched.executors.ipp.executor import (
-    EngineLost,
-    IppExecutor,
-    RemoteTaskError,
-    _exit_text,
-    _remote_tb,
-)
+from jupyter_sched.executors.ipp.executor import EngineLost, IppExecutor, RemoteTaskError
+from jupyter_sched.executors.ipp.faults import _exit_text, _remote_tb
 from jupyter_sched.executors.ipp.on_engine import (
     CALL,
     CELL,
@@ -106,6 +101,7 @@ def test_engine_cell_returns_result_and_pulled_names():
 def test_engine_cell_pulls_back_what_a_failing_cell_set():
     out = engine_cell(meta(), "w = 5\n1 / 0", None, False, ())
     assert out[0] == "error" and out[3] == "ZeroDivisionError: division by zero"
+    assert "run_cell" not in out[2] and "<task t1>" in out[2]  # starts at the cell's code
     _, names, *values = out[4:]
     assert dict(zip(names, values, strict=True)) == {"w": 5}
 
@@ -356,6 +352,21 @@ def test_a_gang_member_stopped_while_waiting_for_the_port(setup):
     sent = len(client.sent)
     client.sent[-1][4].set_result(29500)
     assert [m[2][0][0] for m in client.sent[sent:]] == ["t1"]
+
+
+def test_a_gang_member_whose_rank_0_is_not_here_fails_unsent(setup):
+    runtime, client, executor = setup
+    client.register(1, report())
+    gang = dict(gang="ddp", world_size=2, master_node="local")
+    executor.start(start("t1", "e0", rank=0, **gang), record("t1", fn=len, gang_id="t1"))
+    assert runtime.events[-1].lost  # rank 0's engine went away before it started
+    sent = len(client.sent)
+    executor.start(start("t2", "e1", rank=1, **gang), record("t2", fn=len, gang_id="t1"))
+    assert len(client.sent) == sent
+    assert runtime.events[-1] == ev.Failed(
+        "t2", "gang 'ddp': its rank 0 is not on these engines (it could not start, or runs on "
+        "other engines)")
+    assert executor.engines[1].task is None
 
 
 def test_close_fails_what_runs_and_removes_the_slots(setup):

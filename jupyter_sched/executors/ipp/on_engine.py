@@ -16,7 +16,7 @@ from typing import Any
 # frames of these files are left out of a task's traceback: it starts at the task's own code
 _OWN_FILES = frozenset({
     __file__,
-    os.path.join(os.path.dirname(os.path.dirname(__file__)), "namespace.py"),
+    os.path.join(os.path.dirname(__file__), "namespace.py"),
     contextlib.__file__,
 })
 

@@ -1,0 +1,338 @@
+"""Getting engines: connecting to a running ipyparallel cluster, or starting one and stopping it.
+
+::
+
+    executor = IppExecutor.connect(runtime, cluster_or_client_or_profile)   # a running cluster
+    executor = IppExecutor.start_cluster(runtime, engines=4)                # local engines
+    executor = IppExecutor.start_cluster(runtime, engines_per_gpu=2)        # 2 pinned per GPU
+    executor = IppExecutor.start_cluster(runtime, engines=16, launcher="slurm")
+
+A cluster we start runs on an event loop thread of its own (:class:`_LoopThread`), so that its
+launchers report their engines' exit, and is watched by a small process that stops it if the
+kernel dies without doing so (:func:`_start_reaper`). :class:`ClusterControl` holds these for the
+executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from ...host.discovery import HostInfo, discover_host
+
+log = logging.getLogger(__name__)
+
+ENGINE_ARGS = ["--IPEngine.enable_nanny=True",  # a dead engine is noticed at once
+               "--IPEngine.log_level=WARN"]  # not a log line per task
+
+_E = TypeVar("_E", bound="ClusterMixin")
+
+
+class ClusterMixin:
+    """The part of :class:`~.executor.IppExecutor` that gets engines."""
+
+    @classmethod
+    def connect(cls: type[_E], runtime: Any, target: Any = None, *, cluster_id: str | None = None,
+                timeout: float = 30, **kwargs: Any) -> _E:
+        """Use a running cluster: an ``ipp.Cluster``, an ``ipp.Client``, a profile name or a
+        cluster id (None: the default profile). Returns once its engines are probed."""
+        cluster, client, owns_client = _open(target, cluster_id, timeout)
+        executor = cls(runtime, client, cluster=cluster, owns_client=owns_client, **kwargs)
+        executor._cluster.watch(executor._launcher_stopped)
+        try:
+            executor.wait_ready(timeout)
+        except BaseException:
+            executor.close()
+            raise
+        return executor
+
+    @classmethod
+    def start_cluster(cls: type[_E], runtime: Any, engines: int | None = None,
+                      engines_per_gpu: int | None = None, launcher: str | None = None, *,
+                      gpus: int | None = None, timeout: float = 120,
+                      stop_grace: float = 5.0, **cluster_kwargs: Any) -> _E:
+        """Start a controller and engines and use them; ``close()`` stops them all.
+
+        ``engines=N`` starts N floating engines (bound to devices by their first GPU task).
+        ``engines_per_gpu=K`` starts K engines per GPU, each launched with
+        ``CUDA_VISIBLE_DEVICES`` naming its GPU; the GPUs are this host's (discovered, or
+        declared with the scheduler's ``local_resources``), or ``gpus=G`` for the engines' host.
+        ``launcher`` picks ipyparallel's engine launcher (``"mpi"``, ``"slurm"``, ``"pbs"``,
+        ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the nanny, so a
+        dead engine is noticed at once.
+        """
+        sets = _engine_sets(runtime, engines, engines_per_gpu, launcher, gpus)
+        control, client = ClusterControl.start(launcher, cluster_kwargs)
+        executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace)
+        try:
+            for n, set_env in sets:
+                executor.add_engines(n, environment=set_env)
+            client.wait_for_engines(sum(n for n, _ in sets), timeout=timeout, block=True,
+                                    interactive=False)
+            executor.wait_ready(timeout)
+        except BaseException:
+            executor.close()
+            raise
+        return executor
+
+    def add_engines(self, n: int = 1, environment: Mapping[str, str] | None = None,
+                    **launcher_kwargs: Any) -> str:
+        """Start ``n`` more engines in the cluster this executor started (they join as slots
+        when they register). ``environment`` is theirs, e.g. ``{"CUDA_VISIBLE_DEVICES": "1"}``
+        to pin them. Returns the engine set id."""
+        set_id = self._cluster.start_engines(n, environment, **launcher_kwargs)
+        self._cluster.watch(self._launcher_stopped)
+        return set_id
+
+    @property
+    def cluster(self) -> Any:
+        """The ``ipp.Cluster`` of these engines (None when connected through a bare client)."""
+        return self._cluster.cluster
+
+    @property
+    def owns_cluster(self) -> bool:
+        """Whether ``close()`` stops the cluster."""
+        return self._cluster.owned
+
+
+class ClusterControl:
+    """The ``ipp.Cluster`` an executor's engines belong to (None: a bare client): its launchers,
+    watched for their processes' exit, and for a cluster we started, the event loop it runs on
+    and the reaper that stops it if this process dies first."""
+
+    def __init__(self, cluster: Any = None, *, owned: bool = False,
+                 loop: _LoopThread | None = None, reaper: Any = None) -> None:
+        self.cluster = cluster
+        self.owned = owned  # close() stops it
+        self.loop = loop
+        self.reaper = reaper
+        self._watched: set[int] = set()
+
+    @classmethod
+    def start(cls, launcher: str | None,
+              cluster_kwargs: dict[str, Any]) -> tuple[ClusterControl, Any]:
+        """Start a controller, on a loop thread of its own; (its control, a client of it)."""
+        import ipyparallel as ipp
+
+        cluster_kwargs.setdefault("log_level", logging.ERROR)  # deaths are reported as such
+        cluster_kwargs.setdefault("delay", 0)
+        if launcher is not None:
+            cluster_kwargs["engines"] = launcher
+        cluster = ipp.Cluster(**cluster_kwargs)
+        loop = _LoopThread()
+        try:
+            loop.run(cluster.start_controller())
+            client = loop.run(cluster.connect_client())
+        except BaseException:
+            with contextlib.suppress(Exception):
+                loop.run(cluster.stop_cluster())
+            loop.stop()
+            raise
+        return cls(cluster, owned=True, loop=loop, reaper=_start_reaper(cluster)), client
+
+    def start_engines(self, n: int, environment: Mapping[str, str] | None,
+                      **launcher_kwargs: Any) -> str:
+        if self.loop is None or self.cluster is None:
+            raise RuntimeError("add_engines works on a cluster started by start_cluster(); "
+                               "start engines of a connected cluster with its own tools")
+        launcher_kwargs.setdefault("engine_args", ENGINE_ARGS)
+        return self.loop.run(self.cluster.start_engines(
+            n=n, environment=dict(environment or {}), **launcher_kwargs))
+
+    def watch(self, on_stop: Callable[[Mapping[str, Any] | None], None]) -> None:
+        """Exit statuses of engines our cluster object launched, as their processes end (when
+        the launchers' event loop runs: ours, or a kernel's)."""
+        for launcher in self._launchers():
+            if id(launcher) not in self._watched:
+                self._watched.add(id(launcher))
+                with contextlib.suppress(Exception):
+                    launcher.on_stop(on_stop)
+
+    def _launchers(self) -> list:
+        found = []
+        for engine_set in list((getattr(self.cluster, "engines", None) or {}).values()):
+            found.extend(list(getattr(engine_set, "launchers", {}).values()) or [engine_set])
+        return found
+
+    def launched_pids(self) -> set[int]:
+        return {pid for pid in (getattr(x, "pid", None) for x in self._launchers())
+                if isinstance(pid, int) and pid > 0}
+
+    def stop(self) -> None:
+        """Stop the cluster if it is ours to stop, then its loop thread and reaper."""
+        if self.owned and self.cluster is not None:
+            try:
+                if self.loop is not None:
+                    self.loop.run(self.cluster.stop_cluster(), timeout=60)
+                else:
+                    self.cluster.stop_cluster_sync()
+            except Exception as err:
+                log.warning("stopping the cluster: %s", err)
+        if self.loop is not None:
+            self.loop.stop()
+        if self.reaper is not None:
+            self.reaper.terminate()
+            with contextlib.suppress(Exception):
+                self.reaper.wait(5)
+
+
+class _LoopThread:
+    """An event loop in a thread of its own for a cluster we start.
+
+    ``Cluster.*_sync`` outside a running event loop runs each call on a fresh loop that it then
+    closes, so launchers never report their processes' exit; on one lasting loop they do, as
+    they do in a notebook kernel.
+    """
+
+    def __init__(self) -> None:
+        from tornado.ioloop import IOLoop
+
+        ready = threading.Event()
+
+        def main() -> None:
+            self.loop = IOLoop(make_current=False)
+            self.loop.add_callback(ready.set)
+            self.loop.start()
+            self.loop.close(all_fds=False)
+
+        self.thread = threading.Thread(target=main, name="jupyter_sched-ipp-cluster",
+                                       daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def run(self, coro: Any, timeout: float | None = 120) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop.asyncio_loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.add_callback(self.loop.stop)
+        self.thread.join(10)
+
+
+_REAPER = """
+import os, sys, psutil
+parent, cluster_file = int(sys.argv[1]), sys.argv[2]
+try:
+    psutil.Process(parent).wait()
+except psutil.NoSuchProcess:
+    pass
+if os.path.exists(cluster_file):  # still there: nobody stopped the cluster
+    import ipyparallel
+    ipyparallel.Cluster.from_file(cluster_file).stop_cluster_sync()
+"""
+
+
+def _start_reaper(cluster: Any) -> Any:
+    """A small process that stops ``cluster`` if this one dies without stopping it (killed, or
+    a kernel restarted): controllers and engines run in sessions of their own and outlive it.
+    It reads the cluster file when it acts, so engines added later are stopped too."""
+    import subprocess
+    import sys
+
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", _REAPER, str(os.getpid()), cluster.cluster_file],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+    except OSError as err:
+        log.warning("no watch on the cluster: it may outlive this process: %s", err)
+        return None
+
+
+def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
+                 launcher: str | None, gpus: int | None) -> list[tuple[int, dict[str, str]]]:
+    """The engines ``start_cluster`` starts: (how many, their environment) per set."""
+    for label, value in (("engines", engines), ("engines_per_gpu", engines_per_gpu)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
+            raise ValueError(f"{label}={value!r}: give a whole number of engines")
+    if not engines and not engines_per_gpu:
+        if engines == 0 or engines_per_gpu == 0:
+            raise ValueError("start_cluster: no engines to start; give engines=N or "
+                             "engines_per_gpu=K")
+        engines = 2
+    env: dict[str, str] = {}
+    declared = getattr(runtime, "local_resources", "") or ""
+    if declared and "JUPYTER_SCHED_DECLARE" not in os.environ and launcher in (None, "local"):
+        env["JUPYTER_SCHED_DECLARE"] = declared  # engines here see what the kernel declared
+    sets: list[tuple[int, dict[str, str]]] = []
+    if engines_per_gpu:
+        visible = _gpu_values(gpus, declared)
+        if not visible:
+            raise ValueError("engines_per_gpu: this host has no GPUs; declare some "
+                             "(local_resources='GPU=2') or give gpus=N for the engines' host")
+        sets = [(engines_per_gpu, {**env, "CUDA_VISIBLE_DEVICES": v}) for v in visible]
+    if engines:
+        sets.append((engines, env))
+    return sets
+
+
+def _gpu_values(gpus: int | None, declared: str) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` values, one per GPU engines may be pinned to."""
+    if gpus is not None:
+        return [str(i) for i in range(gpus)]
+    host = discover_host(declare=declared or None)
+    return [str(g.index) if g.declared else g.uuid for g in host.gpus]
+
+
+def _open(target: Any, cluster_id: str | None, timeout: float) -> tuple[Any, Any, bool]:
+    """What ``connect`` connects to: (the cluster or None, a client, whether the client is
+    ours to close)."""
+    import ipyparallel as ipp
+
+    if isinstance(target, ipp.Client):
+        return getattr(target, "cluster", None), target, False
+    if isinstance(target, ipp.Cluster):
+        return target, target.connect_client_sync(), True
+    if target is None and cluster_id is None:
+        return None, ipp.Client(timeout=timeout), True
+    cluster = _load_cluster(target, cluster_id)
+    client = (cluster.connect_client_sync() if cluster is not None
+              else ipp.Client(profile=target, timeout=timeout))
+    return cluster, client, True
+
+
+def _load_cluster(target: Any, cluster_id: str | None) -> Any:
+    """A running cluster by id (in the default profile, or ``target``'s), or None."""
+    import ipyparallel as ipp
+
+    if cluster_id is not None:
+        attempts = [{"profile": target, "cluster_id": cluster_id}]
+    elif isinstance(target, str):
+        attempts = [{"cluster_id": target}, {"profile": target}]
+    else:
+        raise ValueError(f"cannot connect to {target!r}: give an ipp.Cluster, an ipp.Client, "
+                         "a profile name or a cluster id")
+    for kwargs in attempts:
+        try:
+            return ipp.Cluster.from_file(**{k: v for k, v in kwargs.items() if v is not None})
+        except FileNotFoundError:
+            continue
+    if cluster_id is not None:
+        raise ValueError(f"no cluster {cluster_id!r} is running; `ipcluster list` shows those "
+                         "that are")
+    return None
+
+
+def _controller_address(client: Any) -> str | None:
+    """The controller's IP as this client reaches it (engines report the address they reach
+    it from: the one gang members on other hosts can use)."""
+    try:
+        host = client._config["interface"].split("://", 1)[1]
+    except Exception:
+        return None
+    return None if host in ("*", "") else host
+
+
+def _local_host(runtime: Any) -> HostInfo:
+    """The kernel's host, as the runtime's local node has it."""
+    host = getattr(runtime, "local_host", None)
+    if isinstance(host, HostInfo):
+        return host
+    declared = getattr(runtime, "local_resources", "") or None
+    return discover_host(declare=declared)

@@ -1,0 +1,345 @@
+"""Sending tasks to engines and taking their results back; gangs.
+
+Running a task (``start``): one apply request to the slot's engine, made on the runtime thread
+(the wrapper goes by name, not as code); the reply comes back on the client's IO thread, which
+sets the outcome and reports ``Finished`` or ``Failed``. On the engine the call runs inside
+:func:`.on_engine.engine_call` / :func:`.on_engine.engine_cell`, which set the task's
+environment for the call (``CUDA_VISIBLE_DEVICES`` when a floating engine is bound, gang
+variables, ``JUPYTER_SCHED_TASK``), make ``jupyter_sched.current_task()`` answer, and send
+exceptions back pickled (the real exception type when it can travel). A cell's free names are
+pushed as separate arguments (so ipyparallel sends arrays without copies) and the names it sets
+come back with the result (:mod:`.namespace`). The task's output is relayed as it arrives.
+
+Gangs: the core starts a gang's members in one batch, rank 0 first. Rank 0's engine is asked for
+a free TCP port (``MASTER_PORT``); the members are sent together once it answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pickle
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core import events as ev
+from ...model.quantity import SCALE, format_bytes
+from ..base import TaskRecord
+from .faults import EngineLost, RemoteTaskError, _engine_died, _remote_tb
+from .on_engine import CALL, CELL, FREE_PORT
+from .state import _Engine, _Outbox, _Run, _timer
+
+log = logging.getLogger(__name__)
+
+_OUTPUT_WAIT = 0.5  # seconds to wait for a task's last output after its reply
+
+
+class PushSizeWarning(UserWarning):
+    """A cell pushes more data to its engine than ``push_warn_bytes``."""
+
+
+@dataclass
+class _Gang:
+    """One gang instance's members on our engines, sent once rank 0's host named a port."""
+
+    key: str
+    master: _Engine | None
+    members: list[_Run] = field(default_factory=list)
+    address: str | None = None
+    port: int | None = None
+    failed: str | None = None
+
+
+class DispatchMixin:
+    """The part of :class:`~.executor.IppExecutor` that runs tasks on engines."""
+
+    def start(self, start: ev.Start, task: TaskRecord) -> None:
+        out = _Outbox(self.runtime)
+        with self._lock:
+            engine = self._by_slot.get(start.slot)
+            if engine is None or not engine.alive or self._closed:
+                where = f"engine slot {start.slot!r} on {start.node!r}"
+                out.fail(start.task, EngineLost(f"{where} is gone"),
+                         f"{where} went away before the task started", lost=True)
+            else:
+                run = _Run(start.task, engine, task, start)
+                try:
+                    run.env, meta = self._environment(run)
+                    run.call = self._call(run, meta)
+                except Exception as err:
+                    out.fail(start.task, err, f"{type(err).__name__}: {err}")
+                else:
+                    engine.task = start.task
+                    self._runs[start.task] = run
+                    if start.gang is None:
+                        self._send(run, out)
+                    else:
+                        self._join_gang(run, out)
+        out.send()
+
+    # -- what is sent -----------------------------------------------------------------------------
+
+    def _environment(self, run: _Run) -> tuple[dict[str, str], tuple]:
+        """The task's environment, and the meta tuple ``task_scope`` reads on the engine."""
+        start, engine = run.start, run.engine
+        env = {"JUPYTER_SCHED_TASK": start.task}
+        gpus = start.gpu_indices()
+        if gpus and engine.visible is None:  # a floating engine's first GPU task binds it
+            engine.visible = tuple(gpus)
+        if engine.pinned:
+            if engine.info.cuda_visible_devices is not None:
+                env["CUDA_VISIBLE_DEVICES"] = engine.info.cuda_visible_devices  # as launched
+        elif engine.visible is not None:
+            node = self.hosts.nodes[engine.node]
+            env["CUDA_VISIBLE_DEVICES"] = node.visible_value(list(engine.visible))
+        local = {}  # the task's GPUs as device numbers of the engine's process
+        for index, units in start.devices.get("GPU", {}).items():
+            if engine.visible is not None and index in engine.visible:
+                local[engine.visible.index(index)] = units / SCALE
+        if start.gang is not None:
+            env.update(JUPYTER_SCHED_GANG=start.gang, RANK=str(start.rank),
+                       WORLD_SIZE=str(start.world_size), LOCAL_RANK=str(start.rank))
+        run.record.env = env
+        meta = (start.task, run.record.name, env, tuple(sorted(local.items())), start.rank,
+                start.world_size, start.gang, start.node)
+        return env, meta
+
+    def _call(self, run: _Run, meta: tuple) -> tuple[Callable, list, dict]:
+        work = run.record.work
+        if work.code is None:
+            if work.fn is None:
+                raise ValueError(f"task {run.task} has neither a function nor code to run")
+            from .namespace import function_globals
+
+            found = function_globals(work.fn)
+            return (CALL, [meta, work.fn, tuple(found), tuple(found.values()),
+                                   *work.args], dict(work.kwargs))
+        from . import namespace as nsmod
+
+        code = nsmod.transform_cell(work.code)
+        values = nsmod.values_to_push(code, work.namespace or {}, work.push)
+        self._check_push_size(run, values)
+        pull = tuple(work.pull) if work.pull is not None else None
+        args = [meta, code, pull, work.pull is not None, tuple(values), *values.values()]
+        return CELL, args, {}
+
+    def _check_push_size(self, run: _Run, values: Mapping[str, object]) -> None:
+        limit = getattr(self.runtime, "push_warn_bytes", None)
+        if not values or not limit:
+            return
+        from .namespace import estimate_size
+
+        sizes = estimate_size(values)
+        total = sum(sizes.values())
+        if total <= limit:
+            return
+        biggest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+        parts = ", ".join(f"{k}: {format_bytes(v)}" for k, v in biggest)
+        line = (f"task {run.task} pushes {format_bytes(total)} to engine {run.engine.eid} "
+                f"({parts}); load the data on the engine, or push fewer names")
+        if not _write(run.record, "stderr", f"Warning: {line}\n"):
+            warnings.warn(line, PushSizeWarning, stacklevel=2)
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    def _send(self, run: _Run, out: _Outbox) -> None:
+        """Send a prepared run to its engine (lock held)."""
+        engine = run.engine
+        wait = engine.quiet_until - time.monotonic()
+        if wait > 0:  # an interrupt meant for the engine's previous task may be on its way
+            run.timer = _timer(wait, self._send_later, run)
+            return
+        fn, args, kwargs = run.call
+        run.call = None
+        record = run.record
+        relay = record.output is not None or record.work.output is not None
+
+        def hook(future):  # before the request leaves: no reply or output can come earlier
+            if relay:
+                future.iopub_callbacks.append(lambda msg: self._relay(run, msg))
+            future.add_done_callback(lambda f: self._replied(run, f))
+
+        try:
+            run.future = self.client.send_apply_request(
+                engine.socket, fn, args, kwargs, ident=engine.ident, message_future_hook=hook)
+        except Exception as err:
+            self._forget(run)
+            out.fail(run.task, err, f"could not send the task to engine {engine.eid}: "
+                     f"{type(err).__name__}: {err}")
+
+    def _send_later(self, run: _Run) -> None:
+        out = _Outbox(self.runtime)
+        with self._lock:
+            run.timer = None
+            if not run.done and run.call is not None and run.stopping is None:
+                self._send(run, out)
+        out.send()
+
+    def _forget(self, run: _Run) -> None:
+        """Take a run out of the tables (lock held)."""
+        run.done = True
+        self._runs.pop(run.task, None)
+        if run.timer is not None:
+            run.timer.cancel()
+            run.timer = None
+        if run.engine.task == run.task:
+            run.engine.task = None
+
+    # -- what comes back --------------------------------------------------------------------------
+
+    def _relay(self, run: _Run, msg: Mapping[str, Any]) -> None:
+        """Client IO thread: the task's stdout/stderr, as it arrives."""
+        if msg["header"]["msg_type"] == "stream":
+            run.printed = True
+            content = msg["content"]
+            try:
+                _write(run.record, content["name"], content["text"])
+            except Exception as err:  # a sink must not break the client's IO thread
+                log.debug("task output: %s", err)
+
+    def _replied(self, run: _Run, future: Any) -> None:
+        """IO thread: the engine answered (or the client gave up on it)."""
+        reply = future.result()
+        output = getattr(future, "output", None)
+        record = run.record
+        if (run.printed or record.work.code is not None) and (
+                output is not None and not output.done()):
+            # its last lines may still be on their way: the engine's idle status ends them
+            # (a cell waits for it always; a function only if it printed, to keep tiny tasks
+            # quick); iopub may drop it under load, hence the limit
+            output.add_done_callback(lambda _: self._finish(run, reply))
+            self.client._io_loop.call_later(_OUTPUT_WAIT, self._finish, run, reply)
+            return
+        self._finish(run, reply)
+
+    def _finish(self, run: _Run, reply: Any) -> None:
+        if isinstance(reply, BaseException) and _engine_died(reply):
+            self._engine_lost(run.engine, "died")
+            return
+        with self._lock:
+            if run.done:
+                return
+            self._forget(run)
+        self._settle(run, reply)
+
+    def _settle(self, run: _Run, reply: Any) -> None:
+        """Outcome and event for a finished call (no lock held)."""
+        runtime, task_id = self.runtime, run.task
+        if isinstance(reply, BaseException):  # aborted, or ipyparallel could not run it
+            if run.stopping is not None:
+                runtime.report(ev.Stopped(task_id))
+                return
+            summary = f"{type(reply).__name__}: {reply}"
+            runtime.complete(task_id, error=reply, traceback_text=_remote_tb(reply))
+            runtime.report(ev.Failed(task_id, summary))
+            return
+        status = reply[0]
+        size = 2 if status == "ok" else 4
+        if run.record.work.code is not None and len(reply) > size:
+            notes, names = reply[size], reply[size + 1]
+            self._pull_back(run, dict(zip(names, reply[size + 2:], strict=True)), notes)
+        if status == "ok":
+            runtime.complete(task_id, result=reply[1])
+            runtime.report(ev.Finished(task_id))
+            return
+        if run.stopping is not None:
+            runtime.report(ev.Stopped(task_id))
+            return
+        data, text, summary = reply[1:4]
+        error: BaseException | None = None
+        if data is not None:
+            with contextlib.suppress(Exception):
+                error = pickle.loads(data)
+        if error is None:
+            error = RemoteTaskError(summary, text)
+        runtime.complete(task_id, error=error, traceback_text=text)
+        runtime.report(ev.Failed(task_id, summary))
+
+    def _pull_back(self, run: _Run, values: Mapping[str, object], notes: tuple) -> None:
+        from .namespace import resolve_modules
+
+        work = run.record.work
+        if work.namespace is not None and values:
+            work.namespace.update(resolve_modules(values))
+        for note in notes:
+            if not _write(run.record, "stderr", f"Warning: {note}\n"):
+                warnings.warn(note, RuntimeWarning, stacklevel=2)
+
+    # -- gangs --------------------------------------------------------------------------------
+
+    def _join_gang(self, run: _Run, out: _Outbox) -> None:
+        """Hold a gang member until rank 0's host has named a free port (lock held)."""
+        start = run.start
+        key = run.record.gang_id or f"{start.gang}/{start.master_node}/{start.world_size}"
+        gang = self._gangs.get(key)
+        if gang is None or start.rank == 0:
+            if start.rank == 0:
+                gang = _Gang(key, run.engine)
+                self._ask_port(gang, out)
+            else:  # the core starts rank 0 first, and never splits a gang between
+                # kernel threads and engines
+                gang = _Gang(key, None, failed=f"gang {start.gang!r}: its rank 0 is not on "
+                             "these engines (it could not start, or runs on other engines)")
+            self._gangs[key] = gang
+            if len(self._gangs) > 256:  # gangs with members elsewhere are never complete here
+                del self._gangs[next(iter(self._gangs))]
+        gang.members.append(run)
+        if len(gang.members) >= (start.world_size or 1):
+            self._gangs.pop(key, None)  # every member is here
+        if gang.port is not None:
+            self._release(gang, run, out)
+        elif gang.failed is not None:
+            self._forget(run)
+            out.fail(run.task, RuntimeError(gang.failed), gang.failed)
+
+    def _ask_port(self, gang: _Gang, out: _Outbox) -> None:
+        engine = gang.master
+        try:
+            future = self.client.send_apply_request(engine.socket, FREE_PORT, [], {},
+                                                    ident=engine.ident)
+        except Exception as err:
+            gang.failed = f"no port on rank 0's host: {type(err).__name__}: {err}"
+            return
+        future.add_done_callback(lambda f: self._port_known(gang, f.result()))
+
+    def _port_known(self, gang: _Gang, reply: Any) -> None:
+        """IO thread: rank 0's engine named a port (or died)."""
+        out = _Outbox(self.runtime)
+        with self._lock:
+            if isinstance(reply, BaseException):
+                gang.failed = f"no port on rank 0's host: {type(reply).__name__}: {reply}"
+                if not _engine_died(reply):  # (if it died, its death fails rank 0 as lost)
+                    for run in gang.members:
+                        if not run.done and run.future is None:
+                            self._forget(run)
+                            out.fail(run.task, RuntimeError(gang.failed), gang.failed)
+            else:
+                gang.port = int(reply)
+                gang.address = gang.master.info.address
+                for run in gang.members:
+                    self._release(gang, run, out)
+        out.send()
+
+    def _release(self, gang: _Gang, run: _Run, out: _Outbox) -> None:
+        """Send a gang member, with its master address and port (lock held)."""
+        if run.done or run.future is not None or run.call is None or run.stopping is not None:
+            return
+        same_host = [m for m in gang.members if m.engine.node == run.engine.node]
+        run.env.update(MASTER_ADDR=gang.address or "127.0.0.1", MASTER_PORT=str(gang.port),
+                       LOCAL_RANK=str(same_host.index(run)))
+        self._send(run, out)  # run.env is the meta's env: the engine sees the update
+
+
+def _write(record: TaskRecord, name: str, text: str) -> bool:
+    """Give text to the task's output (kept, and sent to its cell); False if it has none."""
+    output = record.output
+    if output is not None and hasattr(output, "write"):
+        output.write(name, text)
+        return True
+    if record.work.output is not None:
+        record.work.output(name, text)
+        return True
+    return False

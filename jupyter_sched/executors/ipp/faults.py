@@ -1,0 +1,168 @@
+"""Stopping tasks on engines, and engines that go away; the errors a failed engine task gives.
+
+``stop`` aborts a queued request and interrupts a running one with SIGINT (os.kill on this host,
+the nanny elsewhere); a task still running ``stop_grace`` seconds later has its engine killed.
+After an interrupt, a new task waits until the signal cannot hit it (``_QUIET_AFTER_SIGNAL``):
+an idle engine ignores SIGINT.
+
+An engine that dies (the nanny tells the controller at once; for engines we launched the
+launcher tells us too, with the exit status) fails its task with ``lost=True`` and removes its
+slot (``SlotRemoved``, and ``NodeRemoved`` for a host left with no engine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from ...core import events as ev
+from .state import _Engine, _Outbox, _Run, _timer
+
+log = logging.getLogger(__name__)
+
+_QUIET_AFTER_SIGNAL = 0.25  # seconds a SIGINT may take to reach an engine
+_DEATH_WAIT = 0.5  # seconds to wait for an exit status before reporting a death without it
+
+
+class RemoteTaskError(RuntimeError):
+    """An engine task raised an exception that could not travel back as itself."""
+
+    def __init__(self, summary: str, traceback_text: str = "") -> None:
+        super().__init__(summary)
+        self.traceback_text = traceback_text
+
+
+class EngineLost(RuntimeError):
+    """The engine running a task went away."""
+
+
+class FaultsMixin:
+    """The part of :class:`~.executor.IppExecutor` that stops tasks and loses engines."""
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    def stop(self, task_id: str, reason: str) -> None:
+        out = _Outbox(self.runtime)
+        with self._lock:
+            run = self._runs.get(task_id)
+            if run is None:
+                pass  # it has ended and its report is on its way
+            elif run.future is None:  # not sent yet: a gang member waiting for its port
+                run.stopping = reason
+                self._forget(run)
+                out.report(ev.Stopped(task_id))
+            elif run.stopping is None:
+                run.stopping = reason
+                self._interrupt(run)
+        out.send()
+
+    def _interrupt(self, run: _Run) -> None:
+        """Abort the request if still queued, interrupt it if running, and kill its engine if
+        it has not stopped after ``stop_grace`` seconds (lock held)."""
+        engine = run.engine
+        with contextlib.suppress(Exception):
+            self.client.abort(run.future.msg_id, targets=[engine.eid], block=False)
+        self._signal(engine, signal.SIGINT)
+        run.timer = _timer(self.stop_grace, self._stop_overdue, run)
+
+    def _stop_overdue(self, run: _Run) -> None:
+        with self._lock:
+            if run.done or not run.engine.alive:
+                return
+            log.warning("task %s ignored its interrupt for %gs; killing engine %d",
+                        run.task, self.stop_grace, run.engine.eid)
+            self._signal(run.engine, signal.SIGKILL)
+
+    def _signal(self, engine: _Engine, signum: int) -> None:
+        engine.quiet_until = time.monotonic() + _QUIET_AFTER_SIGNAL
+        if engine.local_host:
+            try:
+                os.kill(engine.info.pid, signum)
+                return
+            except OSError as err:
+                log.debug("engine %d: kill(%d): %s", engine.eid, signum, err)
+        with contextlib.suppress(Exception):  # through the engine's nanny
+            self.client.send_signal(signum, targets=[engine.eid], block=False)
+
+    # -- engines going away -------------------------------------------------------------------
+
+    def _engine_lost(self, engine: _Engine, how: str, exit_status: str | None = None) -> None:
+        """An engine died or left. For one our cluster launched, its exit status is waited
+        for a moment, so that the reason can say how it ended."""
+        with self._lock:
+            if not engine.alive:
+                return
+            if exit_status is not None:
+                engine.exit_status = exit_status
+            if engine.exit_status is None and engine.ours:
+                if engine.death_timer is None:
+                    engine.death_timer = _timer(_DEATH_WAIT, self._engine_gone, engine, how)
+                return
+        self._engine_gone(engine, how)
+
+    def _engine_gone(self, engine: _Engine, how: str) -> None:
+        out = _Outbox(self.runtime)
+        with self._lock:
+            if not engine.alive:
+                return
+            engine.alive = False
+            if engine.death_timer is not None:
+                engine.death_timer.cancel()
+            self._engines.pop(engine.eid, None)
+            self._by_slot.pop(engine.slot, None)
+            status = engine.exit_status or "exit status unknown"
+            reason = f"engine {engine.eid} on host {engine.info.hostname} {how} ({status})"
+            for run in [r for r in self._runs.values() if r.engine is engine]:
+                self._forget(run)
+                if run.stopping is not None:
+                    out.report(ev.Stopped(run.task))
+                else:
+                    out.fail(run.task, EngineLost(reason), reason, lost=True)
+            for event in self.hosts.leave(engine.slot, reason):
+                out.report(event)
+        out.send()  # (the engine's join was reported before it could be found here)
+
+    def _launcher_stopped(self, stop_data: Mapping[str, Any] | None) -> None:
+        """A launcher of our cluster object saw its engine process end."""
+        if not stop_data or self._closed:
+            return
+        pid = stop_data.get("pid")
+        with self._lock:
+            engine = next((e for e in self._engines.values() if e.info.pid == pid), None)
+        if engine is not None:
+            self._engine_lost(engine, "died", _exit_text(stop_data.get("exit_code")))
+
+
+def _engine_died(error: BaseException) -> bool:
+    return getattr(error, "ename", None) == "EngineError" or type(error).__name__ == "EngineError"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _remote_tb(error: BaseException) -> str:
+    """ipyparallel's traceback of a failure outside our wrapper, without terminal colours."""
+    try:
+        text = "\n".join(error.render_traceback())
+    except Exception:
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return _ANSI.sub("", text)
+
+
+def _exit_text(code: Any) -> str:
+    if code is None:
+        return "exit status unknown"
+    code = int(code)
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
