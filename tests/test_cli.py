@@ -123,7 +123,8 @@ def test_json_is_the_default_command_too(capsys, no_nvml):
 @pytest.mark.parametrize(
     "declare, message",
     [
-        ("GPU=1.5", "GPU='1.5': a GPU request is either a fraction below 1"),
+        ("GPU=1.5", "GPU=1.5: declare a whole number of GPUs"),
+        ("GPU=0.5", "GPU=0.5: declare a whole number of GPUs"),
         ("GPU=abc", "GPU='abc' is not a number"),
         ("gpu_memory=8GiB", "declare the GPUs too"),
         ("nonsense", "'nonsense' must be written NAME=AMOUNT"),
@@ -173,5 +174,5 @@ def test_python_dash_m_bad_declaration():
     proc = _python("-m", "jupyter_sched", "info", "--declare", "GPU=1.5")
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert proc.stderr.startswith("jupyter-sched: error: GPU='1.5'")
+    assert proc.stderr.startswith("jupyter-sched: error: GPU=1.5: declare a whole number")
     assert proc.stderr.count("\n") == 1

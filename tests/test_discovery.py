@@ -14,7 +14,7 @@ from jupyter_sched.host import discovery
 from jupyter_sched.host.discovery import DECLARE_ENV, GpuInfo, HostInfo, discover_host
 from jupyter_sched.model.allocation import NodeResources
 from jupyter_sched.model.quantity import SCALE
-from jupyter_sched.model.resources import Demand, parse_resources
+from jupyter_sched.model.resources import Demand
 from jupyter_sched.testing import FakeNvml
 
 GiB = 2**30
@@ -249,13 +249,13 @@ def test_a_bad_declaration_in_the_environment_names_the_variable(nv):
         discover_host(nvml=nv, env={DECLARE_ENV: "GPU=abc"})
 
 
-def test_fractional_gpus_fail_with_the_resource_models_message(nv):
-    with pytest.raises(ValueError) as model:
-        parse_resources("GPU=1.5")
+@pytest.mark.parametrize("amount", ["1.5", "0.5"])
+def test_a_fractional_gpu_declaration_is_named_as_a_declaration(nv, amount):
     with pytest.raises(ValueError) as declared:
-        host(nv, declare="GPU=1.5")
-    assert str(declared.value) == str(model.value)
-    assert "1.5" in str(declared.value)
+        host(nv, declare=f"GPU={amount}")
+    message = str(declared.value)
+    assert f"GPU={amount}" in message and "declare a whole number of GPUs" in message
+    assert "Ask for" not in message  # that is the wording for a request
 
 
 def test_a_share_of_a_gpu_cannot_be_declared(nv):

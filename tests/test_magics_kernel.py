@@ -178,10 +178,16 @@ def test_help_explains_every_option(kernel):
     for command in ("status", "nodes", "queue", "cancel", "wait", "result", "log", "local",
                     "connect", "start", "stop", "queues", "drain", "history", "config"):
         assert f"  {command} " in run.stdout
-    run = kernel.run("%%sched --help\npass")
-    for option in ("--gpus", "--gpu-mem", "--gang NAME:SIZE[:MIN]", "--on WHERE", "--out VAR"):
-        assert option in run.stdout
+    for cell in ("%%sched --help", "%%sched --help\n", "%%sched --help\n\n  \n",
+                 "%%sched --help\npass"):
+        run = kernel.run(cell)  # as the README says: alone in a cell, or above code
+        assert run.error is None, run.error
+        for option in ("--gpus", "--gpu-mem", "--gang NAME:SIZE[:MIN]", "--on WHERE",
+                       "--out VAR"):
+            assert option in run.stdout
     assert "--all" in kernel.run("%sched cancel --help").stdout
+    empty = kernel.run("%%sched --gpus 0.5")
+    assert empty.stderr.strip() == "UsageError: the cell is empty: nothing to schedule"
 
 
 # -- submitting -----------------------------------------------------------------------------------

@@ -155,3 +155,24 @@ def test_timer_applies_the_latest_without_another_notification(big):
     assert done.wait(10)
     assert len(board.waiting.visible) == 50
     board.close()
+
+
+def test_the_first_paint_shows_the_scheduler_as_it_is_not_its_last_published_snapshot():
+    sim = Simulation()
+    sim.add_node("n1", {"CPU": 8, "GPU": 2})
+    for i in range(3):
+        sim.submit(duration=1, resources={"GPU": 0.5}, name=f"job{i}")
+    sim.run(until=0.5)
+    published = snapshot.take(sim.core)  # three running: what observers last got
+    sim.run()
+    now = snapshot.take(sim.core)  # every task done since
+
+    class Lagging(FakeScheduler):
+        def snapshot(self, fresh=False):
+            return now if fresh else published
+
+    assert len(published.running) == 3 and now.running == ()
+    board = widgets.Dashboard(Lagging(published))
+    assert board.running.visible == []
+    board.refresh()
+    assert board.running.visible == []

@@ -322,7 +322,9 @@ def _parse_declare(spec: object) -> _Declared:
             f"declared resources {spec!r} must be a string such as 'GPU=2,CPU=4' or a mapping"
         )
 
-    amounts = parse_resources(given)  # names, amounts, duplicates: the resource model's errors
+    # names, amounts, duplicates: the resource model's errors; a GPU count is checked below as
+    # a declaration (a whole number of devices), not as a request (a share or whole devices)
+    amounts = parse_resources(given, unit_instance=())
     gpu_memory = None
     for name, value in items:
         key = name.strip().lower()

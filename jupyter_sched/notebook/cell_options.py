@@ -120,6 +120,21 @@ def documented(fn):
     return ma.argument("-h", "--help", action="store_true", help="show this help and return")(fn)
 
 
+_CELL_MAGIC_LINE = re.compile(r"\s*%%sched(\s|$)")
+
+
+def give_empty_cells_a_body(lines: list[str]) -> list[str]:
+    """An IPython input transformer: ``%%sched --help`` alone in a cell reaches the magic.
+
+    IPython refuses a cell magic whose body is empty before the magic sees it, so the help
+    the README promises would never show; a blank body line lets ``%%sched`` answer (its help,
+    or its own "the cell is empty" error)."""
+    if lines and _CELL_MAGIC_LINE.match(lines[0]) and not "".join(lines[1:]).strip():
+        first = lines[0] if lines[0].endswith("\n") else lines[0] + "\n"
+        return [first, "\n"]
+    return lines
+
+
 def one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 

@@ -8,7 +8,10 @@ settings and ``%config Scheduler.policy = "spread"`` changes them. Loading twice
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
+
+from .cell_options import give_empty_cells_a_body
 
 _STATE: dict[int, Any] = {}  # id(shell) -> the SchedMagics registered with it
 
@@ -25,6 +28,8 @@ def load_ipython_extension(ip) -> None:
         ip.configurables.append(scheduler)
     magics = SchedMagics(ip, scheduler=scheduler)
     ip.register_magics(magics)
+    if give_empty_cells_a_body not in ip.input_transformers_cleanup:
+        ip.input_transformers_cleanup.append(give_empty_cells_a_body)
     _STATE[id(ip)] = magics
 
 
@@ -35,6 +40,8 @@ def unload_ipython_extension(ip) -> None:
     if magics is None:
         return
     magics.live.close()
+    with contextlib.suppress(ValueError):
+        ip.input_transformers_cleanup.remove(give_empty_cells_a_body)
     for kind in ("line", "cell"):
         table = ip.magics_manager.magics.get(kind, {})
         if getattr(table.get("sched"), "__self__", None) is magics:

@@ -170,7 +170,7 @@ class Dashboard(w.VBox):
         ])
         self.tabs.titles = ("Nodes", "Queue", "History")
         super().__init__([self.summary, self.tabs, self.message], **kwargs)
-        self.apply(scheduler.snapshot())
+        self.apply(_fresh(scheduler))  # the last published snapshot may be a cycle behind
         self._unsubscribe = scheduler.subscribe(self._on_snapshot)
 
     # -- feeding -------------------------------------------------------------------------------
@@ -194,8 +194,8 @@ class Dashboard(w.VBox):
             self.apply(snapshot)
 
     def refresh(self) -> None:
-        """Redraw from the scheduler's latest snapshot now."""
-        self.apply(self.scheduler.snapshot())
+        """Redraw from the scheduler's state now."""
+        self.apply(_fresh(self.scheduler))
 
     def close(self) -> None:
         unsubscribe, self._unsubscribe = getattr(self, "_unsubscribe", None), None
@@ -243,6 +243,13 @@ class Dashboard(w.VBox):
 
 def _more(count: int, what: str) -> str:
     return f"<i>{fmt.escape(fmt.more_text(count, what))}</i>" if count > 0 else ""
+
+
+def _fresh(scheduler) -> Snapshot:
+    try:
+        return scheduler.snapshot(fresh=True)
+    except TypeError:  # a scheduler that only keeps its last snapshot
+        return scheduler.snapshot()
 
 
 def dashboard(scheduler=None, rows: int = ROWS) -> Dashboard:
