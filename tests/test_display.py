@@ -169,3 +169,13 @@ def test_formatting_helpers():
     assert fmt.format_duration(0.042) == "0.04 s"
     assert fmt.format_duration(75) == "1 min 15 s"
     assert fmt.format_duration(7300) == "2 h 1 min"
+
+
+def test_every_view_of_a_gpu_says_the_same_about_it():
+    gpu = snapshot.DeviceView(index=0, allocated=0.5, model="A100", memory=16 * 2**30,
+                              declared=False, utilization=75, memory_used=2 * 2**30)
+    expected = ["A100", "use 75%", "memory used 2 GiB of 16 GiB"]
+    assert fmt.device_details(gpu) == expected
+    declared = snapshot.DeviceView(index=1, allocated=0.0, model="declared GPU", memory=None,
+                                   declared=True, utilization=None, memory_used=None)
+    assert fmt.device_details(declared) == []  # its placeholder model says nothing

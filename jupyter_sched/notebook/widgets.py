@@ -99,16 +99,7 @@ class _NodeRow:
 
 
 def _device_html(dev) -> str:
-    parts = [f"{dev.allocated:.2f} allocated"]
-    if dev.model and not fmt.is_placeholder(dev):
-        parts.append(fmt.escape(dev.model))
-    if dev.utilization is not None:
-        parts.append(f"use {dev.utilization:.0f}%")
-    if dev.memory_used is not None and dev.memory:
-        parts.append(f"memory {fmt.escape(d.format_bytes(dev.memory_used))}/"
-                     f"{fmt.escape(d.format_bytes(dev.memory))}")
-    elif dev.memory:
-        parts.append(fmt.escape(d.format_bytes(dev.memory)))
+    parts = [f"{dev.allocated:.2f} allocated", *map(fmt.escape, fmt.device_details(dev))]
     if dev.declared:
         parts.append("<i>declared</i>")
     return " · ".join(parts)

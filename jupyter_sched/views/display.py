@@ -21,18 +21,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from ..model.quantity import format_bytes
 from .format import (
     bar_html,
     bar_text,
     counts_text,
+    device_details,
     escape,
     format_duration,
     format_number,
     format_resources,
     free_total,
     gang_text,
-    is_placeholder,
     more_text,
     one_line,
     row_html,
@@ -194,17 +193,7 @@ def status_line(view: Any, now: float | None = None, error: str | None = None,
 def _device_text(device: Any) -> str:
     share = device.allocated
     parts = [f"GPU {device.index}", bar_text(share), f"{share:.2f} allocated"]
-    if device.model and not is_placeholder(device):
-        parts.append(one_line(device.model))
-    if device.memory:
-        parts.append(format_bytes(device.memory))
-    if device.utilization is not None:
-        parts.append(f"use {device.utilization:.0f}%")
-    if device.memory_used is not None:
-        parts.append(f"memory used {format_bytes(device.memory_used)}")
-    if device.declared:
-        parts.append("declared")
-    return "  ".join(parts)
+    return "  ".join(parts + device_details(device) + (["declared"] if device.declared else []))
 
 
 
@@ -242,15 +231,8 @@ def _nodes_html(snapshot: Snapshot) -> str:
     for node in snapshot.nodes:
         gpus = []
         for d in node.devices:
-            extra = [escape(d.model)] if d.model and not is_placeholder(d) else []
-            if d.memory:
-                extra.append(escape(format_bytes(d.memory)))
-            if d.utilization is not None:
-                extra.append(f"use {d.utilization:.0f}%")
-            if d.memory_used is not None:
-                extra.append(f"used {escape(format_bytes(d.memory_used))}")
-            if d.declared:
-                extra.append("<i>declared</i>")
+            extra = [escape(x) for x in device_details(d)]
+            extra += ["<i>declared</i>"] if d.declared else []
             gpus.append(f"GPU {d.index} {bar_html(d.allocated)} {d.allocated:.2f} "
                         + " ".join(extra))
         labels = ", ".join(f"{escape(k)}={escape(v)}" for k, v in sorted(node.labels.items()))

@@ -191,6 +191,22 @@ def free_total(node: NodeView, name: str) -> str:
             f"{format_amount(name, node.total[name])}")
 
 
+def device_details(device: Any) -> list[str]:
+    """What a GPU's line says after its share: model, live use, memory (the caller marks a
+    declared device its own way)."""
+    details = [one_line(device.model)] if device.model and not is_placeholder(device) else []
+    if device.utilization is not None:
+        details.append(f"use {device.utilization:.0f}%")
+    if device.memory_used is not None and device.memory:
+        details.append(f"memory used {format_bytes(device.memory_used)} of "
+                       f"{format_bytes(device.memory)}")
+    elif device.memory_used is not None:
+        details.append(f"memory used {format_bytes(device.memory_used)}")
+    elif device.memory:
+        details.append(format_bytes(device.memory))
+    return details
+
+
 def is_placeholder(device: Any) -> bool:
     """A declared device's model says only that it is declared (``declared GPU``)."""
     return device.declared and device.model.lower().startswith("declared")
