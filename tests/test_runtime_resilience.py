@@ -6,7 +6,10 @@ the thread itself); each test then shows the next request is served.
 
 from __future__ import annotations
 
+import concurrent.futures
+import gc
 import threading
+import tracemalloc
 
 import pytest
 
@@ -111,3 +114,27 @@ def test_a_dead_runtime_thread_is_replaced_once_saying_what_was_lost(capsys, mon
         instance.get_scheduler().shutdown()
         first.shutdown()
         monkeypatch.setattr(instance, "_scheduler", None)
+
+
+def test_cancelling_a_long_queue_gives_memory_back_while_handles_are_held():
+    sched = Scheduler(local_resources="GPU=1").start()
+    gate = threading.Event()
+    try:
+        sched.submit(gate.wait, WAIT, resources={"GPU": 1})
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        handles = sched.map(abs, range(20_000), resources={"GPU": 1})
+        gc.collect()
+        queued = tracemalloc.get_traced_memory()[0] - base
+        assert sched.cancel_all() == 20_001
+        concurrent.futures.wait(handles[-1:], timeout=WAIT)  # one waiter; the rest are not
+        gc.collect()
+        cancelled = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        assert all(h.cancelled() for h in handles)
+        # ending must not cost more than queueing did (it made a lock per handle: +60%)
+        assert cancelled < queued, (queued, cancelled)
+    finally:
+        gate.set()
+        sched.shutdown()
