@@ -63,7 +63,8 @@ class Peer:
         self.comm = comm
         self.interval = MIN_INTERVAL
         self.last = -math.inf   # time.monotonic() of the last snapshot sent
-        self.key: str | None = None
+        self.key: str | None = None   # the content last sent
+        self.seen: Snapshot | None = None  # the snapshot last compared with it
         self.seq = 0
         self.forced = True      # send the next snapshot even if unchanged
         self.closed = False
@@ -263,14 +264,20 @@ class CommHub:
             snap = sched.snapshot()  # shut down: its last state, once
         if snap is None:
             return None  # the first one comes soon after subscribing
-        data, key = self._encoded_latest(sched, snap)
         now, wait = time.monotonic(), None
+        data: dict | None = None
+        key = ""
         for peer in peers:
-            if peer.closed or (peer.key == key and not peer.forced):
-                continue
+            if peer.closed or (peer.seen is snap and not peer.forced):
+                continue  # this snapshot was weighed for it already
             due = peer.last + peer.interval
-            if now < due:
+            if now < due:  # look again when it is due, at the latest snapshot then
                 wait = due - now if wait is None else min(wait, due - now)
+                continue
+            if data is None:  # encoded only when a comm may get it: at most 4 times a second
+                data, key = self._encoded_latest(sched, snap)
+            peer.seen = snap
+            if peer.key == key and not peer.forced:
                 continue
             peer.forced, peer.key, peer.last = False, key, now
             peer.seq += 1
