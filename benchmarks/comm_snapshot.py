@@ -62,6 +62,25 @@ def per_call(fn, repeat: int) -> list[float]:
     return times
 
 
+def churn(sched: Scheduler, handles: list, comm: Recorder,
+          seconds: float) -> tuple[int, float, int, int]:
+    """Cancel a queued task every 10 ms for ``seconds``: (cancelled, seconds it took,
+    snapshots sent meanwhile, snapshots sent in a quiet second after)."""
+    start = time.monotonic()
+    first = len(comm.sent)
+    cancelled = 0
+    while time.monotonic() - start < seconds:
+        sched.cancel(handles[-1 - cancelled])
+        cancelled += 1
+        time.sleep(0.01)
+    busy = time.monotonic() - start
+    during = len(comm.sent) - first
+    time.sleep(1.0)  # the last change goes out, then nothing
+    settled = len(comm.sent)
+    time.sleep(1.0)
+    return cancelled, busy, during, len(comm.sent) - settled
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100_000)
@@ -81,20 +100,7 @@ def main() -> None:
     while not comm.sent:
         time.sleep(0.01)
 
-    start = time.monotonic()
-    first = len(comm.sent)
-    cancelled = 0
-    while time.monotonic() - start < args.seconds:
-        sched.cancel(handles[-1 - cancelled])
-        cancelled += 1
-        time.sleep(0.01)
-    busy = time.monotonic() - start
-    during = len(comm.sent) - first
-    time.sleep(1.0)  # the last change goes out, then nothing
-    settled = len(comm.sent)
-    time.sleep(1.0)
-    quiet = len(comm.sent) - settled
-
+    cancelled, busy, during, quiet = churn(sched, handles, comm, args.seconds)
     snap = sched.snapshot(fresh=True)
     take = per_call(lambda: sched.snapshot(fresh=True), 5)
     # the sender thread's work for one message, short of handing it to the comm
