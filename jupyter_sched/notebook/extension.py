@@ -3,7 +3,9 @@
 Loading registers ``%sched``/``%%sched``, creates and starts the kernel-wide scheduler
 (``get_scheduler()``, configured from the shell's config: ``c.Scheduler.policy = "spread"``
 in ipython_config.py), and registers it with the shell so that ``%config Scheduler`` lists its
-settings and ``%config Scheduler.policy = "spread"`` changes them. Loading twice is harmless.
+settings and ``%config Scheduler.policy = "spread"`` changes them. In a kernel it also
+registers the comm target ``jupyter_sched`` and opens a comm to the frontend (the JupyterLab
+sidebar, see :mod:`.comm`). Loading twice is harmless.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from .cell_options import give_empty_cells_a_body
 
 _STATE: dict[int, Any] = {}  # id(shell) -> the SchedMagics registered with it
+_COMMS: dict[int, Any] = {}  # id(shell) -> its CommHub, in a kernel
 
 
 def load_ipython_extension(ip) -> None:
@@ -21,6 +24,7 @@ def load_ipython_extension(ip) -> None:
     if id(ip) in _STATE:
         return
     from ..runtime.instance import get_scheduler
+    from .comm import CommHub
     from .magics import SchedMagics
 
     scheduler = get_scheduler()
@@ -31,11 +35,18 @@ def load_ipython_extension(ip) -> None:
     if give_empty_cells_a_body not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.append(give_empty_cells_a_body)
     _STATE[id(ip)] = magics
+    hub = CommHub(lambda: magics.scheduler)
+    if hub.start(ip):
+        _COMMS[id(ip)] = hub
 
 
 def unload_ipython_extension(ip) -> None:
-    """Remove the magics and stop the status-line thread; the scheduler and its tasks go on
-    (``get_scheduler().shutdown()`` stops them)."""
+    """Remove the magics, close the comms and unregister their target, and stop the
+    status-line thread; the scheduler and its tasks go on (``get_scheduler().shutdown()``
+    stops them)."""
+    hub = _COMMS.pop(id(ip), None)
+    if hub is not None:
+        hub.close()
     magics = _STATE.pop(id(ip), None)
     if magics is None:
         return

@@ -1,0 +1,415 @@
+"""The comm target ``jupyter_sched`` in a real kernel, driven as the JupyterLab sidebar drives
+it: comms opened from the client, snapshots read off IOPub, commands sent as comm messages.
+
+One kernel serves the whole module and the tests run in file order: first without the
+extension, then loaded, then unloaded, then restarted. Logical GPUs are declared, so no GPU
+is needed. Rates are checked by counting messages over a measured stretch, never by timing
+one message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from test_comm_messages import BAD, CODE, command
+
+jupyter_client = pytest.importorskip("jupyter_client")
+json_default = pytest.importorskip("jupyter_client.jsonutil").json_default
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "jupyter_sched"
+MAX_OUT = 64 * 1024
+
+
+class Client:
+    """A real IPython kernel, and every comm message it sent, by comm id."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        self.km = jupyter_client.KernelManager(kernel_name="python3")
+        self.km.start_kernel(env=env, cwd=str(ROOT))
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.comms: dict[str, list[dict]] = {}  # comm id -> [{type, data, at, size}]
+        self.kernel_opened: list[str] = []      # comms the kernel opened
+        self.outputs: dict[str, list[dict]] = {}
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+    def pump(self, timeout: float = 0.1) -> None:
+        try:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+        except queue.Empty:
+            return
+        kind, content = msg["msg_type"], msg["content"]
+        if kind.startswith("comm_"):
+            if kind == "comm_open" and content.get("target_name") == TARGET:
+                self.kernel_opened.append(content["comm_id"])
+            size = len(json.dumps(content, ensure_ascii=False).encode())
+            self.comms.setdefault(content["comm_id"], []).append(
+                {"type": kind, "data": content.get("data"), "at": time.monotonic(),
+                 "size": size})
+        else:
+            self.outputs.setdefault(msg["parent_header"].get("msg_id", ""), []).append(msg)
+
+    def pump_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.pump(0.05)
+
+    def run(self, code: str, timeout: float = 120) -> str:
+        """Execute ``code``, wait until idle, return its stdout (its error fails the test)."""
+        msg_id = self.kc.execute(code)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.pump(0.2)
+            msgs = self.outputs.get(msg_id, [])
+            if any(m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+                   for m in msgs):
+                errors = [m["content"] for m in msgs if m["msg_type"] == "error"]
+                assert not errors, errors
+                return "".join(m["content"]["text"] for m in msgs
+                               if m["msg_type"] == "stream" and m["content"]["name"] == "stdout")
+        raise TimeoutError(f"no idle after {timeout} s running {code!r}")
+
+    def value(self, expression: str):
+        return json.loads(self.run(f"import json as _j; print(_j.dumps({expression}))"))
+
+    def open(self, data: dict | None = None) -> str:
+        comm_id = uuid.uuid4().hex
+        self.comms[comm_id] = []
+        self._shell("comm_open", {"comm_id": comm_id, "target_name": TARGET, "data": data or {}})
+        return comm_id
+
+    def send(self, comm_id: str, data) -> None:
+        self._shell("comm_msg", {"comm_id": comm_id, "data": data})
+
+    def close_comm(self, comm_id: str) -> None:
+        self._shell("comm_close", {"comm_id": comm_id, "data": {}})
+
+    def _shell(self, msg_type: str, content: dict) -> None:
+        self.kc.shell_channel.send(self.kc.session.msg(msg_type, content))
+
+    def received(self, comm_id: str, kind: str | None = None) -> list[dict]:
+        """The envelopes that came on ``comm_id`` (of one ``kind``), in order."""
+        items = [e["data"] for e in self.comms.get(comm_id, []) if e["type"] != "comm_close"]
+        return [d for d in items if kind is None or d.get("kind") == kind]
+
+    def snapshots(self, comm_id: str) -> list[dict]:
+        return self.received(comm_id, "snapshot")
+
+    def wait(self, predicate, timeout: float = 30):
+        deadline = time.monotonic() + timeout
+        while True:
+            found = predicate()
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met; comms: {list(self.comms)}")
+            self.pump(0.1)
+
+    def snapshot_where(self, comm_id: str, predicate, timeout: float = 30,
+                       after: int = 0) -> dict:
+        """The first snapshot on ``comm_id`` numbered past ``after`` whose data meets
+        ``predicate`` (waiting for it)."""
+        return self.wait(lambda: next((s["data"] for s in self.snapshots(comm_id)
+                                       if s["seq"] > after and predicate(s["data"])), None),
+                         timeout)
+
+    def seq(self, comm_id: str) -> int:
+        """The number of the last snapshot that came on ``comm_id``."""
+        got = self.snapshots(comm_id)
+        return got[-1]["seq"] if got else 0
+
+    def ask(self, comm_id: str, name: str, **args) -> dict:
+        """Send a command and wait for its reply."""
+        msg_id = uuid.uuid4().hex[:8]
+        self.send(comm_id, command(name, msg_id=msg_id, **args))
+        return self.wait(lambda: next((r for r in self.received(comm_id, "reply")
+                                       if r["id"] == msg_id), None))
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    client = Client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def load(kernel: Client) -> None:
+    kernel.run("%load_ext jupyter_sched\n%sched local --gpus 2 --cpus 4 --mem 8GiB")
+    kernel.run("import threading, time\nimport jupyter_sched\n"
+               "sched = jupyter_sched.get_scheduler()\n"
+               "def spin(seconds=60):\n"
+               "    for _ in range(int(seconds / 0.02)):\n"
+               "        time.sleep(0.02)")
+
+
+def idle(kernel: Client) -> None:
+    kernel.run("sched.wait(timeout=60)")
+
+
+def plain_json(data) -> bool:
+    try:
+        json.dumps(data, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
+def unanswered(kernel: Client, comm_id: str, seconds: float = 1.5) -> None:
+    """Nothing but a close comes on ``comm_id`` (an unknown target's answer)."""
+    kernel.pump_for(seconds)
+    assert [e["type"] for e in kernel.comms.get(comm_id, [])] in ([], ["comm_close"])
+
+
+# -- without the extension, then loading it ---------------------------------------------------
+
+def test_a_kernel_without_the_extension_answers_nothing(kernel):
+    unanswered(kernel, kernel.open())
+    assert kernel.kernel_opened == []
+
+
+def test_loading_opens_a_comm_with_the_first_snapshot_and_snapshots_follow(kernel):
+    load(kernel)
+    kernel.wait(lambda: kernel.kernel_opened)
+    own = kernel.kernel_opened[0]
+    opened = kernel.received(own)[0]
+    assert opened["v"] == 1 and opened["kind"] == "snapshot" and opened["seq"] == 1
+    assert {"time", "gpu", "counts", "nodes", "running", "waiting", "queues", "timeline",
+            "window"} <= set(opened["data"])
+    assert opened["data"]["window"] == 300
+    # the declared GPUs came after the load: the kernel's own comm hears of them
+    data = kernel.snapshot_where(own, lambda d: d["gpu"]["total"] == 2)
+    devices = data["nodes"][0]["devices"]
+    assert [d["index"] for d in devices] == [0, 1] and all(d["declared"] for d in devices)
+
+
+# -- the protocol ----------------------------------------------------------------------------
+
+def test_a_share_shows_in_running_and_timeline_and_cancel_stops_it(kernel):
+    comm = kernel.open()
+    first = kernel.snapshot_where(comm, lambda d: True)
+    assert first["gpu"]["total"] == 2.0 and first["gpu"]["allocated"] == 0
+    assert kernel.snapshots(comm)[0]["seq"] == 1
+    kernel.run("%%sched --gpus 0.5 --name half --out h\nspin()")
+    task = kernel.value("h.id")
+    data = kernel.snapshot_where(comm, lambda d: any(r["id"] == task for r in d["running"]))
+    rows = [r for r in data["timeline"] if r["task"] == task]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["name"], row["node"], row["share"], row["end"], row["state"]) == (
+        "half", "local", 0.5, None, "running")
+    assert row["device"] in (0, 1) and row["start"] <= data["time"]
+    assert data["gpu"]["allocated"] == 0.5
+
+    answer = kernel.ask(comm, "cancel", task=task)
+    assert answer["ok"] is True and answer["error"] is None
+    assert answer["result"] == {"task": task, "cancelled": True}
+    idle(kernel)
+    assert kernel.value("h.state") == "cancelled"
+    data = kernel.snapshot_where(comm, lambda d: d["counts"]["cancelled"] >= 1
+                                 and not d["running"])
+    ended = [r for r in data["timeline"] if r["task"] == task]
+    assert ended and ended[0]["state"] == "cancelled" and ended[0]["end"] is not None
+    seqs = [s["seq"] for s in kernel.snapshots(comm)]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_cancel_all_drain_and_queue_commands(kernel):
+    comm = kernel.open()
+    kernel.run("a = sched.submit(spin, resources='GPU=1')\nb = sched.submit(spin, "
+               "resources='GPU=1')\nc = sched.submit(spin, resources='GPU=1')")
+    kernel.snapshot_where(comm, lambda d: d["counts"]["running"] == 2)
+    answer = kernel.ask(comm, "cancel_all")
+    assert answer["ok"] and answer["result"] == {"cancelled": 3}
+    idle(kernel)
+    assert kernel.value("[a.state, b.state, c.state]") == ["cancelled"] * 3
+
+    answer = kernel.ask(comm, "drain", node="local", on=True)
+    assert answer["ok"] and answer["result"] == {"node": "local", "drained": True}
+    kernel.snapshot_where(comm, lambda d: d["nodes"][0]["drained"] is True)
+    seq = kernel.seq(comm)
+    assert kernel.ask(comm, "drain", node="local", on=False)["ok"]
+    kernel.snapshot_where(comm, lambda d: d["nodes"][0]["drained"] is False, after=seq)
+
+    answer = kernel.ask(comm, "queue", queue="default", state="closed")
+    assert answer["ok"] and answer["result"] == {"queue": "default", "state": "closed"}
+    kernel.snapshot_where(comm, lambda d: d["queues"][0]["state"] == "closed")
+    assert kernel.value("sched.snapshot(fresh=True).queues[0].state") == "closed"
+    seq = kernel.seq(comm)
+    assert kernel.ask(comm, "queue", queue="default", state="open")["ok"]
+    kernel.snapshot_where(comm, lambda d: d["queues"][0]["state"] == "open", after=seq)
+
+
+def test_snapshot_sends_one_even_unchanged_and_subscribe_slows_them(kernel):
+    comm = kernel.open()
+    kernel.snapshot_where(comm, lambda d: True)
+    kernel.pump_for(0.5)
+    count = len(kernel.snapshots(comm))
+    answer = kernel.ask(comm, "snapshot")
+    assert answer["ok"] and answer["result"] is None
+    kernel.wait(lambda: len(kernel.snapshots(comm)) > count)
+    last = kernel.snapshots(comm)
+    assert last[-1]["data"]["counts"] == last[-2]["data"]["counts"]  # unchanged, sent anyway
+
+    answer = kernel.ask(comm, "subscribe", interval=1.0)
+    assert answer["ok"] and answer["result"] == {"interval": 1.0}
+    done = kernel.value("sched.snapshot(fresh=True).counts['done']")
+    start, before = time.monotonic(), len(kernel.snapshots(comm))
+    kernel.run("hs = sched.map(lambda i: time.sleep(0.02), range(60), resources={'GPU': 1})")
+    kernel.snapshot_where(comm, lambda d: d["counts"]["done"] == done + 60
+                          and not d["running"] and not d["waiting"], timeout=30)
+    # at most one a second since the burst began (the first may go at once)
+    sent = len(kernel.snapshots(comm)) - before
+    assert 1 <= sent <= (time.monotonic() - start) / 1.0 + 1
+
+
+def test_bad_messages_are_answered_with_the_problem_and_change_nothing(kernel):
+    comm = kernel.open()
+    kernel.snapshot_where(comm, lambda d: True)
+    kernel.run("%sched queues add shut --weight 1\n%sched queues close shut\n"
+               "keep = sched.submit(spin, resources='GPU=1', name='keep')")
+    keep = kernel.value("keep.id")
+    state = ("[sched.snapshot(fresh=True).counts, [n.drained for n in sched.snapshot().nodes], "
+             "[(q.name, q.state) for q in sched.snapshot().queues], keep.state, "
+             "[p.interval for p in jupyter_sched.notebook.extension._COMMS[id(get_ipython())]"
+             "._peers.values()]]")
+    before = kernel.value(state)
+    assert before[3] == "running"
+    extra = [
+        (command("cancel", task=keep, force=True), "unknown field 'force'", True),
+        (command("cancel", task="t999999"), "no task 't999999'", True),
+        (command("cancel", task=CODE), "no task \"__import__('os')", True),
+        (command("drain", node="nowhere", on=True), "no node 'nowhere'", True),
+        (command("queue", queue="nope", state="closed"), "no queue 'nope'", True),
+        (command("queue", queue="root", state="closed"), "no queue 'root'", True),
+    ]
+    cases = [case for case in BAD + extra if plain_json(case[0])]
+    for data, _, _ in cases:
+        kernel.send(comm, data)
+    # JSON has no NaN, but a careless client may send it: Python's json reads it
+    pack = kernel.kc.session.pack
+    kernel.kc.session.pack = lambda obj: json.dumps(obj, default=json_default).encode()
+    try:
+        for value in (float("nan"), float("-inf")):
+            kernel.send(comm, command("subscribe", interval=value))
+            cases.append((None, f"not {value!r}", True))
+    finally:
+        kernel.kc.session.pack = pack
+    def answers() -> list[dict]:
+        return [a for a in kernel.received(comm) if a["kind"] in ("reply", "error")]
+
+    kernel.wait(lambda: len(answers()) >= len(cases))
+    kernel.pump_for(0.3)
+    assert len(answers()) == len(cases) >= 15
+    for (_, words, with_id), answer in zip(cases, answers(), strict=True):
+        assert words in answer["error"], (words, answer)
+        assert answer["kind"] == ("reply" if with_id else "error"), answer
+        if with_id:
+            assert answer["ok"] is False and answer["id"] == "c1" and answer["result"] is None
+    assert kernel.value(state) == before
+    assert not Path("/tmp/jupyter_sched_pwned").exists()
+    kernel.run("sched.cancel(keep)")
+    idle(kernel)
+
+
+# -- rate and size ----------------------------------------------------------------------------
+
+def test_a_burst_is_sent_at_most_four_times_a_second_then_nothing(kernel):
+    comm = kernel.open()
+    kernel.snapshot_where(comm, lambda d: True)
+    kernel.pump_for(0.5)
+    done = kernel.value("sched.snapshot(fresh=True).counts['done']")
+    before = len(kernel.snapshots(comm))
+    start = time.monotonic()
+    kernel.run("burst = sched.map(lambda i: time.sleep(0.005), range(200), "
+               "resources={'GPU': 1}, name='tiny')")
+    final = kernel.snapshot_where(comm, lambda d: d["counts"]["done"] == done + 200
+                                  and d["counts"]["running"] == 0
+                                  and d["counts"]["queued"] == 0, timeout=60)
+    took = time.monotonic() - start
+    sent = len(kernel.snapshots(comm)) - before
+    print(f"\nburst of 200 tasks: {sent} snapshots in {took:.2f} s")
+    assert 1 <= sent <= took / 0.25 + 1, (sent, took)
+    assert final is kernel.snapshots(comm)[-1]["data"]
+    # nothing changes: nothing is sent
+    kernel.pump_for(1.5)
+    assert len(kernel.snapshots(comm)) - before == sent
+
+
+def test_every_snapshot_stays_under_64_kib_with_100_000_queued(kernel):
+    comm = kernel.open()
+    kernel.snapshot_where(comm, lambda d: True)
+    start = time.monotonic()
+    kernel.run("gate = threading.Event()\n"
+               "many = sched.map(lambda i: gate.wait(60), range(100_000), "
+               "resources={'GPU': 1}, name='many')", timeout=180)
+    data = kernel.snapshot_where(comm, lambda d: d["counts"]["queued"] == 99_998, timeout=120)
+    assert len(data["waiting"]) == 50 and data["truncated"] is False
+    kernel.run("sched.cancel_all(); gate.set()", timeout=180)
+    kernel.snapshot_where(comm, lambda d: d["counts"]["queued"] == 0
+                          and d["counts"]["running"] == 0, timeout=120)
+    took = time.monotonic() - start
+    sizes = [e["size"] for e in kernel.comms[comm] if e["type"] == "comm_msg"
+             and e["data"]["kind"] == "snapshot"]
+    print(f"\n100,000 queued: {len(sizes)} snapshots in {took:.1f} s "
+          f"({len(sizes) / took:.1f}/s), largest {max(sizes):,} bytes")
+    assert max(sizes) <= MAX_OUT
+    assert len(sizes) <= took / 0.25 + 1
+    idle(kernel)
+
+
+# -- several comms, unloading, restarting --------------------------------------------------------
+
+def test_each_comm_gets_its_own_and_a_closed_one_stops(kernel):
+    a, b = kernel.open(), kernel.open()
+    kernel.wait(lambda: kernel.snapshots(a) and kernel.snapshots(b))
+    assert kernel.snapshots(a)[0]["seq"] == kernel.snapshots(b)[0]["seq"] == 1
+    kernel.close_comm(b)
+    kernel.pump_for(0.3)
+    count, seq = len(kernel.snapshots(b)), kernel.seq(a)
+    done = kernel.value("sched.snapshot(fresh=True).counts['done']")
+    kernel.run("sched.submit(lambda: None, name='after-close').result()")
+    kernel.snapshot_where(a, lambda d: d["counts"]["done"] == done + 1, after=seq)
+    kernel.pump_for(0.5)
+    assert len(kernel.snapshots(b)) == count
+
+
+def test_unloading_closes_the_comms_and_the_target(kernel):
+    comm = kernel.open()
+    kernel.snapshot_where(comm, lambda d: True)
+    kernel.run("%unload_ext jupyter_sched")
+    kernel.wait(lambda: any(e["type"] == "comm_close" for e in kernel.comms[comm]))
+    own = kernel.kernel_opened[0]
+    kernel.wait(lambda: any(e["type"] == "comm_close" for e in kernel.comms[own]))
+    unanswered(kernel, kernel.open())
+    assert kernel.value("len(sched._observers)") == 0
+
+
+def test_after_a_restart_loading_again_makes_snapshots_flow(kernel):
+    kernel.km.restart_kernel(now=True)
+    kernel.kc.wait_for_ready(timeout=60)
+    kernel.kernel_opened.clear()
+    unanswered(kernel, kernel.open())
+    load(kernel)
+    kernel.wait(lambda: kernel.kernel_opened)
+    comm = kernel.open()
+    data = kernel.snapshot_where(comm, lambda d: d["gpu"]["total"] == 2)
+    assert data["counts"]["done"] == 0  # a fresh process
+    kernel.run("sched.submit(lambda: None, name='reborn').result()")
+    kernel.snapshot_where(comm, lambda d: d["counts"]["done"] == 1)
