@@ -51,45 +51,7 @@ STATUS_PREFIX = "[sched] "
 """Rows per section, by default; the rest are counted."""
 
 
-
 # -- small formatting helpers -----------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _bundle(text: str, body: str, data: dict) -> dict[str, Any]:
@@ -189,13 +151,10 @@ def status_line(view: Any, now: float | None = None, error: str | None = None,
 # -- nodes --------------------------------------------------------------------------------------
 
 
-
 def _device_text(device: Any) -> str:
     share = device.allocated
     parts = [f"GPU {device.index}", bar_text(share), f"{share:.2f} allocated"]
     return "  ".join(parts + device_details(device) + (["declared"] if device.declared else []))
-
-
 
 
 def _custom(node: NodeView) -> list[str]:
@@ -257,7 +216,6 @@ def nodes_bundle(snapshot: Snapshot) -> dict[str, Any]:
 # -- the queue (running and waiting tasks) -------------------------------------------------------
 
 
-
 def _task_row(view: TaskView) -> tuple[str, ...]:
     state = view.state
     if state == "queued" and view.position:
@@ -286,8 +244,6 @@ def _task_rows_html(views: Iterable[TaskView]) -> list[str]:
             escape(format_resources(view.demand)), escape(detail + gang_text(view)),
         ]))
     return rows
-
-
 
 
 def queue_text(snapshot: Snapshot, limit: int = LIMIT) -> str:
@@ -419,19 +375,6 @@ def status_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
 
 
 # -- wrappers with _repr_mimebundle_ -------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 __all__ = [
