@@ -266,68 +266,70 @@ export function QueueTable(props: { queues: IQueueRow[] } & IQueueActions): JSX.
     return <div className="jp-sched-empty">No queues.</div>;
   }
   return (
-    <table className="jp-sched-queues">
-      <thead>
-        <tr>
-          <th scope="col">queue</th>
-          <th scope="col">state</th>
-          <th scope="col">weight</th>
-          <th scope="col">capability</th>
-          <th scope="col">use</th>
-          <th scope="col">running</th>
-          <th scope="col">waiting</th>
-        </tr>
-      </thead>
-      <tbody>
-        {queues.map(q => (
-          <tr key={q.name} className="jp-sched-queue" data-queue={q.name} data-state={q.state}>
-            <td title={q.parent !== 'root' ? `in ${q.parent}` : undefined}>{q.name}</td>
-            <td>
-              {onQueueState ? (
-                <select
-                  className="jp-sched-queue-state"
-                  aria-label={`State of queue ${q.name}`}
-                  value={q.state}
-                  onChange={e =>
-                    onQueueState(q.name, e.currentTarget.value as (typeof QUEUE_STATES)[number])
-                  }
-                >
-                  {QUEUE_STATES.map(s => (
-                    <option key={s} value={s}>
-                      {s}
-                    </option>
-                  ))}
-                </select>
-              ) : (
-                q.state
-              )}
-            </td>
-            <td>{q.weight}</td>
-            <td>{q.capabilityText}</td>
-            <td title={`deserved: ${q.deservedText}`}>
-              {q.allocatedText}
-              {q.gpuUse !== null ? (
-                <span
-                  className="jp-sched-queue-use"
-                  data-use={q.gpuUse}
-                  role="meter"
-                  aria-label={`GPU use of queue ${q.name}`}
-                  aria-valuemin={0}
-                  aria-valuemax={1}
-                  aria-valuenow={q.gpuUse}
-                >
-                  <span
-                    className="jp-sched-gpu-fill"
-                    style={{ width: `${Math.round(q.gpuUse * 100)}%` }}
-                  />
-                </span>
-              ) : null}
-            </td>
-            <td>{q.running}</td>
-            <td>{q.waiting}</td>
+    <div className="jp-sched-queues-wrap">
+      <table className="jp-sched-queues">
+        <thead>
+          <tr>
+            <th scope="col">queue</th>
+            <th scope="col">state</th>
+            <th scope="col">weight</th>
+            <th scope="col">capability</th>
+            <th scope="col">use</th>
+            <th scope="col">running</th>
+            <th scope="col">waiting</th>
           </tr>
-        ))}
-      </tbody>
-    </table>
+        </thead>
+        <tbody>
+          {queues.map(q => (
+            <tr key={q.name} className="jp-sched-queue" data-queue={q.name} data-state={q.state}>
+              <td title={q.parent !== 'root' ? `in ${q.parent}` : undefined}>{q.name}</td>
+              <td>
+                {onQueueState ? (
+                  <select
+                    className="jp-sched-queue-state"
+                    aria-label={`State of queue ${q.name}`}
+                    value={q.state}
+                    onChange={e =>
+                      onQueueState(q.name, e.currentTarget.value as (typeof QUEUE_STATES)[number])
+                    }
+                  >
+                    {QUEUE_STATES.map(s => (
+                      <option key={s} value={s}>
+                        {s}
+                      </option>
+                    ))}
+                  </select>
+                ) : (
+                  q.state
+                )}
+              </td>
+              <td>{q.weight}</td>
+              <td>{q.capabilityText}</td>
+              <td title={`deserved: ${q.deservedText}`}>
+                {q.allocatedText}
+                {q.gpuUse !== null ? (
+                  <span
+                    className="jp-sched-queue-use"
+                    data-use={q.gpuUse}
+                    role="meter"
+                    aria-label={`GPU use of queue ${q.name}`}
+                    aria-valuemin={0}
+                    aria-valuemax={1}
+                    aria-valuenow={q.gpuUse}
+                  >
+                    <span
+                      className="jp-sched-gpu-fill"
+                      style={{ width: `${Math.round(q.gpuUse * 100)}%` }}
+                    />
+                  </span>
+                ) : null}
+              </td>
+              <td>{q.running}</td>
+              <td>{q.waiting}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
   );
 }

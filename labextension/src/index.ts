@@ -188,12 +188,18 @@ namespace Private {
         });
       }
     };
-    if (labShell) {
-      labShell.currentChanged.connect((_, change) => update(change.newValue));
-    } else {
-      notebooks?.currentChanged.connect((_, widget) => update(widget));
-      consoles?.currentChanged.connect((_, widget) => update(widget));
-    }
+    labShell?.currentChanged.connect((_, change) => update(change.newValue));
+    // a notebook or console can become current before its tracker knows it: follow it when
+    // tracked, if it is still the current widget (or always, in a shell without currentWidget)
+    const onTracked = (_: unknown, widget: Widget | null) => {
+      if (!labShell || widget === labShell.currentWidget) {
+        update(widget);
+      }
+    };
+    notebooks?.currentChanged.connect(onTracked);
+    notebooks?.widgetAdded.connect(onTracked);
+    consoles?.currentChanged.connect(onTracked);
+    consoles?.widgetAdded.connect(onTracked);
     update(labShell?.currentWidget ?? notebooks?.currentWidget ?? consoles?.currentWidget ?? null);
   }
 }
