@@ -1,0 +1,335 @@
+/**
+ * The pieces the sidebar and the renderer share: a task's state, a GPU's share bar, a node,
+ * a list of tasks (windowed, so thousands of rows cost a screenful of elements) and the queues.
+ *
+ * Every string from the kernel is a React text node or an attribute value, never markup.
+ */
+
+import * as React from 'react';
+
+import { formatDuration, IGpuBar, INodeRow, IQueueRow, ITaskRow } from './model';
+
+const STATE_ICONS: { [state: string]: string } = {
+  pending: '○',
+  queued: '◷',
+  infeasible: '⚠',
+  running: '▶',
+  stopping: '■',
+  done: '✓',
+  failed: '✗',
+  cancelled: '⊘'
+};
+
+/** A state with its icon; the colour comes from `data-state` in the style sheet. */
+export function StateBadge(props: { state: string }): JSX.Element {
+  const icon = STATE_ICONS[props.state] ?? '•';
+  return (
+    <span className="jp-sched-state" data-state={props.state}>
+      <span className="jp-sched-state-icon" aria-hidden="true">
+        {icon}
+      </span>
+      {props.state}
+    </span>
+  );
+}
+
+/** One GPU: the share allocated as a bar, live use beside it where NVML gives it. */
+export function GpuBar(props: { bar: IGpuBar }): JSX.Element {
+  const { bar } = props;
+  const percent = Math.round(bar.share * 1000) / 10;
+  const label = `${bar.node} ${bar.label}${bar.model ? ` (${bar.model})` : ''}`;
+  return (
+    <div
+      className="jp-sched-gpu-bar"
+      data-node={bar.node}
+      data-device={bar.index}
+      data-share={bar.share}
+      data-declared={bar.declared ? 'true' : 'false'}
+      title={`${label}: ${bar.text}`}
+    >
+      <span className="jp-sched-gpu-label">{bar.label}</span>
+      <span
+        className="jp-sched-gpu-track"
+        role="meter"
+        aria-label={`${label} allocated`}
+        aria-valuemin={0}
+        aria-valuemax={1}
+        aria-valuenow={bar.share}
+        aria-valuetext={bar.text}
+      >
+        <span className="jp-sched-gpu-fill" style={{ width: `${percent}%` }} />
+        {bar.utilization !== null ? (
+          <span
+            className="jp-sched-gpu-use"
+            style={{ width: `${Math.min(100, Math.max(0, bar.utilization))}%` }}
+          />
+        ) : null}
+      </span>
+      <span className="jp-sched-gpu-text">{bar.text}</span>
+      {bar.declared ? <span className="jp-sched-declared">declared</span> : null}
+    </div>
+  );
+}
+
+export interface INodeActions {
+  onDrain?: (node: string, on: boolean) => void;
+}
+
+export function NodeCard(props: { node: INodeRow } & INodeActions): JSX.Element {
+  const { node, onDrain } = props;
+  return (
+    <div
+      className="jp-sched-node"
+      data-node={node.name}
+      data-drained={node.drained ? 'true' : 'false'}
+    >
+      <div className="jp-sched-node-head">
+        <span className="jp-sched-node-name">{node.name}</span>
+        <span className="jp-sched-node-kind">{node.kind}</span>
+        <span className="jp-sched-node-state" data-state={node.stateText}>
+          {node.stateText}
+        </span>
+        <span className="jp-sched-node-running">{node.running} running</span>
+        {onDrain ? (
+          <button
+            type="button"
+            className="jp-sched-drain jp-mod-styled"
+            aria-label={`${node.drained ? 'Undrain' : 'Drain'} node ${node.name}`}
+            onClick={() => onDrain(node.name, !node.drained)}
+          >
+            {node.drained ? 'Undrain' : 'Drain'}
+          </button>
+        ) : null}
+      </div>
+      {node.freeText ? <div className="jp-sched-node-free">{node.freeText}</div> : null}
+      {node.labelsText ? <div className="jp-sched-node-labels">{node.labelsText}</div> : null}
+      {node.gpus.map(bar => (
+        <GpuBar key={bar.index} bar={bar} />
+      ))}
+    </div>
+  );
+}
+
+export function NodeList(props: { nodes: INodeRow[] } & INodeActions): JSX.Element {
+  if (!props.nodes.length) {
+    return <div className="jp-sched-empty">No nodes.</div>;
+  }
+  return (
+    <div className="jp-sched-nodes">
+      {props.nodes.map(node => (
+        <NodeCard key={node.name} node={node} onDrain={props.onDrain} />
+      ))}
+    </div>
+  );
+}
+
+// -- lists of tasks -----------------------------------------------------------------------------
+
+/** Height of one task row in pixels: fixed, so the list can window its rows. */
+export const ROW_HEIGHT = 44;
+
+export interface IVirtualListProps<T> {
+  items: ReadonlyArray<T>;
+  rowHeight: number;
+  /** The list's height at most, in pixels; longer lists scroll and draw only what shows. */
+  maxHeight: number;
+  label: string;
+  itemKey: (item: T) => string;
+  renderItem: (item: T) => JSX.Element;
+  overscan?: number;
+}
+
+/** A list that draws the rows in view (plus a few), however many items it has. */
+export function VirtualList<T>(props: IVirtualListProps<T>): JSX.Element {
+  const { items, rowHeight, maxHeight } = props;
+  const [scrollTop, setScrollTop] = React.useState(0);
+  const total = items.length * rowHeight;
+  const height = Math.min(total, maxHeight);
+  const overscan = props.overscan ?? 5;
+  const first = Math.max(0, Math.floor(scrollTop / rowHeight) - overscan);
+  const last = Math.min(items.length, Math.ceil((scrollTop + height) / rowHeight) + overscan);
+  const rows: JSX.Element[] = [];
+  for (let i = first; i < last; i++) {
+    const item = items[i];
+    rows.push(
+      <div
+        key={props.itemKey(item)}
+        role="listitem"
+        className="jp-sched-list-item"
+        style={{ top: i * rowHeight, height: rowHeight }}
+      >
+        {props.renderItem(item)}
+      </div>
+    );
+  }
+  return (
+    <div
+      className="jp-sched-list"
+      role="list"
+      aria-label={props.label}
+      data-count={items.length}
+      style={{ height, maxHeight }}
+      onScroll={event => setScrollTop(event.currentTarget.scrollTop)}
+    >
+      <div className="jp-sched-list-inner" style={{ height: total }}>
+        {rows}
+      </div>
+    </div>
+  );
+}
+
+export function TaskItem(props: {
+  task: ITaskRow;
+  onCancel?: (task: string) => void;
+}): JSX.Element {
+  const { task, onCancel } = props;
+  const detail = [task.stateText, task.needs !== '-' ? `needs ${task.needs}` : '']
+    .filter(Boolean)
+    .join(' · ');
+  return (
+    <div
+      className="jp-sched-task"
+      data-task-id={task.id}
+      data-state={task.state}
+      data-position={task.position ?? undefined}
+    >
+      <div className="jp-sched-task-line">
+        <StateBadge state={task.state} />
+        {task.position !== null ? (
+          <span className="jp-sched-position">#{task.position}</span>
+        ) : null}
+        <span className="jp-sched-task-label" title={task.label}>
+          {task.label}
+        </span>
+        {task.elapsed !== null ? (
+          <span className="jp-sched-elapsed">{formatDuration(task.elapsed)}</span>
+        ) : null}
+        {onCancel ? (
+          <button
+            type="button"
+            className="jp-sched-cancel jp-mod-styled"
+            aria-label={`Cancel task ${task.label}`}
+            title={`Cancel task ${task.label}`}
+            onClick={() => onCancel(task.id)}
+          >
+            Cancel
+          </button>
+        ) : null}
+      </div>
+      <div className="jp-sched-task-detail" title={detail}>
+        {detail}
+      </div>
+    </div>
+  );
+}
+
+export interface ITaskListProps {
+  tasks: ReadonlyArray<ITaskRow>;
+  /** Rows the kernel counted beyond those listed. */
+  more: number;
+  label: string;
+  empty: string;
+  maxHeight?: number;
+  onCancel?: (task: string) => void;
+}
+
+export function TaskList(props: ITaskListProps): JSX.Element {
+  if (!props.tasks.length && !props.more) {
+    return <div className="jp-sched-empty">{props.empty}</div>;
+  }
+  return (
+    <div className="jp-sched-tasks">
+      <VirtualList
+        items={props.tasks}
+        rowHeight={ROW_HEIGHT}
+        maxHeight={props.maxHeight ?? 360}
+        label={props.label}
+        itemKey={task => task.id}
+        renderItem={task => <TaskItem task={task} onCancel={props.onCancel} />}
+      />
+      {props.more > 0 ? <div className="jp-sched-more">and {props.more} more</div> : null}
+    </div>
+  );
+}
+
+// -- queues -------------------------------------------------------------------------------------
+
+const QUEUE_STATES = ['open', 'closed', 'draining'] as const;
+
+export interface IQueueActions {
+  onQueueState?: (queue: string, state: (typeof QUEUE_STATES)[number]) => void;
+}
+
+export function QueueTable(props: { queues: IQueueRow[] } & IQueueActions): JSX.Element {
+  const { queues, onQueueState } = props;
+  if (!queues.length) {
+    return <div className="jp-sched-empty">No queues.</div>;
+  }
+  return (
+    <div className="jp-sched-queues-wrap">
+      <table className="jp-sched-queues">
+        <thead>
+          <tr>
+            <th scope="col">queue</th>
+            <th scope="col">state</th>
+            <th scope="col">weight</th>
+            <th scope="col">capability</th>
+            <th scope="col">use</th>
+            <th scope="col">running</th>
+            <th scope="col">waiting</th>
+          </tr>
+        </thead>
+        <tbody>
+          {queues.map(q => (
+            <tr key={q.name} className="jp-sched-queue" data-queue={q.name} data-state={q.state}>
+              <td title={q.parent !== 'root' ? `in ${q.parent}` : undefined}>{q.name}</td>
+              <td>
+                {onQueueState ? (
+                  <select
+                    className="jp-sched-queue-state"
+                    aria-label={`State of queue ${q.name}`}
+                    value={q.state}
+                    onChange={e =>
+                      onQueueState(q.name, e.currentTarget.value as (typeof QUEUE_STATES)[number])
+                    }
+                  >
+                    {QUEUE_STATES.map(s => (
+                      <option key={s} value={s}>
+                        {s}
+                      </option>
+                    ))}
+                  </select>
+                ) : (
+                  q.state
+                )}
+              </td>
+              <td>{q.weight}</td>
+              <td>{q.capabilityText}</td>
+              <td title={`deserved: ${q.deservedText}`}>
+                {q.allocatedText}
+                {q.gpuUse !== null ? (
+                  <span
+                    className="jp-sched-queue-use"
+                    data-use={q.gpuUse}
+                    role="meter"
+                    aria-label={`GPU use of queue ${q.name}`}
+                    aria-valuemin={0}
+                    aria-valuemax={1}
+                    aria-valuenow={q.gpuUse}
+                  >
+                    <span
+                      className="jp-sched-gpu-fill"
+                      style={{ width: `${Math.round(q.gpuUse * 100)}%` }}
+                    />
+                  </span>
+                ) : null}
+              </td>
+              <td>{q.running}</td>
+              <td>{q.waiting}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}

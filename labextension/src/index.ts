@@ -1,0 +1,205 @@
+/**
+ * The plugins: the Scheduler sidebar with its status-bar item and commands, following the
+ * active notebook's or console's kernel; and the renderer of the display payload.
+ */
+
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette, ISessionContext } from '@jupyterlab/apputils';
+import { IConsoleTracker } from '@jupyterlab/console';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { Widget } from '@lumino/widgets';
+
+import { SchedConnection } from './comm';
+import { RENDERER_RANK, rendererFactory } from './renderer';
+import { schedulerIcon, SchedulerSidebar } from './sidebar';
+import { SchedulerStatus } from './statusbar';
+
+/** The command ids. */
+namespace CommandIDs {
+  /** Show the Scheduler sidebar and bring it to the front. */
+  export const show = 'jupyter-sched:show';
+  /** Ask the followed kernel for a full snapshot now. */
+  export const refresh = 'jupyter-sched:refresh';
+}
+
+const PLUGIN_ID = 'jupyter-sched:plugin';
+
+/** Where the sidebar sits among the other side panels. */
+const SIDEBAR_RANK = 800;
+
+const sidebarPlugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'The Scheduler sidebar and status-bar item, following the active kernel.',
+  autoStart: true,
+  optional: [
+    INotebookTracker,
+    IConsoleTracker,
+    ILabShell,
+    ILayoutRestorer,
+    ISettingRegistry,
+    IStatusBar,
+    ICommandPalette
+  ],
+  activate: (
+    app: JupyterFrontEnd,
+    notebooks: INotebookTracker | null,
+    consoles: IConsoleTracker | null,
+    labShell: ILabShell | null,
+    restorer: ILayoutRestorer | null,
+    settingRegistry: ISettingRegistry | null,
+    statusBar: IStatusBar | null,
+    palette: ICommandPalette | null
+  ): void => {
+    const settings = { ...Private.DEFAULTS };
+    const connection = new SchedConnection({
+      interval: settings.refreshRate,
+      window: settings.timelineWindow
+    });
+    const sidebar = new SchedulerSidebar({ connection, timelineWindow: settings.timelineWindow });
+    app.shell.add(sidebar, settings.sidebarSide, { rank: SIDEBAR_RANK });
+    restorer?.add(sidebar, sidebar.id);
+
+    app.commands.addCommand(CommandIDs.show, {
+      label: 'Show Scheduler',
+      caption: 'Show the Scheduler sidebar of the active kernel',
+      icon: args => (args['isPalette'] ? undefined : schedulerIcon),
+      execute: () => app.shell.activateById(sidebar.id)
+    });
+    app.commands.addCommand(CommandIDs.refresh, {
+      label: 'Refresh Scheduler',
+      caption: 'Ask the active kernel for a full scheduler snapshot',
+      isEnabled: () => connection.state === 'live',
+      execute: () => connection.send({ command: 'snapshot' }).then(() => undefined)
+    });
+    palette?.addItem({ command: CommandIDs.show, category: 'Scheduler' });
+    palette?.addItem({ command: CommandIDs.refresh, category: 'Scheduler' });
+
+    if (statusBar) {
+      const item = new SchedulerStatus(connection, () => {
+        void app.commands.execute(CommandIDs.show);
+      });
+      statusBar.registerStatusItem(`${PLUGIN_ID}-status`, {
+        item,
+        align: 'left',
+        rank: 4,
+        isActive: () => item.isActive(),
+        activeStateChanged: item.activeStateChanged
+      });
+    }
+
+    Private.followActiveKernel(connection, notebooks, consoles, labShell);
+
+    if (settingRegistry) {
+      const apply = (loaded: ISettingRegistry.ISettings) => {
+        const next = Private.read(loaded);
+        connection.subscribe({ interval: next.refreshRate, window: next.timelineWindow });
+        sidebar.timelineWindow = next.timelineWindow;
+        if (next.sidebarSide !== settings.sidebarSide) {
+          // adding it to the other side moves it there
+          app.shell.add(sidebar, next.sidebarSide, { rank: SIDEBAR_RANK });
+        }
+        Object.assign(settings, next);
+      };
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(loaded => {
+          apply(loaded);
+          loaded.changed.connect(apply);
+        })
+        .catch(reason =>
+          console.error(`jupyter_sched: could not load settings of ${PLUGIN_ID}`, reason)
+        );
+    }
+  }
+};
+
+const rendererPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-sched:renderer',
+  description: 'Draws jupyter_sched display payloads (application/vnd.jupyter-sched.v1+json).',
+  autoStart: true,
+  requires: [IRenderMimeRegistry],
+  activate: (app: JupyterFrontEnd, rendermime: IRenderMimeRegistry): void => {
+    rendermime.addFactory(rendererFactory, RENDERER_RANK);
+  }
+};
+
+export default [sidebarPlugin, rendererPlugin];
+
+namespace Private {
+  export interface ISettings {
+    refreshRate: number;
+    sidebarSide: 'left' | 'right';
+    timelineWindow: number;
+  }
+
+  export const DEFAULTS: ISettings = { refreshRate: 0.5, sidebarSide: 'left', timelineWindow: 300 };
+
+  /** The settings, with values out of range brought back in (the schema says the same). */
+  export function read(settings: ISettingRegistry.ISettings): ISettings {
+    const rate = Number(settings.get('refreshRate').composite);
+    const window = Number(settings.get('timelineWindow').composite);
+    const side = settings.get('sidebarSide').composite;
+    return {
+      refreshRate: Number.isFinite(rate) ? Math.max(0.25, rate) : DEFAULTS.refreshRate,
+      sidebarSide: side === 'right' ? 'right' : 'left',
+      timelineWindow: Number.isFinite(window) && window > 0 ? window : DEFAULTS.timelineWindow
+    };
+  }
+
+  type Tracked = Widget & { sessionContext: ISessionContext };
+
+  /**
+   * Follow the kernel of the notebook or console that is current; other widgets becoming
+   * current (a file, a terminal) leave the sidebar on the last kernel it followed.
+   */
+  export function followActiveKernel(
+    connection: SchedConnection,
+    notebooks: INotebookTracker | null,
+    consoles: IConsoleTracker | null,
+    labShell: ILabShell | null
+  ): void {
+    let followed: Widget | null = null;
+    const watched = new WeakSet<Widget>();
+    const tracked = (widget: Widget | null): Tracked | null =>
+      widget && (notebooks?.has(widget) || consoles?.has(widget)) ? (widget as Tracked) : null;
+    const update = (widget: Widget | null) => {
+      const panel = tracked(widget);
+      if (!panel || panel === followed) {
+        return;
+      }
+      followed = panel;
+      connection.follow(panel.sessionContext);
+      if (!watched.has(panel)) {
+        watched.add(panel);
+        panel.disposed.connect(() => {
+          if (followed === panel) {
+            followed = null;
+            connection.follow(null);
+            update(notebooks?.currentWidget ?? consoles?.currentWidget ?? null);
+          }
+        });
+      }
+    };
+    labShell?.currentChanged.connect((_, change) => update(change.newValue));
+    // a notebook or console can become current before its tracker knows it: follow it when
+    // tracked, if it is still the current widget (or always, in a shell without currentWidget)
+    const onTracked = (_: unknown, widget: Widget | null) => {
+      if (!labShell || widget === labShell.currentWidget) {
+        update(widget);
+      }
+    };
+    notebooks?.currentChanged.connect(onTracked);
+    notebooks?.widgetAdded.connect(onTracked);
+    consoles?.currentChanged.connect(onTracked);
+    consoles?.widgetAdded.connect(onTracked);
+    update(labShell?.currentWidget ?? notebooks?.currentWidget ?? consoles?.currentWidget ?? null);
+  }
+}

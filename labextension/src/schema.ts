@@ -1,0 +1,269 @@
+/**
+ * Types of what the kernel sends: the display payload (docs/schema.md) and the comm
+ * envelopes (docs/comm.md). Within version 1 the kernel only ever adds keys, so every reader
+ * here ignores keys it does not know; a field that is missing is treated as absent, never
+ * as an error.
+ */
+
+/** The MIME type of the display payload; a new version gets a new type. */
+export const MIME_TYPE = 'application/vnd.jupyter-sched.v1+json';
+
+/** The payload version this extension draws. */
+export const SCHEMA_VERSION = 1;
+
+/** The comm target, both ways (kernel → frontend and frontend → kernel). */
+export const COMM_TARGET = 'jupyter_sched';
+
+/** The comm envelope version. */
+export const COMM_VERSION = 1;
+
+/** Resource name → amount (`GPU` 0.5, `CPU` 2, `memory` in bytes). */
+export type Amounts = { [resource: string]: number };
+
+/** Task states of docs/schema.md; `stopping` is shown while a stop waits for its executor. */
+export type TaskState =
+  'pending' | 'queued' | 'infeasible' | 'running' | 'stopping' | 'done' | 'failed' | 'cancelled';
+
+export interface ITaskView {
+  id: string;
+  name: string;
+  state: TaskState | string;
+  reason: string;
+  queue: string;
+  priority: number;
+  demand: Amounts;
+  node: string | null;
+  slot: string | null;
+  /** Resource → device index (a string key) → share held. */
+  devices: { [resource: string]: { [index: string]: number } };
+  position: number | null;
+  submitted: number | null;
+  started: number | null;
+  ended: number | null;
+  gang: string | null;
+  rank: number | null;
+}
+
+export interface IDeviceView {
+  index: number;
+  allocated: number;
+  model: string;
+  memory: number | null;
+  declared: boolean;
+  utilization: number | null;
+  memory_used: number | null;
+}
+
+export interface INodeView {
+  name: string;
+  kind: string;
+  labels: { [key: string]: string };
+  total: Amounts;
+  available: Amounts;
+  devices: IDeviceView[];
+  slots: number;
+  free_slots: number;
+  running: number;
+  drained: boolean;
+}
+
+export type QueueState = 'open' | 'closed' | 'draining';
+
+export interface IQueueView {
+  name: string;
+  parent: string;
+  state: QueueState | string;
+  weight: number;
+  priority: number;
+  capability: Amounts;
+  allocated: Amounts;
+  deserved: Amounts;
+  running: number;
+  waiting: number;
+}
+
+/** State → number of tasks, over all tasks (lists are bounded, counts are not). */
+export type Counts = { [state: string]: number };
+
+interface IPayloadBase {
+  version: number;
+}
+
+export interface ITaskPayload extends IPayloadBase {
+  kind: 'task';
+  task: ITaskView;
+  error: string | null;
+}
+
+export interface IGangPayload extends IPayloadBase {
+  kind: 'gang';
+  name: string;
+  error: string | null;
+  tasks: ITaskView[];
+}
+
+export interface IStatusPayload extends IPayloadBase {
+  kind: 'status';
+  time: number;
+  gpu: { allocated: number; total: number };
+  counts: Counts;
+  nodes: INodeView[];
+  running: ITaskView[];
+  waiting: ITaskView[];
+  queues: IQueueView[];
+}
+
+export interface INodesPayload extends IPayloadBase {
+  kind: 'nodes';
+  time: number;
+  nodes: INodeView[];
+}
+
+export interface IQueuePayload extends IPayloadBase {
+  kind: 'queue';
+  time: number;
+  counts: Counts;
+  running: ITaskView[];
+  waiting: ITaskView[];
+}
+
+export interface IHistoryPayload extends IPayloadBase {
+  kind: 'history';
+  time: number;
+  counts: Counts;
+  history: ITaskView[];
+}
+
+export interface IQueuesPayload extends IPayloadBase {
+  kind: 'queues';
+  time: number;
+  queues: IQueueView[];
+}
+
+export type Payload =
+  | ITaskPayload
+  | IGangPayload
+  | IStatusPayload
+  | INodesPayload
+  | IQueuePayload
+  | IHistoryPayload
+  | IQueuesPayload;
+
+export type PayloadKind = Payload['kind'];
+
+export const PAYLOAD_KINDS: ReadonlyArray<PayloadKind> = [
+  'task',
+  'gang',
+  'status',
+  'nodes',
+  'queue',
+  'history',
+  'queues'
+];
+
+// -- the comm (docs/comm.md) ------------------------------------------------------------------
+
+/** Who held which share of which GPU, and when (scheduler clock). */
+export interface ITimelineEntry {
+  task: string;
+  name: string;
+  node: string;
+  device: number;
+  share: number;
+  start: number;
+  /** null while the share is still held. */
+  end: number | null;
+  state: TaskState | string;
+}
+
+/** A snapshot's data: the `status` payload plus the timeline. */
+export interface ISnapshotData extends IStatusPayload {
+  timeline: ITimelineEntry[];
+  /** Seconds of history the timeline covers, ending at `time`. */
+  window: number;
+}
+
+export interface ISnapshotMessage {
+  v: 1;
+  kind: 'snapshot';
+  seq: number;
+  data: ISnapshotData;
+}
+
+export interface IReplyMessage {
+  v: 1;
+  kind: 'reply';
+  id: string;
+  ok: boolean;
+  error: string | null;
+  result: unknown;
+}
+
+export interface IErrorMessage {
+  v: 1;
+  kind: 'error';
+  error: string;
+}
+
+/** Kernel → frontend. */
+export type KernelMessage = ISnapshotMessage | IReplyMessage | IErrorMessage;
+
+/** Frontend → kernel commands, without the envelope's `v`, `kind` and `id`. */
+export type Command =
+  | { command: 'cancel'; task: string }
+  | { command: 'cancel_all' }
+  | { command: 'drain'; node: string; on: boolean }
+  | { command: 'queue'; queue: string; state: QueueState }
+  | { command: 'snapshot' }
+  | { command: 'subscribe'; interval: number; window?: number };
+
+export type CommandMessage = Command & { v: 1; kind: 'command'; id: string };
+
+// -- reading what arrives -----------------------------------------------------------------------
+
+function isObject(value: unknown): value is { [key: string]: unknown } {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * A display payload this extension can draw, or a line saying why not (an unknown version or
+ * kind, or something that is not a payload at all).
+ */
+export function readPayload(value: unknown): Payload | { problem: string } {
+  if (!isObject(value)) {
+    return { problem: 'not a jupyter_sched payload' };
+  }
+  if (value.version !== SCHEMA_VERSION) {
+    return {
+      problem: `jupyter_sched payload version ${JSON.stringify(value.version)} is not known to this extension (it draws version ${SCHEMA_VERSION}); showing the plain text`
+    };
+  }
+  const kind = value.kind;
+  if (typeof kind !== 'string' || !PAYLOAD_KINDS.includes(kind as PayloadKind)) {
+    return {
+      problem: `jupyter_sched payload kind ${JSON.stringify(kind)} is not known to this extension (expected one of ${PAYLOAD_KINDS.join(', ')}); showing the plain text`
+    };
+  }
+  return value as unknown as Payload;
+}
+
+/** A kernel message in a known envelope, or null for anything else (which is then ignored). */
+export function readEnvelope(value: unknown): KernelMessage | null {
+  if (!isObject(value) || value.v !== COMM_VERSION) {
+    return null;
+  }
+  switch (value.kind) {
+    case 'snapshot':
+      return typeof value.seq === 'number' && isObject(value.data)
+        ? (value as unknown as ISnapshotMessage)
+        : null;
+    case 'reply':
+      return typeof value.id === 'string' && typeof value.ok === 'boolean'
+        ? (value as unknown as IReplyMessage)
+        : null;
+    case 'error':
+      return typeof value.error === 'string' ? (value as unknown as IErrorMessage) : null;
+    default:
+      return null;
+  }
+}

@@ -1,0 +1,271 @@
+/**
+ * The Scheduler sidebar: the followed kernel's nodes (a bar per GPU), its queue (running,
+ * queued with position, infeasible with reason; cancel per task and cancel all), its queues and
+ * a timeline of GPU holdings. `SidebarView` draws from props only; `SchedulerSidebar` is the
+ * widget that feeds it from a `SchedConnection` and sends the commands its buttons ask for.
+ */
+
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { LabIcon, ReactWidget } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
+import * as React from 'react';
+
+import { ConnectionState, SchedConnection } from './comm';
+import { NodeList, QueueTable, TaskList } from './components';
+import { sidebarView, statusBarText } from './model';
+import { Command, ISnapshotData } from './schema';
+import { layoutTimeline, Timeline } from './timeline';
+
+const ICON_SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
+  '<g class="jp-icon3" fill="#616161">' +
+  '<path d="M3 4h11v3.5H3zM8 10.25h13v3.5H8zM5 16.5h9V20H5z"/></g></svg>';
+
+/** The sidebar's icon: three bars of a Gantt chart. */
+export const schedulerIcon = new LabIcon({ name: 'jupyter-sched:scheduler', svgstr: ICON_SVG });
+
+export interface ISidebarProps {
+  state: ConnectionState;
+  snapshot: ISnapshotData | null;
+  /** Now on the scheduler's clock, so elapsed times tick between snapshots. */
+  now: number | null;
+  sessionName: string;
+  kernelName: string;
+  error: string | null;
+  /** Seconds the timeline shows (a setting). */
+  timelineWindow: number;
+  onCommand?: (command: Command) => void;
+  /** Height of the task lists at most, in pixels. */
+  listHeight?: number;
+}
+
+function StateLine(props: { state: ConnectionState }): JSX.Element {
+  switch (props.state) {
+    case 'none':
+      return <p className="jp-sched-message">Open a notebook or a console to see its scheduler.</p>;
+    case 'connecting':
+      return <p className="jp-sched-message">Connecting to the kernel…</p>;
+    case 'busy':
+      return (
+        <p className="jp-sched-message">
+          Waiting for the kernel: it answers when the running cell ends.
+        </p>
+      );
+    case 'restarting':
+      return <p className="jp-sched-message">The kernel is restarting…</p>;
+    case 'not-loaded':
+      return (
+        <p className="jp-sched-message jp-sched-not-loaded">
+          jupyter_sched is not loaded in this kernel: run <code>%load_ext jupyter_sched</code>
+        </p>
+      );
+    default:
+      return <></>;
+  }
+}
+
+function Section(props: { title: string; name: string; children: React.ReactNode }): JSX.Element {
+  return (
+    <details className="jp-sched-section" data-section={props.name} open>
+      <summary className="jp-sched-section-title">{props.title}</summary>
+      {props.children}
+    </details>
+  );
+}
+
+function LiveView(props: ISidebarProps & { snapshot: ISnapshotData }): JSX.Element {
+  const { snapshot, onCommand } = props;
+  const view = React.useMemo(
+    () => sidebarView(snapshot, { now: props.now ?? snapshot.time }),
+    [snapshot, props.now]
+  );
+  const layout = React.useMemo(
+    () =>
+      layoutTimeline(
+        snapshot.timeline ?? [],
+        Math.min(props.timelineWindow, snapshot.window || props.timelineWindow),
+        props.now ?? snapshot.time,
+        snapshot.nodes ?? []
+      ),
+    [snapshot, props.now, props.timelineWindow]
+  );
+  const cancel = onCommand ? (task: string) => onCommand({ command: 'cancel', task }) : undefined;
+  const drain = onCommand
+    ? (node: string, on: boolean) => onCommand({ command: 'drain', node, on })
+    : undefined;
+  const setQueue = onCommand
+    ? (queue: string, state: 'open' | 'closed' | 'draining') =>
+        onCommand({ command: 'queue', queue, state })
+    : undefined;
+  return (
+    <>
+      <Section title="Nodes" name="nodes">
+        <NodeList nodes={view.nodes} onDrain={drain} />
+      </Section>
+      <Section title={`Running (${view.running.rows.length + view.running.more})`} name="running">
+        <TaskList
+          tasks={view.running.rows}
+          more={view.running.more}
+          label="Running tasks"
+          empty="Nothing running."
+          maxHeight={props.listHeight}
+          onCancel={cancel}
+        />
+      </Section>
+      <Section title={`Waiting (${view.waiting.rows.length + view.waiting.more})`} name="waiting">
+        <TaskList
+          tasks={view.waiting.rows}
+          more={view.waiting.more}
+          label="Queued and infeasible tasks"
+          empty="Nothing waiting."
+          maxHeight={props.listHeight}
+          onCancel={cancel}
+        />
+      </Section>
+      {onCommand && view.cancellable > 0 ? (
+        <button
+          type="button"
+          className="jp-sched-cancel-all jp-mod-styled jp-mod-warn"
+          aria-label={`Cancel all ${view.cancellable} running and waiting tasks`}
+          onClick={() => onCommand({ command: 'cancel_all' })}
+        >
+          Cancel all
+        </button>
+      ) : null}
+      <Section title="Queues" name="queues">
+        <QueueTable queues={view.queues} onQueueState={setQueue} />
+      </Section>
+      <Section title="Timeline" name="timeline">
+        <Timeline layout={layout} />
+      </Section>
+    </>
+  );
+}
+
+/** The sidebar's content, from props only. */
+export function SidebarView(props: ISidebarProps): JSX.Element {
+  const { snapshot, state } = props;
+  const live = state === 'live' && snapshot !== null;
+  return (
+    <div className="jp-sched-sidebar-body" data-state={state}>
+      <header className="jp-sched-header">
+        <h2 className="jp-sched-title">Scheduler</h2>
+        {props.sessionName ? (
+          <div className="jp-sched-session" title={props.kernelName}>
+            {props.sessionName}
+          </div>
+        ) : null}
+        {live ? <div className="jp-sched-summary">{statusBarText(snapshot)}</div> : null}
+      </header>
+      {props.error ? (
+        <p className="jp-sched-error" role="alert">
+          {props.error}
+        </p>
+      ) : null}
+      {live ? <LiveView {...props} snapshot={snapshot} /> : <StateLine state={state} />}
+    </div>
+  );
+}
+
+export interface ISidebarOptions {
+  connection: SchedConnection;
+  timelineWindow: number;
+}
+
+/** Elapsed times tick this often while the sidebar shows running tasks. */
+const TICK_MS = 1000;
+
+export class SchedulerSidebar extends ReactWidget {
+  constructor(options: ISidebarOptions) {
+    super();
+    this._connection = options.connection;
+    this._window = options.timelineWindow;
+    this.id = 'jupyter-sched-sidebar';
+    this.addClass('jp-sched-sidebar');
+    this.title.icon = schedulerIcon;
+    this.title.caption = 'Scheduler';
+    this._connection.changed.connect(this._refresh, this);
+  }
+
+  get timelineWindow(): number {
+    return this._window;
+  }
+
+  set timelineWindow(seconds: number) {
+    this._window = seconds;
+    this._refresh();
+  }
+
+  dispose(): void {
+    this._stopTicking();
+    this._connection.changed.disconnect(this._refresh, this);
+    super.dispose();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._ticker = setInterval(() => {
+      if (this._connection.state === 'live' && this._connection.snapshot?.running?.length) {
+        this.update();
+      }
+    }, TICK_MS);
+    this.update();
+  }
+
+  protected onBeforeHide(msg: Message): void {
+    this._stopTicking();
+    super.onBeforeHide(msg);
+  }
+
+  protected render(): JSX.Element {
+    const c = this._connection;
+    return (
+      <SidebarView
+        state={c.state}
+        snapshot={c.snapshot}
+        now={c.now()}
+        sessionName={c.sessionName}
+        kernelName={c.kernelName}
+        error={c.lastError}
+        timelineWindow={this._window}
+        onCommand={this._onCommand}
+      />
+    );
+  }
+
+  private _refresh(): void {
+    // a hidden sidebar draws nothing; it catches up when shown
+    if (this.isVisible) {
+      this.update();
+    }
+  }
+
+  private _stopTicking(): void {
+    if (this._ticker !== null) {
+      clearInterval(this._ticker);
+      this._ticker = null;
+    }
+  }
+
+  private _onCommand = async (command: Command): Promise<void> => {
+    if (command.command === 'cancel_all') {
+      const result = await showDialog({
+        title: 'Cancel all tasks?',
+        body: 'Every running and waiting task of this kernel is cancelled.',
+        buttons: [
+          Dialog.cancelButton({ label: 'Keep them' }),
+          Dialog.warnButton({ label: 'Cancel all' })
+        ]
+      });
+      if (!result.button.accept) {
+        return;
+      }
+    }
+    // a failed command shows as the connection's error, which redraws the sidebar
+    await this._connection.send(command).catch(error => console.warn('jupyter_sched:', error));
+  };
+
+  private _connection: SchedConnection;
+  private _window: number;
+  private _ticker: ReturnType<typeof setInterval> | null = null;
+}

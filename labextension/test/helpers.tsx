@@ -1,0 +1,102 @@
+/**
+ * Rendering into jsdom, and payloads: the ones the kernel really sends (fixtures/bundles.json,
+ * made by jupyter_sched's display functions) and made-up ones with hostile strings.
+ */
+
+import * as React from 'react';
+import { act } from 'react';
+import { createRoot, Root } from 'react-dom/client';
+
+import { ISnapshotData, IStatusPayload, ITaskView, MIME_TYPE } from '../src/schema';
+
+// eslint-disable-next-line @typescript-eslint/no-var-requires
+const bundles = require('./fixtures/bundles.json');
+
+(globalThis as any).IS_REACT_ACT_ENVIRONMENT = true;
+
+export const HOSTILE = '<img src=x onerror=alert(1)>';
+
+export interface IRendered {
+  container: HTMLElement;
+  rerender: (element: React.ReactElement) => void;
+  unmount: () => void;
+}
+
+export function render(element: React.ReactElement): IRendered {
+  const container = document.createElement('div');
+  document.body.appendChild(container);
+  let root: Root;
+  act(() => {
+    root = createRoot(container);
+    root.render(element);
+  });
+  return {
+    container,
+    rerender: next => act(() => root.render(next)),
+    unmount: () => {
+      act(() => root.unmount());
+      container.remove();
+    }
+  };
+}
+
+export function bundle(name: string): { [mime: string]: any } {
+  return JSON.parse(JSON.stringify(bundles[name]));
+}
+
+export function payload(name: string): any {
+  return bundle(name)[MIME_TYPE];
+}
+
+export function task(id: string, fields: Partial<ITaskView> = {}): ITaskView {
+  return {
+    id,
+    name: `job-${id}`,
+    state: 'queued',
+    reason: '',
+    queue: 'default',
+    priority: 0,
+    demand: { GPU: 0.5 },
+    node: null,
+    slot: null,
+    devices: {},
+    position: null,
+    submitted: 1,
+    started: null,
+    ended: null,
+    gang: null,
+    rank: null,
+    ...fields
+  };
+}
+
+/** The kernel's status payload with every user string replaced by markup. */
+export function hostileStatus(): IStatusPayload {
+  const status = payload('status') as IStatusPayload;
+  status.nodes[0].name = HOSTILE;
+  status.nodes[0].labels = { ...status.nodes[0].labels, team: HOSTILE };
+  status.nodes[0].devices[0].model = HOSTILE;
+  for (const t of [...status.running, ...status.waiting]) {
+    t.name = HOSTILE;
+    t.queue = HOSTILE;
+    t.node = t.node === null ? null : HOSTILE;
+  }
+  const infeasible = status.waiting.find(t => t.state === 'infeasible') as ITaskView;
+  infeasible.reason = HOSTILE;
+  status.queues[0].name = HOSTILE;
+  return status;
+}
+
+export function snapshotOf(
+  status: IStatusPayload,
+  extra: Partial<ISnapshotData> = {}
+): ISnapshotData {
+  return { ...status, timeline: [], window: 300, ...extra };
+}
+
+/** No element was made from a string (an <img> would be the markup above, parsed). */
+export function expectOnlyText(container: HTMLElement): void {
+  expect(container.querySelector('img')).toBeNull();
+  expect(container.querySelector('script')).toBeNull();
+  expect(container.textContent).toContain(HOSTILE);
+}

@@ -1,0 +1,166 @@
+import * as React from 'react';
+
+import { PayloadView, RenderedSched, rendererFactory, RENDERER_RANK } from '../src/renderer';
+import { MIME_TYPE } from '../src/schema';
+import { bundle, expectOnlyText, HOSTILE, hostileStatus, payload, render, task } from './helpers';
+
+const KINDS: { [kind: string]: string } = {
+  task: 'task',
+  infeasible: 'task',
+  status: 'status',
+  nodes: 'nodes',
+  queue: 'queue',
+  queues: 'queues',
+  history: 'history'
+};
+
+describe('PayloadView', () => {
+  it.each(Object.keys(KINDS))("draws the kernel's %s payload", name => {
+    const b = bundle(name);
+    const { container, unmount } = render(
+      <PayloadView data={b[MIME_TYPE]} text={b['text/plain']} />
+    );
+    expect(container.querySelector(`.jp-sched-payload[data-kind="${KINDS[name]}"]`)).not.toBeNull();
+    expect(container.querySelector('.jp-sched-fallback')).toBeNull();
+    unmount();
+  });
+
+  it('draws a GPU bar per device with its share, and tasks with their state', () => {
+    const { container, unmount } = render(<PayloadView data={payload('status')} text="" />);
+    const bars = container.querySelectorAll('.jp-sched-gpu-bar[data-share]');
+    expect([...bars].map(b => b.getAttribute('data-share'))).toEqual(['1', '1']);
+    expect(container.querySelectorAll('.jp-sched-declared')).toHaveLength(2);
+    expect(
+      container.querySelector('.jp-sched-task[data-task-id="t5"] .jp-sched-position')?.textContent
+    ).toBe('#1');
+    const infeasible = container.querySelector('.jp-sched-task[data-task-id="t7"]') as HTMLElement;
+    expect(infeasible.dataset.state).toBe('infeasible');
+    expect(infeasible.textContent).toContain(
+      'infeasible: GPU: needs 4 whole, has 2 devices on local'
+    );
+    unmount();
+  });
+
+  it('draws a gang with its members', () => {
+    const data = {
+      version: 1,
+      kind: 'gang',
+      name: 'ring',
+      error: null,
+      tasks: [task('t1', { gang: 'ring', rank: 0 }), task('t2', { gang: 'ring', rank: 1 })]
+    };
+    const { container, unmount } = render(<PayloadView data={data} text="" />);
+    expect(container.querySelectorAll('.jp-sched-task[data-task-id]')).toHaveLength(2);
+    expect(container.textContent).toContain('gang ring: 2 members');
+    unmount();
+  });
+});
+
+describe('strings from the kernel are text', () => {
+  it('in a status: task names, queue names, node names and labels, reasons', () => {
+    const { container, unmount } = render(<PayloadView data={hostileStatus()} text="" />);
+    expectOnlyText(container);
+    const infeasible = container.querySelector(
+      '.jp-sched-task[data-state="infeasible"]'
+    ) as HTMLElement;
+    expect(infeasible.textContent).toContain(`infeasible: ${HOSTILE}`);
+    expect(container.querySelector('.jp-sched-node-name')?.textContent).toBe(HOSTILE);
+    expect(container.querySelector('.jp-sched-node-labels')?.textContent).toContain(
+      `team=${HOSTILE}`
+    );
+    expect(container.querySelector('.jp-sched-queue td')?.textContent).toBe(HOSTILE);
+    unmount();
+  });
+
+  it.each(['task', 'gang', 'nodes', 'queue', 'history', 'queues'])('in a %s payload', kind => {
+    const status = hostileStatus();
+    const hostileTask = status.waiting.find(t => t.state === 'infeasible');
+    const data = {
+      task: { version: 1, kind: 'task', task: hostileTask, error: HOSTILE },
+      gang: { version: 1, kind: 'gang', name: HOSTILE, error: null, tasks: status.running },
+      nodes: { version: 1, kind: 'nodes', time: 1, nodes: status.nodes },
+      queue: {
+        version: 1,
+        kind: 'queue',
+        time: 1,
+        counts: status.counts,
+        running: status.running,
+        waiting: status.waiting
+      },
+      history: {
+        version: 1,
+        kind: 'history',
+        time: 1,
+        counts: { done: 1 },
+        history: [{ ...hostileTask, state: 'failed' }]
+      },
+      queues: { version: 1, kind: 'queues', time: 1, queues: status.queues }
+    }[kind];
+    const { container, unmount } = render(<PayloadView data={data} text="" />);
+    expectOnlyText(container);
+    unmount();
+  });
+});
+
+describe('what this renderer does not know', () => {
+  it('shows the plain text under a line naming an unknown version', () => {
+    const { container, unmount } = render(
+      <PayloadView data={{ version: 2, kind: 'status' }} text={`plain ${HOSTILE}`} />
+    );
+    expect(container.querySelector('.jp-sched-fallback-note')?.textContent).toContain(
+      'version 2 is not known'
+    );
+    expect(container.querySelector('.jp-sched-fallback-text')?.textContent).toBe(
+      `plain ${HOSTILE}`
+    );
+    expect(container.querySelector('img')).toBeNull();
+    unmount();
+  });
+
+  it('shows the plain text for an unknown kind', () => {
+    const { container, unmount } = render(
+      <PayloadView data={{ version: 1, kind: 'weather' }} text="sunny" />
+    );
+    expect(container.querySelector('.jp-sched-fallback-note')?.textContent).toContain(
+      'kind "weather" is not known'
+    );
+    expect(container.querySelector('.jp-sched-fallback-text')?.textContent).toBe('sunny');
+    unmount();
+  });
+
+  it('shows the plain text when a payload cannot be drawn', () => {
+    const quiet = jest.spyOn(console, 'error').mockImplementation(() => undefined);
+    const broken = { ...payload('status'), nodes: 'not a list' };
+    const { container, unmount } = render(<PayloadView data={broken} text="the table" />);
+    expect(container.querySelector('.jp-sched-fallback-note')?.textContent).toContain(
+      'could not be drawn'
+    );
+    expect(container.querySelector('.jp-sched-fallback-text')?.textContent).toBe('the table');
+    unmount();
+    quiet.mockRestore();
+  });
+});
+
+describe('RenderedSched', () => {
+  // the widget renders on its own schedule, as in JupyterLab, not inside act()
+  beforeEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = false));
+  afterEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = true));
+
+  it('is preferred over HTML and draws a model into its node', async () => {
+    expect(RENDERER_RANK).toBeLessThan(50);
+    expect(rendererFactory.mimeTypes).toEqual([MIME_TYPE]);
+    const widget = rendererFactory.createRenderer({ mimeType: MIME_TYPE } as any) as RenderedSched;
+    document.body.appendChild(widget.node);
+    const b = bundle('status');
+    await widget.renderModel({ data: b } as any);
+    await new Promise(resolve => setTimeout(resolve, 50));
+    expect(widget.node.classList.contains('jp-sched-rendered')).toBe(true);
+    expect(widget.node.querySelector('.jp-sched-payload[data-kind="status"]')).not.toBeNull();
+    await widget.renderModel({
+      data: { ...b, [MIME_TYPE]: { version: 9, kind: 'status' } }
+    } as any);
+    await new Promise(resolve => setTimeout(resolve, 50));
+    expect(widget.node.querySelector('.jp-sched-fallback-text')?.textContent).toBe(b['text/plain']);
+    widget.dispose();
+  });
+});
