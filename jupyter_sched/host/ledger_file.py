@@ -8,9 +8,11 @@ file. :mod:`.leases` holds the ledger's operations.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
+import threading
 from pathlib import Path
 
 from ..model.quantity import SCALE
@@ -80,20 +82,13 @@ def _prepare(path: Path, shared: bool | None) -> None:
                           f"choose another path with ${LEASES_ENV}") from None
     if shared is None:
         shared = bool(directory.stat().st_mode & stat.S_IWGRP)
-    mode = 0o660 if shared else 0o600
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
-    except FileExistsError:
-        pass
-    except OSError as err:
-        raise LedgerError(f"cannot make the lease ledger {path}: {err}; make "
-                          f"{directory} writable for you, or choose another path with "
-                          f"${LEASES_ENV}") from None
-    else:
+    if not path.exists():
         try:
-            os.fchmod(fd, mode)  # the mode asked for, whatever the umask
-        finally:
-            os.close(fd)
+            _make(path, 0o660 if shared else 0o600)
+        except (OSError, sqlite3.Error) as err:
+            raise LedgerError(f"cannot make the lease ledger {path}: {err}; make {directory} "
+                              f"writable for you, or choose another path with "
+                              f"${LEASES_ENV}") from None
     for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         _check_access(path, name)
     if not (Path(f"{path}-shm").exists() and Path(f"{path}-wal").exists()) and not os.access(
@@ -101,6 +96,38 @@ def _prepare(path: Path, shared: bool | None) -> None:
         raise LedgerError(f"cannot use the lease ledger {path}: its directory is not writable "
                           f"for user {user_name(os.getuid())!r}, and SQLite needs to make files "
                           f"beside it; choose another path with ${LEASES_ENV}")
+
+
+def _make(path: Path, mode: int) -> None:
+    """A complete ledger at ``path``, or none: kernels that start together must never see a
+    half-made file (switching a file to WAL while another process has it open fails).
+
+    It is made under a name of its own and linked into place, which fails if another process
+    linked its own first; then that one is used."""
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    fd = os.open(draft, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.fchmod(fd, mode)  # the mode asked for, whatever the umask; SQLite's files follow it
+    finally:
+        os.close(fd)
+    try:
+        db = sqlite3.connect(draft, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode = WAL")  # kept in the file: every opener uses it
+            _create(db)
+        finally:
+            db.close()
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        except OSError:  # a filesystem without hard links: an empty file, filled on opening
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode))
+    finally:
+        for name in (draft, Path(f"{draft}-wal"), Path(f"{draft}-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                name.unlink()
 
 
 def _check_access(path: Path, name: Path) -> None:
@@ -133,7 +160,10 @@ def _connect(path: Path, timeout: float) -> sqlite3.Connection:
             _create(db)
         _check_format(path, db)
         if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            db.execute("PRAGMA journal_mode = WAL")
+            # a file that was empty when found: it works as it is, and a later opener
+            # switches it if another process has it open now
+            with contextlib.suppress(sqlite3.OperationalError):
+                db.execute("PRAGMA journal_mode = WAL")
     except BaseException:
         db.close()
         raise
@@ -147,9 +177,8 @@ def _is_new(path: Path, db: sqlite3.Connection) -> bool:
 
 
 def _create(db: sqlite3.Connection) -> None:
-    # WAL first (it cannot change inside a transaction); then one process makes the tables
-    # while any other that opens the new file at the same moment waits, then finds them
-    db.execute("PRAGMA journal_mode = WAL")
+    # one process makes the tables while any other that opens an empty file at the same
+    # moment waits, then finds them
     db.execute("BEGIN IMMEDIATE")
     try:
         (tables,) = db.execute("SELECT count(*) FROM sqlite_master").fetchone()
