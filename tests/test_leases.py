@@ -100,6 +100,11 @@ def test_a_refusal_says_who_holds_what(ledger, path):
     assert str(ledger.take(GPU, 5_000)).startswith("0.5 of GPU-8932f937 is not free")
 
 
+def test_a_task_id_is_kept_as_text(ledger):
+    assert ledger.take(GPU, 1, task=17).task == "17"
+    assert ledger.held()[0].task == "17"
+
+
 def test_give_returns_the_share_once(ledger):
     lease = ledger.take(GPU, SCALE)
     assert ledger.give(lease) is True
@@ -378,6 +383,16 @@ def test_a_file_this_user_cannot_write_is_refused(open_dir, mode):
                            f"user {pwd.getpwuid(os.getuid()).pw_name!r} (mode -")
     assert f"and user {me!r} cannot read and write it" in text
     assert f"choose a ledger of your own with ${LEASES_ENV}" in text
+
+
+@needs_root
+def test_a_ledger_this_user_cannot_make_is_refused(open_dir):
+    path = open_dir / "l.db"
+    outcome, text = as_another_user(lambda: Ledger(path))
+    assert outcome == "raised"
+    assert text.startswith(f"LedgerError: cannot make the lease ledger {path}: ")
+    assert f"make {open_dir} writable for you, or choose another path with ${LEASES_ENV}" in text
+    assert list(open_dir.iterdir()) == []  # no draft left behind
 
 
 @needs_root

@@ -60,6 +60,8 @@ from .holders import Owner, holder_alive, is_me
 from .ledger_file import FORMAT, LEASES_ENV, LedgerError, explain, open_ledger
 
 _COLUMNS = "id, device, units, uid, user, pid, started, host, pidns, label, task, since"
+_INSERT = (f"INSERT INTO leases ({_COLUMNS.removeprefix('id, ')}) "
+           f"VALUES ({', '.join('?' * (_COLUMNS.count(',')))})")
 
 
 class NotYourLease(PermissionError):
@@ -177,20 +179,21 @@ class Ledger:
 
     # -- taking and giving ---------------------------------------------------------------------
 
-    def take(self, device: str, units: int, *, task: str = "",
+    def take(self, device: str, units: int, *, task: object = "",
              label: str | None = None) -> Lease | Refusal:
         """``units`` of ``device`` for ``task``, or a :class:`Refusal` (falsy) saying who holds
         what. Takes back the leases of ended holders of ``device`` first."""
         result = self.take_all({device: units}, task=task, label=label)
         return result if isinstance(result, Refusal) else result[0]
 
-    def take_all(self, shares: Mapping[str, int], *, task: str = "",
+    def take_all(self, shares: Mapping[str, int], *, task: object = "",
                  label: str | None = None) -> tuple[Lease, ...] | Refusal:
         """All of ``shares`` ({device: units}) or none: the leases in order, or the first
         device's :class:`Refusal`. For a task on several devices, which must not hold one
-        while it waits for another."""
+        while it waits for another. ``task`` is stored as text."""
         for device, units in shares.items():
             _check_share(device, units)
+        task = str(task)
         owner = self.owner
         if label is not None:
             owner = replace(owner, label=label)
@@ -206,8 +209,7 @@ class Ledger:
             for device, units in shares.items():
                 row = (device, units, owner.uid, owner.user, owner.pid, owner.started,
                        owner.host, owner.pidns, owner.label, task, now)
-                cursor = db.execute(f"INSERT INTO leases ({_COLUMNS[4:]}) "
-                                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                cursor = db.execute(_INSERT, row)
                 taken.append(Lease(cursor.lastrowid, device, units, owner, task, now))
         return tuple(taken)
 
