@@ -6,7 +6,8 @@ share of a device, and gives it back when the task ends::
     ledger = Ledger(ledger_path(runtime_dir), label="train.ipynb")
     lease = ledger.take(device_key(gpu, host.key), 5_000, task="t17")  # 0.5 of the GPU
     if not lease:          # a Refusal: who holds what
-        print(lease)       # "0.5 of GPU-8932f937 wanted, 0.25 free: 0.75 held by pid 4242 (...)"
+        print(lease)       # "0.5 of GPU-8932f937 is not free (only 0.25 is): 0.75 held by
+                           #  another process (pid 4242, user bob, eval.ipynb, task t3)"
     ...
     ledger.give(lease)
 
