@@ -13,6 +13,17 @@
 
 ``--json`` prints :meth:`HostInfo.to_json` with the node's totals and labels under ``"node"``.
 A bad ``--declare`` is one line on stderr and exit status 2.
+
+``jupyter-sched leases`` lists who holds which share of which device on this host, from the
+host's lease ledger (``--path`` to name another); ``--sweep`` first takes back the leases of
+holders that have ended::
+
+    $ jupyter-sched leases
+    ledger  /home/alice/.local/share/jupyter/runtime/jupyter-sched-leases-ws1.db
+      device        share  pid   user   label        task  since                alive
+      GPU-8932f937  0.5    4242  alice  train.ipynb  t17   2024-11-23 09:58:12  yes
+
+A ledger that cannot be used is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -20,15 +31,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import __version__
 from .host.discovery import HostInfo, discover_host
-from .model.quantity import format_bytes, format_units
+from .host.leases import Lease, Ledger, LedgerError, ledger_path, short_device
+from .model.quantity import SCALE, format_bytes, format_units
 from .model.resources import resources_to_json
 
 PROG = "jupyter-sched"
-_COMMANDS = ("info",)
+_COMMANDS = ("info", "leases")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,6 +84,18 @@ def _parser() -> argparse.ArgumentParser:
         "(repeatable; default: $JUPYTER_SCHED_DECLARE)",
     )
     info.set_defaults(run=_info)
+    leases = commands.add_parser(
+        "leases",
+        help="list who holds which share of which GPU on this host",
+        description="List the leases of this host's ledger: who holds which share of which "
+        "device, and whether the holder still runs.",
+    )
+    leases.add_argument("--path", type=Path, help="the ledger file (default: this host's, in the "
+                        "Jupyter runtime directory, or $JUPYTER_SCHED_LEASES)")
+    leases.add_argument("--sweep", action="store_true",
+                        help="first take back the leases of holders that have ended")
+    leases.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    leases.set_defaults(run=_leases)
     return parser
 
 
@@ -84,6 +110,73 @@ def _info(args: argparse.Namespace) -> int:
     else:
         print(format_host(host))
     return 0
+
+
+def _leases(args: argparse.Namespace) -> int:
+    path = args.path or _default_ledger()
+    if not path.exists():
+        message = f"no lease ledger at {path}: no scheduler on this host has taken a lease"
+        print(json.dumps({"ledger": str(path), "leases": []}) if args.json else message)
+        return 0
+    try:
+        with Ledger(path) as ledger:
+            swept = ledger.sweep() if args.sweep else []
+            leases = [(lease, ledger.alive(lease)) for lease in ledger.held()]
+    except LedgerError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"ledger": str(path), "swept": [_lease_json(lease) for lease in swept],
+                          "leases": [_lease_json(lease, alive) for lease, alive in leases]},
+                         indent=2))
+        return 0
+    print(f"ledger  {path}")
+    if args.sweep:
+        print(f"swept   {len(swept)} lease{'' if len(swept) == 1 else 's'} of ended holders "
+              f"taken back")
+    print(format_leases(leases))
+    return 0
+
+
+def _default_ledger() -> Path:
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return ledger_path(jupyter_runtime_dir())
+
+
+def _lease_json(lease: Lease, alive: bool | None = None) -> dict[str, object]:
+    owner = lease.owner
+    out = {"id": lease.id, "device": lease.device, "share": lease.units / SCALE,
+           "units": lease.units, "pid": owner.pid, "uid": owner.uid, "user": owner.user,
+           "label": owner.label, "task": lease.task, "since": lease.since, "host": owner.host}
+    if alive is not None:
+        out["alive"] = alive
+    return out
+
+
+def format_leases(leases: Sequence[tuple[Lease, bool]]) -> str:
+    """Leases and whether each holder runs, as an aligned table (or a line saying none)."""
+    if not leases:
+        return "no leases: every GPU of this host is free"
+    table = [("device", "share", "pid", "user", "label", "task", "since", "alive")]
+    for lease, alive in leases:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lease.since))
+        table.append((short_device(lease.device), lease.share, str(lease.owner.pid),
+                      lease.owner.user, lease.owner.label or "-", lease.task or "-", since,
+                      "yes" if alive else "no (ended)"))
+    lines = _align(table)
+    ended = sum(not alive for _, alive in leases)
+    if ended:
+        lines.append(f"{ended} lease{'' if ended == 1 else 's'} of ended holders: "
+                     f"`{PROG} leases --sweep` takes them back (so does the next take of "
+                     f"their device)")
+    return "\n".join(lines)
+
+
+def _align(table: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[col]) for row in table) for col in range(len(table[0]))]
+    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in table]
 
 
 def format_host(host: HostInfo) -> str:
@@ -117,11 +210,7 @@ def format_host(host: HostInfo) -> str:
                 uuid,
                 "declared" if gpu.declared else "discovered",
             ))
-        widths = [max(len(row[col]) for row in table) for col in range(len(table[0]))]
-        lines += [
-            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-            for row in table
-        ]
+        lines += _align(table)
     else:
         lines.append(_no_gpus(host))
     return "\n".join(lines)

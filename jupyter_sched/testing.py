@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .host.nvml import Nvml, NvmlDevice
+from .host.nvml import GpuProcess, Nvml, NvmlDevice
 from .model.quantity import parse_bytes
 
 
@@ -19,6 +19,8 @@ class FakeNvml(Nvml):
     ('T4', 17179869184, 'GPU-00000001-fake-4000-8000-000000000001')
     >>> nv.set_utilization(1, 75); nv.utilization(1)
     75
+    >>> nv.set_processes(0, [(4242, "2GiB"), (4343, None)]); nv.processes(0)
+    [GpuProcess(pid=4242, used=2147483648), GpuProcess(pid=4343, used=None)]
 
     Devices are ``(name, memory)`` pairs (memory in bytes or a size such as ``"16GiB"``),
     ``(name, memory, uuid)`` triples, or :class:`NvmlDevice` objects (their ``nvml_index`` is
@@ -38,6 +40,7 @@ class FakeNvml(Nvml):
         self.broken = set(broken)
         self._utilization: dict[int, int] = {}
         self._memory_used: dict[int, int] = {}
+        self._processes: dict[int, list[GpuProcess]] = {}
 
     def device_count(self) -> int:
         return len(self.devices)
@@ -53,6 +56,23 @@ class FakeNvml(Nvml):
     def memory_used(self, index: int) -> int | None:
         self._check(index)
         return self._memory_used.get(index)
+
+    def processes(self, index: int) -> list[GpuProcess] | None:
+        self._check(index)
+        found = self._processes.get(index)
+        return None if found is None else list(found)
+
+    def set_processes(self, index: int, processes: Iterable[tuple[int, object]] | None) -> None:
+        """The compute processes of device ``index``: ``(pid, memory used)`` pairs, the memory
+        in bytes, a size such as ``"2GiB"``, or None for "NVML cannot say"; None for no list."""
+        self._check(index)
+        if processes is None:
+            self._processes.pop(index, None)
+            return
+        self._processes[index] = [
+            GpuProcess(int(pid), None if used is None else parse_bytes(used, f"memory of {pid}"))
+            for pid, used in processes
+        ]
 
     def set_utilization(self, index: int, percent: int | None) -> None:
         self._set(self._utilization, index, percent)

@@ -14,6 +14,7 @@ import pytest
 from jupyter_sched import __version__
 from jupyter_sched.__main__ import main
 from jupyter_sched.host import discovery
+from jupyter_sched.host.leases import LEASES_ENV, Ledger
 from jupyter_sched.testing import FakeNvml
 
 GiB = 2**30
@@ -176,3 +177,106 @@ def test_python_dash_m_bad_declaration():
     assert proc.stdout == ""
     assert proc.stderr.startswith("jupyter-sched: error: GPU=1.5: declare a whole number")
     assert proc.stderr.count("\n") == 1
+
+
+# -- leases ------------------------------------------------------------------------------------
+
+GPU = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
+
+
+def _ended_lease(path, device, units):
+    """A lease whose holder has ended: a child process that took it and exited."""
+    proc = _python("-c", "import sys; from jupyter_sched.host.leases import Ledger; "
+                         "print(Ledger(sys.argv[1], label='gone.ipynb').take(sys.argv[2], "
+                         "int(sys.argv[3]), task='t9').id)", str(path), device, str(units))
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout)
+
+
+def test_leases_lists_who_holds_what(capsys, tmp_path):
+    path = tmp_path / "l.db"
+    with Ledger(path, label="train.ipynb") as ledger:
+        ledger.take(GPU, 5_000, task="t17")
+        ledger.take("declared:vm/boot:1", 2_500)
+        _ended_lease(path, GPU, 2_500)
+        code, out, err = run(capsys, "leases", "--path", str(path))
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == f"ledger  {path}"
+    assert lines[1].split() == ["device", "share", "pid", "user", "label", "task", "since",
+                                "alive"]
+    me = str(os.getpid())
+    assert lines[2].split()[:6] == ["GPU-8932f937", "0.5", me, _user(), "train.ipynb", "t17"]
+    assert lines[2].split()[-1] == "yes"
+    assert lines[3].split()[:3] == ["declared", "GPU", "1"]
+    assert lines[4].split()[4:6] == ["gone.ipynb", "t9"] and lines[4].endswith("no (ended)")
+    assert lines[5] == ("1 lease of ended holders: `jupyter-sched leases --sweep` takes them "
+                        "back (so does the next take of their device)")
+    assert len({line.index("0.") for line in lines[2:5]}) == 1  # the columns line up
+
+
+def test_leases_sweep_takes_back_ended_holders(capsys, tmp_path):
+    path = tmp_path / "l.db"
+    _ended_lease(path, GPU, 5_000)
+    _ended_lease(path, "GPU-another", 5_000)  # on another device: not swept by this take
+    with Ledger(path) as ledger:
+        assert ledger.free_share(GPU) == 5_000
+        code, out, _ = run(capsys, "leases", "--sweep", "--path", str(path))
+        assert code == 0
+        assert out.splitlines()[1:] == ["swept   2 leases of ended holders taken back",
+                                        "no leases: every GPU of this host is free"]
+        assert ledger.free_share(GPU) == 10_000
+
+
+def test_leases_json(capsys, tmp_path):
+    path = tmp_path / "l.db"
+    with Ledger(path, label="nb.ipynb") as ledger:
+        lease = ledger.take(GPU, 2_500, task="t1")
+        gone = _ended_lease(path, GPU, 2_500)
+        data = json.loads(run(capsys, "leases", "--json", "--sweep", "--path", str(path))[1])
+    assert data["ledger"] == str(path)
+    assert [entry["id"] for entry in data["swept"]] == [gone]
+    [held] = data["leases"]
+    assert held["id"] == lease.id and held["share"] == 0.25 and held["units"] == 2_500
+    assert (held["pid"], held["label"], held["task"], held["alive"]) == (
+        os.getpid(), "nb.ipynb", "t1", True)
+
+
+def test_leases_without_a_ledger_makes_none(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv(LEASES_ENV, str(tmp_path / "none.db"))
+    code, out, _ = run(capsys, "leases")
+    assert code == 0
+    assert out == (f"no lease ledger at {tmp_path / 'none.db'}: no scheduler on this host has "
+                   "taken a lease\n")
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_leases_default_path_is_in_the_jupyter_runtime_dir(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv(LEASES_ENV, raising=False)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    out = run(capsys, "leases")[1]
+    assert out.startswith(f"no lease ledger at {tmp_path}/jupyter-sched-leases-")
+
+
+def test_a_corrupt_ledger_is_one_line_and_exit_1(capsys, tmp_path):
+    path = tmp_path / "l.db"
+    path.write_text("not a database at all, " * 200)
+    code, out, err = run(capsys, "leases", "--path", str(path))
+    assert code == 1 and out == ""
+    assert err.startswith(f"jupyter-sched: error: the lease ledger {path} is not a usable "
+                          "SQLite database")
+    assert err.count("\n") == 1
+
+
+def test_python_dash_m_leases(tmp_path):
+    path = tmp_path / "l.db"
+    _ended_lease(path, GPU, 10_000)
+    proc = _python("-m", "jupyter_sched", "leases", "--path", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "gone.ipynb" in proc.stdout and "no (ended)" in proc.stdout
+
+
+def _user():
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import types
 
+import psutil
 import pytest
 
-from jupyter_sched.host.nvml import Nvml, NvmlDevice, PynvmlNvml, load_nvml
+from jupyter_sched.host.nvml import GpuProcess, Nvml, NvmlDevice, PynvmlNvml, load_nvml
+from jupyter_sched.host.outside import memory_used_by_others, process_tree
 from jupyter_sched.testing import FakeNvml
 
 GiB = 2**30
@@ -75,12 +79,32 @@ def test_the_base_class_answers_none_for_live_readings():
 
     assert Minimal().utilization(0) is None
     assert Minimal().memory_used(0) is None
+    assert Minimal().processes(0) is None
+
+
+def test_fake_processes_are_settable_and_clearable():
+    nv = FakeNvml([("T4", "16GiB"), ("T4", "16GiB")], broken=[1])
+    assert nv.processes(0) is None  # not known until set
+    nv.set_processes(0, [(4242, "2GiB"), (4343, 512), (4444, None)])
+    assert nv.processes(0) == [GpuProcess(4242, 2 * GiB), GpuProcess(4343, 512),
+                               GpuProcess(4444, None)]
+    nv.processes(0).clear()  # a copy: the fake's list is its own
+    assert len(nv.processes(0)) == 3
+    nv.set_processes(0, [])
+    assert nv.processes(0) == []
+    nv.set_processes(0, None)
+    assert nv.processes(0) is None
+    with pytest.raises(RuntimeError, match="device 1"):
+        nv.processes(1)
+    with pytest.raises(ValueError, match="memory of 7"):
+        nv.set_processes(0, [(7, "lots")])
 
 
 # -- load_nvml without a GPU -------------------------------------------------------------------
 
 
-def _fake_pynvml(*, init_error=None, count_error=None, names_as_bytes=True, util_error=None):
+def _fake_pynvml(*, init_error=None, count_error=None, names_as_bytes=True, util_error=None,
+                 processes_error=None):
     """A stand-in for the pynvml module: two devices, optional failures."""
     mod = types.ModuleType("pynvml")
     mod.calls = []
@@ -116,6 +140,15 @@ def _fake_pynvml(*, init_error=None, count_error=None, names_as_bytes=True, util
         total=(h + 1) * 8 * GiB, used=h * GiB, free=0
     )
     mod.nvmlDeviceGetUtilizationRates = nvmlDeviceGetUtilizationRates
+
+    def nvmlDeviceGetComputeRunningProcesses(handle):
+        if processes_error:
+            raise processes_error
+        # pynvml's objects: usedGpuMemory is None where NVML reports "not available"
+        return [types.SimpleNamespace(pid=100 + handle, usedGpuMemory=GiB),
+                types.SimpleNamespace(pid=200 + handle, usedGpuMemory=None)]
+
+    mod.nvmlDeviceGetComputeRunningProcesses = nvmlDeviceGetComputeRunningProcesses
     return mod
 
 
@@ -165,3 +198,55 @@ def test_pynvml_backend_live_readings_are_none_on_error(monkeypatch, quiet):
     assert backend.memory_used(0) is None
     backend.close()
     assert mod.calls[-1] == "shutdown"
+
+
+def test_pynvml_backend_lists_compute_processes(monkeypatch, quiet):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
+    backend = load_nvml()
+    assert backend.processes(1) == [GpuProcess(101, GiB), GpuProcess(201, None)]
+    monkeypatch.setitem(sys.modules, "pynvml",
+                        _fake_pynvml(processes_error=RuntimeError("Not Supported")))
+    assert load_nvml().processes(0) is None
+
+
+# -- memory used outside the scheduler ---------------------------------------------------------
+
+
+def test_memory_used_by_others_leaves_out_ours():
+    nv = FakeNvml([("A100", "80GiB"), ("T4", "16GiB")])
+    nv.set_processes(0, [(10, "4GiB"), (11, "1GiB"), (20, "2GiB"), (21, "512MiB")])
+    assert memory_used_by_others(nv, 0, ours={10, 11}) == 2 * GiB + 512 * 2**20
+    assert memory_used_by_others(nv, 0, ours=set()) == 7 * GiB + 512 * 2**20
+    assert memory_used_by_others(nv, 0, ours={10, 11, 20, 21}) == 0
+    nv.set_processes(1, [])
+    assert memory_used_by_others(nv, 1, ours={10}) == 0
+
+
+def test_memory_used_by_others_is_unknown_when_nvml_cannot_say():
+    nv = FakeNvml([("A100", "80GiB"), ("T4", "16GiB")], broken=[1])
+    assert memory_used_by_others(nv, 0, ours=set()) is None  # no process list
+    nv.set_processes(0, [(10, "4GiB"), (20, None)])
+    assert memory_used_by_others(nv, 0, ours={10}) is None  # another's use unknown
+    assert memory_used_by_others(nv, 0, ours={20}) == 4 * GiB  # ours unknown: no matter
+    assert memory_used_by_others(nv, 1, ours=set()) is None  # a GPU that cannot be read
+
+
+def test_process_tree_holds_descendants():
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import subprocess, sys, time; "
+                              "p = subprocess.Popen([sys.executable, '-c', "
+                              "'import time; time.sleep(60)']); "
+                              "print(p.pid, flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(child.stdout.readline())
+        tree = process_tree([os.getpid()])
+        assert {os.getpid(), child.pid, grandchild} <= tree
+        assert process_tree([child.pid]) == {child.pid, grandchild}
+        gone = 2**22 + 17
+        assert process_tree([gone]) == {gone}  # an ended pid is still named, without children
+    finally:
+        for process in [*psutil.Process(child.pid).children(recursive=True)]:
+            process.kill()
+        child.kill()
+        child.wait(10)

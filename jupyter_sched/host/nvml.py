@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,14 @@ class NvmlDevice:
     uuid: str
     name: str
     memory_total: int
+
+
+class GpuProcess(NamedTuple):
+    """A process with a CUDA context on a GPU: its pid (in the host's pid namespace) and the
+    device memory it uses in bytes, None where NVML cannot say (some drivers, vGPU, WDDM)."""
+
+    pid: int
+    used: int | None
 
 
 class Nvml(ABC):
@@ -47,6 +56,10 @@ class Nvml(ABC):
 
     def memory_used(self, index: int) -> int | None:
         """Bytes of device memory in use (by any process), or None if unknown."""
+        return None
+
+    def processes(self, index: int) -> list[GpuProcess] | None:
+        """The compute processes on the device, or None if unknown."""
         return None
 
 
@@ -84,6 +97,17 @@ class PynvmlNvml(Nvml):
         except Exception as err:
             log.debug("NVML memory of device %d: %s", index, err)
             return None
+
+    def processes(self, index: int) -> list[GpuProcess] | None:
+        nv = self._nv
+        try:
+            running = nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(index))
+        except Exception as err:
+            log.debug("NVML processes of device %d: %s", index, err)
+            return None
+        # pynvml gives None for NVML_VALUE_NOT_AVAILABLE (usedGpuMemory unknown)
+        return [GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+                for p in running]
 
     def close(self) -> None:
         """Release NVML (it counts initialisations; each ``load_nvml`` adds one)."""
@@ -130,4 +154,4 @@ def _text(value: object) -> str:
     return str(value)
 
 
-__all__ = ["Nvml", "NvmlDevice", "PynvmlNvml", "load_nvml"]
+__all__ = ["GpuProcess", "Nvml", "NvmlDevice", "PynvmlNvml", "load_nvml"]
