@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from ...host.discovery import HostInfo, discover_host
+from ...model.resources import GPU
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
                              "engines_per_gpu=K")
         engines = 2
     env: dict[str, str] = {}
-    declared = getattr(runtime, "local_resources", "") or ""
+    declared = _declared_gpus(runtime)
     if declared and "JUPYTER_SCHED_DECLARE" not in os.environ and launcher in (None, "local"):
         env["JUPYTER_SCHED_DECLARE"] = declared  # engines here see what the kernel declared
     sets: list[tuple[int, dict[str, str]]] = []
@@ -265,11 +266,28 @@ def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
         visible = _gpu_values(gpus, declared)
         if not visible:
             raise ValueError("engines_per_gpu: this host has no GPUs; declare some "
-                             "(local_resources='GPU=2') or give gpus=N for the engines' host")
+                             "(%sched local --gpus 2, or local_resources='GPU=2') or give "
+                             "gpus=N for the engines' host")
         sets = [(engines_per_gpu, {**env, "CUDA_VISIBLE_DEVICES": v}) for v in visible]
     if engines:
         sets.append((engines, env))
     return sets
+
+
+def _declared_gpus(runtime: Any) -> str:
+    """The GPUs the kernel's host has by declaration (``%sched local --gpus 2`` or
+    ``local_resources``), as a declaration engines on this host take on: they must number
+    the same GPUs to join the local node with them. Empty when the GPUs are discovered."""
+    host = getattr(runtime, "local_host", None)
+    if not isinstance(host, HostInfo):
+        return getattr(runtime, "local_resources", "") or ""
+    if GPU not in host.declared:
+        return ""
+    spec = f"GPU={len(host.gpus)}"
+    memory = {g.memory for g in host.gpus}
+    if len(memory) == 1 and None not in memory:
+        spec += f",gpu_memory={memory.pop()}"
+    return spec
 
 
 def _gpu_values(gpus: int | None, declared: str) -> list[str]:
