@@ -82,6 +82,20 @@ def assert_gone(pids: list[int], timeout: float = 15.0) -> None:
     assert not left, f"engine processes left behind: {sorted(left)}"
 
 
+def process_tree(root: int) -> list[int]:
+    """The live processes under ``root`` (children, theirs, ...), zombies left out."""
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+    return found
+
+
 def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:
     deadline = time.monotonic() + timeout
     while True:
