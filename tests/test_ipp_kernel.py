@@ -1,6 +1,7 @@
 """Cells on engines from a real kernel, as a user writes them: notebook functions and the
 globals they read, notebook classes (``super()``, inheritance, closures, decorators), ``open``,
-GPUs declared with ``%sched local``.
+GPUs declared with ``%sched local``, a second ``%sched start``, and ``%sched stop`` leaving no
+process behind.
 
 One kernel and one cluster serve the module; tests run in file order.
 """
@@ -8,9 +9,11 @@ One kernel and one cluster serve the module; tests run in file order.
 from __future__ import annotations
 
 import os
+import time
 
+import psutil
 import pytest
-from conftest_ipp import ROOT, TESTS
+from conftest_ipp import ROOT, TESTS, assert_gone, process_tree
 
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipyparallel")
@@ -166,3 +169,31 @@ def test_open_works_in_engine_cells_and_functions(kernel, tmp_path):
     ok(run)  # the engine's own, not the kernel's
     assert "(True, 'IPythonKernel')" in run.texts() or "(True, 'ZMQInteractiveShell')" in \
         run.texts(), run.texts()
+
+
+def test_a_second_start_is_refused_with_what_to_do(kernel):
+    slots = kernel.value("sum(n.slots for n in sched.snapshot(fresh=True).nodes)")
+    run = kernel.run("%sched start --engines 1", timeout=180)
+    message = run.stderr  # IPython prints a UsageError, it raises nothing
+    assert message.startswith("UsageError: ") and len(message.strip().splitlines()) == 1
+    assert "already running" in message and "%sched stop" in message and "--add" in message
+    assert "rejected" not in message
+    assert kernel.value("sum(n.slots for n in sched.snapshot(fresh=True).nodes)") == slots
+    run = kernel.run("%sched start --engines 1 --add", timeout=180)
+    ok(run)
+    assert f"{slots + 1}/{slots + 1}" in run.texts()[0]
+
+
+def test_stop_leaves_no_process_behind(kernel):
+    ok(kernel.run("import os"))
+    kernel_pid = kernel.value("os.getpid()")
+    started = process_tree(kernel_pid)
+    assert len(started) >= 8, started  # a controller and its schedulers, engines, nannies
+    run = kernel.run("%sched stop", timeout=120)
+    ok(run)
+    assert not run.stderr.strip(), run.stderr
+    assert "left the ipyparallel engines" in run.stdout
+    assert_gone(started, timeout=30)
+    assert psutil.Process(kernel_pid).is_running()
+    time.sleep(0.5)
+    assert process_tree(kernel_pid) == []

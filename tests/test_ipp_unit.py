@@ -458,3 +458,14 @@ def test_engines_per_gpu_counts_gpus_declared_after_the_start():
     Runtime.local_host = discover_host(declare="GPU=0")
     with pytest.raises(ValueError, match="this host has no GPUs; declare some"):
         _engine_sets(Runtime(), None, 1, None, None)
+
+
+def test_a_second_clusters_slots_are_named_apart():
+    from types import SimpleNamespace as Executor
+
+    from jupyter_sched.executors.ipp.cluster import _prefix
+
+    assert _prefix([]) == ""
+    assert _prefix([Executor(prefix="")]) == "c2."
+    assert _prefix([Executor(prefix=""), Executor(prefix="c2.")]) == "c3."
+    assert _prefix([Executor(prefix="c2.")]) == ""

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ...host.discovery import HostInfo, discover_host
@@ -38,10 +38,24 @@ class ClusterMixin:
 
     @classmethod
     def connect(cls: type[_E], runtime: Any, target: Any = None, *, cluster_id: str | None = None,
-                timeout: float = 30, **kwargs: Any) -> _E:
+                timeout: float = 30, others: Iterable[Any] = (), **kwargs: Any) -> _E:
         """Use a running cluster: an ``ipp.Cluster``, an ``ipp.Client``, a profile name or a
-        cluster id (None: the default profile). Returns once its engines are probed."""
+        cluster id (None: the default profile). Returns once its engines are probed.
+
+        ``others``: the executors the runtime has already. A cluster one of them uses is
+        refused (its engines are slots already); the slots of a second cluster are named
+        apart (``c2.e0``).
+        """
         cluster, client, owns_client = _open(target, cluster_id, timeout)
+        engines = [o for o in others if isinstance(o, ClusterMixin) and not o._closed]
+        same = next((o for o in engines if o.controller == _controller(client)), None)
+        if same is not None:
+            if owns_client:
+                with contextlib.suppress(Exception):
+                    client.close()
+            raise ClusterInUse(f"the engines of {same.describe()} are in use already; "
+                               "%sched stop (stop_cluster()) leaves them first")
+        kwargs.setdefault("prefix", _prefix(engines))
         executor = cls(runtime, client, cluster=cluster, owns_client=owns_client, **kwargs)
         executor._cluster.watch(executor._launcher_stopped)
         try:
@@ -54,31 +68,76 @@ class ClusterMixin:
     @classmethod
     def start_cluster(cls: type[_E], runtime: Any, engines: int | None = None,
                       engines_per_gpu: int | None = None, launcher: str | None = None, *,
-                      gpus: int | None = None, timeout: float = 120,
-                      stop_grace: float = 5.0, **cluster_kwargs: Any) -> _E:
+                      gpus: int | None = None, timeout: float = 120, stop_grace: float = 5.0,
+                      add: bool = False, others: Iterable[Any] = (),
+                      **cluster_kwargs: Any) -> _E:
         """Start a controller and engines and use them; ``close()`` stops them all.
 
         ``engines=N`` starts N floating engines (bound to devices by their first GPU task).
         ``engines_per_gpu=K`` starts K engines per GPU, each launched with
         ``CUDA_VISIBLE_DEVICES`` naming its GPU; the GPUs are this host's (discovered, or
-        declared with the scheduler's ``local_resources``), or ``gpus=G`` for the engines' host.
-        ``launcher`` picks ipyparallel's engine launcher (``"mpi"``, ``"slurm"``, ``"pbs"``,
-        ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the nanny, so a
-        dead engine is noticed at once.
+        declared: ``%sched local --gpus``, ``local_resources``), or ``gpus=G`` for the engines'
+        host. ``launcher`` picks ipyparallel's engine launcher (``"mpi"``, ``"slurm"``,
+        ``"pbs"``, ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the
+        nanny, so a dead engine is noticed at once.
+
+        ``others``: the executors the runtime has already. If one of them started a cluster,
+        that one is used: with ``add=True`` these engines are added to it (and it is
+        returned), else :class:`ClusterRunning` says so (one cluster started per scheduler:
+        a second one would only double the processes).
         """
+        engines_now = [o for o in others if isinstance(o, ClusterMixin) and not o._closed]
+        running = next((o for o in engines_now if o.owns_cluster), None)
+        if running is not None:
+            if not add:
+                raise ClusterRunning(
+                    f"{running.describe()}, started here, is already running; %sched stop "
+                    "(stop_cluster()) stops it first, or %sched start --add --engines N "
+                    "(start_cluster(..., add=True)) adds engines to it")
+            running.grow(engines, engines_per_gpu, launcher, gpus=gpus, timeout=timeout)
+            return running
         sets = _engine_sets(runtime, engines, engines_per_gpu, launcher, gpus)
         control, client = ClusterControl.start(launcher, cluster_kwargs)
-        executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace)
+        executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace,
+                       prefix=_prefix(engines_now))
         try:
-            for n, set_env in sets:
-                executor.add_engines(n, environment=set_env)
-            client.wait_for_engines(sum(n for n, _ in sets), timeout=timeout, block=True,
-                                    interactive=False)
-            executor.wait_ready(timeout)
+            executor._start_sets(sets, timeout)
         except BaseException:
             executor.close()
             raise
         return executor
+
+    def grow(self, engines: int | None = None, engines_per_gpu: int | None = None,
+             launcher: str | None = None, *, gpus: int | None = None,
+             timeout: float = 120) -> None:
+        """Add engines to the cluster this executor started (as ``start_cluster`` counts
+        them); returns once they are slots."""
+        if launcher is not None and launcher != self._cluster.launcher:
+            raise ValueError(f"launcher={launcher!r}: engines are added with the running "
+                             f"cluster's launcher ({self._cluster.launcher or 'local'!r}); "
+                             "leave the launcher out")
+        self._start_sets(_engine_sets(self.runtime, engines, engines_per_gpu, launcher, gpus),
+                         timeout)
+
+    def _start_sets(self, sets: list[tuple[int, dict[str, str]]], timeout: float) -> None:
+        expected = len(self.client.ids) + sum(n for n, _ in sets)
+        for n, set_env in sets:
+            self.add_engines(n, environment=set_env)
+        self.client.wait_for_engines(expected, timeout=timeout, block=True, interactive=False)
+        self.wait_ready(timeout)
+
+    @property
+    def controller(self) -> tuple[str | None, str | None]:
+        """Where this executor's controller is (its host and registration address)."""
+        return _controller(self.client)
+
+    def describe(self) -> str:
+        """``cluster 1700000000-abcd (4 engines)``, as users know it."""
+        cluster = self._cluster.cluster
+        name = getattr(cluster, "cluster_id", "") or getattr(cluster, "profile", "")
+        what = f"cluster {name!r}" if name else f"the cluster at {self.controller[1]}"
+        n = len(self._engines)
+        return f"{what} ({n} engine{'s' if n != 1 else ''})"
 
     def add_engines(self, n: int = 1, environment: Mapping[str, str] | None = None,
                     **launcher_kwargs: Any) -> str:
@@ -100,6 +159,30 @@ class ClusterMixin:
         return self._cluster.owned
 
 
+class ClusterRunning(RuntimeError):
+    """A cluster this scheduler started runs already (``start_cluster`` without ``add``)."""
+
+
+class ClusterInUse(ValueError):
+    """The engines of this cluster are slots of the scheduler already."""
+
+
+def _controller(client: Any) -> tuple[str | None, str | None]:
+    config = getattr(client, "_config", None) or {}
+    return config.get("location"), config.get("registration")
+
+
+def _prefix(engines: list) -> str:
+    """Slot names of a second cluster's engines (``c2.e0``), apart from the first's."""
+    taken = {e.prefix for e in engines}
+    if "" not in taken:
+        return ""
+    n = 2
+    while f"c{n}." in taken:
+        n += 1
+    return f"c{n}."
+
+
 class ClusterControl:
     """The ``ipp.Cluster`` an executor's engines belong to (None: a bare client): its launchers,
     watched for their processes' exit, and for a cluster we started, the event loop it runs on
@@ -111,6 +194,7 @@ class ClusterControl:
         self.owned = owned  # close() stops it
         self.loop = loop
         self.reaper = reaper
+        self.launcher: str | None = None  # the engine launcher it was started with
         self._watched: set[int] = set()
 
     @classmethod
@@ -133,7 +217,9 @@ class ClusterControl:
                 loop.run(cluster.stop_cluster())
             loop.stop()
             raise
-        return cls(cluster, owned=True, loop=loop, reaper=_start_reaper(cluster)), client
+        control = cls(cluster, owned=True, loop=loop, reaper=_start_reaper(cluster))
+        control.launcher = launcher
+        return control, client
 
     def start_engines(self, n: int, environment: Mapping[str, str] | None,
                       **launcher_kwargs: Any) -> str:
