@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import threading
 from concurrent.futures import Future
 
@@ -77,11 +78,18 @@ def test_engine_call_sets_the_environment_for_the_call_only(monkeypatch):
     seen = SEEN
     out = call(meta(env={"JUPYTER_SCHED_TASK": "t1", "RANK": "1"}, gpus=((0, 0.5),)),
                task, 1, y=2)
-    assert read(out) == ("ok", {"notes": []}, {RESULT: 3})
+    assert read(out) == ("ok", {"notes": [], "printed": False}, {RESULT: 3})
     assert seen["rank"] == "1" and seen["task"] == "t1"
     assert seen["current"].id == "t1" and seen["current"].devices == {"GPU": {0: 0.5}}
     assert "RANK" not in os.environ and os.environ["JUPYTER_SCHED_TASK"] == "before"
     assert context.current_task() is None
+
+
+def test_engine_call_says_whether_the_call_printed(capsys):
+    assert read(call(meta(), print, "hello"))[1]["printed"] is True
+    assert capsys.readouterr().out == "hello\n"
+    assert "write" not in getattr(sys.stdout, "__dict__", {})  # the stream is as it was
+    assert read(call(meta(), len, ()))[1]["printed"] is False
 
 
 def test_engine_call_keeps_cuda_visible_devices(monkeypatch):

@@ -8,9 +8,9 @@
     executor = IppExecutor.start_cluster(runtime, engines=16, launcher="slurm")
 
 A cluster we start runs on an event loop thread of its own (:class:`_LoopThread`), so that its
-launchers report their engines' exit, and is watched by a small process that stops it if the
-kernel dies without doing so (:func:`_start_reaper`). :class:`ClusterControl` holds these for the
-executor.
+launchers report their engines' exit. Every process it runs is recorded as it appears, stopped
+with it, and stopped by a small process if the kernel dies without doing so (:mod:`.processes`).
+:class:`ClusterControl` holds these for the executor.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from ...host.discovery import HostInfo, discover_host
 from ...model.resources import GPU
+from .processes import ProcessBook, start_reaper
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,11 @@ class ClusterMixin:
         self._cluster.watch(self._launcher_stopped)
         return set_id
 
+    def processes(self) -> list[tuple[int, float]]:
+        """(pid, create time) of every process of the cluster this executor started, as
+        recorded so far (empty for a cluster it did not start)."""
+        return self._cluster.processes()
+
     @property
     def cluster(self) -> Any:
         """The ``ipp.Cluster`` of these engines (None when connected through a bare client)."""
@@ -189,11 +195,13 @@ class ClusterControl:
     and the reaper that stops it if this process dies first."""
 
     def __init__(self, cluster: Any = None, *, owned: bool = False,
-                 loop: _LoopThread | None = None, reaper: Any = None) -> None:
+                 loop: _LoopThread | None = None, reaper: Any = None,
+                 book: ProcessBook | None = None) -> None:
         self.cluster = cluster
         self.owned = owned  # close() stops it
         self.loop = loop
         self.reaper = reaper
+        self.book = book  # every process it runs, for stop() and the reaper
         self.launcher: str | None = None  # the engine launcher it was started with
         self._watched: set[int] = set()
 
@@ -208,17 +216,17 @@ class ClusterControl:
         if launcher is not None:
             cluster_kwargs["engines"] = launcher
         cluster = ipp.Cluster(**cluster_kwargs)
-        loop = _LoopThread()
-        try:
-            loop.run(cluster.start_controller())
-            client = loop.run(cluster.connect_client())
-        except BaseException:
-            with contextlib.suppress(Exception):
-                loop.run(cluster.stop_cluster())
-            loop.stop()
-            raise
-        control = cls(cluster, owned=True, loop=loop, reaper=_start_reaper(cluster))
+        control = cls(cluster, owned=True, loop=_LoopThread(), book=ProcessBook.in_temp_file())
         control.launcher = launcher
+        try:
+            control.loop.run(cluster.start_controller())
+            control.book.add(getattr(cluster.controller, "pid", None))
+            control.reaper = start_reaper(control.book, cluster.cluster_file)
+            client = control.loop.run(cluster.connect_client())
+            control.book.refresh()  # the controller's schedulers
+        except BaseException:
+            control.stop()
+            raise
         return control, client
 
     def start_engines(self, n: int, environment: Mapping[str, str] | None,
@@ -227,8 +235,21 @@ class ClusterControl:
             raise RuntimeError("add_engines works on a cluster started by start_cluster(); "
                                "start engines of a connected cluster with its own tools")
         launcher_kwargs.setdefault("engine_args", ENGINE_ARGS)
-        return self.loop.run(self.cluster.start_engines(
-            n=n, environment=dict(environment or {}), **launcher_kwargs))
+        try:
+            return self.loop.run(self.cluster.start_engines(
+                n=n, environment=dict(environment or {}), **launcher_kwargs))
+        finally:
+            self.note(*self.launched_pids())
+
+    def note(self, *pids: int) -> None:
+        """Record processes of our cluster (and what they started) for stop() and the reaper;
+        engines are noted as they register, their nannies with them."""
+        if self.book is not None:
+            self.book.add(*pids)
+
+    def processes(self) -> list[tuple[int, float]]:
+        """(pid, create time) of every process recorded for our cluster."""
+        return self.book.entries() if self.book is not None else []
 
     def watch(self, on_stop: Callable[[Mapping[str, Any] | None], None]) -> None:
         """Exit statuses of engines our cluster object launched, as their processes end (when
@@ -250,7 +271,10 @@ class ClusterControl:
                 if isinstance(pid, int) and pid > 0}
 
     def stop(self) -> None:
-        """Stop the cluster if it is ours to stop, then its loop thread and reaper."""
+        """Stop the cluster if it is ours to stop, then every process it ran that is still
+        alive (a dead controller's schedulers too), its loop thread and reaper."""
+        if self.book is not None:
+            self.book.refresh()
         if self.owned and self.cluster is not None:
             try:
                 if self.loop is not None:
@@ -258,7 +282,12 @@ class ClusterControl:
                 else:
                     self.cluster.stop_cluster_sync()
             except Exception as err:
-                log.warning("stopping the cluster: %s", err)
+                log.debug("stopping the cluster: %s", err)  # what is left is killed next
+        if self.book is not None:
+            left = self.book.kill()
+            if left:
+                log.warning("processes of the cluster would not end: %s", left)
+            self.book.discard()
         if self.loop is not None:
             self.loop.stop()
         if self.reaper is not None:
@@ -299,36 +328,6 @@ class _LoopThread:
     def stop(self) -> None:
         self.loop.add_callback(self.loop.stop)
         self.thread.join(10)
-
-
-_REAPER = """
-import os, sys, psutil
-parent, cluster_file = int(sys.argv[1]), sys.argv[2]
-try:
-    psutil.Process(parent).wait()
-except psutil.NoSuchProcess:
-    pass
-if os.path.exists(cluster_file):  # still there: nobody stopped the cluster
-    import ipyparallel
-    ipyparallel.Cluster.from_file(cluster_file).stop_cluster_sync()
-"""
-
-
-def _start_reaper(cluster: Any) -> Any:
-    """A small process that stops ``cluster`` if this one dies without stopping it (killed, or
-    a kernel restarted): controllers and engines run in sessions of their own and outlive it.
-    It reads the cluster file when it acts, so engines added later are stopped too."""
-    import subprocess
-    import sys
-
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-c", _REAPER, str(os.getpid()), cluster.cluster_file],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-    except OSError as err:
-        log.warning("no watch on the cluster: it may outlive this process: %s", err)
-        return None
 
 
 def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,

@@ -210,7 +210,9 @@ class DispatchMixin:
         reply = future.result()
         output = getattr(future, "output", None)
         record = run.record
-        if (run.printed or record.work.code is not None) and (
+        printed = run.printed or (isinstance(reply, tuple) and len(reply) > 1 and
+                                  isinstance(reply[1], dict) and reply[1].get("printed"))
+        if (printed or record.work.code is not None) and (
                 output is not None and not output.done()):
             # its last lines may still be on their way: the engine's idle status ends them
             # (a cell waits for it always; a function only if it printed, to keep tiny tasks

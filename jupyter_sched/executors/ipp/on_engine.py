@@ -16,7 +16,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 # frames of these files are left out of a task's traceback: it starts at the task's own code
@@ -38,12 +40,14 @@ def engine_call(meta: tuple, data: bytes, /, *buffers: Any) -> tuple:
 
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     origins: dict = {}
-    with task_scope(meta) as outcome:
+    with noticing_output() as printed, task_scope(meta) as outcome:
         entries, origins = carry.unpack(data, buffers, namespace)
         fn, (args, kwargs) = entries.pop(FUNCTION), entries.pop(ARGUMENTS)
         namespace.update(entries)
         outcome[:] = ["ok", fn(*args, **kwargs)]
-    return _reply(outcome, origins, {}, cell=False)
+    reply = _reply(outcome, origins, {}, cell=False)
+    reply[1]["printed"] = printed[0]
+    return reply
 
 
 def engine_cell(meta: tuple, code: str, pull: tuple | None, explicit: bool, data: bytes,
@@ -109,6 +113,35 @@ def _error_stream(packer: Any, error: BaseException) -> bytes | None:
     except ValueError:
         return None
     return packed.data if not packed.buffers else None
+
+
+@contextlib.contextmanager
+def noticing_output():
+    """Whether the call wrote to stdout or stderr (a list of one flag): the kernel then waits
+    for its last lines, which travel apart from the reply and may come after it."""
+    wrote = [False]
+    patched = []
+    for stream in {id(s): s for s in (sys.stdout, sys.stderr) if s is not None}.values():
+        write = getattr(stream, "write", None)
+        if write is None:
+            continue
+
+        def noting(text: str, _write: Callable = write) -> Any:
+            if text:
+                wrote[0] = True
+            return _write(text)
+
+        try:
+            stream.write = noting  # the stream object stays: isinstance checks still hold
+        except (AttributeError, TypeError):
+            continue
+        patched.append(stream)
+    try:
+        yield wrote
+    finally:
+        for stream in patched:
+            with contextlib.suppress(AttributeError, TypeError):
+                del stream.write
 
 
 @contextlib.contextmanager
