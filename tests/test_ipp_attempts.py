@@ -6,6 +6,7 @@ how many times it really ran."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -39,10 +40,8 @@ def stubborn(path: str) -> str:
         f.write(f"{os.getpid()}\n")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             time.sleep(0.02)
-        except KeyboardInterrupt:
-            pass
     return "finished"
 
 
