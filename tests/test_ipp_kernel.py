@@ -156,6 +156,13 @@ def test_a_class_defined_on_an_engine_comes_back(kernel):
         107, True, True)
 
 
+def test_a_notebook_exception_comes_back_as_itself(kernel):
+    ok(kernel.run("class Oops(Exception):\n    pass"))
+    run = kernel.run("%%sched --on engines --wait --out failed\nraise Oops('no luck')")
+    assert run.error is not None and run.error["ename"] == "Oops", run.error
+    assert kernel.value("isinstance(failed.exception(0), Oops)") is True
+
+
 def test_open_works_in_engine_cells_and_functions(kernel, tmp_path):
     path = str(tmp_path / "written")
     run = kernel.run(f"%%sched --on engines --wait\nwith open({path!r}, 'w') as f:\n"
