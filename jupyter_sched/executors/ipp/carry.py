@@ -178,7 +178,7 @@ class _Pickler(pickle.Pickler):
             if _by_value(obj):
                 return self._class(obj)
             return NotImplemented
-        if kind is types.ModuleType:
+        if isinstance(obj, types.ModuleType):
             return importlib.import_module, (obj.__name__,)
         if kind is types.CellType:
             try:
