@@ -1,7 +1,8 @@
 """Helpers for the tests that start real ipyparallel clusters (imported by tests/test_ipp*.py).
 
 Clusters are small (2-4 local engines), started the way a user starts them
-(``Scheduler.start_cluster``), and always stopped, with a check that no engine process is left.
+(``Scheduler.start_cluster``), and always stopped, with a check that no process of theirs is
+left (engines, nannies, the controller and its schedulers, the reaper).
 """
 
 from __future__ import annotations
@@ -67,19 +68,35 @@ def scheduler_with_engines(**start: object) -> Iterator[tuple[Scheduler, object]
     finally:
         with contextlib.suppress(Exception):
             pids += [e.pid for e in executor.engines.values()]
+            pids += [pid for pid, _ in executor.processes()]  # the controller's too
+            pids.append(executor._cluster.reaper.pid)
         sched.shutdown()
         assert_gone(pids)
 
 
 def assert_gone(pids: list[int], timeout: float = 15.0) -> None:
-    """Every engine process has exited (their nannies too)."""
+    """Every one of these processes has exited (a zombie has: its parent reaps it)."""
     deadline = time.monotonic() + timeout
     left = set(pids)
     while left and time.monotonic() < deadline:
         left = {p for p in left if psutil.pid_exists(p) and
                 psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
         time.sleep(0.1)
-    assert not left, f"engine processes left behind: {sorted(left)}"
+    assert not left, f"processes left behind: {sorted(left)}"
+
+
+def process_tree(root: int) -> list[int]:
+    """The live processes under ``root`` (children, theirs, ...), zombies left out."""
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+    return found
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:

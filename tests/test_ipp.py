@@ -14,7 +14,7 @@ import pytest
 from conftest_ipp import FakeRuntime, meet, scheduler_with_engines, visible, wait_for
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.executors.ipp.executor import IppExecutor
+from jupyter_sched.executors.ipp.executor import ClusterInUse, ClusterRunning, IppExecutor
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -128,6 +128,19 @@ def test_connect_by_cluster_id_and_by_client(pinned):
         client.close()
     with pytest.raises(ValueError, match="no cluster 'nope' is running"):
         IppExecutor.connect(FakeRuntime(), "default", cluster_id="nope")
+
+
+def test_a_cluster_in_use_is_not_used_twice(pinned):
+    sched, executor = pinned
+    before = sched.snapshot(fresh=True).nodes[0].slots
+    with pytest.raises(ClusterRunning, match=r"cluster '.*' \(4 engines\), started here, is "
+                       r"already running; %sched stop .* --add"):
+        sched.start_cluster(engines=1)
+    with pytest.raises(ClusterInUse, match=r"the engines of cluster '.*' \(4 engines\) are "
+                       "in use already"):
+        sched.connect(executor.cluster.cluster_id)
+    assert sched.snapshot(fresh=True).nodes[0].slots == before
+    assert [e for e in sched._executors if isinstance(e, IppExecutor)] == [executor]
 
 
 # -- sharing a GPU -------------------------------------------------------------------------------

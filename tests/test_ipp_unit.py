@@ -4,8 +4,10 @@ reports (no engines; the wrappers that run on engines are called here directly).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-import pickle
+import sys
+import threading
 from concurrent.futures import Future
 
 import pytest
@@ -15,14 +17,20 @@ from ipyparallel import error
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors import context
 from jupyter_sched.executors.base import TaskRecord, Work
+from jupyter_sched.executors.ipp.carry import Packer, unpack
+from jupyter_sched.executors.ipp.dispatch import _may_send
 from jupyter_sched.executors.ipp.engines import probe
 from jupyter_sched.executors.ipp.executor import EngineLost, IppExecutor, RemoteTaskError
 from jupyter_sched.executors.ipp.faults import _exit_text, _remote_tb
 from jupyter_sched.executors.ipp.on_engine import (
+    ARGUMENTS,
     CALL,
     CELL,
+    ERROR,
     FREE_PORT,
+    FUNCTION,
     PROBE,
+    RESULT,
     engine_call,
     engine_cell,
 )
@@ -38,28 +46,55 @@ def meta(task="t1", env=None, gpus=()):
             "local")
 
 
+def call(m, fn, *args, **kwargs):
+    """``engine_call`` as the kernel sends it: the function and arguments in one stream."""
+    packed = Packer(discover=_may_send).pack([(FUNCTION, fn), (ARGUMENTS, (args, kwargs))])
+    return engine_call(m, packed.data, *packed.buffers)
+
+
+def cell(m, code, pull=None, explicit=False, **values):
+    packed = Packer(discover=_may_send).pack(values.items())
+    return engine_cell(m, code, pull, explicit, packed.data, *packed.buffers)
+
+
+def read(reply):
+    """(status, head, entries) of a reply."""
+    status, head, data, *buffers = reply
+    return status, head, unpack(data, buffers, {})[0]
+
+
+SEEN: dict = {}
+
+
+def task(x, *, y):  # by reference: it fills this module's SEEN
+    SEEN.update(rank=os.environ.get("RANK"), task=os.environ["JUPYTER_SCHED_TASK"],
+                current=context.current_task())
+    return x + y
+
+
 def test_engine_call_sets_the_environment_for_the_call_only(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("JUPYTER_SCHED_TASK", "before")
-    seen = {}
-
-    def task(x, *, y):
-        seen.update(rank=os.environ.get("RANK"), task=os.environ["JUPYTER_SCHED_TASK"],
-                    current=context.current_task())
-        return x + y
-
-    out = engine_call(meta(env={"JUPYTER_SCHED_TASK": "t1", "RANK": "1"}, gpus=((0, 0.5),)),
-                       task, (), (), 1, y=2)
-    assert out == ("ok", 3)
+    seen = SEEN
+    out = call(meta(env={"JUPYTER_SCHED_TASK": "t1", "RANK": "1"}, gpus=((0, 0.5),)),
+               task, 1, y=2)
+    assert read(out) == ("ok", {"notes": [], "printed": False}, {RESULT: 3})
     assert seen["rank"] == "1" and seen["task"] == "t1"
     assert seen["current"].id == "t1" and seen["current"].devices == {"GPU": {0: 0.5}}
     assert "RANK" not in os.environ and os.environ["JUPYTER_SCHED_TASK"] == "before"
     assert context.current_task() is None
 
 
+def test_engine_call_says_whether_the_call_printed(capsys):
+    assert read(call(meta(), print, "hello"))[1]["printed"] is True
+    assert capsys.readouterr().out == "hello\n"
+    assert "write" not in getattr(sys.stdout, "__dict__", {})  # the stream is as it was
+    assert read(call(meta(), len, ()))[1]["printed"] is False
+
+
 def test_engine_call_keeps_cuda_visible_devices(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    engine_call(meta(env={"CUDA_VISIBLE_DEVICES": "GPU-1"}), lambda: None, (), ())
+    call(meta(env={"CUDA_VISIBLE_DEVICES": "GPU-1"}), len, ())
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-1"  # bound for good
 
 
@@ -67,48 +102,58 @@ def test_engine_call_sends_exceptions_back_pickled():
     def boom():
         raise KeyError("k")
 
-    status, data, text, summary = engine_call(meta(), boom, (), ())
-    assert status == "error" and summary == "KeyError: 'k'"
-    assert isinstance(pickle.loads(data), KeyError)
-    assert "boom" in text and "engine_call" not in text
+    status, head, _ = read(call(meta(), boom))
+    assert status == "error" and head["summary"] == "KeyError: 'k'"
+    error = unpack(head["error"], (), {})[0][ERROR]
+    assert isinstance(error, KeyError)
+    assert "boom" in head["traceback"] and "engine_call" not in head["traceback"]
 
 
 def test_an_exception_that_cannot_travel_is_sent_as_text():
-    class Local(Exception):  # not importable where it would arrive
-        pass
+    class Unpicklable(Exception):
+        def __reduce__(self):
+            raise TypeError("no")
 
     def boom():
-        raise Local("x")
+        raise Unpicklable("x")
 
-    status, data, _, summary = engine_call(meta(), boom, (), ())
-    assert (status, data) == ("error", None) and summary.endswith("Local: x")
+    status, head, _ = read(call(meta(), boom))
+    assert (status, head["error"]) == ("error", None)
+    assert head["summary"].endswith("Unpicklable: x")
+
+
+def test_a_result_that_cannot_travel_fails_the_call():
+    status, head, entries = read(call(meta(), threading.Lock))
+    assert status == "error" and entries == {}
+    assert head["summary"] == ("the result cannot be sent (TypeError: cannot pickle "
+                               "'_thread.lock' object)")
 
 
 def test_engine_call_gives_notebook_functions_their_globals():
-    g = {"__name__": "__main__"}
+    g = {"__name__": "__main__", "SCALE": 21}
     exec("def f():\n    return SCALE * 2\n", g)
-    assert engine_call(meta(), g["f"], ("SCALE",), (21,)) == ("ok", 42)
+    assert read(call(meta(), g["f"]))[2] == {RESULT: 42}
 
 
 def test_engine_cell_returns_result_and_pulled_names():
-    out = engine_cell(meta(), "import math\ny = x + 1\ny * 2", None, False, ("x",), 1)
-    status, result, notes, names, *values = out
-    assert (status, result, notes) == ("ok", 4, ())
-    assert dict(zip(names, values, strict=True))["y"] == 2
-    assert dict(zip(names, values, strict=True))["math"].name == "math"
+    status, head, entries = read(cell(meta(), "import math\ny = x + 1\ny * 2", x=1))
+    assert (status, head) == ("ok", {"notes": []})
+    assert entries == {RESULT: 4, "math": math, "y": 2}
 
 
-def test_engine_cell_pulls_back_what_a_failing_cell_set():
-    out = engine_cell(meta(), "w = 5\n1 / 0", None, False, ())
-    assert out[0] == "error" and out[3] == "ZeroDivisionError: division by zero"
-    assert "run_cell" not in out[2] and "<task t1>" in out[2]  # starts at the cell's code
-    _, names, *values = out[4:]
-    assert dict(zip(names, values, strict=True)) == {"w": 5}
+def test_engine_cell_pulls_back_what_a_failing_cell_set_and_notes_what_cannot_come():
+    status, head, entries = read(cell(meta(), "import threading\nw = 5\n"
+                                              "lock = threading.Lock()\n1 / 0"))
+    assert status == "error" and head["summary"] == "ZeroDivisionError: division by zero"
+    assert "run_cell" not in head["traceback"] and "<task t1>" in head["traceback"]
+    assert entries == {"w": 5, "threading": threading}
+    assert head["notes"] == ["'lock' was not pulled back (TypeError: cannot pickle "
+                             "'_thread.lock' object)"]
 
 
 def test_engine_cell_explicit_pull_of_a_name_not_set_fails():
-    out = engine_cell(meta(), "a = 1", ("a", "b"), True, ())
-    assert out[0] == "error" and "pull: the cell did not set 'b'" in out[3]
+    status, head, _ = read(cell(meta(), "a = 1", ("a", "b"), True))
+    assert status == "error" and "pull: the cell did not set 'b'" in head["summary"]
 
 
 # -- the executor, with a fake client -----------------------------------------------------------
@@ -228,18 +273,36 @@ def test_a_probe_that_fails_leaves_the_engine_out(setup, caplog):
     assert "cannot run tasks" in caplog.text
 
 
+def reply(status="ok", result=None, *, error=None, notes=(), traceback="tb", summary="",
+          **pulled):
+    """An engine's reply, as :func:`engine_call`/:func:`engine_cell` make it."""
+    head: dict = {"notes": list(notes)}
+    entries = [(RESULT, result)] if status == "ok" else []
+    if status != "ok":
+        stream = None if error is None else Packer().pack([(ERROR, error)]).data
+        head.update(error=stream, traceback=traceback, summary=summary)
+    packed = Packer().pack([*entries, *pulled.items()])
+    return (status, head, packed.data, *packed.buffers)
+
+
+def sent_entries(args):
+    """What a request sent: the entries of its stream (its last arguments)."""
+    index = next(i for i, a in enumerate(args) if isinstance(a, bytes))
+    return unpack(args[index], args[index + 1:], {})[0]
+
+
 def test_a_task_runs_and_finishes(setup):
     runtime, client, executor = setup
     client.register(0, report())
     rec = record(fn=len)
     executor.start(start(gpus=[1]), rec)
     _, f, args, _, future = client.sent[-1]
-    assert f is CALL and args[1] is len
+    assert f is CALL and sent_entries(args) == {FUNCTION: len, ARGUMENTS: ((), {})}
     env = args[0][2]
     assert env == {"JUPYTER_SCHED_TASK": "t1", "CUDA_VISIBLE_DEVICES": "1"} == rec.env
     assert args[0][3] == ((0, 0.5),)  # the task's GPU as the engine's device 0
     assert executor.engines[0].visible == (1,)  # bound by its first GPU task
-    future.set_result(("ok", 7))
+    future.set_result(reply("ok", 7))
     assert runtime.outcomes["t1"] == {"result": 7}
     assert runtime.events[-1] == ev.Finished("t1")
 
@@ -248,12 +311,12 @@ def test_a_failed_task_reports_its_own_exception(setup):
     runtime, client, executor = setup
     client.register(0, report())
     executor.start(start(), record(fn=len))
-    client.sent[-1][4].set_result(("error", pickle.dumps(KeyError("k")), "tb", "KeyError: 'k'"))
+    client.sent[-1][4].set_result(reply("error", error=KeyError("k"), summary="KeyError: 'k'"))
     assert isinstance(runtime.outcomes["t1"]["error"], KeyError)
     assert runtime.outcomes["t1"]["traceback_text"] == "tb"
     assert runtime.events[-1] == ev.Failed("t1", "KeyError: 'k'")
     executor.start(start("t2"), record("t2", fn=len))
-    client.sent[-1][4].set_result(("error", None, "tb", "Local: x"))
+    client.sent[-1][4].set_result(reply("error", summary="Local: x"))
     assert isinstance(runtime.outcomes["t2"]["error"], RemoteTaskError)
 
 
@@ -263,10 +326,10 @@ def test_a_cell_pushes_what_it_reads_and_pulls_what_it_sets(setup):
     ns = {"x": 1, "other": 2}
     executor.start(start(), record(code="y = x + 1", namespace=ns))
     _, f, args, _, future = client.sent[-1]
-    assert f is CELL and args[1] == "y = x + 1" and args[4:] == [("x",), 1]
+    assert f is CELL and args[1] == "y = x + 1" and sent_entries(args) == {"x": 1}
     future.output.set_result(None)  # the engine's idle status: a cell waits for it
     with pytest.warns(RuntimeWarning, match="'lock' was not pulled back"):  # no output here
-        future.set_result(("ok", None, ("'lock' was not pulled back",), ("y",), 2))
+        future.set_result(reply("ok", notes=["'lock' was not pulled back"], y=2))
     assert ns["y"] == 2
     assert runtime.events[-1] == ev.Finished("t1")
 
@@ -312,7 +375,7 @@ def test_stop_interrupts_and_reports_stopped_when_the_task_ends(setup):
     executor.stop("t1", "cancelled by the user")
     assert client.aborted == ["m1"]
     assert client.signals and client.signals[0][1] == [0]  # through the nanny: not this host
-    future.set_result(("error", None, "KeyboardInterrupt", "KeyboardInterrupt"))
+    future.set_result(reply("error", summary="KeyboardInterrupt"))
     assert runtime.events[-1] == ev.Stopped("t1")
     assert "t1" not in runtime.outcomes
 
@@ -388,3 +451,29 @@ def test_exit_text_and_tracebacks():
     assert _exit_text(None) == "exit status unknown"
     err = error.RemoteError("KeyError", "k", "\x1b[31mTraceback\x1b[0m\nKeyError: 'k'")
     assert _remote_tb(err) == "[Engine Exception]\nTraceback\nKeyError: 'k'"
+
+
+def test_engines_per_gpu_counts_gpus_declared_after_the_start():
+    from jupyter_sched.executors.ipp.cluster import _engine_sets
+
+    class Runtime:  # as after %sched local --gpus 2: local_resources was never set
+        local_resources = ""
+        local_host = discover_host(declare="GPU=2,gpu_memory=16GiB,CPU=3")
+
+    sets = _engine_sets(Runtime(), None, 1, None, None)
+    assert [env["CUDA_VISIBLE_DEVICES"] for _, env in sets] == ["0", "1"]
+    assert {env["JUPYTER_SCHED_DECLARE"] for _, env in sets} == {"GPU=2,gpu_memory=17179869184"}
+    Runtime.local_host = discover_host(declare="GPU=0")
+    with pytest.raises(ValueError, match="this host has no GPUs; declare some"):
+        _engine_sets(Runtime(), None, 1, None, None)
+
+
+def test_a_second_clusters_slots_are_named_apart():
+    from types import SimpleNamespace as Executor
+
+    from jupyter_sched.executors.ipp.cluster import _prefix
+
+    assert _prefix([]) == ""
+    assert _prefix([Executor(prefix="")]) == "c2."
+    assert _prefix([Executor(prefix=""), Executor(prefix="c2.")]) == "c3."
+    assert _prefix([Executor(prefix="c2.")]) == ""

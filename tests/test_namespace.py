@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import math
-import threading
 import types
 
 import pytest
 
+from jupyter_sched.executors.ipp import namespace
 from jupyter_sched.executors.ipp.namespace import (
     CellNames,
-    ModuleRef,
     cell_names,
-    collect,
-    estimate_size,
-    function_globals,
+    is_hidden,
     names_to_pull,
-    rebind,
-    resolve_modules,
     run_cell,
     transform_cell,
     values_to_push,
@@ -71,10 +67,28 @@ def test_ipython_syntax_is_transformed_when_ipython_is_here():
 
 
 def test_values_to_push_detects_reads_and_skips_what_is_not_data():
-    ns = {"x": 41, "unused": 0, "print": print, "In": [], "_i3": "", "get_ipython": object(),
-          "np": math}
-    code = "y = x + 1\nprint(np.pi, In, _i3, get_ipython, missing)"
-    assert values_to_push(code, ns) == {"x": 41, "np": ModuleRef("math")}
+    ns = {"x": 41, "unused": 0, "print": print, "In": [], "_i3": "", "_": 1, "np": math}
+    code = "y = x + 1\nprint(np.pi, In, _i3, _, missing)"
+    assert values_to_push(code, ns) == {"x": 41, "np": math}
+
+
+def test_what_ipython_put_in_the_namespace_is_known_by_identity(monkeypatch):
+    @functools.wraps(open)
+    def ipython_open(file, *args, **kwargs):  # as IPython wraps it
+        return open(file, *args, **kwargs)
+
+    def exit_():
+        pass
+
+    def my_open(path):
+        return path
+
+    shell = types.SimpleNamespace(user_ns_hidden={"exit": exit_, "get_ipython": exit_})
+    monkeypatch.setattr(namespace, "_shell", lambda: shell)
+    ns = {"open": ipython_open, "exit": exit_, "get_ipython": exit_, "quit": 3, "len": len}
+    assert [n for n in ns if is_hidden(n, ns)] == ["open", "exit", "get_ipython", "len"]
+    assert not is_hidden("open", {"open": my_open})  # the user's own open is the user's
+    assert values_to_push("open(p)\nquit + exit", ns) == {"quit": 3}
 
 
 def test_a_rebound_builtin_is_the_users_data():
@@ -99,29 +113,6 @@ def test_names_to_pull():
     assert names_to_pull("y = x", pull=["y", "y", "w"]) == ("y", "w")
 
 
-def test_collect_leaves_out_what_was_not_set_or_cannot_travel():
-    ns = {"y": 2, "lock": threading.Lock(), "m": math}
-    values, notes = collect(ns, ["y", "lock", "m", "never"])
-    assert values == {"y": 2, "m": ModuleRef("math")}
-    assert len(notes) == 1 and notes[0].startswith("'lock' was not pulled back")
-
-
-def test_collect_explicit_pull_of_a_name_the_cell_did_not_set_is_an_error():
-    with pytest.raises(NameError, match="pull: the cell did not set 'z'"):
-        collect({"y": 1}, ["y", "z"], explicit=True)
-
-
-def test_modules_travel_by_name():
-    assert resolve_modules({"m": ModuleRef("math"), "v": 3}) == {"m": math, "v": 3}
-
-
-def test_estimate_size_measures_buffers():
-    sizes = estimate_size({"b": b"x" * 10_000, "n": 1, "lock": threading.Lock()})
-    assert sizes["b"] >= 10_000
-    assert sizes["n"] < 100
-    assert sizes["lock"] > 0  # not picklable: a lower bound
-
-
 def test_run_cell_returns_the_last_expression_and_sets_names():
     ns: dict = {"x": 2}
     assert run_cell("y = x * 3\ny + 1", ns) == 7
@@ -135,33 +126,3 @@ def test_run_cell_tracebacks_show_the_cell():
         run_cell("a = 1\nb = a / 0", {}, "<cell-test>")
     text = "".join(__import__("traceback").format_exception(info.value))
     assert "b = a / 0" in text
-
-
-SCALE = 3
-
-
-def _notebook_function(source: str, name: str) -> types.FunctionType:
-    """A function as if defined in a notebook cell (module ``__main__``)."""
-    g = {"__name__": "__main__", "math": math, "SCALE": SCALE, "unused": 1}
-    exec(source, g)
-    return g[name]
-
-
-def test_function_globals_of_a_notebook_function():
-    inner = _notebook_function("def inner(x):\n    return math.sqrt(x) * SCALE\n", "inner")
-    outer = _notebook_function("def outer(x):\n    return helper(x) + 1\n", "outer")
-    outer.__globals__["helper"] = inner
-    found = function_globals(outer)
-    assert set(found) == {"helper", "math", "SCALE"}
-    assert found["math"] == ModuleRef("math")
-    assert function_globals(math.sqrt) == {}
-    assert function_globals(test_run_cell_returns_the_last_expression_and_sets_names) == {}
-
-
-def test_rebind_gives_notebook_functions_the_pushed_globals():
-    f = _notebook_function("def f(x):\n    return helper(x) * SCALE\n", "f")
-    helper = _notebook_function("def helper(x):\n    return x + OFFSET\n", "helper")
-    moved = rebind({"helper": helper, "SCALE": 10, "OFFSET": 1}, f)
-    assert moved(1) == 20
-    assert moved.__globals__ is not f.__globals__
-    assert rebind({}, math.sqrt) is math.sqrt

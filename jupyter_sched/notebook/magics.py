@@ -29,6 +29,7 @@ from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from ..executors.ipp.cluster import ClusterRunning
 from ..runtime.instance import get_scheduler
 from ..views import display as d
 from ..views import format as fmt
@@ -357,15 +358,20 @@ class SchedMagics(Magics):
                  help="pin K engines to each GPU instead (CUDA_VISIBLE_DEVICES)")
     @ma.argument("--launcher", metavar="NAME",
                  help="ipyparallel engine launcher: local (default), mpi, slurm, pbs, ssh ...")
+    @ma.argument("--add", action="store_true",
+                 help="add the engines to the cluster %%sched start started, if it runs")
     @documented
     def _start(self, args):
-        """Start an ipyparallel cluster with this many engines and schedule onto them."""
+        """Start an ipyparallel cluster with this many engines and schedule onto them (one
+        per scheduler: while it runs, ``--add`` adds engines to it)."""
         if args.engines is None and args.engines_per_gpu is None:
             raise UsageError("%sched start needs --engines N (or --engines-per-gpu K)")
         try:
-            self.scheduler.start_cluster(engines=args.engines,
+            self.scheduler.start_cluster(engines=args.engines, add=args.add,
                                          engines_per_gpu=args.engines_per_gpu,
                                          launcher=args.launcher)
+        except ClusterRunning as err:
+            raise UsageError(one_line(err)) from None
         except Exception as err:  # ipyparallel raises many kinds; say it in one line
             raise UsageError(f"cannot start an ipyparallel cluster"
                              f"{f' with launcher {args.launcher!r}' if args.launcher else ''}: "

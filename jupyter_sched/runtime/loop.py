@@ -362,9 +362,8 @@ class RuntimeLoop:
                 for handle in request.handles:
                     handle._record.state = "failed"
                     handle.set_exception(error)
-            else:
-                log.warning("jupyter_sched: %s rejected: %s",
-                            type(request.events[0]).__name__, error)
+            else:  # an executor's node or slot event the core refused: its own affair
+                log.debug("%s refused: %s", type(request.events[0]).__name__, error)
 
     def _carry_out(self, instruction: Any) -> None:
         record = self._records.get(instruction.task)

@@ -409,26 +409,28 @@ class Scheduler(RuntimeLoop, Configurable):
     def connect(self, cluster_or_client_or_profile: object = None, cluster_id: str | None = None,
                 timeout: float = 30) -> Any:
         """Use the engines of a running ipyparallel cluster (an ``ipp.Cluster``, an
-        ``ipp.Client``, a profile name, or a cluster id). Returns the engine executor."""
+        ``ipp.Client``, a profile name, or a cluster id). Returns the engine executor; a
+        cluster whose engines are in use already is a ``ValueError``."""
         from ..executors.ipp.executor import IppExecutor
 
         self.start()
-        executor = IppExecutor.connect(self, cluster_or_client_or_profile,
-                                       cluster_id=cluster_id, timeout=timeout)
+        executor = IppExecutor.connect(self, cluster_or_client_or_profile, cluster_id=cluster_id,
+                                       timeout=timeout, others=list(self._executors))
         self._add_executor(executor)
         return executor
 
     def start_cluster(self, engines: int | None = None, engines_per_gpu: int | None = None,
-                      launcher: str | None = None, **kw: Any) -> Any:
+                      launcher: str | None = None, *, add: bool = False, **kw: Any) -> Any:
         """Start an ipyparallel cluster (``engines`` floating engines, 2 when neither count is
         given; ``engines_per_gpu`` pinned ones per GPU) and use its engines;
-        ``stop_cluster()`` stops it."""
+        ``stop_cluster()`` stops it. While one started here runs, ``add=True`` adds the
+        engines to it; without, it is a ``RuntimeError`` saying so."""
         from ..executors.ipp.executor import IppExecutor
 
         self.start()
         executor = IppExecutor.start_cluster(self, engines=engines,
-                                             engines_per_gpu=engines_per_gpu,
-                                             launcher=launcher, **kw)
+                                             engines_per_gpu=engines_per_gpu, launcher=launcher,
+                                             add=add, others=list(self._executors), **kw)
         self._add_executor(executor)
         return executor
 

@@ -8,9 +8,9 @@
     executor = IppExecutor.start_cluster(runtime, engines=16, launcher="slurm")
 
 A cluster we start runs on an event loop thread of its own (:class:`_LoopThread`), so that its
-launchers report their engines' exit, and is watched by a small process that stops it if the
-kernel dies without doing so (:func:`_start_reaper`). :class:`ClusterControl` holds these for the
-executor.
+launchers report their engines' exit. Every process it runs is recorded as it appears, stopped
+with it, and stopped by a small process if the kernel dies without doing so (:mod:`.processes`).
+:class:`ClusterControl` holds these for the executor.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ...host.discovery import HostInfo, discover_host
+from ...model.resources import GPU
+from .processes import ProcessBook, start_reaper
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +39,24 @@ class ClusterMixin:
 
     @classmethod
     def connect(cls: type[_E], runtime: Any, target: Any = None, *, cluster_id: str | None = None,
-                timeout: float = 30, **kwargs: Any) -> _E:
+                timeout: float = 30, others: Iterable[Any] = (), **kwargs: Any) -> _E:
         """Use a running cluster: an ``ipp.Cluster``, an ``ipp.Client``, a profile name or a
-        cluster id (None: the default profile). Returns once its engines are probed."""
+        cluster id (None: the default profile). Returns once its engines are probed.
+
+        ``others``: the executors the runtime has already. A cluster one of them uses is
+        refused (its engines are slots already); the slots of a second cluster are named
+        apart (``c2.e0``).
+        """
         cluster, client, owns_client = _open(target, cluster_id, timeout)
+        engines = [o for o in others if isinstance(o, ClusterMixin) and not o._closed]
+        same = next((o for o in engines if o.controller == _controller(client)), None)
+        if same is not None:
+            if owns_client:
+                with contextlib.suppress(Exception):
+                    client.close()
+            raise ClusterInUse(f"the engines of {same.describe()} are in use already; "
+                               "%sched stop (stop_cluster()) leaves them first")
+        kwargs.setdefault("prefix", _prefix(engines))
         executor = cls(runtime, client, cluster=cluster, owns_client=owns_client, **kwargs)
         executor._cluster.watch(executor._launcher_stopped)
         try:
@@ -53,31 +69,76 @@ class ClusterMixin:
     @classmethod
     def start_cluster(cls: type[_E], runtime: Any, engines: int | None = None,
                       engines_per_gpu: int | None = None, launcher: str | None = None, *,
-                      gpus: int | None = None, timeout: float = 120,
-                      stop_grace: float = 5.0, **cluster_kwargs: Any) -> _E:
+                      gpus: int | None = None, timeout: float = 120, stop_grace: float = 5.0,
+                      add: bool = False, others: Iterable[Any] = (),
+                      **cluster_kwargs: Any) -> _E:
         """Start a controller and engines and use them; ``close()`` stops them all.
 
         ``engines=N`` starts N floating engines (bound to devices by their first GPU task).
         ``engines_per_gpu=K`` starts K engines per GPU, each launched with
         ``CUDA_VISIBLE_DEVICES`` naming its GPU; the GPUs are this host's (discovered, or
-        declared with the scheduler's ``local_resources``), or ``gpus=G`` for the engines' host.
-        ``launcher`` picks ipyparallel's engine launcher (``"mpi"``, ``"slurm"``, ``"pbs"``,
-        ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the nanny, so a
-        dead engine is noticed at once.
+        declared: ``%sched local --gpus``, ``local_resources``), or ``gpus=G`` for the engines'
+        host. ``launcher`` picks ipyparallel's engine launcher (``"mpi"``, ``"slurm"``,
+        ``"pbs"``, ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the
+        nanny, so a dead engine is noticed at once.
+
+        ``others``: the executors the runtime has already. If one of them started a cluster,
+        that one is used: with ``add=True`` these engines are added to it (and it is
+        returned), else :class:`ClusterRunning` says so (one cluster started per scheduler:
+        a second one would only double the processes).
         """
+        engines_now = [o for o in others if isinstance(o, ClusterMixin) and not o._closed]
+        running = next((o for o in engines_now if o.owns_cluster), None)
+        if running is not None:
+            if not add:
+                raise ClusterRunning(
+                    f"{running.describe()}, started here, is already running; %sched stop "
+                    "(stop_cluster()) stops it first, or %sched start --add --engines N "
+                    "(start_cluster(..., add=True)) adds engines to it")
+            running.grow(engines, engines_per_gpu, launcher, gpus=gpus, timeout=timeout)
+            return running
         sets = _engine_sets(runtime, engines, engines_per_gpu, launcher, gpus)
         control, client = ClusterControl.start(launcher, cluster_kwargs)
-        executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace)
+        executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace,
+                       prefix=_prefix(engines_now))
         try:
-            for n, set_env in sets:
-                executor.add_engines(n, environment=set_env)
-            client.wait_for_engines(sum(n for n, _ in sets), timeout=timeout, block=True,
-                                    interactive=False)
-            executor.wait_ready(timeout)
+            executor._start_sets(sets, timeout)
         except BaseException:
             executor.close()
             raise
         return executor
+
+    def grow(self, engines: int | None = None, engines_per_gpu: int | None = None,
+             launcher: str | None = None, *, gpus: int | None = None,
+             timeout: float = 120) -> None:
+        """Add engines to the cluster this executor started (as ``start_cluster`` counts
+        them); returns once they are slots."""
+        if launcher is not None and launcher != self._cluster.launcher:
+            raise ValueError(f"launcher={launcher!r}: engines are added with the running "
+                             f"cluster's launcher ({self._cluster.launcher or 'local'!r}); "
+                             "leave the launcher out")
+        self._start_sets(_engine_sets(self.runtime, engines, engines_per_gpu, launcher, gpus),
+                         timeout)
+
+    def _start_sets(self, sets: list[tuple[int, dict[str, str]]], timeout: float) -> None:
+        expected = len(self.client.ids) + sum(n for n, _ in sets)
+        for n, set_env in sets:
+            self.add_engines(n, environment=set_env)
+        self.client.wait_for_engines(expected, timeout=timeout, block=True, interactive=False)
+        self.wait_ready(timeout)
+
+    @property
+    def controller(self) -> tuple[str | None, str | None]:
+        """Where this executor's controller is (its host and registration address)."""
+        return _controller(self.client)
+
+    def describe(self) -> str:
+        """``cluster 1700000000-abcd (4 engines)``, as users know it."""
+        cluster = self._cluster.cluster
+        name = getattr(cluster, "cluster_id", "") or getattr(cluster, "profile", "")
+        what = f"cluster {name!r}" if name else f"the cluster at {self.controller[1]}"
+        n = len(self._engines)
+        return f"{what} ({n} engine{'s' if n != 1 else ''})"
 
     def add_engines(self, n: int = 1, environment: Mapping[str, str] | None = None,
                     **launcher_kwargs: Any) -> str:
@@ -87,6 +148,11 @@ class ClusterMixin:
         set_id = self._cluster.start_engines(n, environment, **launcher_kwargs)
         self._cluster.watch(self._launcher_stopped)
         return set_id
+
+    def processes(self) -> list[tuple[int, float]]:
+        """(pid, create time) of every process of the cluster this executor started, as
+        recorded so far (empty for a cluster it did not start)."""
+        return self._cluster.processes()
 
     @property
     def cluster(self) -> Any:
@@ -99,17 +165,44 @@ class ClusterMixin:
         return self._cluster.owned
 
 
+class ClusterRunning(RuntimeError):
+    """A cluster this scheduler started runs already (``start_cluster`` without ``add``)."""
+
+
+class ClusterInUse(ValueError):
+    """The engines of this cluster are slots of the scheduler already."""
+
+
+def _controller(client: Any) -> tuple[str | None, str | None]:
+    config = getattr(client, "_config", None) or {}
+    return config.get("location"), config.get("registration")
+
+
+def _prefix(engines: list) -> str:
+    """Slot names of a second cluster's engines (``c2.e0``), apart from the first's."""
+    taken = {e.prefix for e in engines}
+    if "" not in taken:
+        return ""
+    n = 2
+    while f"c{n}." in taken:
+        n += 1
+    return f"c{n}."
+
+
 class ClusterControl:
     """The ``ipp.Cluster`` an executor's engines belong to (None: a bare client): its launchers,
     watched for their processes' exit, and for a cluster we started, the event loop it runs on
     and the reaper that stops it if this process dies first."""
 
     def __init__(self, cluster: Any = None, *, owned: bool = False,
-                 loop: _LoopThread | None = None, reaper: Any = None) -> None:
+                 loop: _LoopThread | None = None, reaper: Any = None,
+                 book: ProcessBook | None = None) -> None:
         self.cluster = cluster
         self.owned = owned  # close() stops it
         self.loop = loop
         self.reaper = reaper
+        self.book = book  # every process it runs, for stop() and the reaper
+        self.launcher: str | None = None  # the engine launcher it was started with
         self._watched: set[int] = set()
 
     @classmethod
@@ -123,16 +216,18 @@ class ClusterControl:
         if launcher is not None:
             cluster_kwargs["engines"] = launcher
         cluster = ipp.Cluster(**cluster_kwargs)
-        loop = _LoopThread()
+        control = cls(cluster, owned=True, loop=_LoopThread(), book=ProcessBook.in_temp_file())
+        control.launcher = launcher
         try:
-            loop.run(cluster.start_controller())
-            client = loop.run(cluster.connect_client())
+            control.loop.run(cluster.start_controller())
+            control.book.add(getattr(cluster.controller, "pid", None))
+            control.reaper = start_reaper(control.book, cluster.cluster_file)
+            client = control.loop.run(cluster.connect_client())
+            control.book.refresh()  # the controller's schedulers
         except BaseException:
-            with contextlib.suppress(Exception):
-                loop.run(cluster.stop_cluster())
-            loop.stop()
+            control.stop()
             raise
-        return cls(cluster, owned=True, loop=loop, reaper=_start_reaper(cluster)), client
+        return control, client
 
     def start_engines(self, n: int, environment: Mapping[str, str] | None,
                       **launcher_kwargs: Any) -> str:
@@ -140,8 +235,21 @@ class ClusterControl:
             raise RuntimeError("add_engines works on a cluster started by start_cluster(); "
                                "start engines of a connected cluster with its own tools")
         launcher_kwargs.setdefault("engine_args", ENGINE_ARGS)
-        return self.loop.run(self.cluster.start_engines(
-            n=n, environment=dict(environment or {}), **launcher_kwargs))
+        try:
+            return self.loop.run(self.cluster.start_engines(
+                n=n, environment=dict(environment or {}), **launcher_kwargs))
+        finally:
+            self.note(*self.launched_pids())
+
+    def note(self, *pids: int) -> None:
+        """Record processes of our cluster (and what they started) for stop() and the reaper;
+        engines are noted as they register, their nannies with them."""
+        if self.book is not None:
+            self.book.add(*pids)
+
+    def processes(self) -> list[tuple[int, float]]:
+        """(pid, create time) of every process recorded for our cluster."""
+        return self.book.entries() if self.book is not None else []
 
     def watch(self, on_stop: Callable[[Mapping[str, Any] | None], None]) -> None:
         """Exit statuses of engines our cluster object launched, as their processes end (when
@@ -163,7 +271,10 @@ class ClusterControl:
                 if isinstance(pid, int) and pid > 0}
 
     def stop(self) -> None:
-        """Stop the cluster if it is ours to stop, then its loop thread and reaper."""
+        """Stop the cluster if it is ours to stop, then every process it ran that is still
+        alive (a dead controller's schedulers too), its loop thread and reaper."""
+        if self.book is not None:
+            self.book.refresh()
         if self.owned and self.cluster is not None:
             try:
                 if self.loop is not None:
@@ -171,7 +282,12 @@ class ClusterControl:
                 else:
                     self.cluster.stop_cluster_sync()
             except Exception as err:
-                log.warning("stopping the cluster: %s", err)
+                log.debug("stopping the cluster: %s", err)  # what is left is killed next
+        if self.book is not None:
+            left = self.book.kill()
+            if left:
+                log.warning("processes of the cluster would not end: %s", left)
+            self.book.discard()
         if self.loop is not None:
             self.loop.stop()
         if self.reaper is not None:
@@ -214,36 +330,6 @@ class _LoopThread:
         self.thread.join(10)
 
 
-_REAPER = """
-import os, sys, psutil
-parent, cluster_file = int(sys.argv[1]), sys.argv[2]
-try:
-    psutil.Process(parent).wait()
-except psutil.NoSuchProcess:
-    pass
-if os.path.exists(cluster_file):  # still there: nobody stopped the cluster
-    import ipyparallel
-    ipyparallel.Cluster.from_file(cluster_file).stop_cluster_sync()
-"""
-
-
-def _start_reaper(cluster: Any) -> Any:
-    """A small process that stops ``cluster`` if this one dies without stopping it (killed, or
-    a kernel restarted): controllers and engines run in sessions of their own and outlive it.
-    It reads the cluster file when it acts, so engines added later are stopped too."""
-    import subprocess
-    import sys
-
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-c", _REAPER, str(os.getpid()), cluster.cluster_file],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-    except OSError as err:
-        log.warning("no watch on the cluster: it may outlive this process: %s", err)
-        return None
-
-
 def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
                  launcher: str | None, gpus: int | None) -> list[tuple[int, dict[str, str]]]:
     """The engines ``start_cluster`` starts: (how many, their environment) per set."""
@@ -257,7 +343,7 @@ def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
                              "engines_per_gpu=K")
         engines = 2
     env: dict[str, str] = {}
-    declared = getattr(runtime, "local_resources", "") or ""
+    declared = _declared_gpus(runtime)
     if declared and "JUPYTER_SCHED_DECLARE" not in os.environ and launcher in (None, "local"):
         env["JUPYTER_SCHED_DECLARE"] = declared  # engines here see what the kernel declared
     sets: list[tuple[int, dict[str, str]]] = []
@@ -265,11 +351,28 @@ def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
         visible = _gpu_values(gpus, declared)
         if not visible:
             raise ValueError("engines_per_gpu: this host has no GPUs; declare some "
-                             "(local_resources='GPU=2') or give gpus=N for the engines' host")
+                             "(%sched local --gpus 2, or local_resources='GPU=2') or give "
+                             "gpus=N for the engines' host")
         sets = [(engines_per_gpu, {**env, "CUDA_VISIBLE_DEVICES": v}) for v in visible]
     if engines:
         sets.append((engines, env))
     return sets
+
+
+def _declared_gpus(runtime: Any) -> str:
+    """The GPUs the kernel's host has by declaration (``%sched local --gpus 2`` or
+    ``local_resources``), as a declaration engines on this host take on: they must number
+    the same GPUs to join the local node with them. Empty when the GPUs are discovered."""
+    host = getattr(runtime, "local_host", None)
+    if not isinstance(host, HostInfo):
+        return getattr(runtime, "local_resources", "") or ""
+    if GPU not in host.declared:
+        return ""
+    spec = f"GPU={len(host.gpus)}"
+    memory = {g.memory for g in host.gpus}
+    if len(memory) == 1 and None not in memory:
+        spec += f",gpu_memory={memory.pop()}"
+    return spec
 
 
 def _gpu_values(gpus: int | None, declared: str) -> list[str]:

@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import pickle
+import sys
 import time
+import types
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...core import events as ev
 from ...model.quantity import SCALE, format_bytes
 from ..base import TaskRecord
+from . import namespace as nsmod
+from .carry import Packer, unpack
 from .faults import EngineLost, RemoteTaskError, _engine_died, _remote_tb
-from .on_engine import CALL, CELL, FREE_PORT
+from .on_engine import ARGUMENTS, CALL, CELL, ERROR, FREE_PORT, FUNCTION, RESULT
 from .state import _Engine, _Outbox, _Run, _timer
 
 log = logging.getLogger(__name__)
@@ -108,40 +111,42 @@ class DispatchMixin:
         return env, meta
 
     def _call(self, run: _Run, meta: tuple) -> tuple[Callable, list, dict]:
+        """The request: a wrapper, and what it needs as one stream (:mod:`.carry`), with the
+        notebook globals the functions and classes in it read."""
         work = run.record.work
+        packer = Packer(discover=_may_send)
         if work.code is None:
             if work.fn is None:
                 raise ValueError(f"task {run.task} has neither a function nor code to run")
-            from .namespace import function_globals
+            packed = packer.pack([(FUNCTION, work.fn),
+                                  (ARGUMENTS, (tuple(work.args), dict(work.kwargs)))],
+                                 required=2)
+            head: list = [meta]
+            wrapper = CALL
+        else:
+            code = nsmod.transform_cell(work.code)
+            values = nsmod.values_to_push(code, work.namespace or {}, work.push)
+            packed = packer.pack(values.items(), required=len(values))
+            pull = tuple(work.pull) if work.pull is not None else None
+            head = [meta, code, pull, work.pull is not None]
+            wrapper = CELL
+        run.sent = packed.sent
+        for name, why in packed.left_out.items():
+            _warn(run.record, f"{name!r}, a notebook global that a function or class of this "
+                  f"task reads, was not sent to the engine ({why})", PushSizeWarning)
+        self._check_push_size(run, packed.sizes)
+        return wrapper, [*head, packed.data, *packed.buffers], {}
 
-            found = function_globals(work.fn)
-            return (CALL, [meta, work.fn, tuple(found), tuple(found.values()),
-                                   *work.args], dict(work.kwargs))
-        from . import namespace as nsmod
-
-        code = nsmod.transform_cell(work.code)
-        values = nsmod.values_to_push(code, work.namespace or {}, work.push)
-        self._check_push_size(run, values)
-        pull = tuple(work.pull) if work.pull is not None else None
-        args = [meta, code, pull, work.pull is not None, tuple(values), *values.values()]
-        return CELL, args, {}
-
-    def _check_push_size(self, run: _Run, values: Mapping[str, object]) -> None:
+    def _check_push_size(self, run: _Run, sizes: Mapping[str, int]) -> None:
         limit = getattr(self.runtime, "push_warn_bytes", None)
-        if not values or not limit:
-            return
-        from .namespace import estimate_size
-
-        sizes = estimate_size(values)
         total = sum(sizes.values())
-        if total <= limit:
+        if not sizes or not limit or total <= limit:
             return
         biggest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
-        parts = ", ".join(f"{k}: {format_bytes(v)}" for k, v in biggest)
-        line = (f"task {run.task} pushes {format_bytes(total)} to engine {run.engine.eid} "
-                f"({parts}); load the data on the engine, or push fewer names")
-        if not _write(run.record, "stderr", f"Warning: {line}\n"):
-            warnings.warn(line, PushSizeWarning, stacklevel=2)
+        parts = ", ".join(f"{_label(k)}: {format_bytes(v)}" for k, v in biggest)
+        _warn(run.record, f"task {run.task} pushes {format_bytes(total)} to engine "
+              f"{run.engine.eid} ({parts}); load the data on the engine, or push fewer names",
+              PushSizeWarning)
 
     # -- sending ----------------------------------------------------------------------------------
 
@@ -205,7 +210,9 @@ class DispatchMixin:
         reply = future.result()
         output = getattr(future, "output", None)
         record = run.record
-        if (run.printed or record.work.code is not None) and (
+        printed = run.printed or (isinstance(reply, tuple) and len(reply) > 1 and
+                                  isinstance(reply[1], dict) and reply[1].get("printed"))
+        if (printed or record.work.code is not None) and (
                 output is not None and not output.done()):
             # its last lines may still be on their way: the engine's idle status ends them
             # (a cell waits for it always; a function only if it printed, to keep tiny tasks
@@ -236,37 +243,34 @@ class DispatchMixin:
             runtime.complete(task_id, error=reply, traceback_text=_remote_tb(reply))
             runtime.report(ev.Failed(task_id, summary))
             return
-        status = reply[0]
-        size = 2 if status == "ok" else 4
-        if run.record.work.code is not None and len(reply) > size:
-            notes, names = reply[size], reply[size + 1]
-            self._pull_back(run, dict(zip(names, reply[size + 2:], strict=True)), notes)
+        status, head, data, *buffers = reply
+        work = run.record.work
+        try:
+            entries, _ = unpack(data, buffers, _home(work), known=run.sent)
+        except Exception as err:
+            summary = (f"what engine {run.engine.eid} sent back cannot be read here: "
+                       f"{type(err).__name__}: {err}")
+            runtime.complete(task_id, error=RemoteTaskError(summary))
+            runtime.report(ev.Failed(task_id, summary))
+            return
+        result = entries.pop(RESULT, None)
+        self._pull_back(run, entries, head.get("notes", ()))
         if status == "ok":
-            runtime.complete(task_id, result=reply[1])
+            runtime.complete(task_id, result=result)
             runtime.report(ev.Finished(task_id))
-            return
-        if run.stopping is not None:
+        elif run.stopping is not None:
             runtime.report(ev.Stopped(task_id))
-            return
-        data, text, summary = reply[1:4]
-        error: BaseException | None = None
-        if data is not None:
-            with contextlib.suppress(Exception):
-                error = pickle.loads(data)
-        if error is None:
-            error = RemoteTaskError(summary, text)
-        runtime.complete(task_id, error=error, traceback_text=text)
-        runtime.report(ev.Failed(task_id, summary))
+        else:
+            error = _read_error(head, run)
+            runtime.complete(task_id, error=error, traceback_text=head["traceback"])
+            runtime.report(ev.Failed(task_id, head["summary"]))
 
-    def _pull_back(self, run: _Run, values: Mapping[str, object], notes: tuple) -> None:
-        from .namespace import resolve_modules
-
+    def _pull_back(self, run: _Run, values: Mapping[str, object], notes: Iterable[str]) -> None:
         work = run.record.work
         if work.namespace is not None and values:
-            work.namespace.update(resolve_modules(values))
+            work.namespace.update(values)
         for note in notes:
-            if not _write(run.record, "stderr", f"Warning: {note}\n"):
-                warnings.warn(note, RuntimeWarning, stacklevel=2)
+            _warn(run.record, note, RuntimeWarning)
 
     # -- gangs --------------------------------------------------------------------------------
 
@@ -331,6 +335,43 @@ class DispatchMixin:
         run.env.update(MASTER_ADDR=gang.address or "127.0.0.1", MASTER_PORT=str(gang.port),
                        LOCAL_RANK=str(same_host.index(run)))
         self._send(run, out)  # run.env is the meta's env: the engine sees the update
+
+
+def _may_send(namespace: Mapping[str, object], name: str) -> bool:
+    """Whether a notebook global that a function or class of a task reads goes with it."""
+    return not nsmod.is_hidden(name, namespace)
+
+
+def _home(work: Any) -> dict:
+    """The namespace that functions and classes made on the engine belong to once back: the
+    notebook's (a cell's namespace, or a notebook function's globals)."""
+    if work.namespace is not None:
+        return work.namespace
+    fn = work.fn
+    if isinstance(fn, types.FunctionType) and fn.__module__ == "__main__":
+        return fn.__globals__
+    return vars(sys.modules["__main__"])
+
+
+def _read_error(head: Mapping[str, Any], run: _Run) -> BaseException:
+    """The task's own exception when it travelled and loads here, else a stand-in."""
+    if head.get("error") is not None:
+        with contextlib.suppress(Exception):
+            entries, _ = unpack(head["error"], (), _home(run.record.work), known=run.sent)
+            error = entries.get(ERROR)
+            if isinstance(error, BaseException):
+                return error
+    return RemoteTaskError(head["summary"], head["traceback"])
+
+
+def _label(name: str) -> str:
+    return name if name.isidentifier() else name.removeprefix("the ")
+
+
+def _warn(record: TaskRecord, line: str, category: type[Warning]) -> None:
+    """A warning line in the task's stderr, or a Python warning if it has no output."""
+    if not _write(record, "stderr", f"Warning: {line}\n"):
+        warnings.warn(line, category, stacklevel=3)
 
 
 def _write(record: TaskRecord, name: str, text: str) -> bool:

@@ -31,7 +31,14 @@ from typing import Any
 
 from ...core import events as ev
 from ..base import Executor
-from .cluster import ClusterControl, ClusterMixin, _controller_address, _local_host
+from .cluster import (
+    ClusterControl,
+    ClusterInUse,
+    ClusterMixin,
+    ClusterRunning,
+    _controller_address,
+    _local_host,
+)
 from .dispatch import DispatchMixin, PushSizeWarning, _Gang
 from .engines import HostMap
 from .faults import EngineLost, FaultsMixin, RemoteTaskError
@@ -118,5 +125,5 @@ class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, Execu
 connect = IppExecutor.connect
 start_cluster = IppExecutor.start_cluster
 
-__all__ = ["EngineLost", "EngineView", "IppExecutor", "PushSizeWarning", "RemoteTaskError",
-           "connect", "start_cluster"]
+__all__ = ["ClusterInUse", "ClusterRunning", "EngineLost", "EngineView", "IppExecutor",
+           "PushSizeWarning", "RemoteTaskError", "connect", "start_cluster"]

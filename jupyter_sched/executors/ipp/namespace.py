@@ -1,4 +1,4 @@
-"""Which notebook names a cell reads and which it sets, and carrying them to an engine and back.
+"""Which notebook names a cell reads and which it sets, and running a cell's code.
 
 A cell that runs on an engine should give the result it gives in the kernel. So before it runs,
 the names it reads are *pushed* from the notebook namespace, and after it ran, the names it set
@@ -14,12 +14,13 @@ block. Names read inside functions the cell defines count too (they are looked u
 Scopes come from :mod:`symtable`, the compiler's own view, statement by statement in the order
 they run.
 
-Pushing (:func:`values_to_push`) skips builtins, IPython's own names (``In``, ``Out``, ``_i3``,
-``get_ipython``...) and names the notebook does not have (the engine then raises the NameError
-the kernel would). Modules travel by name (:class:`ModuleRef`) and are imported on the other side,
-so ``import numpy as np`` in one cell and ``np.zeros(3)`` in a later engine cell just work.
-Explicit ``push``/``pull`` lists replace detection; pushing a name the notebook does not have is a
-``ValueError`` naming it.
+Pushing (:func:`values_to_push`) skips what is not the user's data (:func:`is_hidden`):
+builtins, IPython's history and output names (``In``, ``Out``, ``_i3``...) and what IPython put
+in the namespace (its ``open``, ``exit``, ``get_ipython``: known by identity, not by name); the
+engine has its own. Names the notebook does not have are not pushed either (the engine then raises
+the NameError the kernel would). Explicit ``push``/``pull`` lists replace detection; pushing a name
+the notebook does not have is a ``ValueError`` naming it. How the values travel (modules by name,
+notebook functions and classes by value, with the globals they read) is :mod:`.carry`'s part.
 
 :func:`run_cell` runs cell source in a namespace with the last expression as the result, the way
 IPython does; engines use it, and anything else that runs cells may.
@@ -29,37 +30,28 @@ from __future__ import annotations
 
 import ast
 import builtins
-import dis
-import functools
 import itertools
 import linecache
-import pickle
 import re
 import symtable
 import sys
-import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "CellNames",
-    "ModuleRef",
     "cell_names",
-    "collect",
-    "estimate_size",
-    "function_globals",
+    "is_hidden",
     "names_to_pull",
-    "resolve_modules",
     "run_cell",
     "transform_cell",
     "values_to_push",
 ]
 
-# IPython's own names in a user namespace: never pushed unless asked for by name
+# names IPython keeps in a user namespace, whatever their value: never pushed unless asked for
 _IPYTHON_NAMES = frozenset({
-    "In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_i", "_ii", "_iii",
-    "_ih", "_oh", "_dh", "__builtin__", "__builtins__", "__name__", "__doc__", "__spec__",
-    "__loader__", "__package__",
+    "In", "Out", "_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh", "__builtin__",
+    "__builtins__", "__name__", "__doc__", "__spec__", "__loader__", "__package__",
 })
 _IPYTHON_NUMBERED = re.compile(r"_i?\d+\Z")
 
@@ -75,18 +67,6 @@ class CellNames:
 
     reads: tuple[str, ...]
     assigns: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ModuleRef:
-    """A module carried by name: imported again where it arrives."""
-
-    name: str
-
-    def load(self) -> types.ModuleType:
-        import importlib
-
-        return importlib.import_module(self.name)
 
 
 # -- reading a cell ----------------------------------------------------------------------------
@@ -235,12 +215,33 @@ def _plain_names(stmt: ast.stmt) -> tuple[list[str], list[str]]:
 # -- pushing and pulling -------------------------------------------------------------------------
 
 
-def _hidden(name: str, namespace: Mapping[str, object]) -> bool:
-    """Names that are not the user's data: builtins, IPython's own."""
+def is_hidden(name: str, namespace: Mapping[str, object]) -> bool:
+    """Whether ``namespace[name]`` is not the user's data but something Python or IPython put
+    there: a builtin, IPython's history and output names (``In``, ``_i3``, ``_``...), or what
+    IPython put in the namespace itself (its ``open``, ``exit``, ``get_ipython``), known by
+    identity. The engine has its own of each."""
     if name in _IPYTHON_NAMES or _IPYTHON_NUMBERED.match(name):
         return True
     value = namespace.get(name, _MISSING)
-    return value is not _MISSING and value is getattr(builtins, name, _MISSING)
+    if value is _MISSING:
+        return False
+    builtin = getattr(builtins, name, _MISSING)
+    if value is builtin or (builtin is not _MISSING
+                            and getattr(value, "__wrapped__", _MISSING) is builtin):
+        return True  # IPython's open() wraps the builtin one
+    shell = _shell()
+    return shell is not None and getattr(shell, "user_ns_hidden", {}).get(name, _MISSING) is value
+
+
+def _shell() -> object:
+    """The running IPython shell, if IPython is in use here (never imported for this)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return None
+    try:
+        return ipython.get_ipython()
+    except Exception:
+        return None
 
 
 _MISSING = object()
@@ -251,8 +252,9 @@ def values_to_push(
     namespace: Mapping[str, object],
     push: Iterable[str] | None = None,
 ) -> dict[str, object]:
-    """The values to send with ``code``: its free names found in ``namespace`` (or exactly the
-    names in ``push``). Modules become :class:`ModuleRef`.
+    """The values to send with ``code``: its free names found in ``namespace`` that are the
+    user's (:func:`is_hidden`), or exactly the names in ``push``. (The notebook globals the
+    functions and classes among them read are found as they are sent: :mod:`.carry`.)
 
     >>> values_to_push("y = x + 1", {"x": 41, "unused": 0})
     {'x': 41}
@@ -270,8 +272,8 @@ def values_to_push(
                              "in the notebook; define it first or leave it out of push")
     else:
         names = [n for n in cell_names(code).reads
-                 if n in namespace and not _hidden(n, namespace)]
-    return {name: _carry(namespace[name]) for name in names}
+                 if n in namespace and not is_hidden(n, namespace)]
+    return {name: namespace[name] for name in names}
 
 
 def names_to_pull(code: str, pull: Iterable[str] | None = None) -> tuple[str, ...]:
@@ -279,135 +281,6 @@ def names_to_pull(code: str, pull: Iterable[str] | None = None) -> tuple[str, ..
     if pull is not None:
         return tuple(dict.fromkeys(pull))
     return cell_names(code).assigns
-
-
-def _carry(value: object) -> object:
-    if isinstance(value, types.ModuleType):
-        return ModuleRef(value.__name__)
-    return value
-
-
-def function_globals(fn: object) -> dict[str, object]:
-    """The notebook globals a function defined in the notebook reads, with those of the notebook
-    functions it reaches, to be pushed with it (modules as :class:`ModuleRef`). Functions from
-    modules need nothing: they are imported where they run.
-
-    >>> import math
-    >>> scale = 3
-    >>> def f(x): return math.sqrt(x) * scale
-    >>> f.__module__ = "__main__"
-    >>> sorted(function_globals(f))
-    ['math', 'scale']
-    """
-    found: dict[str, object] = {}
-    stack = [fn]
-    seen: set[int] = set()
-    while stack:
-        f = stack.pop()
-        if not isinstance(f, types.FunctionType) or id(f) in seen:
-            continue
-        seen.add(id(f))
-        if f.__module__ != "__main__":
-            continue
-        g = f.__globals__
-        for name in _global_loads(f.__code__):
-            if name in found or name not in g or _hidden(name, g):
-                continue
-            value = g[name]
-            found[name] = _carry(value)
-            if isinstance(value, types.FunctionType):
-                stack.append(value)
-    return found
-
-
-@functools.lru_cache(maxsize=1024)
-def _global_loads(code: types.CodeType) -> tuple[str, ...]:
-    """Names ``code`` (and the code nested in it) loads as globals."""
-    names: dict[str, None] = {}
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        for ins in dis.get_instructions(c):
-            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-                names[ins.argval] = None
-        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    return tuple(names)
-
-
-def rebind(values: dict[str, object], fn: object = None) -> object:
-    """Give notebook functions (``fn`` and those in ``values``) one globals dict holding
-    ``values``, the way they share the notebook's namespace; returns ``fn`` rebound."""
-    g: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
-    g.update(resolve_modules(values))
-
-    def moved(f: object) -> object:
-        if not isinstance(f, types.FunctionType) or f.__module__ != "__main__":
-            return f
-        new = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
-        new.__kwdefaults__ = f.__kwdefaults__
-        new.__dict__.update(f.__dict__)
-        new.__qualname__ = f.__qualname__
-        new.__module__ = "__main__"
-        return new
-
-    for name, value in list(g.items()):
-        g[name] = moved(value)
-    return moved(fn)
-
-
-def resolve_modules(values: Mapping[str, object]) -> dict[str, object]:
-    """``values`` with each :class:`ModuleRef` imported."""
-    return {k: v.load() if isinstance(v, ModuleRef) else v for k, v in values.items()}
-
-
-def collect(
-    namespace: Mapping[str, object], names: Iterable[str], explicit: bool = False
-) -> tuple[dict[str, object], list[str]]:
-    """The values of ``names`` after a cell ran, and a note for each one left behind.
-
-    A name the cell did not set is left out (an error with ``explicit``: the user asked for it).
-    A value that cannot be sent (a lock, an open file) is left out with a note.
-    """
-    try:
-        from ipyparallel.serialize import serialize_object as check
-    except ImportError:
-        def check(value):
-            return pickle.dumps(value, protocol=5, buffer_callback=lambda _: None)
-    values: dict[str, object] = {}
-    notes: list[str] = []
-    missing = []
-    for name in names:
-        if name not in namespace:
-            if explicit:
-                missing.append(name)
-            continue
-        value = _carry(namespace[name])
-        if not isinstance(value, ModuleRef):
-            try:
-                check(value)
-            except Exception as err:
-                notes.append(f"{name!r} was not pulled back ({type(err).__name__}: {err})")
-                continue
-        values[name] = value
-    if missing:
-        listed = ", ".join(repr(n) for n in missing)
-        raise NameError(f"pull: the cell did not set {listed}")
-    return values, notes
-
-
-def estimate_size(values: Mapping[str, object]) -> dict[str, int]:
-    """About how many bytes each value takes to send (pickle protocol 5; array buffers are
-    measured, not copied)."""
-    sizes = {}
-    for name, value in values.items():
-        buffers: list[pickle.PickleBuffer] = []
-        try:
-            size = len(pickle.dumps(value, protocol=5, buffer_callback=buffers.append))
-            size += sum(memoryview(b).nbytes for b in buffers)
-        except Exception:  # not picklable here (ipyparallel may still can it): a lower bound
-            size = sys.getsizeof(value)
-        sizes[name] = size
-    return sizes
 
 
 # -- running a cell ---------------------------------------------------------------------------

@@ -1,14 +1,22 @@
 """What runs on an engine for a task: the call and cell wrappers that set the task's
-environment, make ``jupyter_sched.current_task()`` answer, and send exceptions back pickled.
+environment, make ``jupyter_sched.current_task()`` answer, and send the outcome back.
 
-The kernel sends these by name (:class:`Ref`), not as code: engines import this module.
+What a task needs (the function and its arguments, or the names a cell reads) arrives as one
+stream of entries (:mod:`.carry`), and what it gives back leaves as one: the reply is
+``(status, head, data, *buffers)``, ``head`` a dict of plain values (``notes`` on names left
+behind; for a failure the ``error`` as a stream of its own, or None when it cannot travel, its
+``traceback`` and ``summary``), ``data`` and ``buffers`` the stream of the ``RESULT`` entry and
+the names a cell set.
+
+The kernel sends these wrappers by name (:class:`Ref`), not as code: engines import this module.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
-import pickle
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -17,55 +25,123 @@ from typing import Any
 _OWN_FILES = frozenset({
     __file__,
     os.path.join(os.path.dirname(__file__), "namespace.py"),
+    os.path.join(os.path.dirname(__file__), "carry.py"),
     contextlib.__file__,
 })
 
-# -- ----------------------------------------------------------------------------
+FUNCTION, ARGUMENTS, RESULT, ERROR = "the function", "the arguments", "the result", "the error"
 
 
-def engine_call(meta: tuple, fn: Callable, names: tuple, values: tuple, /, *args: Any,
-                 **kwargs: Any) -> tuple:
-    """Run ``fn(*args, **kwargs)`` as task ``meta`` (on the engine); a notebook function gets
-    the notebook globals it reads (``names``, ``values``) as its globals.
+def engine_call(meta: tuple, data: bytes, /, *buffers: Any) -> tuple:
+    """Run the function in the stream with its arguments as task ``meta`` (on the engine).
+    A notebook function's globals are a namespace of its own holding the notebook globals
+    that came with it."""
+    from jupyter_sched.executors.ipp import carry
 
-    Returns ``("ok", result)`` or ``("error", pickled exception or None, traceback, summary)``.
-    """
-    if names:
-        from jupyter_sched.executors.ipp.namespace import rebind
-
-        fn = rebind(dict(zip(names, values, strict=True)), fn)
-    with task_scope(meta) as outcome:
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    origins: dict = {}
+    with noticing_output() as printed, task_scope(meta) as outcome:
+        entries, origins = carry.unpack(data, buffers, namespace)
+        fn, (args, kwargs) = entries.pop(FUNCTION), entries.pop(ARGUMENTS)
+        namespace.update(entries)
         outcome[:] = ["ok", fn(*args, **kwargs)]
-    return tuple(outcome)
+    reply = _reply(outcome, origins, {}, cell=False)
+    reply[1]["printed"] = printed[0]
+    return reply
 
 
-def engine_cell(meta: tuple, code: str, pull: tuple | None, explicit: bool,
-                 names: tuple, /, *values: Any) -> tuple:
-    """Run cell ``code`` with ``names`` bound to ``values`` (on the engine).
+def engine_cell(meta: tuple, code: str, pull: tuple | None, explicit: bool, data: bytes,
+                /, *buffers: Any) -> tuple:
+    """Run cell ``code`` in a namespace holding the names in the stream (on the engine).
 
-    Returns ``engine_call``'s outcome followed by the notes on names left behind, the names
-    pulled back and their values, flat, so that ipyparallel sends arrays without copying them.
-    Names the cell set are sent back even when it raised: a kernel keeps what a failing cell
-    assigned.
+    The names the cell set (or ``pull``) go back with its value, also when it raised: a
+    kernel keeps what a failing cell assigned.
     """
     from IPython import get_ipython
 
+    from jupyter_sched.executors.ipp import carry
     from jupyter_sched.executors.ipp import namespace as nsmod
 
     ns: dict[str, Any] = {"__name__": "__main__", "get_ipython": get_ipython}
-    ns.update(nsmod.resolve_modules(dict(zip(names, values, strict=True))))
     wanted = pull if pull is not None else nsmod.names_to_pull(code)
+    origins: dict = {}
     pulled: dict[str, Any] = {}
-    notes: list[str] = []
     with task_scope(meta) as outcome:
+        entries, origins = carry.unpack(data, buffers, ns)
+        ns.update(entries)
         try:
             result = nsmod.run_cell(code, ns, f"<task {meta[0]}>")
-        except BaseException:
-            pulled, notes = nsmod.collect(ns, wanted)
-            raise
-        pulled, notes = nsmod.collect(ns, wanted, explicit=explicit)
+        finally:
+            pulled = {name: ns[name] for name in wanted if name in ns}
+        missing = [name for name in wanted if name not in ns]
+        if explicit and missing:
+            raise NameError(f"pull: the cell did not set {', '.join(map(repr, missing))}")
         outcome[:] = ["ok", result]
-    return (*outcome, tuple(notes), tuple(pulled), *pulled.values())
+    return _reply(outcome, origins, pulled, cell=True)
+
+
+def _reply(outcome: list, origins: dict, pulled: dict[str, Any], cell: bool) -> tuple:
+    """The outcome, and the names pulled back, as the reply the kernel reads."""
+    from jupyter_sched.executors.ipp import carry
+
+    packer = carry.Packer(origins=origins)
+    head: dict[str, Any] = {"notes": []}
+    entries = list(pulled.items())
+    required = 0
+    if outcome[0] == "ok":
+        entries.insert(0, (RESULT, outcome[1]))
+        required = 0 if cell else 1  # a cell's value may stay behind; a function's may not
+    else:
+        error, head["traceback"], head["summary"] = outcome[1:]
+        head["error"] = _error_stream(packer, error)
+    try:
+        packed = packer.pack(entries, required=required)
+    except ValueError as err:  # the function's result cannot travel
+        head.update(error=None, traceback="", summary=str(err))
+        packed = packer.pack(entries[1:])
+        outcome = ["error"]
+    for name, why in packed.left_out.items():
+        head["notes"].append(f"the cell's value was not sent back ({why})" if name == RESULT
+                             else f"{name!r} was not pulled back ({why})")
+    return (outcome[0], head, packed.data, *packed.buffers)
+
+
+def _error_stream(packer: Any, error: BaseException) -> bytes | None:
+    """The exception as a stream of its own (read apart from the rest: it may not load)."""
+    try:
+        packed = packer.pack([(ERROR, error.with_traceback(None))], required=1)
+    except ValueError:
+        return None
+    return packed.data if not packed.buffers else None
+
+
+@contextlib.contextmanager
+def noticing_output():
+    """Whether the call wrote to stdout or stderr (a list of one flag): the kernel then waits
+    for its last lines, which travel apart from the reply and may come after it."""
+    wrote = [False]
+    patched = []
+    for stream in {id(s): s for s in (sys.stdout, sys.stderr) if s is not None}.values():
+        write = getattr(stream, "write", None)
+        if write is None:
+            continue
+
+        def noting(text: str, _write: Callable = write) -> Any:
+            if text:
+                wrote[0] = True
+            return _write(text)
+
+        try:
+            stream.write = noting  # the stream object stays: isinstance checks still hold
+        except (AttributeError, TypeError):
+            continue
+        patched.append(stream)
+    try:
+        yield wrote
+    finally:
+        for stream in patched:
+            with contextlib.suppress(AttributeError, TypeError):
+                del stream.write
 
 
 @contextlib.contextmanager
@@ -85,7 +161,7 @@ def task_scope(meta: tuple):
     try:
         yield outcome
     except BaseException as err:  # KeyboardInterrupt too: the kernel decides what it means
-        outcome[:] = ["error", *pack_error(err)]
+        outcome[:] = ["error", err, *describe_error(err)]
     finally:
         if ctx is not None:
             ctx.leave(previous)
@@ -96,19 +172,14 @@ def task_scope(meta: tuple):
                 os.environ[key] = value
 
 
-def pack_error(err: BaseException) -> tuple[bytes | None, str, str]:
-    """(the pickled exception if it survives the trip, traceback text, one-line summary)."""
+def describe_error(err: BaseException) -> tuple[str, str]:
+    """(traceback text without this package's frames, one-line summary)."""
     tb = err.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename in _OWN_FILES:
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(err), err, tb))
     summary = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-    try:
-        data = pickle.dumps(err.with_traceback(None))
-        pickle.loads(data)
-    except Exception:
-        data = None
-    return data, text, summary
+    return text, summary
 
 
 class Ref:

@@ -116,6 +116,8 @@ class RegistryMixin:
                 ours=info.pid in self._cluster.launched_pids(), socket=socket, ident=ident)
             self._engines[eid] = engine
             self._by_slot[slot] = engine
+            if engine.ours:
+                self._cluster.note(info.pid)  # with its nanny
             # under our lock, so that a death reported meanwhile comes after the join
             self.runtime.register_slots(self, joined.node, [slot])
             for event in joined.events:

@@ -42,6 +42,7 @@ class _Run:
     start: ev.Start
     env: dict[str, str] = field(default_factory=dict)
     call: tuple | None = None  # (function, args, kwargs) until sent
+    sent: dict[int, object] = field(default_factory=dict)  # what went by value, by token
     future: Any = None
     stopping: str | None = None
     done: bool = False
