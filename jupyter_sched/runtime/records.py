@@ -1,0 +1,138 @@
+"""The runtime thread's bookkeeping of tasks: instructions carried out through the executors,
+records brought up to date with the core, handles settled when their tasks end.
+
+:class:`Records` is a part of the ``RuntimeLoop`` (and so of the ``Scheduler``); only the runtime
+thread runs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..core import events as ev
+from ..executors.base import Executor, TaskRecord, device_shares
+from ..executors.local.output import TaskOutput
+from ..model.tasks import RUNNING, TERMINAL
+
+if TYPE_CHECKING:
+    from ..core.state import Core
+    from ..executors.local.executor import LocalExecutor
+    from ..executors.local.output import Publisher
+    from .handles import TaskHandle
+
+log = logging.getLogger(__name__)
+
+HISTORY = 1000  # finished tasks whose records and handles the scheduler keeps
+
+
+class Records:
+    """Set up by ``RuntimeLoop._init_loop``; see there for what each table holds."""
+
+    _core: Core
+    _local: LocalExecutor | None
+    _publisher: Publisher | None
+    _records: dict[str, TaskRecord]
+    _live_records: dict[str, TaskRecord]
+    _handles: dict[str, TaskHandle]
+    _by_name: dict[str, str]
+    _finished: deque[str]
+    _history_tasks: deque
+    _history_handles: deque[TaskHandle]
+    _slot_executors: dict[tuple[str, str], Executor]
+    _sync_all: bool
+
+    def _carry_out(self, instruction: Any) -> None:
+        record = self._records.get(instruction.task)
+        if record is None:
+            log.error("no record of task %s for %r", instruction.task, instruction)
+            return
+        if isinstance(instruction, ev.Start):
+            task = self._core.tasks[instruction.task]
+            if record.output is None:
+                work = record.work
+                output = TaskOutput(work.parent, self._publisher, sink=work.output,
+                                    on_pending=self._output_pending)
+                record.output = output
+                record.work = dataclasses.replace(work, output=output.write)
+            record.start = instruction
+            record.node, record.slot = instruction.node, instruction.slot
+            record.devices = device_shares(instruction)
+            record.rank, record.world_size = instruction.rank, instruction.world_size
+            record.started, record.ended = task.started_at, None
+            record.state, record.reason = RUNNING, ""
+            record.result, record.error, record.traceback = None, None, ""
+            executor = self._executor_for(instruction)
+            if executor is None:
+                self.report(ev.Failed(instruction.task, f"no executor runs engine slot "
+                                      f"{instruction.slot!r} on {instruction.node!r}"))
+                return
+            try:
+                executor.start(instruction, record)
+            except Exception as exc:
+                log.exception("could not start %s", instruction.task)
+                self.report(ev.Failed(instruction.task, f"could not start: {exc}"))
+        else:  # Stop or Preempt
+            reason = getattr(instruction, "reason", None) or f"preempted by {instruction.by}"
+            executor = self._executor_for(record.start) if record.start else None
+            if executor is None:
+                self.report(ev.Stopped(instruction.task))
+                return
+            try:
+                executor.stop(instruction.task, reason)
+            except Exception:
+                log.exception("could not stop %s", instruction.task)
+
+    def _executor_for(self, start: ev.Start) -> Executor | None:
+        if start.slot is None:
+            return self._local
+        return self._slot_executors.get((start.node, start.slot))
+
+    def _sync(self, touched: set) -> None:
+        """Bring records up to date with the core; resolve the handles of tasks that ended."""
+        core = self._core
+        ids = set(self._live_records) if self._sync_all else touched
+        gangs = set()
+        for task_id in list(ids):
+            task = core.tasks.get(task_id)
+            if task is not None and task.gang is not None and id(task.gang) not in gangs:
+                gangs.add(id(task.gang))
+                ids.update(m.id for m in task.gang.members)
+        ended = []
+        for task_id in ids:
+            record = self._live_records.get(task_id)
+            task = core.tasks.get(task_id)
+            if record is None or task is None:
+                continue
+            record.state, record.reason = task.state, task.reason
+            if task.state in TERMINAL:
+                record.ended = task.times[-1][1]
+                ended.append((task.seq, record, task))
+        for _, record, task in sorted(ended, key=lambda e: e[0]):
+            self._ended(record, task)
+
+    def _ended(self, record: TaskRecord, task: Any) -> None:
+        del self._live_records[record.id]
+        self._history_tasks.appendleft(task)
+        record.work = dataclasses.replace(record.work, fn=None, args=(), kwargs={},
+                                          namespace=None)
+        handle = self._handles.get(record.id)
+        if handle is not None:
+            self._history_handles.appendleft(handle)
+            try:
+                handle._settle()
+            except Exception:
+                log.exception("resolving the handle of %s failed", record.id)
+        self._finished.append(record.id)
+        while len(self._finished) > HISTORY:
+            old = self._finished.popleft()
+            self._records.pop(old, None)
+            self._core.forget([old])  # the core keeps no history the shell does not
+            old_handle = self._handles.pop(old, None)
+            if old_handle is not None and self._by_name.get(old_handle.name) == old:
+                del self._by_name[old_handle.name]
+
+
+__all__ = ["HISTORY", "Records"]
