@@ -28,6 +28,8 @@ def compare(ours: float, theirs: float, lower_is_better: bool) -> str:
     if not ours or not theirs:
         return ""
     speed = theirs / ours if lower_is_better else ours / theirs
+    if round(speed, 2) == 1:
+        return "the same"
     return f"{speed:.2f}x better" if speed >= 1 else f"{1 / speed:.2f}x worse"
 
 
