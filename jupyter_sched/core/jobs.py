@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..model.resources import Demand
 from ..model.tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task, TaskSpec
 
 
@@ -22,11 +21,9 @@ def job_class(job: Task | Gang) -> tuple[tuple, TaskSpec, dict[str, int]]:
     return job.klass, spec, spec.demand.as_dict()
 
 
-def job_waits(job: Task | Gang) -> bool:
+def waits(job: Task | Gang) -> bool:
+    """Is ``job`` still waiting to be placed? A task: it is queued. A gang: it never started
+    and every member is queued (a gang starts once; its members are not re-queued)."""
     if isinstance(job, Gang):
-        return job.state == QUEUED and all(m.state == QUEUED for m in job.members)
+        return not job.started and all(m.state == QUEUED for m in job.members)
     return job.state == QUEUED
-
-
-def job_demand(job: Task | Gang) -> Demand:
-    return job_spec(job).demand

@@ -18,6 +18,7 @@ from ..model.quantity import SCALE
 from ..model.resources import GPU, Demand, gpu_memory_share
 from ..model.tasks import CANCELLED, QUEUED, Gang, Task, TaskSpec
 from . import events as ev
+from .jobs import waits
 from .plugins import nodeorder
 from .plugins.predicates import node_passes
 
@@ -132,7 +133,7 @@ class Session:
         self.reserved: dict[str, dict[int, Hold]] = {}
         self.ranks: dict[int, tuple[int, int]] = {}
         for seq, reservation in list(core.reservations.items()):
-            if not _still_waits(reservation.job):
+            if not waits(reservation.job):
                 del core.reservations[seq]
                 continue
             self.ranks[seq] = reservation.rank
@@ -301,12 +302,6 @@ def _hold_on(node: Node, demand: Demand, busy: list[Hold]) -> Hold | None:
         if res.total.get(name, 0) - already.get(name, 0) < needed:
             return None
     return shares, scalars
-
-
-def _still_waits(job: Task | Gang) -> bool:
-    if isinstance(job, Gang):
-        return job.state == QUEUED and not job.started
-    return job.state == QUEUED
 
 
 def cancel_unplaced(core: Core, gang: Gang, placed: int) -> None:

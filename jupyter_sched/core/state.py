@@ -29,7 +29,7 @@ from ..model.tasks import (
 )
 from . import events as ev
 from .actions import allocate, backfill, enqueue, preempt
-from .jobs import job_class, job_spec, job_waits
+from .jobs import job_class, job_spec, waits
 from .session import Session
 
 POLICIES = ("binpack", "spread", "hybrid")
@@ -482,7 +482,7 @@ class Core:
         positions: dict[str, int] = {}
         for queue in self.queues.leaves():
             jobs = sorted(
-                (j for fifo in queue.classes.values() for j in fifo if job_waits(j)),
+                (j for fifo in queue.classes.values() for j in fifo if waits(j)),
                 key=lambda j: (-job_spec(j).priority, j.seq),
             )
             for place, job in enumerate(jobs, 1):

@@ -17,7 +17,7 @@ import heapq
 
 from ...model.queues import CLOSED
 from ...model.tasks import Gang, Task
-from ..jobs import job_spec
+from ..jobs import job_spec, waits
 from ..plugins.gang import place_gang
 from ..session import Session
 
@@ -115,12 +115,8 @@ def _next_job(queue, classes: list, session: Session):
 def _live_head(fifo):
     """Drop cancelled or started jobs from the front (FIFOs are cleaned lazily)."""
     while fifo:
-        job = fifo[0]
-        if isinstance(job, Gang):
-            if not job.started and all(m.state == "queued" for m in job.members):
-                return job
-        elif job.state == "queued":
-            return job
+        if waits(fifo[0]):
+            return fifo[0]
         fifo.popleft()
     return None
 

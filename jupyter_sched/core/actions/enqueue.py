@@ -12,7 +12,7 @@ class, not once per task.
 from __future__ import annotations
 
 from ...model.tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task
-from ..jobs import job_class, job_spec
+from ..jobs import job_class, job_spec, waits
 from ..plugins.gang import why_gang_never
 from ..plugins.predicates import why_never
 from ..session import Session
@@ -72,7 +72,7 @@ def _recheck(session: Session, cache: dict[tuple, str | None]) -> None:
             core.enter_waiting(job)
     for queue in core.queues.leaves():
         for key, fifo in list(queue.classes.items()):
-            alive = [j for j in fifo if _waits(j)]
+            alive = [j for j in fifo if waits(j)]
             if not alive:
                 del queue.classes[key]
                 continue
@@ -86,12 +86,6 @@ def _recheck(session: Session, cache: dict[tuple, str | None]) -> None:
                     core._leave_waiting(member)
                     core.transition(member, INFEASIBLE, reason)
                 core.infeasible.setdefault(key, []).append(job)
-
-
-def _waits(job: Task | Gang) -> bool:
-    if isinstance(job, Gang):
-        return all(m.state == QUEUED for m in job.members) and not job.started
-    return job.state == QUEUED
 
 
 __all__ = ["job_spec", "run"]
