@@ -24,7 +24,7 @@ from .core.state import Core
 from .model.allocation import NodeResources
 from .model.cluster import SlotSpec
 from .model.devices import DeviceSet
-from .model.quantity import SCALE, parse_bytes
+from .model.quantity import SCALE, parse_bytes, to_float, units_to_shares
 from .model.resources import GPU, Demand, parse_resources
 from .model.tasks import TERMINAL, GangSpec, TaskSpec
 
@@ -122,7 +122,7 @@ class Simulation:
         gpus = amounts.pop(GPU, 0)
         count, rest = divmod(gpus, SCALE)
         if rest:
-            raise ValueError(f"GPU={gpus / SCALE:g}: a node has a whole number of GPUs")
+            raise ValueError(f"GPU={to_float(gpus):g}: a node has a whole number of GPUs")
         memory = parse_bytes(gpu_memory, "gpu_memory") if gpu_memory is not None else None
         devices = {}
         if count:
@@ -257,8 +257,7 @@ class Simulation:
             task.start, task.end = self.now, None
             task.node = instruction.node
             task.rank = instruction.rank
-            task.devices = {name: {i: u / SCALE for i, u in sorted(shares.items())}
-                            for name, shares in instruction.devices.items()}
+            task.devices = units_to_shares(instruction.devices)
             task.runs += 1
             token = next(self._order)
             self._finish_token[task.id] = token

@@ -8,10 +8,11 @@ from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core, InvalidTransition
 from jupyter_sched.model.allocation import NodeResources
 from jupyter_sched.model.cluster import SlotSpec
+from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.model.resources import Demand
 from jupyter_sched.model.tasks import GangSpec, TaskSpec
 
-U = 10_000
+U = SCALE
 
 
 def node(name="n", gpus=2, cpus=8, **kw):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.sim import Simulation
 
 
@@ -519,7 +520,7 @@ def test_pinned_engines_share_a_device_by_best_fit():
 
     core = Core()
     slots = tuple(SlotSpec(f"e{k}", frozenset({k % 2})) for k in range(4))  # GPUs 0,1,0,1
-    core.handle(ev.NodeAdded("h", NodeResources({"GPU": 20_000}), threads=False, slots=slots))
+    core.handle(ev.NodeAdded("h", NodeResources({"GPU": 2 * SCALE}), threads=False, slots=slots))
     half = Demand.parse({"GPU": 0.5})
     out = core.handle(*(ev.Submit((TaskSpec(f"t{i}", half, target="engines"),))
                         for i in range(2)))
@@ -538,8 +539,8 @@ def test_a_gang_runs_all_in_threads_or_all_on_engines():
 
     core = Core()
     # the kernel's node holds one GPU task in a thread; an engine host holds two on engines
-    core.handle(ev.NodeAdded("local", NodeResources({"GPU": 10_000})),
-                ev.NodeAdded("h", NodeResources({"GPU": 20_000}), threads=False,
+    core.handle(ev.NodeAdded("local", NodeResources({"GPU": SCALE})),
+                ev.NodeAdded("h", NodeResources({"GPU": 2 * SCALE}), threads=False,
                              slots=(SlotSpec("e0"), SlotSpec("e1"))))
     one = Demand.parse({"GPU": 1})
     out = core.handle(ev.Submit(tuple(TaskSpec(f"g{k}", one) for k in range(2)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from fractions import Fraction
 from functools import total_ordering
 
@@ -43,7 +44,7 @@ def _number(value: object, name: str) -> float | int:
     if isinstance(value, bool):
         raise ValueError(f"{name}={value!r} is not an amount; give a number such as 1 or 0.5")
     if isinstance(value, Quantity):
-        return value.units / SCALE
+        return to_float(value.units)
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -128,10 +129,21 @@ def parse_bytes(value: object, name: str = "memory") -> int:
     return int(result)
 
 
+def to_float(units: int) -> float:
+    """Units -> a plain float (5000 -> 0.5): the one way back from fixed point."""
+    return units / SCALE
+
+
+def units_to_shares(devices: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, float]]:
+    """Per-device units -> float shares, devices in index order: ``{"GPU": {0: 0.5}}``."""
+    return {name: {i: to_float(u) for i, u in sorted(shares.items())}
+            for name, shares in devices.items()}
+
+
 def from_units(units: int) -> int | float:
     """Units -> the plainest number: an int when whole, else a float (2.0 -> 2, 0.25 -> 0.25)."""
     whole, rest = divmod(units, SCALE)
-    return whole if rest == 0 else units / SCALE
+    return whole if rest == 0 else to_float(units)
 
 
 def format_units(units: int) -> str:
@@ -190,7 +202,7 @@ class Quantity:
         return hash(from_units(self.units))
 
     def __float__(self) -> float:
-        return self.units / SCALE
+        return to_float(self.units)
 
     def __bool__(self) -> bool:
         return self.units != 0

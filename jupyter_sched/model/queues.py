@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from .resources import format_amount
+
 OPEN = "open"
 CLOSED = "closed"
 DRAINING = "draining"
@@ -88,7 +90,7 @@ class Queue:
         for q in self.lineage():
             for name, cap in q.capability.items():
                 if q.allocated.get(name, 0) + amounts.get(name, 0) > cap:
-                    return f"queue {q.name!r} capability {name}={cap / 10_000:g}"
+                    return f"queue {q.name!r} capability {name}={format_amount(name, cap)}"
         return None
 
     def room_for(self, amounts: Mapping[str, int]) -> int | None:
@@ -106,8 +108,8 @@ class Queue:
         for q in self.lineage():
             for name, cap in q.capability.items():
                 if amounts.get(name, 0) > cap:
-                    return (f"needs {name}={amounts[name] / 10_000:g} but queue {q.name!r} "
-                            f"may hold at most {cap / 10_000:g}")
+                    return (f"needs {name}={format_amount(name, amounts[name])} but queue "
+                            f"{q.name!r} may hold at most {format_amount(name, cap)}")
         return None
 
     def add_use(self, field: str, amounts: Iterable[tuple[str, int]], sign: int) -> None:
