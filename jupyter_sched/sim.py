@@ -77,7 +77,7 @@ class Simulation:
     def __init__(self, policy: str = "binpack", seed: int = 0, *,
                  reservation_after: float = 1.0, preemption: bool = False,
                  hybrid_threshold: float = 0.8) -> None:
-        self.core = Core(policy=policy, seed=seed, reservation_after=reservation_after,
+        self.core = Core(policy=policy, reservation_after=reservation_after,
                          preemption=preemption, hybrid_threshold=hybrid_threshold)
         self.now = 0.0
         self.tasks: dict[str, Task] = {}

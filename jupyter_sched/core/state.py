@@ -3,7 +3,8 @@
 ``Core.handle(*events)`` applies the events in order, then runs one scheduling cycle (events are
 coalesced: a batch of twenty finishes is one cycle), and returns the instructions for the
 executors. Nothing here starts threads, does I/O or reads a clock: time comes in with ``Tick``.
-Same events in the same order give the same instructions.
+Same events in the same order give the same instructions. There is no randomness, so no seed:
+ties between nodes go by the order they joined, ties between jobs by the order of submission.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ class Core:
     def __init__(
         self,
         policy: str = "binpack",
-        seed: int = 0,
         reservation_after: float = 1.0,
         preemption: bool = False,
         hybrid_threshold: float = 0.8,
@@ -62,7 +62,6 @@ class Core:
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
         self.policy = policy
-        self.seed = seed
         self.reservation_after = reservation_after
         self.preemption = preemption
         self.hybrid_threshold = hybrid_threshold

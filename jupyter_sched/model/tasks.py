@@ -108,9 +108,6 @@ class Gang:
     def name(self) -> str:
         return self.spec.name
 
-    def running(self) -> list[Task]:
-        return [m for m in self.members if m.state == RUNNING]
-
 
 class Task:
     """One task's life in the core. Mutated only by the core's transitions."""
