@@ -193,3 +193,12 @@ def test_drained_node_gets_no_new_work(core):
     core.handle(ev.NodeUpdated("a", cordoned=True))
     out = core.handle(submit(task("x", 1)), submit(task("y", 1)))
     assert [(i.task, i.node) for i in out] == [("x", "b")]
+
+
+def test_node_added_is_copied_on_receipt(core):
+    added = node(gpus=2)
+    core.handle(added, submit(task("a", 1)))
+    assert core.cluster.nodes["n"].resources is not added.resources
+    assert added.resources.available["GPU"] == 2 * U  # the event is not the live state
+    added.resources.set_total("CPU", 0)
+    assert core.cluster.nodes["n"].resources.total["CPU"] == 8 * U

@@ -53,6 +53,10 @@ class Stopped:
 
 @dataclass(frozen=True, slots=True)
 class NodeAdded:
+    """A node joins with ``resources`` as they are with nothing running. The core builds its
+    own state from a copy on receipt: the sender's object is never the core's live state, and
+    the core never changes it (an event stays the fact it was when sent)."""
+
     name: str
     resources: NodeResources
     labels: Mapping[str, str] = field(default_factory=dict)

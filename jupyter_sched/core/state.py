@@ -226,8 +226,11 @@ class Core:
     def _on_node_added(self, event: ev.NodeAdded) -> None:
         if event.name in self.cluster.nodes:
             raise ValueError(f"node {event.name!r} is already registered")
-        node = Node(event.name, event.resources, event.labels, event.kind, event.threads,
-                    event.slots)
+        if event.resources.allocated:
+            raise ValueError(f"node {event.name!r} joins with resources in use "
+                             f"({event.resources.allocated}); send them as they are when idle")
+        node = Node(event.name, event.resources.copy(), event.labels, event.kind,
+                    event.threads, event.slots)
         self.cluster.add(node)
         self.nodes_changed = True
         self._dirty = True
