@@ -166,7 +166,11 @@ def format_bytes(amount: int) -> str:
 class Quantity:
     """An exact amount: ``Quantity(0.1) + Quantity(0.2) == Quantity(0.3)``.
 
-    Everything derives from the integer ``units``; ``==`` and ``<`` compare them.
+    Everything derives from the integer ``units``; between quantities ``==`` and ``<`` compare
+    them. A plain number is compared with the number the quantity is, ``units / SCALE``
+    (``Quantity(0.3) == 0.3``), never with its own rounding: ``Quantity(1/3)`` is 0.3333 and
+    differs from ``1/3``, so that equal values always hash alike (rounding would make
+    ``Quantity(1/3)`` equal to both 1/3 and 0.3333, which cannot share one hash).
     """
 
     __slots__ = ("units",)
@@ -189,17 +193,24 @@ class Quantity:
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Quantity):
             return self.units == other.units
-        if isinstance(other, (int, float)) and not isinstance(other, bool):
-            # NaN and infinities equal no amount (round() would raise on them)
-            return math.isfinite(other) and self.units == round(other * SCALE)
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.units == other * SCALE
+        if isinstance(other, float):
+            return to_float(self.units) == other  # NaN and infinities equal no amount
         return NotImplemented
 
     def __lt__(self, other: object) -> bool:
-        return self.units < _units_of(other)
+        if isinstance(other, Quantity):
+            return self.units < other.units
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.units < other * SCALE
+        if isinstance(other, float):
+            return to_float(self.units) < other
+        return NotImplemented
 
     def __hash__(self) -> int:
         # hash like the plain number it equals (Quantity(2) == 2, Quantity(0.5) == 0.5)
-        return hash(from_units(self.units))
+        return hash(to_float(self.units))
 
     def __float__(self) -> float:
         return to_float(self.units)
