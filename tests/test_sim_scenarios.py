@@ -186,16 +186,22 @@ def test_queue_priority_then_task_priority_order_starts():
     assert (urgent.start, high.start, low.start) == (1.0, 2.0, 3.0)
 
 
-def test_closed_queue_refuses_work_and_unknown_queue_is_an_error():
+def test_a_submission_to_a_queue_closed_by_then_is_cancelled_and_the_run_goes_on():
     sim = Simulation()
     sim.add_node("n", {"GPU": 1})
-    sim.add_queue("shut", state="closed")
-    sim.run()
+    sim.add_queue("shut")
+    sim.add_queue("shut", state="closed", at=1.0)
     with pytest.raises(ValueError, match="'nope'"):
-        sim.submit(duration=1, resources={"GPU": 1}, queue="nope")
-    sim.submit(duration=1, resources={"GPU": 1}, queue="shut", at=sim.now)
-    with pytest.raises(ValueError, match="'shut' is closed"):
-        sim.run()
+        sim.submit(duration=1, resources={"GPU": 1}, queue="nope")  # the caller's own error
+    early = sim.submit(duration=1, resources={"GPU": 1}, queue="shut")
+    late = sim.submit(duration=1, resources={"GPU": 1}, queue="shut", at=2.0)
+    other = sim.submit(duration=1, resources={"GPU": 1}, at=2.0)
+    finish(sim)
+    assert early.state == "done"
+    assert late.state == "cancelled" and "'shut' was closed" in late.reason
+    assert late.start is None
+    assert other.state == "done" and other.start == 2.0
+    assert sim.refused == []
 
 
 def test_preemption_takes_exactly_the_victims_needed():
