@@ -56,6 +56,7 @@ class Task:
         self.runs = 0
         self.submitted = 0.0
         self.refused = ""  # why the core refused its submission, if it did
+        self.failed = 0    # attempts that reached their end and failed
 
     @property
     def _core_task(self):
@@ -309,7 +310,9 @@ class Simulation:
             if not running:
                 return None  # stopped or lost before it would have finished
             del self._live[task_id]
-            if attempt <= self.tasks[task_id].fails:
+            task = self.tasks[task_id]
+            if task.failed < task.fails:
+                task.failed += 1
                 return ev.Failed(task_id, f"attempt {attempt} failed", attempt=attempt)
             return ev.Finished(task_id, attempt=attempt)
         if running:  # "stopped": the stop takes effect now

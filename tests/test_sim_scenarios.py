@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from jupyter_sched.core import events as ev
 from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.sim import Simulation
 
@@ -553,3 +554,73 @@ def test_a_gang_runs_all_in_threads_or_all_on_engines():
                                 GangSpec("ddp", 2, strategy="spread")))
     assert {i.slot is None for i in out} == {False}  # both on engines, none in a thread
     core.validate()
+
+
+# -- an executor that takes its time to stop: the races between stops and reports ---------------
+
+
+def test_a_preempted_task_that_finishes_while_stopping_is_done_and_runs_once():
+    sim = Simulation(preemption=True, stop_delay=0.5)
+    sim.add_node("n", {"GPU": 1})
+    low = sim.submit(duration=1.2, resources={"GPU": 1}, preemptible=True)
+    vip = sim.submit(duration=1, resources={"GPU": 1}, priority=9, at=1.0)
+    finish(sim)
+    assert low.state == "done" and low.runs == 1 and low.end == 1.2
+    assert vip.start == 1.2 and vip.state == "done"
+
+
+def test_a_preempted_task_stopped_late_is_requeued_without_spending_a_retry():
+    sim = Simulation(preemption=True, stop_delay=0.5)
+    sim.add_node("n", {"GPU": 1})
+    low = sim.submit(duration=3, resources={"GPU": 1}, preemptible=True, fails=1, retries=1)
+    vip = sim.submit(duration=1, resources={"GPU": 1}, priority=9, at=1.0)
+    finish(sim)
+    assert vip.start == 1.5  # when the preemption took effect
+    # attempt 1 is preempted (no retry spent), attempt 2 fails (its retry), attempt 3 is done
+    assert low.runs == 3 and low.state == "done"
+    core_low = sim.core.tasks[low.id]
+    assert (core_low.preemptions, core_low.failures) == (1, 1)
+
+
+def test_a_cancelled_task_whose_node_is_lost_while_stopping_never_runs_again():
+    sim = Simulation(stop_delay=1.0)
+    sim.add_node("a", {"GPU": 1})
+    sim.add_node("b", {"GPU": 1})
+    t = sim.submit(duration=10, resources={"GPU": 1}, retries=3)
+    sim.cancel(t, at=1.0)
+    sim.remove_node("a", at=1.5)
+    finish(sim)
+    assert t.node == "a" and t.runs == 1
+    assert t.state == "cancelled" and t.end == 1.5
+    assert sum(isinstance(i, ev.Start) for _, i in sim.trace) == 1
+
+
+def test_a_task_that_finishes_as_its_time_limit_stop_goes_out_is_done():
+    sim = Simulation(stop_delay=0.5)
+    sim.add_node("n", {"GPU": 1})
+    t = sim.submit(duration=2.2, resources={"GPU": 1}, time_limit=2)
+    finish(sim)
+    assert t.state == "done" and t.end == 2.2
+
+
+def test_a_retried_task_gets_a_fresh_time_limit():
+    sim = Simulation()
+    sim.add_node("n", {"GPU": 1})
+    t = sim.submit(duration=4, resources={"GPU": 1}, time_limit=5, retries=1, fails=1)
+    finish(sim)
+    assert t.runs == 2 and t.state == "done" and (t.start, t.end) == (4.0, 8.0)
+
+
+def test_stop_delays_drawn_from_a_range_follow_the_seed():
+    def play(seed):
+        sim = Simulation(seed=seed, preemption=True, stop_delay=(0.0, 2.0))
+        sim.add_node("n", {"GPU": 2})
+        for k in range(6):
+            sim.submit(duration=3, resources={"GPU": 1}, preemptible=True, at=0.1 * k)
+        for k in range(4):
+            sim.submit(duration=1, resources={"GPU": 1}, priority=5, at=1.0 + k)
+        sim.run()
+        return [(t, repr(i)) for t, i in sim.trace]
+
+    assert play(1) == play(1)
+    assert len({tuple(play(seed)) for seed in range(4)}) > 1
