@@ -34,7 +34,7 @@ from .reservations import (
     shadow_time,
     usable_devices,
 )
-from .transitions import GANG_SHORT, PLACE, Placement, fire
+from .transitions import GANG_SHORT, PLACE, fire
 
 
 @dataclass
@@ -88,12 +88,11 @@ class Statement:
             p.node.resources.confirm(p.allocation)
             if p.slot is not None:
                 p.node.free_slots[p.slot] = None  # binding the task takes the slot for good
-            placement = Placement(p.node, p.allocation, p.slot)
+            place = None
             if gang is not None:
                 p.task.rank, p.task.world_size = rank, world
-                placement = Placement(p.node, p.allocation, p.slot, gang.name, rank, world,
-                                      master)
-            fire(core, p.task, PLACE, placement)
+                place = (gang.name, rank, world, master)
+            fire(core, p.task, PLACE, (p.node, p.allocation, p.slot, place))
             started.append(p.task)
         self.proposals.clear()
         return started
@@ -197,7 +196,7 @@ class Session:
         # a statement of one: found on the live state just now, so it is applied at once
         node.resources.take(allocation, checked=True)
         core.cluster.refresh(node)
-        fire(core, task, PLACE, Placement(node, allocation, slot))
+        fire(core, task, PLACE, (node, allocation, slot, None))
         if core.reservations:
             self.release_reservation(task.seq)
         return True

@@ -194,7 +194,8 @@ class Core(Ledger):
                 raise ValueError(f"node {spec.node!r} is not registered; known nodes: {known}")
 
     def _new_task(self, spec: TaskSpec) -> Task:
-        task = Task(spec, self.next_seq(), self.now)
+        self._seq += 1
+        task = Task(spec, self._seq, self.now)
         klass = (spec.priority, spec.constraint_key)
         task.klass = self._klasses.setdefault(klass, klass)  # one tuple per class, not per task
         self.tasks[spec.id] = task

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ..model.tasks import (
     CANCELLED,
@@ -42,8 +42,6 @@ from ..model.tasks import (
 from . import events as ev
 
 if TYPE_CHECKING:
-    from ..model.allocation import Allocation
-    from ..model.cluster import Node
     from .ledger import Ledger
 
 STOPPING = "stopping"
@@ -71,16 +69,9 @@ class InvalidTransition(RuntimeError):
     pass
 
 
-class Placement(NamedTuple):
-    """Where a task starts, and its place in its gang."""
-
-    node: Node
-    allocation: Allocation
-    slot: str | None
-    gang: str | None = None
-    rank: int | None = None
-    world_size: int | None = None
-    master_node: str | None = None
+Placement = tuple  # (node, allocation, slot, gang) with gang None or (name, rank, world, master)
+"""Where a task starts, and its place in its gang: a plain tuple, made once per placement on
+the hottest path of the core."""
 
 
 @dataclass(frozen=True)
@@ -97,13 +88,13 @@ def phase(task: Task) -> str:
 
 def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
     """Apply the rule for ``task``'s phase and ``stimulus``; ``detail`` is the rule's input
-    (a reason, an error, a :class:`Placement`, the preempting task)."""
-    start = phase(task)
+    (a reason, an error, a :data:`Placement`, the preempting task)."""
+    start = task.state if task.stopping is None else STOPPING  # phase(), inlined: hot path
     rule = TABLE.get((start, stimulus))
     if rule is None:
         raise InvalidTransition(f"{task.id}: nothing takes a task from {start} on {stimulus}")
     rule.apply(led, task, detail)
-    end = phase(task)
+    end = task.state if task.stopping is None else STOPPING
     if end not in rule.to:
         raise InvalidTransition(f"{task.id}: {start} on {stimulus} ended in {end}, "
                                 f"not in {rule.to}")
@@ -146,15 +137,20 @@ def _cancel_waiting(led, task, reason: str) -> None:
     _enter(led, task, CANCELLED, reason)
 
 
-def _place(led, task, p: Placement) -> None:
-    led.bind(task, p.node, p.allocation, p.slot)
+def _place(led, task, placement: Placement) -> None:
+    node, allocation, slot, gang = placement
+    led.bind(task, node, allocation, slot)
     task.attempt += 1
     task.started_at = led.now
     _enter(led, task, RUNNING)
     if task.spec.time_limit is not None:
         led.push_deadline(task)
-    led.emit(ev.Start(task.id, p.node.name, p.slot, p.allocation.devices, p.gang, p.rank,
-                      p.world_size, p.master_node, attempt=task.attempt))
+    if gang is None:
+        start = ev.Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt)
+    else:
+        start = ev.Start(task.id, node.name, slot, allocation.devices, *gang,
+                         attempt=task.attempt)
+    led.emit(start)
 
 
 def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:

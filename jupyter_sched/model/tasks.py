@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .allocation import Allocation
-from .limits import MAX_GANG_SIZE, check_count, check_name, check_seconds
+from .limits import MAX_GANG_SIZE, MAX_NAME_LENGTH, check_count, check_name, check_seconds
 from .resources import Demand
 
 PENDING = "pending"
@@ -52,8 +52,10 @@ class TaskSpec:
     preemptible: bool = False
 
     def check(self) -> None:
-        check_name(self.id, "task id")
-        check_name(self.name, "task name")
+        if not (isinstance(self.id, str) and isinstance(self.name, str)
+                and len(self.id) <= MAX_NAME_LENGTH >= len(self.name)):
+            check_name(self.id, "task id")  # (checked at once above: once per task, hot)
+            check_name(self.name, "task name")
         if self.target not in TARGETS:
             raise ValueError(f"target {self.target!r} is not one of {', '.join(TARGETS)}")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):

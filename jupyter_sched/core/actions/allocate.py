@@ -45,7 +45,9 @@ def run(session: Session) -> None:
                 break
             continue
         key = job_key(job)
-        over, room = admit(queue, job, capped[name])
+        over = room = None
+        if capped[name]:
+            over, room = admit(queue, job)
         placed = over is None and try_place(session, job, room=room)
         if placed:
             queue.classes[key].popleft()

@@ -52,11 +52,9 @@ class Room:
         return min(counts) if counts else None
 
 
-def admit(queue: Queue, job: Task | Gang, capped: bool = True) -> tuple[str | None, Room | None]:
+def admit(queue: Queue, job: Task | Gang) -> tuple[str | None, Room | None]:
     """(None, room) when ``job`` may be placed now, room None when no capability applies;
     else (the capability it would break, None). A gang needs room for ``min`` members."""
-    if not capped:
-        return None, None
     room = Room(queue)
     if not room.left:
         return None, None
