@@ -21,7 +21,7 @@ from ..model.cluster import Node
 from ..model.queues import CLOSED
 from ..model.resources import CPU, GPU
 from ..model.tasks import QUEUED, Gang, Task, TaskSpec
-from .jobs import waits
+from .jobs import job_spec, waits
 from .ledger import Ledger
 from .plugins import nodeorder
 from .plugins.capability import Room
@@ -110,7 +110,7 @@ class Session:
         queues = core.queues
         for seq, reservation in list(core.reservations.items()):
             job = reservation.job
-            queue = queues[(job.members[0] if isinstance(job, Gang) else job).spec.queue]
+            queue = queues[job_spec(job).queue]
             # a reservation lives while its job waits in a queue that may start it
             if not waits(job) or queue.state == CLOSED:
                 del core.reservations[seq]

@@ -69,9 +69,9 @@ class InvalidTransition(RuntimeError):
     pass
 
 
-Placement = tuple  # (node, allocation, slot, gang) with gang None or (name, rank, world, master)
-"""Where a task starts, and its place in its gang: a plain tuple, made once per placement on
-the hottest path of the core."""
+# Where a task starts: (node, allocation, slot, gang), gang None or (gang name, rank, world
+# size, master node). A plain tuple: one is made per placement, on the core's hottest path.
+Placement = tuple
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,14 @@ class Rule:
 
 
 def phase(task: Task) -> str:
+    """A task's row in the table: its state, or ``stopping``."""
     return task.state if task.stopping is None else STOPPING
 
 
 def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
     """Apply the rule for ``task``'s phase and ``stimulus``; ``detail`` is the rule's input
     (a reason, an error, a :data:`Placement`, the preempting task)."""
-    start = task.state if task.stopping is None else STOPPING  # phase(), inlined: hot path
+    start = task.state if task.stopping is None else STOPPING  # phase(), inlined (hot)
     rule = TABLE.get((start, stimulus))
     if rule is None:
         raise InvalidTransition(f"{task.id}: nothing takes a task from {start} on {stimulus}")
