@@ -79,7 +79,8 @@ class Core(Ledger):
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
-        check_seconds(reservation_after, "reservation_after")
+        if reservation_after != math.inf:  # (infinite: never reserve)
+            check_seconds(reservation_after, "reservation_after")
         super().__init__(policy, reservation_after, preemption, hybrid_threshold)
         self._klasses: dict[tuple, tuple] = {}
         self._held: list[ev.Instruction] | None = None
