@@ -74,7 +74,7 @@ class InvalidTransition(RuntimeError):
 Placement = tuple
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rule:
     to: tuple[str, ...]   # the phases the rule may end in
     sends: str            # the instructions it sends, in words (for the docs)
@@ -91,9 +91,11 @@ def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
     """Apply the rule for ``task``'s phase and ``stimulus``; ``detail`` is the rule's input
     (a reason, an error, a :data:`Placement`, the preempting task)."""
     start = task.state if task.stopping is None else STOPPING  # phase(), inlined (hot)
-    rule = TABLE.get((start, stimulus))
-    if rule is None:
-        raise InvalidTransition(f"{task.id}: nothing takes a task from {start} on {stimulus}")
+    try:
+        rule = TABLE[start, stimulus]
+    except KeyError:
+        raise InvalidTransition(
+            f"{task.id}: nothing takes a task from {start} on {stimulus}") from None
     rule.apply(led, task, detail)
     end = task.state if task.stopping is None else STOPPING
     if end not in rule.to:
