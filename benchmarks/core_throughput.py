@@ -26,10 +26,11 @@ import tracemalloc
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core
 from jupyter_sched.model.allocation import NodeResources
+from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.model.resources import Demand
 from jupyter_sched.model.tasks import GangSpec, TaskSpec
 
-U = 10_000
+U = SCALE
 SHAPES = [
     (0.20, Demand.of({"GPU": 2500, "CPU": U})),
     (0.20, Demand.of({"GPU": 5000, "CPU": U})),

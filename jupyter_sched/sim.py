@@ -9,34 +9,45 @@ people asking what-if questions::
     tasks = [sim.submit(duration=1.0, resources={"GPU": 0.25}) for _ in range(16)]
     sim.run()
     sim.makespan            # 2.0: eight quarter-GPU tasks at a time on two GPUs
+
+The simulated executor behaves like a real one where it matters to the core: a ``Stop`` or
+``Preempt`` takes effect ``stop_delay`` seconds later (a number, or a ``(low, high)`` range
+drawn from with the simulation's ``seed``), and meanwhile the task may finish or its node may be
+lost; every report names its attempt, and a report that comes late (a ``Stopped`` for an attempt
+that already ended) is still sent, as a real executor may send it. ``submit(fails=k)`` makes
+the first k attempts of a task fail.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .core import events as ev
-from .core.state import Core
+from .core.state import Core, Refused
 from .model.allocation import NodeResources
 from .model.cluster import SlotSpec
 from .model.devices import DeviceSet
-from .model.quantity import SCALE, parse_bytes
+from .model.limits import MAX_DEVICES_PER_NODE, check_count, check_name, check_seconds
+from .model.quantity import SCALE, parse_bytes, to_float, units_to_shares
 from .model.resources import GPU, Demand, parse_resources
-from .model.tasks import TERMINAL, GangSpec, TaskSpec
+from .model.tasks import RUNNING, TERMINAL, GangSpec, TaskSpec
 
 
 class Task:
     """A simulated task: a view of the core's task plus where and when it ran."""
 
-    def __init__(self, sim: Simulation, task_id: str, name: str, duration: float) -> None:
+    def __init__(self, sim: Simulation, task_id: str, name: str, duration: float,
+                 fails: int = 0) -> None:
         self._sim = sim
         self.id = task_id
         self.name = name
         self.duration = duration
+        self.fails = fails
         self.start: float | None = None
         self.end: float | None = None
         self.node: str | None = None
@@ -44,6 +55,8 @@ class Task:
         self.rank: int | None = None
         self.runs = 0
         self.submitted = 0.0
+        self.refused = ""  # why the core refused its submission, if it did
+        self.failed = 0    # attempts that reached their end and failed
 
     @property
     def _core_task(self):
@@ -57,7 +70,7 @@ class Task:
     @property
     def reason(self) -> str:
         task = self._core_task
-        return "" if task is None else task.reason
+        return self.refused if task is None else task.reason
 
     def __repr__(self) -> str:
         return f"<sim.Task {self.id} {self.name!r} {self.state} node={self.node}>"
@@ -66,26 +79,36 @@ class Task:
 @dataclass
 class _Run:
     task: str
+    attempt: int
     start: float
     end: float | None
     amounts: Mapping[str, int]
 
 
 class Simulation:
-    """The same core under a virtual clock (starts at 0.0)."""
+    """The same core under a virtual clock (starts at 0.0).
+
+    ``seed`` seeds the simulator's own randomness (stop delays drawn from a range); the core
+    has none. ``refused`` lists the events the core refused while playing, as (time, event,
+    error): the run goes on without them.
+    """
 
     def __init__(self, policy: str = "binpack", seed: int = 0, *,
                  reservation_after: float = 1.0, preemption: bool = False,
-                 hybrid_threshold: float = 0.8) -> None:
-        self.core = Core(policy=policy, seed=seed, reservation_after=reservation_after,
+                 hybrid_threshold: float = 0.8,
+                 stop_delay: float | tuple[float, float] = 0.0) -> None:
+        self.core = Core(policy=policy, reservation_after=reservation_after,
                          preemption=preemption, hybrid_threshold=hybrid_threshold)
+        self.stop_delay = _delay_range(stop_delay)
+        self.rng = random.Random(seed)
         self.now = 0.0
         self.tasks: dict[str, Task] = {}
         self.trace: list[tuple[float, ev.Instruction]] = []
+        self.refused: list[tuple[float, Any, str]] = []
         self._heap: list[tuple[float, int, Any]] = []
         self._order = itertools.count()
         self._ids = itertools.count(1)
-        self._finish_token: dict[str, int] = {}
+        self._live: dict[str, tuple[int, str]] = {}  # what the executor runs: (attempt, node)
         self._runs: dict[str, _Run] = {}
         self._done_runs: list[_Run] = []
         self._node_life: dict[str, list] = {}  # name -> [added, removed|None, totals]
@@ -94,11 +117,12 @@ class Simulation:
 
     # -- building the scenario -------------------------------------------------------------
 
-    def _at(self, at: float | None, event: Any) -> None:
-        when = self.now if at is None else float(at)
+    def _at(self, at: float | None, event: Any) -> float:
+        when = self.now if at is None else check_seconds(at, "at")
         if when < self.now:
             raise ValueError(f"at={at!r} is in the past; the clock is at {self.now:g}")
         heapq.heappush(self._heap, (when, next(self._order), event))
+        return when
 
     def add_node(
         self,
@@ -118,11 +142,15 @@ class Simulation:
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"node name {name!r} must be a non-empty string")
+        check_name(name, "node name")
+        if name in self._node_life:
+            raise ValueError(f"node {name!r} is already in this simulation")
         amounts = parse_resources(resources)
         gpus = amounts.pop(GPU, 0)
         count, rest = divmod(gpus, SCALE)
         if rest:
-            raise ValueError(f"GPU={gpus / SCALE:g}: a node has a whole number of GPUs")
+            raise ValueError(f"GPU={to_float(gpus):g}: a node has a whole number of GPUs")
+        check_count(count, MAX_DEVICES_PER_NODE, f"node {name!r}: GPU devices")
         memory = parse_bytes(gpu_memory, "gpu_memory") if gpu_memory is not None else None
         devices = {}
         if count:
@@ -135,20 +163,32 @@ class Simulation:
             slots = tuple(SlotSpec(f"{name}/e{k}") for k in range(engines))
         threads = not slots
         totals = {**amounts, **({GPU: gpus} if gpus else {})}
-        self._node_life[name] = [float(at), None, totals]
-        self._at(at, ev.NodeAdded(name, NodeResources(amounts, devices), dict(labels or {}),
-                                  kind="sim", threads=threads, slots=slots))
+        when = self._at(at, ev.NodeAdded(name, NodeResources(amounts, devices),
+                                         dict(labels or {}), kind="sim", threads=threads,
+                                         slots=slots))
+        self._node_life[name] = [when, None, totals]
 
     def remove_node(self, name: str, at: float = 0.0) -> None:
-        self._at(at, ("remove", name))
+        """The node is lost at ``at``: what runs there fails (and is retried if it may)."""
+        life = self._node_life.get(name)
+        if life is None:
+            known = ", ".join(self._node_life) or "none"
+            raise ValueError(f"no node {name!r} in this simulation; known nodes: {known}")
+        if life[1] is not None:
+            raise ValueError(f"node {name!r} is already removed (at {life[1]:g})")
+        if check_seconds(at, "at") < life[0]:
+            raise ValueError(f"node {name!r} is removed at {at!r}, before it is added "
+                             f"(at {life[0]:g})")
+        life[1] = self._at(at, ("remove", name))
 
     def add_queue(self, name: str, weight: int = 1, capability: Mapping | None = None,
                   priority: int = 0, state: str = "open", *, guarantee: Mapping | None = None,
-                  parent: str = "root", at: float = 0.0) -> None:
+                  parent: str | None = None, at: float = 0.0) -> None:
         cap = parse_resources(capability) if capability is not None else None
         guar = parse_resources(guarantee) if guarantee is not None else None
-        self._queues.add(name)
+        check_name(name, "queue name")
         self._at(at, ev.QueueSet(name, parent, weight, cap, guar, priority, state))
+        self._queues.add(name)
 
     def submit(
         self,
@@ -168,10 +208,17 @@ class Simulation:
         target: str = "any",
         node: str | None = None,
         labels: Mapping[str, str] | None = None,
+        fails: int = 0,
     ) -> Task | list[Task]:
-        """A task (or, with ``gang=(name, size[, min])``, a list of gang members)."""
-        if not isinstance(duration, (int, float)) or not duration >= 0:
-            raise ValueError(f"duration {duration!r} must be a number of seconds, 0 or more")
+        """A task (or, with ``gang=(name, size[, min])``, a list of gang members). ``fails``:
+        how many of its attempts fail (each at the end of its duration) before one succeeds.
+
+        A queue closed by the time of ``at`` does not stop the run: the task ends
+        ``cancelled``, with a reason naming the queue."""
+        duration = check_seconds(duration, "duration")
+        at = check_seconds(at, "at")
+        if not isinstance(fails, int) or fails < 0:
+            raise ValueError(f"fails={fails!r} must be a whole number, 0 or more")
         demand = Demand.parse(resources if resources is not None else {}, gpu_memory)
         if queue not in self._queues:
             raise ValueError(f"queue {queue!r} does not exist; known queues: "
@@ -191,11 +238,11 @@ class Simulation:
             spec = TaskSpec(task_id, demand, member_name, queue, priority, target, node,
                             selector, time_limit, retries, preemptible)
             spec.check()
-            made.append((spec, Task(self, task_id, member_name, float(duration))))
+            made.append((spec, Task(self, task_id, member_name, duration, fails)))
+        self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel"))
         for _, task in made:
-            task.submitted = float(at)
+            task.submitted = at
             self.tasks[task.id] = task
-        self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec))
         return [t for _, t in made] if gang_spec else made[0][1]
 
     def cancel(self, task: Task | str, at: float = 0.0) -> None:
@@ -203,7 +250,7 @@ class Simulation:
         if task_id not in self.tasks:
             raise ValueError(f"no task {task_id!r} in this simulation")
         submitted = self.tasks[task_id].submitted
-        if at < submitted:
+        if check_seconds(at, "at") < submitted:
             raise ValueError(f"cancel at {at!r} comes before {task_id} is submitted "
                              f"(at {submitted:g})")
         self._at(at, ev.Cancel(task_id))
@@ -219,36 +266,64 @@ class Simulation:
             if until is not None and when > until:
                 break
             self.now = when
-            batch = [ev.Tick(when)]
+            batch: list[Any] = [ev.Tick(when)]
+            touched: set[str] = set()
             while heap and heap[0][0] == when:
                 _, _, item = heapq.heappop(heap)
-                event = self._to_event(item)
+                event = self._to_event(item, touched)
                 if event is not None:
                     batch.append(event)
-            for instruction in core.handle(*batch):
+            try:
+                out = core.handle(*batch)
+            except Refused as refusal:
+                out = refusal.take()
+                self._note_refused(refusal)
+            for instruction in out:
                 self._carry_out(instruction)
+            self._close_runs(touched)
             deadline = core.next_deadline()
             if deadline is not None and deadline > when and deadline not in self._ticks:
                 self._ticks.add(deadline)  # a time limit ends then: the core must hear of it
                 self._at(deadline, ("tick",))
-        self._close_runs()
+        self._close_runs(set(self._runs))
 
-    def _to_event(self, item: Any) -> Any:
-        if isinstance(item, tuple):
-            kind, payload = item[0], item[1:]
-            if kind == "remove":
-                name = payload[0]
-                self._node_life[name][1] = self.now
-                return ev.NodeRemoved(name)
-            if kind == "tick":
-                self._ticks.discard(self.now)
-                return None
-            if kind == "finish":
-                task_id, token = payload
-                if self._finish_token.get(task_id) != token:
-                    return None  # stopped or lost before it would have finished
-                return ev.Finished(task_id)
-        return item
+    def _to_event(self, item: Any, touched: set[str]) -> Any:
+        if not isinstance(item, tuple):
+            return item
+        kind, payload = item[0], item[1:]
+        if kind == "remove":
+            name = payload[0]
+            node = self.core.cluster.nodes.get(name)
+            if node is not None:
+                touched.update(node.tasks)
+            for task_id, (_, on) in list(self._live.items()):
+                if on == name:
+                    del self._live[task_id]  # its executor died with the node
+            return ev.NodeRemoved(name)
+        if kind == "tick":
+            self._ticks.discard(self.now)
+            return None
+        task_id, attempt = payload
+        touched.add(task_id)
+        running = self._live.get(task_id, (None,))[0] == attempt
+        if kind == "finish":
+            if not running:
+                return None  # stopped or lost before it would have finished
+            del self._live[task_id]
+            task = self.tasks[task_id]
+            if task.failed < task.fails:
+                task.failed += 1
+                return ev.Failed(task_id, f"attempt {attempt} failed", attempt=attempt)
+            return ev.Finished(task_id, attempt=attempt)
+        if running:  # "stopped": the stop takes effect now
+            del self._live[task_id]
+        return ev.Stopped(task_id, attempt=attempt)  # (late, if the attempt already ended)
+
+    def _note_refused(self, refusal: Refused) -> None:
+        for event, error in refusal.refused:
+            self.refused.append((self.now, event, str(error)))
+            for spec in getattr(event, "tasks", ()):
+                self.tasks[spec.id].refused = str(error)
 
     def _carry_out(self, instruction: ev.Instruction) -> None:
         self.trace.append((self.now, instruction))
@@ -257,40 +332,39 @@ class Simulation:
             task.start, task.end = self.now, None
             task.node = instruction.node
             task.rank = instruction.rank
-            task.devices = {name: {i: u / SCALE for i, u in sorted(shares.items())}
-                            for name, shares in instruction.devices.items()}
+            task.devices = units_to_shares(instruction.devices)
             task.runs += 1
-            token = next(self._order)
-            self._finish_token[task.id] = token
-            core_task = self.core.tasks[task.id]
-            previous = self._runs.pop(task.id, None)
-            if previous is not None:  # re-run after a retry or preemption
-                previous.end = core_task.times[-2][1]
-                self._done_runs.append(previous)
-            amounts = core_task.allocation.amounts
-            self._runs[task.id] = _Run(task.id, self.now, None, dict(amounts))
-            self._at(self.now + task.duration, ("finish", task.id, token))
-        else:  # Stop or Preempt: the simulated executor stops it at once
-            self._finish_token.pop(instruction.task, None)
-            self._at(self.now, ev.Stopped(instruction.task))
+            attempt = instruction.attempt
+            self._live[task.id] = (attempt, instruction.node)
+            self._close_runs({task.id})  # the run before it (a retry, a preemption) ended
+            amounts = self.core.tasks[task.id].allocation.amounts
+            self._runs[task.id] = _Run(task.id, attempt, self.now, None, dict(amounts))
+            self._at(self.now + task.duration, ("finish", task.id, attempt))
+        else:  # Stop or Preempt: the simulated executor stops it after its stop delay
+            low, high = self.stop_delay
+            delay = low if low == high else self.rng.uniform(low, high)
+            self._at(self.now + delay, ("stopped", instruction.task, instruction.attempt))
 
-    def _close_runs(self) -> None:
-        for task_id, run in list(self._runs.items()):
-            core_task = self.core.tasks[task_id]
-            task = self.tasks[task_id]
-            if core_task.state != "running":
-                run.end = core_task.times[-1][1]
-                self._done_runs.append(run)
-                del self._runs[task_id]
-                if core_task.state in TERMINAL:
-                    task.end = run.end
+    def _close_runs(self, task_ids) -> None:
+        """End the open runs, among ``task_ids``, that the core no longer runs."""
+        for task_id in list(task_ids):
+            run = self._runs.get(task_id)
+            core_task = self.core.tasks.get(task_id)
+            if run is None or core_task is None:
+                continue
+            if core_task.state == RUNNING and core_task.attempt == run.attempt:
+                continue
+            run.end = self.now
+            self._done_runs.append(run)
+            del self._runs[task_id]
+            if core_task.state in TERMINAL:
+                self.tasks[task_id].end = self.now
 
     # -- results ------------------------------------------------------------------------------
 
     @property
     def makespan(self) -> float:
         """When the last task that ran stopped (0.0 when none ran)."""
-        self._close_runs()
         return max((r.end for r in self._done_runs if r.end is not None), default=0.0)
 
     def utilization(self, resource: str = GPU) -> float:
@@ -306,3 +380,11 @@ class Simulation:
             if stop > added:
                 have += (stop - added) * totals.get(resource, 0)
         return used / have if have else 0.0
+
+
+def _delay_range(value: float | tuple[float, float]) -> tuple[float, float]:
+    low, high = value if isinstance(value, tuple) else (value, value)
+    low, high = check_seconds(low, "stop_delay"), check_seconds(high, "stop_delay")
+    if low > high:
+        raise ValueError(f"stop_delay {value!r}: the low end is above the high end")
+    return low, high

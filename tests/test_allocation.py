@@ -440,8 +440,8 @@ def test_release_of_a_promised_allocation():
     assert node.load == {GPU: 15000, CPU: 20000}
     node.release(first, pending=True)  # never started: leaves load and allocated together
     check(node)
-    assert node.load == {GPU: 5000, CPU: 10000}
-    assert node.allocated == {GPU: 5000, CPU: 10000}
+    assert node.load == {GPU: 5000, CPU: SCALE}
+    assert node.allocated == {GPU: 5000, CPU: SCALE}
     node.release(second, pending=True)
     check(node)
     assert snapshot(node) == before

@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from conftest_core import U, node, submit, task, validating
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core, InvalidTransition
-from jupyter_sched.model.allocation import NodeResources
+from jupyter_sched.core.transitions import ADMIT, fire
 from jupyter_sched.model.cluster import SlotSpec
-from jupyter_sched.model.resources import Demand
-from jupyter_sched.model.tasks import GangSpec, TaskSpec
-
-U = 10_000
-
-
-def node(name="n", gpus=2, cpus=8, **kw):
-    return ev.NodeAdded(name, NodeResources({"CPU": cpus * U, "GPU": gpus * U}), **kw)
-
-
-def task(tid, gpu=0.0, **kw):
-    demand = Demand.parse({"GPU": gpu}) if gpu else Demand.parse({"CPU": 1})
-    return TaskSpec(tid, demand, **kw)
-
-
-def submit(*specs, gang=None):
-    return ev.Submit(tuple(specs), gang)
+from jupyter_sched.model.tasks import GangSpec
 
 
 @pytest.fixture
 def core():
-    c = Core()
+    c = validating(Core())
     yield c
     c.validate()
 
@@ -54,7 +39,7 @@ def test_events_are_coalesced_into_one_cycle(core):
 def test_cancel_of_a_running_task_waits_for_the_executor(core):
     core.handle(node(gpus=1), submit(task("a", 1)), submit(task("b", 1)))
     out = core.handle(ev.Cancel("a"))
-    assert out == [ev.Stop("a", "cancelled by the user")]
+    assert out == [ev.Stop("a", "cancelled by the user", 1)]
     assert core.tasks["a"].state == "running"       # still holds its GPU
     out = core.handle(ev.Stopped("a"))
     assert core.tasks["a"].state == "cancelled"
@@ -65,7 +50,7 @@ def test_failed_with_retries_runs_again(core):
     core.handle(node(gpus=1), submit(task("a", 1, retries=1)))
     out = core.handle(ev.Failed("a", "boom"))
     assert [i.task for i in out] == ["a"]
-    assert core.tasks["a"].attempts == 2
+    assert core.tasks["a"].attempt == 2
     core.handle(ev.Failed("a", "boom again"))
     assert core.tasks["a"].state == "failed" and core.tasks["a"].reason == "boom again"
 
@@ -76,7 +61,7 @@ def test_gang_member_failure_stops_the_others(core):
     assert [(i.task, i.rank, i.world_size, i.master_node) for i in out] == [
         ("g0", 0, 2, "n"), ("g1", 1, 2, "n")]
     out = core.handle(ev.Failed("g0", "rank 0 crashed"))
-    assert out == [ev.Stop("g1", "gang 'ddp': g0 failed")]
+    assert out == [ev.Stop("g1", "gang 'ddp': g0 failed", 1)]
     core.handle(ev.Stopped("g1"))
     assert core.tasks["g1"].state == "cancelled"
     assert core.tasks["g0"].gang.state == "failed"
@@ -162,7 +147,7 @@ def test_time_limit_deadlines_and_stale_ones(core):
     core.handle(ev.Tick(1.0), ev.Finished("b"))
     assert core.next_deadline() == 5.0  # b ended early: its deadline is gone
     assert core.handle(ev.Tick(4.0)) == []
-    assert core.handle(ev.Tick(5.0)) == [ev.Stop("a", "time limit of 5s exceeded")]
+    assert core.handle(ev.Tick(5.0)) == [ev.Stop("a", "time limit of 5s exceeded", 1)]
     core.handle(ev.Stopped("a"))
     assert core.tasks["a"].state == "failed"
 
@@ -176,8 +161,9 @@ def test_forget_drops_only_finished_tasks(core):
 
 def test_unknown_transitions_raise(core):
     core.handle(node(), submit(task("a", 1)))
-    with pytest.raises(InvalidTransition):
-        core.transition(core.tasks["a"], "pending")
+    with pytest.raises(InvalidTransition, match="running on admit"):
+        fire(core, core.tasks["a"], ADMIT)
+    assert core.tasks["a"].state == "running"
 
 
 def test_queue_positions_follow_priority_then_age(core):
@@ -192,3 +178,12 @@ def test_drained_node_gets_no_new_work(core):
     core.handle(ev.NodeUpdated("a", cordoned=True))
     out = core.handle(submit(task("x", 1)), submit(task("y", 1)))
     assert [(i.task, i.node) for i in out] == [("x", "b")]
+
+
+def test_node_added_is_copied_on_receipt(core):
+    added = node(gpus=2)
+    core.handle(added, submit(task("a", 1)))
+    assert core.cluster.nodes["n"].resources is not added.resources
+    assert added.resources.available["GPU"] == 2 * U  # the event is not the live state
+    added.resources.set_total("CPU", 0)
+    assert core.cluster.nodes["n"].resources.total["CPU"] == 8 * U

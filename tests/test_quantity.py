@@ -399,3 +399,23 @@ def test_quantity_order_follows_units(a, b):
     assert (qa <= qb) == (a <= b)
     assert (qa > qb) == (a > b)
     assert (hash(qa) == hash(qb)) or a != b
+
+
+def test_a_quantity_equals_a_number_only_when_it_is_that_number():
+    # 1/3 rounds to 0.3333: equal to 0.3333, not to 1/3 (equal values must hash alike)
+    assert Quantity(1 / 3) != 1 / 3
+    assert Quantity(1 / 3) == 0.3333
+    assert hash(Quantity(1 / 3)) == hash(0.3333)
+    assert Quantity(1 / 3) < 1 / 3 < Quantity(0.3334)
+    assert len({Quantity(1 / 3), 1 / 3, 0.3333}) == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(min_value=0.0001, max_value=1e6, allow_nan=False),
+       st.floats(min_value=0.0, max_value=1e6, allow_nan=False))
+def test_equal_quantities_and_numbers_hash_alike(value, other):
+    q = Quantity(value)
+    for number in (value, other, float(q), round(value)):
+        if q == number:
+            assert hash(q) == hash(number)
+        assert (q < number) + (q == number) + (q > number) == 1

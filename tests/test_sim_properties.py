@@ -1,117 +1,244 @@
-"""Properties of the core over random clusters and workloads, played on the simulator."""
+"""Properties of the core over random clusters and workloads, played on the simulator.
+
+Scenarios draw time limits, retries and failing attempts, GPU-memory requests, queue
+capabilities and guarantees, preemption on and off, node joins and losses, cancels, and slow
+stops; the invariants are checked after every step of the core, and the promises (every task
+ends once; a cancelled task never starts again; a done task ran exactly once per failure and
+preemption, plus one) at the end.
+"""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.model.quantity import SCALE
-from jupyter_sched.model.tasks import TERMINAL
+from jupyter_sched.model.tasks import RUNNING, TERMINAL
 from jupyter_sched.sim import Simulation
 
 SHARES = st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.75, 1, 2])
+END = 40.0  # every task still alive then is cancelled: all must end
+_PLAIN = {"gpu_memory": None, "cpu": 0, "priority": 0, "gang": None, "strategy": "pack",
+          "queue": "default", "preemptible": False, "time_limit": None, "retries": 0,
+          "fails": 0}
 
 
 @st.composite
 def scenarios(draw):
     nodes = draw(st.lists(
-        st.tuples(st.integers(0, 4), st.integers(1, 16), st.sampled_from(["A", "B"])),
-        min_size=1, max_size=5))
+        st.tuples(st.integers(0, 3), st.integers(1, 16), st.sampled_from(["A", "B"]),
+                  st.sampled_from([None, "16GiB", "40GiB"])),
+        min_size=1, max_size=4))
     tasks = draw(st.lists(
-        st.tuples(
-            SHARES,                                     # GPU demand
-            st.integers(0, 4),                          # CPU demand
-            st.floats(0.1, 5.0, allow_nan=False),       # duration
-            st.floats(0.0, 10.0, allow_nan=False),      # submit time
-            st.integers(0, 3),                          # priority
-            st.sampled_from([None, ("g", 2), ("g", 3, 2), ("g", 4)]),  # gang
-            st.sampled_from(["pack", "spread", "strict-pack", "strict-spread"]),
-            st.sampled_from(["default", "a", "b"]),
-            st.booleans(),                              # preemptible
-        ),
-        min_size=1, max_size=60))
+        st.fixed_dictionaries({
+            "gpu": SHARES,
+            "gpu_memory": st.sampled_from([None, None, None, "8GiB", "20GiB"]),
+            "cpu": st.integers(0, 4),
+            "duration": st.floats(0.1, 5.0, allow_nan=False),
+            "at": st.floats(0.0, 4.0, allow_nan=False),  # submitted close: they contend
+            "priority": st.integers(0, 3),
+            "gang": st.sampled_from([None, None, ("g", 2), ("g", 3, 2), ("g", 4)]),
+            "strategy": st.sampled_from(["pack", "spread", "strict-pack", "strict-spread"]),
+            "queue": st.sampled_from(["default", "a", "b"]),
+            "preemptible": st.booleans(),
+            "time_limit": st.sampled_from([None, None, 0.5, 2.0, 6.0]),
+            "retries": st.integers(0, 2),
+            "fails": st.sampled_from([0, 0, 1, 2]),
+        }),
+        min_size=1, max_size=50))
+    # contention on purpose: long preemptible work first, urgent work after it
+    background = draw(st.lists(st.fixed_dictionaries({
+        "gpu": st.sampled_from([0.5, 1]), "duration": st.floats(3.0, 8.0),
+        "retries": st.integers(0, 1), "fails": st.sampled_from([0, 1])}), max_size=4))
+    urgent = draw(st.lists(st.fixed_dictionaries({
+        "gpu": st.sampled_from([0.5, 1, 2]), "duration": st.floats(0.5, 2.0),
+        "at": st.floats(0.5, 3.0)}), max_size=3))
+    tasks = tasks + [
+        dict(_PLAIN, preemptible=True, at=0.0, **b) for b in background] + [
+        dict(_PLAIN, priority=3, **u) for u in urgent]
+    queues = draw(st.tuples(
+        st.sampled_from([None, {"GPU": 1}, {"GPU": 3}, {"GPU": 4, "CPU": 8}]),  # a's cap
+        st.sampled_from([None, {"GPU": 1}]),                                      # a's min
+        st.sampled_from([None, {"GPU": 0.5}, {"GPU": 4}])))                       # b's cap
     losses = draw(st.lists(st.tuples(st.integers(0, 4), st.floats(0.0, 12.0)), max_size=2))
     joins = draw(st.lists(st.tuples(st.integers(1, 4), st.floats(0.0, 12.0)), max_size=2))
-    cancels = draw(st.lists(st.tuples(st.integers(0, 59), st.floats(0.0, 12.0)), max_size=5))
+    cancels = draw(st.lists(st.tuples(st.integers(0, 56), st.floats(0.0, 12.0)), max_size=5))
     policy = draw(st.sampled_from(["binpack", "spread", "hybrid"]))
     preemption = draw(st.booleans())
-    return nodes, tasks, losses, joins, cancels, policy, preemption
+    stop_delay = draw(st.sampled_from([0.0, 0.0, 0.5, (0.0, 1.5)]))
+    return nodes, tasks, queues, losses, joins, cancels, policy, preemption, stop_delay
+
+
+class Checked:
+    """The invariants, after every step of the core; and what the end checks need."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.cancelled_at: dict[str, float] = {}  # task -> when a Cancel first named it
+        self.succeeded: dict[str, int] = {}  # task -> the attempt that reported success
+        handle = sim.core.handle
+
+        def checked(*events):
+            self._note(events)
+            try:
+                return handle(*events)
+            finally:
+                self.check()
+
+        sim.core.handle = checked
+
+    def _note(self, events) -> None:
+        core = self.sim.core
+        for one in events:
+            task = core.tasks.get(getattr(one, "task", None))
+            if isinstance(one, ev.Finished) and task is not None and (
+                    task.state == RUNNING and task.attempt == one.attempt):
+                self.succeeded[task.id] = one.attempt
+            if isinstance(one, ev.Cancel) and one.task in core.tasks:
+                gang = core.tasks[one.task].gang
+                for member in gang.members if gang is not None else [core.tasks[one.task]]:
+                    self.cancelled_at.setdefault(member.id, self.sim.now)
+
+    def check(self) -> None:
+        core = self.sim.core
+        core.validate()  # accounting: nodes, devices, slots, queues (use and waiting sums)
+        for queue in core.queues.queues.values():
+            for name, cap in queue.capability.items():
+                assert queue.allocated.get(name, 0) <= cap, (queue, queue.allocated)
+        places = [t for n in core.cluster.nodes.values() for t in n.tasks]
+        assert len(places) == len(set(places)) == len(core.running)  # one place each
 
 
 def play(scenario, seed=0, check_each_step=True):
-    nodes, tasks, losses, joins, cancels, policy, preemption = scenario
-    sim = Simulation(policy=policy, seed=seed, preemption=preemption, reservation_after=1.0)
-    sim.add_queue("a", weight=2)
-    sim.add_queue("b", weight=1, capability={"GPU": 4})
-    for i, (gpus, cpus, model) in enumerate(nodes):
-        sim.add_node(f"n{i}", {"GPU": gpus, "CPU": cpus}, labels={"gpu.model": model})
+    nodes, tasks, queues, losses, joins, cancels, policy, preemption, stop_delay = scenario
+    sim = Simulation(policy=policy, seed=seed, preemption=preemption, reservation_after=1.0,
+                     stop_delay=stop_delay)
+    a_cap, a_min, b_cap = queues
+    sim.add_queue("a", weight=2, capability=a_cap, guarantee=a_min)
+    sim.add_queue("b", weight=1, capability=b_cap)
+    for i, (gpus, cpus, model, memory) in enumerate(nodes):
+        sim.add_node(f"n{i}", {"GPU": gpus, "CPU": cpus}, labels={"gpu.model": model},
+                     gpu_memory=memory)
     for k, (gpus, at) in enumerate(joins):
-        sim.add_node(f"late{k}", {"GPU": gpus, "CPU": 8}, at=at)
+        sim.add_node(f"late{k}", {"GPU": gpus, "CPU": 8}, at=at, gpu_memory="40GiB")
     for index, at in dict(losses).items():  # each node is lost at most once
         if index < len(nodes):
             sim.remove_node(f"n{index}", at=at)
     made = []
-    for gpu, cpu, duration, at, prio, gang, strategy, queue, preemptible in tasks:
-        resources = {"GPU": gpu, "CPU": cpu} if cpu else {"GPU": gpu}
-        out = sim.submit(duration=duration, resources=resources, at=at, priority=prio,
-                         gang=gang, strategy=strategy, queue=queue, preemptible=preemptible)
+    for t in tasks:
+        resources = {"CPU": t["cpu"]} if t["cpu"] else {}
+        if t["gpu_memory"] is None:
+            resources["GPU"] = t["gpu"]
+        out = sim.submit(duration=t["duration"], resources=resources, at=t["at"],
+                         priority=t["priority"], gang=t["gang"], strategy=t["strategy"],
+                         queue=t["queue"], preemptible=t["preemptible"],
+                         gpu_memory=t["gpu_memory"], time_limit=t["time_limit"],
+                         retries=t["retries"], fails=t["fails"])
         made.extend(out if isinstance(out, list) else [out])
     for index, at in cancels:
         if index < len(made):
             sim.cancel(made[index], at=max(at, made[index].submitted))
-
-    if check_each_step:
-        handle = sim.core.handle
-
-        def checked(*events):
-            out = handle(*events)
-            sim.core.validate()
-            for node in sim.core.cluster.nodes.values():
-                for devs in node.resources.devices.values():
-                    assert all(0 <= share <= SCALE for share in devs.free.values())
-            return out
-
-        sim.core.handle = checked
+    for task in made:
+        sim.cancel(task, at=END)
+    checked = Checked(sim) if check_each_step else None
     sim.run()
-    return sim, made
+    return sim, made, checked
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def starts(sim: Simulation) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for when, instruction in sim.trace:
+        if isinstance(instruction, ev.Start):
+            out.setdefault(instruction.task, []).append(when)
+    return out
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
-def test_accounting_holds_at_every_step_and_every_task_ends_once(scenario):
-    sim, made = play(scenario)
+def test_invariants_hold_at_every_step_and_every_task_ends_once(scenario):
+    sim, made, checked = play(scenario)
+    assert sim.refused == []
+    started = starts(sim)
     for task in made:
         core_task = sim.core.tasks[task.id]
         terminal = [state for state, _ in core_task.times if state in TERMINAL]
-        if core_task.state == "infeasible":
-            assert core_task.reason, core_task
-            assert not terminal
-        else:
-            assert core_task.state in TERMINAL, (core_task, core_task.times)
-            assert len(terminal) == 1 and core_task.times[-1][0] == core_task.state
+        assert core_task.state in TERMINAL, (core_task, core_task.times)
+        assert len(terminal) == 1 and core_task.times[-1][0] == core_task.state
+        runs = started.get(task.id, [])
+        assert len(runs) == core_task.attempt
+        cancelled = checked.cancelled_at.get(task.id)
+        if cancelled is not None:  # never started again once the user cancelled it
+            assert all(when < cancelled for when in runs), (task, runs, cancelled)
+        if core_task.state == "done":
+            assert len(runs) == core_task.failures + core_task.preemptions + 1, core_task
+        if task.id in checked.succeeded:  # a success is final: done, and never run again
+            assert core_task.state == "done", core_task
+            assert core_task.attempt == checked.succeeded[task.id], core_task
     assert sim.core.running == {}
     for node in sim.core.cluster.nodes.values():
         assert node.resources.allocated == {}
+    _time_limits_are_the_attempts_own(sim)
+    _count_corners(sim, made)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _time_limits_are_the_attempts_own(sim: Simulation) -> None:
+    """A time limit stops an attempt only once that attempt has run for its limit."""
+    began = {(i.task, i.attempt): when for when, i in sim.trace if isinstance(i, ev.Start)}
+    for when, i in sim.trace:
+        if isinstance(i, ev.Stop) and i.reason.startswith("time limit"):
+            limit = sim.core.tasks[i.task].spec.time_limit
+            assert when - began[(i.task, i.attempt)] >= limit - 1e-9, (i, when)
+
+
+def _count_corners(sim: Simulation, made) -> None:
+    """Name the corners an example visited (``--hypothesis-show-statistics`` shows them)."""
+    tasks = [sim.core.tasks[t.id] for t in made]
+    corners = {
+        "ran tasks": any(t.attempt for t in tasks),
+        "a preemption": any(t.preemptions for t in tasks),
+        "a retried failure": any(t.failures and t.state == "done" for t in tasks),
+        "a final failure": any(t.state == "failed" for t in tasks),
+        "a time limit": any("time limit" in t.reason for t in tasks),
+        "a stale report": sim.core.stale_reports > 0,
+        "a gang": any(t.gang is not None and t.attempt for t in tasks),
+        "done despite a stop": any(
+            isinstance(i, (ev.Stop, ev.Preempt)) and sim.core.tasks[i.task].state == "done"
+            and sim.core.tasks[i.task].attempt == i.attempt for _, i in sim.trace),
+    }
+    for name, seen in corners.items():
+        if seen:
+            event(name)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_gang_members_start_together(scenario):
-    sim, _ = play(scenario, check_each_step=False)
+    sim, _, _ = play(scenario, check_each_step=False)
     by_gang: dict[tuple, set[float]] = {}
     for when, instruction in sim.trace:
         if isinstance(instruction, ev.Start) and instruction.gang is not None:
             gang = sim.core.tasks[instruction.task].gang
             by_gang.setdefault(id(gang), set()).add(when)
             assert instruction.world_size >= gang.spec.min_members
-    for starts in by_gang.values():
-        assert len(starts) == 1
+    for starts_at in by_gang.values():
+        assert len(starts_at) == 1
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.integers(0, 3))
 def test_same_seed_gives_the_same_trace(scenario, seed):
-    first, _ = play(scenario, seed, check_each_step=False)
-    second, _ = play(scenario, seed, check_each_step=False)
+    first, _, _ = play(scenario, seed, check_each_step=False)
+    second, _, _ = play(scenario, seed, check_each_step=False)
     assert [(t, repr(i)) for t, i in first.trace] == [(t, repr(i)) for t, i in second.trace]
+
+
+def test_a_running_task_is_never_cancelled_behind_its_executors_back():
+    """The end-of-run cancel goes through Stop: what runs then ends when its executor says."""
+    sim = Simulation(stop_delay=0.5)
+    sim.add_node("n", {"GPU": 1})
+    t = sim.submit(duration=100, resources={"GPU": 1})
+    sim.cancel(t, at=END)
+    sim.run(until=END)
+    assert sim.core.tasks[t.id].state == RUNNING
+    sim.run()
+    assert t.state == "cancelled" and t.end == END + 0.5

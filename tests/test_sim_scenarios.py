@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from jupyter_sched.core import events as ev
+from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.sim import Simulation
 
 
@@ -185,16 +187,22 @@ def test_queue_priority_then_task_priority_order_starts():
     assert (urgent.start, high.start, low.start) == (1.0, 2.0, 3.0)
 
 
-def test_closed_queue_refuses_work_and_unknown_queue_is_an_error():
+def test_a_submission_to_a_queue_closed_by_then_is_cancelled_and_the_run_goes_on():
     sim = Simulation()
     sim.add_node("n", {"GPU": 1})
-    sim.add_queue("shut", state="closed")
-    sim.run()
+    sim.add_queue("shut")
+    sim.add_queue("shut", state="closed", at=1.0)
     with pytest.raises(ValueError, match="'nope'"):
-        sim.submit(duration=1, resources={"GPU": 1}, queue="nope")
-    sim.submit(duration=1, resources={"GPU": 1}, queue="shut", at=sim.now)
-    with pytest.raises(ValueError, match="'shut' is closed"):
-        sim.run()
+        sim.submit(duration=1, resources={"GPU": 1}, queue="nope")  # the caller's own error
+    early = sim.submit(duration=1, resources={"GPU": 1}, queue="shut")
+    late = sim.submit(duration=1, resources={"GPU": 1}, queue="shut", at=2.0)
+    other = sim.submit(duration=1, resources={"GPU": 1}, at=2.0)
+    finish(sim)
+    assert early.state == "done"
+    assert late.state == "cancelled" and "'shut' was closed" in late.reason
+    assert late.start is None
+    assert other.state == "done" and other.start == 2.0
+    assert sim.refused == []
 
 
 def test_preemption_takes_exactly_the_victims_needed():
@@ -519,7 +527,7 @@ def test_pinned_engines_share_a_device_by_best_fit():
 
     core = Core()
     slots = tuple(SlotSpec(f"e{k}", frozenset({k % 2})) for k in range(4))  # GPUs 0,1,0,1
-    core.handle(ev.NodeAdded("h", NodeResources({"GPU": 20_000}), threads=False, slots=slots))
+    core.handle(ev.NodeAdded("h", NodeResources({"GPU": 2 * SCALE}), threads=False, slots=slots))
     half = Demand.parse({"GPU": 0.5})
     out = core.handle(*(ev.Submit((TaskSpec(f"t{i}", half, target="engines"),))
                         for i in range(2)))
@@ -538,11 +546,81 @@ def test_a_gang_runs_all_in_threads_or_all_on_engines():
 
     core = Core()
     # the kernel's node holds one GPU task in a thread; an engine host holds two on engines
-    core.handle(ev.NodeAdded("local", NodeResources({"GPU": 10_000})),
-                ev.NodeAdded("h", NodeResources({"GPU": 20_000}), threads=False,
+    core.handle(ev.NodeAdded("local", NodeResources({"GPU": SCALE})),
+                ev.NodeAdded("h", NodeResources({"GPU": 2 * SCALE}), threads=False,
                              slots=(SlotSpec("e0"), SlotSpec("e1"))))
     one = Demand.parse({"GPU": 1})
     out = core.handle(ev.Submit(tuple(TaskSpec(f"g{k}", one) for k in range(2)),
                                 GangSpec("ddp", 2, strategy="spread")))
     assert {i.slot is None for i in out} == {False}  # both on engines, none in a thread
     core.validate()
+
+
+# -- an executor that takes its time to stop: the races between stops and reports ---------------
+
+
+def test_a_preempted_task_that_finishes_while_stopping_is_done_and_runs_once():
+    sim = Simulation(preemption=True, stop_delay=0.5)
+    sim.add_node("n", {"GPU": 1})
+    low = sim.submit(duration=1.2, resources={"GPU": 1}, preemptible=True)
+    vip = sim.submit(duration=1, resources={"GPU": 1}, priority=9, at=1.0)
+    finish(sim)
+    assert low.state == "done" and low.runs == 1 and low.end == 1.2
+    assert vip.start == 1.2 and vip.state == "done"
+
+
+def test_a_preempted_task_stopped_late_is_requeued_without_spending_a_retry():
+    sim = Simulation(preemption=True, stop_delay=0.5)
+    sim.add_node("n", {"GPU": 1})
+    low = sim.submit(duration=3, resources={"GPU": 1}, preemptible=True, fails=1, retries=1)
+    vip = sim.submit(duration=1, resources={"GPU": 1}, priority=9, at=1.0)
+    finish(sim)
+    assert vip.start == 1.5  # when the preemption took effect
+    # attempt 1 is preempted (no retry spent), attempt 2 fails (its retry), attempt 3 is done
+    assert low.runs == 3 and low.state == "done"
+    core_low = sim.core.tasks[low.id]
+    assert (core_low.preemptions, core_low.failures) == (1, 1)
+
+
+def test_a_cancelled_task_whose_node_is_lost_while_stopping_never_runs_again():
+    sim = Simulation(stop_delay=1.0)
+    sim.add_node("a", {"GPU": 1})
+    sim.add_node("b", {"GPU": 1})
+    t = sim.submit(duration=10, resources={"GPU": 1}, retries=3)
+    sim.cancel(t, at=1.0)
+    sim.remove_node("a", at=1.5)
+    finish(sim)
+    assert t.node == "a" and t.runs == 1
+    assert t.state == "cancelled" and t.end == 1.5
+    assert sum(isinstance(i, ev.Start) for _, i in sim.trace) == 1
+
+
+def test_a_task_that_finishes_as_its_time_limit_stop_goes_out_is_done():
+    sim = Simulation(stop_delay=0.5)
+    sim.add_node("n", {"GPU": 1})
+    t = sim.submit(duration=2.2, resources={"GPU": 1}, time_limit=2)
+    finish(sim)
+    assert t.state == "done" and t.end == 2.2
+
+
+def test_a_retried_task_gets_a_fresh_time_limit():
+    sim = Simulation()
+    sim.add_node("n", {"GPU": 1})
+    t = sim.submit(duration=4, resources={"GPU": 1}, time_limit=5, retries=1, fails=1)
+    finish(sim)
+    assert t.runs == 2 and t.state == "done" and (t.start, t.end) == (4.0, 8.0)
+
+
+def test_stop_delays_drawn_from_a_range_follow_the_seed():
+    def play(seed):
+        sim = Simulation(seed=seed, preemption=True, stop_delay=(0.0, 2.0))
+        sim.add_node("n", {"GPU": 2})
+        for k in range(6):
+            sim.submit(duration=3, resources={"GPU": 1}, preemptible=True, at=0.1 * k)
+        for k in range(4):
+            sim.submit(duration=1, resources={"GPU": 1}, priority=5, at=1.0 + k)
+        sim.run()
+        return [(t, repr(i)) for t, i in sim.trace]
+
+    assert play(1) == play(1)
+    assert len({tuple(play(seed)) for seed in range(4)}) > 1

@@ -2,6 +2,12 @@
 
 Events are frozen and carry everything the core needs; the core keeps no reference to the
 shell that sent them. Instructions name tasks by id, so the shells keep code and callables.
+
+Every start of a task is an *attempt*, numbered from 1. ``Start``, ``Stop`` and ``Preempt``
+name the attempt they are about; the executor's reports (``Finished``, ``Failed``,
+``Stopped``) name the attempt they report on, and a report on an attempt that is not the
+task's current one changes nothing. What each event does to a task in each state is the table
+in :mod:`jupyter_sched.core.transitions`.
 """
 
 from __future__ import annotations
@@ -16,12 +22,22 @@ from ..model.tasks import GangSpec, TaskSpec
 # -- events ---------------------------------------------------------------------------------
 
 
+ON_CLOSED = ("refuse", "cancel")
+
+
 @dataclass(frozen=True, slots=True)
 class Submit:
-    """New work: one task, or the members of a gang (all with one demand)."""
+    """New work: one task, or the members of a gang (all with one demand).
+
+    ``on_closed``: what a submission to a queue that is not open does. ``"refuse"`` (the
+    default): the event is refused, so whoever submits hears it at once. ``"cancel"``: the
+    tasks are recorded and end ``cancelled`` with a reason naming the queue, for submissions
+    made ahead of time (the simulator's ``submit(at=...)``), whose queue may close meanwhile.
+    """
 
     tasks: tuple[TaskSpec, ...]
     gang: GangSpec | None = None
+    on_closed: str = "refuse"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,29 +46,46 @@ class Cancel:
     reason: str = "cancelled by the user"
 
 
+# The executors' reports name the attempt they report on. ``attempt=None`` means "the current
+# attempt": a transitional default while the executors learn to send the number from their
+# ``Start``; a report with a number that is not the current attempt changes nothing.
+
+
 @dataclass(frozen=True, slots=True)
 class Finished:
+    """The attempt ended well (also when a Stop or Preempt for it was out: a success is a
+    success). ``attempt``: see above (None, for now, means the current one)."""
+
     task: str
+    attempt: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The task raised, its engine died, or it could not be started."""
+    """The task raised, its engine died, or it could not be started. ``attempt``: see above
+    (None, for now, means the current one)."""
 
     task: str
     error: str
     lost: bool = False  # its engine or node went away: retried when it has retries left
+    attempt: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Stopped:
-    """An executor confirms a Cancel or Preempt: the task no longer runs."""
+    """An executor confirms a Stop or Preempt: the attempt no longer runs. ``attempt``: see
+    above (None, for now, means the current one)."""
 
     task: str
+    attempt: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeAdded:
+    """A node joins with ``resources`` as they are with nothing running. The core builds its
+    own state from a copy on receipt: the sender's object is never the core's live state, and
+    the core never changes it (an event stays the fact it was when sent)."""
+
     name: str
     resources: NodeResources
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -94,10 +127,11 @@ class SlotRemoved:
 
 @dataclass(frozen=True, slots=True)
 class QueueSet:
-    """Create or change a queue (only the fields given change)."""
+    """Create or change a queue (only the fields given change). ``parent``: where a new
+    queue goes (None: under root); given for an existing queue, it moves the queue there."""
 
     name: str
-    parent: str = "root"
+    parent: str | None = None
     weight: int | None = None
     capability: Mapping[str, int] | None = None
     guarantee: Mapping[str, int] | None = None
@@ -120,7 +154,9 @@ Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Run a task on a node: in a kernel thread (``slot`` None) or on engine ``slot``."""
+    """Run attempt ``attempt`` of a task on a node: in a kernel thread (``slot`` None) or on
+    engine ``slot``. The core always gives the attempt (the default serves instructions built
+    by hand in tests)."""
 
     task: str
     node: str
@@ -130,6 +166,7 @@ class Start:
     rank: int | None = None
     world_size: int | None = None
     master_node: str | None = None
+    attempt: int = field(default=1, kw_only=True)
 
     def gpu_indices(self) -> list[int]:
         return sorted(self.devices.get("GPU", {}))
@@ -137,18 +174,22 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Stop a running task (cancelled, failed gang, time limit); reply with ``Stopped``."""
+    """Stop attempt ``attempt`` of a running task (cancelled, failed gang, time limit); reply
+    with ``Stopped`` for that attempt (or ``Finished``/``Failed`` if it ended first)."""
 
     task: str
     reason: str
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    """Stop a running task to make room; it goes back to its queue. Reply with ``Stopped``."""
+    """Stop attempt ``attempt`` of a running task to make room; it goes back to its queue
+    without spending a retry. Reply with ``Stopped`` for that attempt."""
 
     task: str
     by: str
+    attempt: int
 
 
 Instruction = Start | Stop | Preempt

@@ -5,61 +5,36 @@ and applied by ``commit``, which re-checks that each task is still waiting and i
 there before it starts anything; ``discard`` undoes the takes in reverse. A single task is a
 statement of one; a gang commits only with at least ``min`` members placed (Volcano's statement,
 YARN-5139's propose/commit).
+
+The session sees the core as its :class:`.ledger.Ledger` and changes task states only through
+the transition table (:func:`.transitions.fire`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ..model.allocation import Allocation
 from ..model.cluster import Node
-from ..model.quantity import SCALE
-from ..model.resources import GPU, Demand, gpu_memory_share
-from ..model.tasks import CANCELLED, QUEUED, Gang, Task, TaskSpec
-from . import events as ev
+from ..model.queues import CLOSED
+from ..model.resources import CPU, GPU
+from ..model.tasks import QUEUED, Gang, Task, TaskSpec
+from .jobs import job_spec, waits
+from .ledger import Ledger
 from .plugins import nodeorder
+from .plugins.capability import Room
 from .plugins.predicates import node_passes
-
-if TYPE_CHECKING:
-    from .state import Core
-
-
-Hold = tuple[dict[int, int], dict[str, int]]
-"""What a reservation keeps free on one node: GPU shares by device, and amounts."""
-
-
-def merge_holds(holds) -> Hold:
-    devices: dict[int, int] = {}
-    scalars: dict[str, int] = {}
-    for shares, amounts in holds:
-        for i, units in shares.items():
-            devices[i] = devices.get(i, 0) + units
-        for k, v in amounts.items():
-            scalars[k] = scalars.get(k, 0) + v
-    return devices, scalars
-
-
-@dataclass
-class Reservation:
-    """Resources held for a job that waited too long at the head of its queue: per node, the
-    GPU devices nobody else may take and the amounts that must stay free."""
-
-    seq: int
-    job: Task | Gang
-    nodes: dict[str, Hold] = field(default_factory=dict)
-
-    @property
-    def rank(self) -> tuple[int, int]:
-        """Order among jobs: higher priority, then older. A job ignores the reservations of
-        jobs ranked after it, so the first-ranked reservation is never blocked and two
-        reservations cannot wait on each other."""
-        return job_rank(self.job)
-
-
-def job_rank(job: Task | Gang) -> tuple[int, int]:
-    spec = job.members[0].spec if isinstance(job, Gang) else job.spec
-    return (-spec.priority, job.seq)
+from .reservations import (
+    Hold,
+    Reservation,
+    hold_on,
+    merge_holds,
+    shadow_time,
+    usable_devices,
+)
+from .transitions import GANG_SHORT, PLACE, fire
 
 
 @dataclass
@@ -73,8 +48,9 @@ class Proposal:
 class Statement:
     """Tentative placements, applied together or not at all."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, room: Room | None = None) -> None:
         self.session = session
+        self.room = room
         self.proposals: list[Proposal] = []
 
     def take(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
@@ -83,6 +59,8 @@ class Statement:
         if slot is not None:
             del node.free_slots[slot]
         self.session.core.cluster.refresh(node)
+        if self.room is not None:
+            self.room.take(allocation.amounts)
         self.proposals.append(Proposal(task, node, allocation, slot))
 
     def discard(self) -> None:
@@ -92,6 +70,8 @@ class Statement:
             if p.slot is not None:
                 p.node.free_slots[p.slot] = None
             cluster.refresh(p.node)
+            if self.room is not None:
+                self.room.take(p.allocation.amounts, -1)
         self.proposals.clear()
 
     def commit(self, gang: Gang | None = None) -> list[Task]:
@@ -107,17 +87,12 @@ class Statement:
         for rank, p in enumerate(self.proposals):
             p.node.resources.confirm(p.allocation)
             if p.slot is not None:
-                p.node.free_slots[p.slot] = None  # core.start takes the slot for good
+                p.node.free_slots[p.slot] = None  # binding the task takes the slot for good
+            place = None
             if gang is not None:
                 p.task.rank, p.task.world_size = rank, world
-            core.start(p.task, p.node, p.allocation, p.slot)
-            core.emit(ev.Start(
-                p.task.id, p.node.name, p.slot, p.allocation.devices,
-                gang=gang.name if gang else None,
-                rank=p.task.rank if gang else None,
-                world_size=world if gang else None,
-                master_node=master if gang else None,
-            ))
+                place = (gang.name, rank, world, master)
+            fire(core, p.task, PLACE, (p.node, p.allocation, p.slot, place))
             started.append(p.task)
         self.proposals.clear()
         return started
@@ -126,13 +101,18 @@ class Statement:
 class Session:
     """The state of one cycle: reservations by node, classes that failed this cycle."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Ledger) -> None:
         self.core = core
         self.failed: dict[tuple, Task | Gang] = {}
         self.reserved: dict[str, dict[int, Hold]] = {}
         self.ranks: dict[int, tuple[int, int]] = {}
+        self._shadows: dict[int, float] = {}
+        queues = core.queues
         for seq, reservation in list(core.reservations.items()):
-            if not _still_waits(reservation.job):
+            job = reservation.job
+            queue = queues[job_spec(job).queue]
+            # a reservation lives while its job waits in a queue that may start it
+            if not waits(job) or queue.state == CLOSED:
                 del core.reservations[seq]
                 continue
             self.ranks[seq] = reservation.rank
@@ -142,9 +122,12 @@ class Session:
     # -- single tasks --------------------------------------------------------------------
 
     def find(self, spec: TaskSpec, job_seq: int, easy: bool = False,
-             exclude: frozenset[str] = frozenset(), only: Node | None = None
-             ) -> tuple[Node, Allocation, str | None] | None:
-        """The node, allocation and slot for one task now, or None. Changes nothing."""
+             exclude: frozenset[str] = frozenset(), only: Node | None = None,
+             room: Room | None = None) -> tuple[Node, Allocation, str | None] | None:
+        """The node, allocation and slot for one task now, or None. Changes nothing.
+
+        ``room``: its queue's capability left; an allocation it does not admit is passed
+        over (with GPU memory requests, another device may need a smaller share)."""
         core = self.core
         demand = spec.demand
         if only is not None:
@@ -158,22 +141,24 @@ class Session:
             if node.name in exclude or not node_passes(node, spec):
                 continue
             holds = reserved.get(node.name)
-            if holds and not (easy and self._easy_ok(spec, node)):
-                got = self._place_around(node, spec, job_seq, holds)
+            if holds:
+                lent = self._lent(spec, holds) if easy else ()
+                got = self._place_around(node, spec, job_seq, holds, lent)
             else:
                 got = node.place(demand, spec.target)
-            if got is not None:
+            if got is not None and (room is None or room.admits(got[0].amounts)):
                 return node, got[0], got[1]
         return None
 
     def _place_around(self, node: Node, spec: TaskSpec, job_seq: int,
-                      holds: dict[int, Hold]
+                      holds: dict[int, Hold], lent: frozenset[int] | tuple = ()
                       ) -> tuple[Allocation, str | None] | None:
         """Place on a node with reservations, leaving alone what jobs ranked before this one
-        hold."""
+        hold (except the holds ``lent`` to it by EASY backfill)."""
         mine = (-spec.priority, job_seq)
         ranks = self.ranks
-        others = [hold for seq, hold in holds.items() if seq != job_seq and ranks[seq] < mine]
+        others = [hold for seq, hold in holds.items()
+                  if seq != job_seq and ranks[seq] < mine and seq not in lent]
         if not others:
             return node.place(spec.demand, spec.target)
         held, scalars = merge_holds(others)
@@ -186,21 +171,24 @@ class Session:
                 return None
         return got
 
-    def _easy_ok(self, spec: TaskSpec, node: Node) -> bool:
-        """EASY backfill: a task with a time limit may use reserved resources if it will be
-        done before the reservation could start (the latest declared end of what runs there)."""
+    def _lent(self, spec: TaskSpec, holds: dict[int, Hold]) -> frozenset[int]:
+        """EASY backfill: the reservations a task with a time limit may use, because it will
+        be done by the time their job could start (their shadow time)."""
         if spec.time_limit is None:
-            return False
-        shadow = 0.0
-        for task_id in node.tasks:
-            task = self.core.tasks[task_id]
-            if task.spec.time_limit is None:
-                return False
-            shadow = max(shadow, task.started_at + task.spec.time_limit)
-        return self.core.now + spec.time_limit <= shadow
+            return frozenset()
+        end = self.core.now + spec.time_limit
+        return frozenset(seq for seq in holds if end <= self.shadow(seq))
 
-    def place_task(self, task: Task, easy: bool = False) -> bool:
-        found = self.find(task.spec, task.seq, easy)
+    def shadow(self, seq: int) -> float:
+        shadow = self._shadows.get(seq)
+        if shadow is None:
+            reservation = self.core.reservations.get(seq)
+            shadow = math.inf if reservation is None else shadow_time(self.core, reservation)
+            self._shadows[seq] = shadow
+        return shadow
+
+    def place_task(self, task: Task, easy: bool = False, room: Room | None = None) -> bool:
+        found = self.find(task.spec, task.seq, easy, room=room)
         if found is None:
             return False
         node, allocation, slot = found
@@ -208,8 +196,7 @@ class Session:
         # a statement of one: found on the live state just now, so it is applied at once
         node.resources.take(allocation, checked=True)
         core.cluster.refresh(node)
-        core.start(task, node, allocation, slot)
-        core.emit(ev.Start(task.id, node.name, slot, allocation.devices))
+        fire(core, task, PLACE, (node, allocation, slot, None))
         if core.reservations:
             self.release_reservation(task.seq)
         return True
@@ -230,10 +217,11 @@ class Session:
         reservation = Reservation(job.seq, job)
         spec = specs[0]
         strategy = job.spec.strategy if isinstance(job, Gang) else "pack"
-        nodes = [n for n in nodeorder.candidates(core.cluster, Demand(), "spread", 1.0)
-                 if node_passes(n, spec) and n.resources.could_ever_fit(spec.demand)]
+        nodes = self._reservable(spec)
+        if len(specs) > 1 or strategy == "strict-pack":
+            nodes = list(nodes)  # walked once per member
         # strict-pack holds every member on one node; the others go member by member
-        plans = [[n] for n in nodes] if strategy == "strict-pack" else [nodes]
+        plans = ([n] for n in nodes) if strategy == "strict-pack" else [nodes]
         for plan in plans:
             taken = self._plan_holds(job, spec, len(specs), plan, strategy == "strict-spread")
             if taken is not None:
@@ -247,7 +235,23 @@ class Session:
         core.reservations[job.seq] = reservation
         self.ranks[job.seq] = reservation.rank
 
-    def _plan_holds(self, job, spec: TaskSpec, members: int, nodes: list[Node],
+    def _reservable(self, spec: TaskSpec) -> Iterator[Node]:
+        """Nodes that could host ``spec`` once free, the freest first: walked lazily from the
+        node index (already in order), so a reservation does not sort the whole cluster."""
+        cluster = self.core.cluster
+        demand = spec.demand
+        if demand.get(GPU) or demand.gpu_memory:
+            index, nodes = cluster.by_gpu_share, None
+        elif demand.get(CPU):
+            index, nodes = cluster.by_cpu, None
+        else:
+            index, nodes = None, cluster.nodes.values()
+        names = index.iter(0, descending=True) if index is not None else ()
+        for node in nodes if nodes is not None else (cluster.nodes[n] for n in names):
+            if node_passes(node, spec) and node.resources.could_ever_fit(demand):
+                yield node
+
+    def _plan_holds(self, job, spec: TaskSpec, members: int, nodes,
                     distinct: bool) -> dict[str, list] | None:
         taken: dict[str, list[Hold]] = {}
         for _ in range(members):
@@ -256,7 +260,11 @@ class Session:
                     continue
                 busy = [h for seq, h in self.reserved.get(node.name, {}).items()
                         if seq != job.seq] + taken.get(node.name, [])
-                hold = _hold_on(node, spec.demand, busy)
+                hold = None
+                for usable in usable_devices(node, spec.target):
+                    hold = hold_on(node, spec.demand, busy, usable)
+                    if hold is not None:
+                        break
                 if hold is not None:
                     taken.setdefault(node.name, []).append(hold)
                     break
@@ -269,52 +277,11 @@ class Session:
         return self.core.now - first.submitted_at >= self.core.reservation_after
 
 
-def _hold_on(node: Node, demand: Demand, busy: list[Hold]) -> Hold | None:
-    """The GPU shares and amounts ``demand`` would hold on ``node`` beside ``busy`` holds:
-    for a share of one device, that share of the device with the most free now; for whole
-    devices, the freest devices entirely. Only what the demand needs is held."""
-    res = node.resources
-    held, already = merge_holds(busy) if busy else ({}, {})
-    shares: dict[int, int] = {}
-    gpus = res.devices.get(GPU)
-    units = demand.get(GPU)
-    if units or demand.gpu_memory:
-        if gpus is None:
-            return None
-        order = sorted(gpus.free, key=lambda i: (-(gpus.free[i] - held.get(i, 0)), i))
-        if units >= SCALE:
-            whole = [i for i in order if not held.get(i)][: units // SCALE]
-            if len(whole) < units // SCALE:
-                return None
-            shares = dict.fromkeys(whole, SCALE)
-        else:
-            for i in order:
-                need = (gpu_memory_share(demand.gpu_memory, gpus.memory.get(i))
-                        if demand.gpu_memory else units)
-                if need is not None and SCALE - held.get(i, 0) >= need:
-                    shares = {i: need}
-                    break
-            else:
-                return None
-    scalars = {k: v for k, v in demand.amounts if k != GPU}
-    for name, needed in scalars.items():
-        if res.total.get(name, 0) - already.get(name, 0) < needed:
-            return None
-    return shares, scalars
-
-
-def _still_waits(job: Task | Gang) -> bool:
-    if isinstance(job, Gang):
-        return job.state == QUEUED and not job.started
-    return job.state == QUEUED
-
-
-def cancel_unplaced(core: Core, gang: Gang, placed: int) -> None:
+def cancel_unplaced(core: Ledger, gang: Gang, placed: int) -> None:
     """A gang started with fewer than ``size`` members: the rest will not run."""
+    reason = (f"gang {gang.name!r} started with {placed} of {gang.spec.size} members "
+              f"(min {gang.spec.min_members})")
     for member in gang.members:
         if member.state == QUEUED:
-            core._leave_waiting(member)
-            core.transition(member, CANCELLED,
-                            f"gang {gang.name!r} started with {placed} of {gang.spec.size} "
-                            f"members (min {gang.spec.min_members})")
+            fire(core, member, GANG_SHORT, reason)
 

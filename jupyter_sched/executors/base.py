@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..model.quantity import SCALE
+from ..model.quantity import units_to_shares
 
 if TYPE_CHECKING:
     from ..core.events import Start
@@ -112,8 +112,7 @@ class Executor(ABC):
 
 def device_shares(start: Start) -> dict[str, dict[int, float]]:
     """``Start.devices`` in units -> shares as floats: ``{"GPU": {0: 0.5}}``."""
-    return {name: {i: u / SCALE for i, u in sorted(shares.items())}
-            for name, shares in start.devices.items()}
+    return units_to_shares(start.devices)
 
 
 def task_env(

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from .devices import DeviceSet
-from .quantity import SCALE
+from .quantity import SCALE, to_float, units_to_shares
 from .resources import GPU, Demand, format_amount
 
 
@@ -31,13 +31,11 @@ class Allocation:
 
     def device_shares(self, name: str = GPU) -> dict[int, float]:
         """``{index: share}`` as plain numbers, e.g. ``{0: 0.5}``."""
-        return {i: units / SCALE for i, units in sorted(self.devices.get(name, {}).items())}
+        return units_to_shares(self.devices).get(name, {})
 
     def to_json(self) -> dict[str, dict[str, float]]:
-        return {
-            name: {str(i): units / SCALE for i, units in sorted(shares.items())}
-            for name, shares in self.devices.items()
-        }
+        return {name: {str(i): share for i, share in shares.items()}
+                for name, shares in units_to_shares(self.devices).items()}
 
 
 EMPTY = Allocation({}, {})
@@ -63,7 +61,7 @@ class NodeResources:
             count, rest = divmod(total[GPU], SCALE)
             if rest:
                 raise ValueError(
-                    f"GPU={total[GPU] / SCALE:g}: a node has a whole number of GPUs; "
+                    f"GPU={to_float(total[GPU]):g}: a node has a whole number of GPUs; "
                     f"declare {count} or {count + 1}"
                 )
             self.devices[GPU] = DeviceSet(range(count), declared=True)
@@ -148,8 +146,8 @@ class NodeResources:
                 elif units:
                     best = SCALE if ever and devs.free else devs.max_free()
                     if best < units:
-                        return (f"{name}: needs {units / SCALE:g} on one device, the most free "
-                                f"on one device is {best / SCALE:g}")
+                        return (f"{name}: needs {to_float(units):g} on one device, the most free "
+                                f"on one device is {to_float(best):g}")
                 continue
             have = self.total.get(name, 0) if ever else self.available.get(name, 0)
             if have < units:
@@ -308,6 +306,6 @@ class NodeResources:
         return clone
 
     def __repr__(self) -> str:
-        parts = [f"{k}={self.available.get(k, 0) / SCALE:g}/{v / SCALE:g}"
+        parts = [f"{k}={to_float(self.available.get(k, 0)):g}/{to_float(v):g}"
                  for k, v in sorted(self.total.items())]
         return f"NodeResources({', '.join(parts)})"

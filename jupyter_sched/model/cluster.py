@@ -20,10 +20,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from .allocation import Allocation, NodeResources
+from .limits import MAX_DEVICES_PER_NODE
 from .quantity import SCALE
 from .resources import CPU, GPU, Demand
 
-_TIE = 10**7  # share index key: primary * _TIE + total free units (up to 1,000 GPUs a node)
+# the share index key is (largest free share) * _TIE + (total free share): _TIE must exceed the
+# most free share a node can have, so the largest share always decides first
+_TIE = MAX_DEVICES_PER_NODE * SCALE + 1
 
 LOCAL = "local"
 ENGINES = "engines"

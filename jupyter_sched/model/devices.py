@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 
-from .quantity import SCALE
+from .quantity import SCALE, to_float
 from .resources import gpu_memory_share
 
 
@@ -185,5 +185,5 @@ class DeviceSet:
         return clone
 
     def __repr__(self) -> str:
-        shares = ", ".join(f"{i}:{s / SCALE:g}" for i, s in sorted(self.free.items()))
+        shares = ", ".join(f"{i}:{to_float(s):g}" for i, s in sorted(self.free.items()))
         return f"DeviceSet({shares})"

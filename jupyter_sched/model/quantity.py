@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from fractions import Fraction
 from functools import total_ordering
 
@@ -43,7 +44,7 @@ def _number(value: object, name: str) -> float | int:
     if isinstance(value, bool):
         raise ValueError(f"{name}={value!r} is not an amount; give a number such as 1 or 0.5")
     if isinstance(value, Quantity):
-        return value.units / SCALE
+        return to_float(value.units)
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -128,10 +129,21 @@ def parse_bytes(value: object, name: str = "memory") -> int:
     return int(result)
 
 
+def to_float(units: int) -> float:
+    """Units -> a plain float (5000 -> 0.5): the one way back from fixed point."""
+    return units / SCALE
+
+
+def units_to_shares(devices: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, float]]:
+    """Per-device units -> float shares, devices in index order: ``{"GPU": {0: 0.5}}``."""
+    return {name: {i: to_float(u) for i, u in sorted(shares.items())}
+            for name, shares in devices.items()}
+
+
 def from_units(units: int) -> int | float:
     """Units -> the plainest number: an int when whole, else a float (2.0 -> 2, 0.25 -> 0.25)."""
     whole, rest = divmod(units, SCALE)
-    return whole if rest == 0 else units / SCALE
+    return whole if rest == 0 else to_float(units)
 
 
 def format_units(units: int) -> str:
@@ -154,7 +166,11 @@ def format_bytes(amount: int) -> str:
 class Quantity:
     """An exact amount: ``Quantity(0.1) + Quantity(0.2) == Quantity(0.3)``.
 
-    Everything derives from the integer ``units``; ``==`` and ``<`` compare them.
+    Everything derives from the integer ``units``; between quantities ``==`` and ``<`` compare
+    them. A plain number is compared with the number the quantity is, ``units / SCALE``
+    (``Quantity(0.3) == 0.3``), never with its own rounding: ``Quantity(1/3)`` is 0.3333 and
+    differs from ``1/3``, so that equal values always hash alike (rounding would make
+    ``Quantity(1/3)`` equal to both 1/3 and 0.3333, which cannot share one hash).
     """
 
     __slots__ = ("units",)
@@ -177,20 +193,27 @@ class Quantity:
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Quantity):
             return self.units == other.units
-        if isinstance(other, (int, float)) and not isinstance(other, bool):
-            # NaN and infinities equal no amount (round() would raise on them)
-            return math.isfinite(other) and self.units == round(other * SCALE)
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.units == other * SCALE
+        if isinstance(other, float):
+            return to_float(self.units) == other  # NaN and infinities equal no amount
         return NotImplemented
 
     def __lt__(self, other: object) -> bool:
-        return self.units < _units_of(other)
+        if isinstance(other, Quantity):
+            return self.units < other.units
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.units < other * SCALE
+        if isinstance(other, float):
+            return to_float(self.units) < other
+        return NotImplemented
 
     def __hash__(self) -> int:
         # hash like the plain number it equals (Quantity(2) == 2, Quantity(0.5) == 0.5)
-        return hash(from_units(self.units))
+        return hash(to_float(self.units))
 
     def __float__(self) -> float:
-        return self.units / SCALE
+        return to_float(self.units)
 
     def __bool__(self) -> bool:
         return self.units != 0

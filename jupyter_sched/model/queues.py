@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from .limits import check_name
+from .resources import format_amount
+
 OPEN = "open"
 CLOSED = "closed"
 DRAINING = "draining"
@@ -88,7 +91,7 @@ class Queue:
         for q in self.lineage():
             for name, cap in q.capability.items():
                 if q.allocated.get(name, 0) + amounts.get(name, 0) > cap:
-                    return f"queue {q.name!r} capability {name}={cap / 10_000:g}"
+                    return f"queue {q.name!r} capability {name}={format_amount(name, cap)}"
         return None
 
     def room_for(self, amounts: Mapping[str, int]) -> int | None:
@@ -106,8 +109,8 @@ class Queue:
         for q in self.lineage():
             for name, cap in q.capability.items():
                 if amounts.get(name, 0) > cap:
-                    return (f"needs {name}={amounts[name] / 10_000:g} but queue {q.name!r} "
-                            f"may hold at most {cap / 10_000:g}")
+                    return (f"needs {name}={format_amount(name, amounts[name])} but queue "
+                            f"{q.name!r} may hold at most {format_amount(name, cap)}")
         return None
 
     def add_use(self, field: str, amounts: Iterable[tuple[str, int]], sign: int) -> None:
@@ -169,16 +172,22 @@ class QueueTree:
     def set(
         self,
         name: str,
-        parent: str = ROOT,
+        parent: str | None = None,
         weight: int | None = None,
         capability: Mapping[str, int] | None = None,
         guarantee: Mapping[str, int] | None = None,
         priority: int | None = None,
         state: str | None = None,
     ) -> Queue:
-        """Create a queue or change an existing one (only the settings given)."""
+        """Create a queue or change an existing one (only the settings given). ``parent``:
+        where a new queue goes (None: under root); for an existing queue, a parent other
+        than its own moves it there, with what it holds and waits for."""
         if not isinstance(name, str) or not name.strip() or name == ROOT:
             raise ValueError(f"queue name {name!r} must be a non-empty name other than 'root'")
+        check_name(name, "queue name")
+        queue = self.queues.get(name)
+        if parent is None:
+            parent = queue.parent.name if queue is not None and queue.parent else ROOT
         if parent not in self.queues:
             raise ValueError(f"parent queue {parent!r} does not exist; known: {self.names()}")
         if weight is not None and (not isinstance(weight, int) or weight < 1):
@@ -188,14 +197,18 @@ class QueueTree:
                              f"{', '.join(QUEUE_STATES)}")
         if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
             raise ValueError(f"queue {name!r}: priority {priority!r} must be a whole number")
-        queue = self.queues.get(name)
+        p = self.queues[parent]
+        moving = queue is not None and queue.parent is not p
+        if (queue is None or moving) and (p.classes or p.running):
+            raise ValueError(f"queue {parent!r} holds tasks, so it cannot get child queues")
+        if moving and queue in p.lineage():
+            raise ValueError(f"queue {name!r} cannot move under {parent!r}, which is inside it")
         if queue is None:
-            p = self.queues[parent]
-            if p.classes or p.running:
-                raise ValueError(f"queue {parent!r} holds tasks, so it cannot get child queues")
             queue = Queue(name, p)
             p.children.append(queue)
             self.queues[name] = queue
+        elif moving:
+            self._move(queue, p)
         if weight is not None:
             queue.weight = weight
         if capability is not None:
@@ -208,17 +221,31 @@ class QueueTree:
             queue.state = state
         return queue
 
+    @staticmethod
+    def _move(queue: Queue, parent: Queue) -> None:
+        """Re-parent ``queue``: its subtree's use leaves the old ancestors, joins the new."""
+        old = queue.parent
+        for field in ("allocated", "waiting"):
+            amounts = tuple(getattr(queue, field).items())
+            old.add_use(field, amounts, -1)
+            parent.add_use(field, amounts, 1)
+        old.children.remove(queue)
+        parent.children.append(queue)
+        queue.parent = parent
+
     def names(self) -> str:
         return ", ".join(n for n in self.queues if n != ROOT)
 
-    def check_submit(self, name: str) -> Queue:
+    def check_submit(self, name: str, open_only: bool = True) -> Queue:
+        """The queue a submission goes to; refused unless it is a leaf (and, with
+        ``open_only``, open)."""
         queue = self.queues.get(name)
         if queue is None or name == ROOT:
             raise ValueError(f"queue {name!r} does not exist; known queues: {self.names()}")
         if queue.children:
             raise ValueError(f"queue {name!r} has child queues; submit to one of "
                              f"{', '.join(c.name for c in queue.children)}")
-        if queue.state != OPEN:
+        if open_only and queue.state != OPEN:
             raise ValueError(f"queue {name!r} is {queue.state} and accepts no new tasks; "
                              "open it first")
         return queue

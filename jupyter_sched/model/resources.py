@@ -24,7 +24,9 @@ from .quantity import (
     SCALE,
     format_bytes,
     format_units,
+    from_units,
     parse_bytes,
+    to_float,
     to_units,
 )
 
@@ -195,7 +197,7 @@ class Demand:
 
     def to_json(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {
-            name: (units // SCALE if name == MEMORY else units / SCALE)
+            name: (units // SCALE if name == MEMORY else to_float(units))
             for name, units in self.amounts
         }
         if self.gpu_memory:
@@ -213,8 +215,7 @@ def format_amount(name: str, units: int) -> str:
 def resources_to_json(amounts: Mapping[str, int]) -> dict[str, float | int]:
     """``{name: units}`` -> plain numbers (memory in bytes) for JSON and people."""
     return {
-        name: (units // SCALE if name == MEMORY else (units // SCALE if units % SCALE == 0
-                                                     else units / SCALE))
+        name: (units // SCALE if name == MEMORY else from_units(units))
         for name, units in amounts.items()
     }
 

@@ -7,7 +7,9 @@ States::
 
 ``queued`` means admitted and waiting for room; ``infeasible`` tasks go back to ``queued`` when
 a node that fits joins. A running task may go back to ``queued`` when it is preempted or retried
-after a failure. Every transition is time-stamped; every task ends in exactly one terminal state.
+after a failure; each start is a new *attempt* (1, 2, ...). Every transition is time-stamped;
+every task ends in exactly one terminal state. The transitions are one table:
+:mod:`jupyter_sched.core.transitions`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .allocation import Allocation
+from .limits import MAX_GANG_SIZE, MAX_NAME_LENGTH, check_count, check_name, check_seconds
 from .resources import Demand
 
 PENDING = "pending"
@@ -49,12 +52,16 @@ class TaskSpec:
     preemptible: bool = False
 
     def check(self) -> None:
+        if not (isinstance(self.id, str) and isinstance(self.name, str)
+                and len(self.id) <= MAX_NAME_LENGTH >= len(self.name)):
+            check_name(self.id, "task id")  # (checked at once above: once per task, hot)
+            check_name(self.name, "task name")
         if self.target not in TARGETS:
             raise ValueError(f"target {self.target!r} is not one of {', '.join(TARGETS)}")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise ValueError(f"priority {self.priority!r} must be a whole number")
-        if self.time_limit is not None and not (self.time_limit > 0):
-            raise ValueError(f"time limit {self.time_limit!r} must be a positive number of seconds")
+        if self.time_limit is not None:
+            check_seconds(self.time_limit, "time limit", zero=False)
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ValueError(f"retries {self.retries!r} must be a whole number, 0 or more")
 
@@ -79,8 +86,10 @@ class GangSpec:
         return self.size if self.min is None else self.min
 
     def check(self) -> None:
+        check_name(self.name, "gang name")
         if not isinstance(self.size, int) or self.size < 1:
             raise ValueError(f"gang {self.name!r}: size {self.size!r} must be a whole number >= 1")
+        check_count(self.size, MAX_GANG_SIZE, f"gang {self.name!r}: size")
         if not 1 <= self.min_members <= self.size:
             raise ValueError(
                 f"gang {self.name!r}: min {self.min!r} must be between 1 and the size {self.size}"
@@ -92,9 +101,13 @@ class GangSpec:
 
 
 class Gang:
-    """A gang in the core: its members and whether it is still alive."""
+    """A gang in the core: its members and whether it is still alive.
 
-    __slots__ = ("members", "reason", "seq", "spec", "started", "state")
+    The member counts by outcome are kept as members end, so that a gang's end is known
+    without walking its members at each one (cancelling a gang is linear in its size)."""
+
+    __slots__ = ("members", "n_done", "n_ended", "n_failed", "reason", "seq", "spec", "started",
+                 "state")
 
     def __init__(self, spec: GangSpec, members: list[Task], seq: int) -> None:
         self.spec = spec
@@ -103,13 +116,11 @@ class Gang:
         self.started = False
         self.reason = ""
         self.seq = seq
+        self.n_ended = self.n_done = self.n_failed = 0
 
     @property
     def name(self) -> str:
         return self.spec.name
-
-    def running(self) -> list[Task]:
-        return [m for m in self.members if m.state == RUNNING]
 
 
 class Task:
@@ -117,10 +128,12 @@ class Task:
 
     __slots__ = (
         "allocation",
-        "attempts",
+        "attempt",
+        "failures",
         "gang",
         "klass",
         "node",
+        "preemptions",
         "rank",
         "reason",
         "seq",
@@ -145,8 +158,10 @@ class Task:
         self.gang: Gang | None = None
         self.rank: int | None = None
         self.world_size: int | None = None
-        self.attempts = 0
-        # set while a Cancel/Preempt instruction is out and the executor has not confirmed
+        self.attempt = 0       # the latest start's number (1, 2, ...); 0 before the first
+        self.failures = 0      # failed attempts (what retries are spent on)
+        self.preemptions = 0   # attempts ended by preemption (they spend no retry)
+        # why a Stop/Preempt is out (cancel, timeout, gang, preempt) until the attempt ends
         self.stopping: str | None = None
         self.started_at: float | None = None
         # the scheduling class (priority and placement constraints), set by the core

@@ -14,7 +14,7 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from ..model.quantity import SCALE
+from ..model.quantity import SCALE, to_float, units_to_shares
 from ..model.resources import MEMORY, Demand, resources_to_json
 from ..model.tasks import INFEASIBLE, PENDING, QUEUED, RUNNING, TERMINAL
 
@@ -118,8 +118,7 @@ def task_view(task: Task, position: int | None = None) -> TaskView:
     allocation = task.allocation
     devices = {}
     if allocation is not None:
-        devices = {name: {i: u / SCALE for i, u in sorted(shares.items())}
-                   for name, shares in allocation.devices.items()}
+        devices = units_to_shares(allocation.devices)
     ended = task.times[-1][1] if task.state in TERMINAL else None
     return TaskView(
         id=task.id, name=spec.name, state=task.state, reason=task.reason, queue=spec.queue,
@@ -168,7 +167,7 @@ def _node_view(node, live: dict) -> NodeView:
         for index in sorted(gpus.free):
             used = live.get((node.name, index), {})
             devices.append(DeviceView(
-                index=index, allocated=(SCALE - gpus.free[index]) / SCALE, model=model,
+                index=index, allocated=to_float(SCALE - gpus.free[index]), model=model,
                 memory=gpus.memory.get(index), declared=gpus.declared,
                 utilization=used.get("utilization"), memory_used=used.get("memory_used"),
             ))

@@ -3,8 +3,9 @@
 1. Order the open and draining queues that have waiting work by priority, then share (the
    least-served first: allocated / deserved, Volcano's proportion), then name.
 2. From the first queue take its best class of jobs: priority, then the age of the class's head.
-3. Place the head job: a task on the first node the node order accepts; a gang through a
-   statement that commits only with at least ``min`` members placed.
+3. Check the head job against its queue's capability (:func:`.capability.admit`, the check
+   backfill and preempt make too), then place it: a task on the first node the node order
+   accepts; a gang through a statement that commits only with at least ``min`` members placed.
 4. Placed: the queue's share grows; back to 1. Not placed: the class is skipped for the rest of
    the cycle (its other jobs would fail the same way), and if the head job has waited past
    ``reservation_after`` it gets a reservation, so a stream of small tasks cannot starve it.
@@ -17,7 +18,8 @@ import heapq
 
 from ...model.queues import CLOSED
 from ...model.tasks import Gang, Task
-from ..jobs import job_spec
+from ..jobs import job_key, job_spec, waits
+from ..plugins.capability import Room, admit
 from ..plugins.gang import place_gang
 from ..session import Session
 
@@ -42,22 +44,13 @@ def run(session: Session) -> None:
             if alone:
                 break
             continue
-        gang = isinstance(job, Gang)
-        key = ("gang", job.seq) if gang else job.klass
-        fifo = queue.classes[key]
-        placed = False
-        room = over = None
+        key = job_key(job)
+        over = room = None
         if capped[name]:
-            spec = job_spec(job)
-            if gang:
-                room = queue.room_for(spec.demand.as_dict())
-                over = None if room is None or room >= job.spec.min_members else "capability"
-            else:
-                over = queue.fits_capability(spec.demand.as_dict())
-        if over is None:
-            placed = try_place(session, job, limit=room)
+            over, room = admit(queue, job)
+        placed = over is None and try_place(session, job, room=room)
         if placed:
-            fifo.popleft()
+            queue.classes[key].popleft()
             _push_class(classes, queue, key)
         else:
             session.failed[key] = job
@@ -72,17 +65,27 @@ def run(session: Session) -> None:
 
 
 def try_place(session: Session, job: Task | Gang, easy: bool = False,
-              limit: int | None = None) -> bool:
-    """Place a job now; ``limit`` caps how many gang members its queue has room for."""
+              room: Room | None = None) -> bool:
+    """Place a job now; ``room`` is what its queue's capability has left (None: no limit)."""
     if isinstance(job, Gang):
-        return place_gang(session, job, easy, limit)
-    return session.place_task(job, easy)
+        return place_gang(session, job, easy, room)
+    return session.place_task(job, easy, room)
+
+
+def live_head(fifo):
+    """The first job of a class FIFO that still waits; cancelled or started jobs before it are
+    dropped (FIFOs are cleaned lazily)."""
+    while fifo:
+        if waits(fifo[0]):
+            return fifo[0]
+        fifo.popleft()
+    return None
 
 
 def _class_heap(queue) -> list:
     heap = []
     for key, fifo in queue.classes.items():
-        head = _live_head(fifo)
+        head = live_head(fifo)
         if head is not None:
             heap.append((-job_spec(head).priority, head.seq, key))
     heapq.heapify(heap)
@@ -91,7 +94,7 @@ def _class_heap(queue) -> list:
 
 def _push_class(classes: list, queue, key: tuple) -> None:
     fifo = queue.classes.get(key)
-    head = _live_head(fifo) if fifo is not None else None
+    head = live_head(fifo) if fifo is not None else None
     if head is None:
         queue.classes.pop(key, None)
         return
@@ -102,26 +105,13 @@ def _next_job(queue, classes: list, session: Session):
     while classes:
         _, _, key = heapq.heappop(classes)
         fifo = queue.classes.get(key)
-        head = _live_head(fifo) if fifo is not None else None
+        head = live_head(fifo) if fifo is not None else None
         if head is None:
             queue.classes.pop(key, None)
             continue
         if key in session.failed:
             continue
         return head
-    return None
-
-
-def _live_head(fifo):
-    """Drop cancelled or started jobs from the front (FIFOs are cleaned lazily)."""
-    while fifo:
-        job = fifo[0]
-        if isinstance(job, Gang):
-            if not job.started and all(m.state == "queued" for m in job.members):
-                return job
-        elif job.state == "queued":
-            return job
-        fifo.popleft()
     return None
 
 

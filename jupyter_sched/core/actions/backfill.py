@@ -1,9 +1,12 @@
 """Backfill: after allocate, let jobs with declared time limits use reserved resources when they
-will be done before the reservation could start (Slurm's EASY rule).
+will be done before the reservation's job could start (Slurm's EASY rule).
 
 1. Take the classes that failed in allocate, highest priority first.
-2. For each whose head job declares a time limit, place it with the EASY allowance (see
-   ``Session._easy_ok``); keep going in that class while it places.
+2. For each whose head job declares a time limit, check its queue's capability exactly as
+   allocate does (:func:`.capability.admit`), then place it with the EASY allowance: it may use
+   what a reservation holds if it ends by that reservation's shadow time (the earliest moment
+   the running tasks' declared ends free enough for the reserved job; ``Session.shadow``).
+   Keep going in that class while it places.
 
 Without time limits nothing changes here: allocate already filled every resource the
 reservations do not need.
@@ -12,8 +15,9 @@ reservations do not need.
 from __future__ import annotations
 
 from ..jobs import job_spec
+from ..plugins.capability import admit
 from ..session import Session
-from .allocate import _live_head, try_place
+from .allocate import live_head, try_place
 
 
 def run(session: Session) -> None:
@@ -28,7 +32,10 @@ def run(session: Session) -> None:
         queue = core.queues[spec.queue]
         fifo = queue.classes.get(key)
         while fifo:
-            head = _live_head(fifo)
-            if head is None or not try_place(session, head, easy=True):
+            head = live_head(fifo)
+            if head is None:
+                break
+            over, room = admit(queue, head)
+            if over is not None or not try_place(session, head, easy=True, room=room):
                 break
             fifo.popleft()

@@ -11,11 +11,13 @@ class, not once per task.
 
 from __future__ import annotations
 
-from ...model.tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task
-from ..jobs import job_class, job_spec
+from ...model.tasks import INFEASIBLE, PENDING, Gang, Task
+from ..jobs import job_class, waits
+from ..plugins.capability import why_memory_never
 from ..plugins.gang import why_gang_never
 from ..plugins.predicates import why_never
 from ..session import Session
+from ..transitions import ADMIT, NEVER, fire
 
 
 def run(session: Session) -> None:
@@ -24,19 +26,17 @@ def run(session: Session) -> None:
     if core.nodes_changed:
         cache.clear()  # what can ever fit depends on the nodes (and queue capabilities)
         _recheck(session, cache)
-    pending, core.pending = core.pending, []
-    for job in pending:
-        reason = _why_not(session, job, cache)
+    pending, core.pending = core.pending, {}
+    for job in pending.values():
         members = job.members if isinstance(job, Gang) else [job]
         if any(m.state != PENDING for m in members):
             continue
+        reason = _why_not(session, job, cache)
+        for member in members:
+            fire(core, member, NEVER if reason else ADMIT, reason)
         if reason:
-            for member in members:
-                core.transition(member, INFEASIBLE, reason)
-            core.infeasible.setdefault(job_class(job)[0], []).append(job)
+            core.list_infeasible(job)
         else:
-            for member in members:
-                core.transition(member, QUEUED)
             core.enter_waiting(job)
 
 
@@ -53,14 +53,16 @@ def _why_not(session: Session, job: Task | Gang, cache: dict[tuple, str | None])
         return cache[key]
     key = (key, spec.queue)
     if key not in cache:
-        cache[key] = queue.within_capability_ever(demand) or why_never(core.cluster, spec)
+        cache[key] = (queue.within_capability_ever(demand)
+                      or why_memory_never(queue, core.cluster, spec)
+                      or why_never(core.cluster, spec))
     return cache[key]
 
 
 def _recheck(session: Session, cache: dict[tuple, str | None]) -> None:
     core = session.core
     for key, jobs in list(core.infeasible.items()):
-        if _why_not(session, jobs[0], cache) is not None:
+        if _why_not(session, jobs.first(), cache) is not None:
             continue
         del core.infeasible[key]
         for job in jobs:
@@ -68,11 +70,11 @@ def _recheck(session: Session, cache: dict[tuple, str | None]) -> None:
             if any(m.state != INFEASIBLE for m in members):
                 continue
             for member in members:
-                core.transition(member, QUEUED)
+                fire(core, member, ADMIT)
             core.enter_waiting(job)
     for queue in core.queues.leaves():
         for key, fifo in list(queue.classes.items()):
-            alive = [j for j in fifo if _waits(j)]
+            alive = [j for j in fifo if waits(j)]
             if not alive:
                 del queue.classes[key]
                 continue
@@ -81,17 +83,7 @@ def _recheck(session: Session, cache: dict[tuple, str | None]) -> None:
                 continue
             del queue.classes[key]
             for job in alive:
-                members = job.members if isinstance(job, Gang) else [job]
-                for member in members:
-                    core._leave_waiting(member)
-                    core.transition(member, INFEASIBLE, reason)
-                core.infeasible.setdefault(key, []).append(job)
+                for member in (job.members if isinstance(job, Gang) else [job]):
+                    fire(core, member, NEVER, reason)
+                core.list_infeasible(job)
 
-
-def _waits(job: Task | Gang) -> bool:
-    if isinstance(job, Gang):
-        return all(m.state == QUEUED for m in job.members) and not job.started
-    return job.state == QUEUED
-
-
-__all__ = ["job_spec", "run"]

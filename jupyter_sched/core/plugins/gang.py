@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ...model.allocation import NodeResources
-from ...model.tasks import QUEUED, Gang, TaskSpec
+from ...model.cluster import Node, SlotSpec
+from ...model.tasks import QUEUED, RUNNING, Gang, TaskSpec
 from ..session import Session, Statement, cancel_unplaced
+from .capability import Room
 from .predicates import empty_model, node_passes
 
 if TYPE_CHECKING:
@@ -29,33 +30,36 @@ if TYPE_CHECKING:
 
 
 def place_gang(session: Session, gang: Gang, easy: bool = False,
-               limit: int | None = None) -> bool:
+               room: Room | None = None) -> bool:
+    """Place a gang now; ``room``: its queue's capability left (None: no limit)."""
     members = [m for m in gang.members if m.state == QUEUED]
     need = gang.spec.min_members - (gang.spec.size - len(members))
-    if limit is not None:
-        members = members[:limit]  # the queue's capability has room for no more
     spec = members[0].spec
-    if _place(session, gang, members, need, spec, easy):
+    if room is not None and not spec.demand.gpu_memory:
+        fits = room.copies(spec.demand.as_dict())
+        if fits is not None:
+            members = members[:fits]  # the queue's capability has room for no more
+    if _place(session, gang, members, need, spec, easy, room):
         return True
     if spec.target != "any":
         return False
     # the first member's place decided threads or engines for all: try each way explicitly
     return any(_place(session, gang, members, need, dataclasses.replace(spec, target=kind),
-                      easy) for kind in ("engines", "local"))
+                      easy, room) for kind in ("engines", "local"))
 
 
 def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpec,
-           easy: bool) -> bool:
+           easy: bool, room: Room | None) -> bool:
     strategy = gang.spec.strategy
     core = session.core
     if strategy == "strict-pack":
         for node in list(core.cluster.nodes.values()):
             if not node_passes(node, spec):
                 continue
-            statement = Statement(session)
+            statement = Statement(session, room)
             member_spec = spec
             for member in members:
-                found = session.find(member_spec, gang.seq, easy, only=node)
+                found = session.find(member_spec, gang.seq, easy, only=node, room=room)
                 if found is None:
                     break
                 statement.take(member, *found)
@@ -64,20 +68,20 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
                 return _commit(session, statement, gang)
             statement.discard()
         return False
-    statement = Statement(session)
+    statement = Statement(session, room)
     used: list = []
     for member in members:
         found = None
         if strategy == "pack":
             for node in used:
-                found = session.find(spec, gang.seq, easy, only=node)
+                found = session.find(spec, gang.seq, easy, only=node, room=room)
                 if found:
                     break
         exclude = frozenset(n.name for n in used) if strategy != "pack" else frozenset()
         if found is None:
-            found = session.find(spec, gang.seq, easy, exclude=exclude)
+            found = session.find(spec, gang.seq, easy, exclude=exclude, room=room)
         if found is None and strategy == "spread":
-            found = session.find(spec, gang.seq, easy)
+            found = session.find(spec, gang.seq, easy, room=room)
         if found is None:
             continue
         statement.take(member, *found)
@@ -103,7 +107,7 @@ def _commit(session: Session, statement: Statement, gang: Gang) -> bool:
     if not started:
         return False
     gang.started = True
-    gang.state = "running"
+    gang.state = RUNNING
     cancel_unplaced(session.core, gang, len(started))
     session.release_reservation(gang.seq)
     return True
@@ -126,14 +130,7 @@ def why_gang_never(cluster: Cluster, gang: Gang) -> str | None:
     for node in cluster.nodes.values():
         if not node_passes(node, spec):
             continue
-        model: NodeResources = empty_model(node)
-        count = 0
-        limit = need if strategy != "strict-spread" else 1
-        slots = len(node.slots) if not node.threads or spec.target == "engines" else None
-        while count < limit and (slots is None or count < slots):
-            if model.acquire(spec.demand) is None:
-                break
-            count += 1
+        count = _fits_empty(node, spec, need if strategy != "strict-spread" else 1)
         if count:
             fits_per_node.append(count)
             if _enough(strategy, fits_per_node, need):
@@ -149,3 +146,23 @@ def why_gang_never(cluster: Cluster, gang: Gang) -> str | None:
     room = sum(fits_per_node) if strategy != "strict-pack" else max(fits_per_node, default=0)
     return (f"gang {gang.name!r} needs {need} members of {spec.demand.describe()} "
             f"({strategy}); the whole cluster, empty, holds {room}")
+
+
+def _fits_empty(node: Node, spec: TaskSpec, limit: int) -> int:
+    """How many members (up to ``limit``) ``node`` could run at once with nothing else on it:
+    placed one by one on an empty copy, so engines count with the devices they can see (a
+    pinned engine only ever runs on its devices; a floating one bound by a task stays bound)."""
+    model = Node(node.name, empty_model(node), node.labels, node.kind, node.threads)
+    for slot_id, slot in node.slots.items():
+        model.add_slot(SlotSpec(slot_id, slot.binding))
+    count = 0
+    while count < limit:
+        got = model.place(spec.demand, spec.target)
+        if got is None:
+            break
+        allocation, slot_id = got
+        model.resources.take(allocation, checked=True)
+        if slot_id is not None:
+            del model.free_slots[slot_id]
+        count += 1
+    return count

@@ -5,6 +5,8 @@ from __future__ import annotations
 from ...model.allocation import NodeResources
 from ...model.cluster import Cluster, Node
 from ...model.devices import DeviceSet
+from ...model.quantity import SCALE
+from ...model.resources import GPU
 from ...model.tasks import TaskSpec
 
 
@@ -51,7 +53,7 @@ def _slot_could_see(node: Node, spec: TaskSpec) -> bool:
     """With only engines to run on, is there one whose devices could hold the GPU demand?"""
     if node.threads and spec.target != "engines":
         return True
-    gpus = spec.demand.get("GPU") // 10_000
+    gpus = spec.demand.get(GPU) // SCALE
     return any(s.binding is None or len(s.binding) >= max(gpus, 1) or not gpus
                for s in node.slots.values())
 

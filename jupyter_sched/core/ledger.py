@@ -1,0 +1,178 @@
+"""The core's books: tasks, nodes, queues, reservations, deadlines, and the bookkeeping that
+every change shares.
+
+:class:`Ledger` holds what the core knows and the small operations that keep it consistent:
+binding a task to a node and releasing it, the waiting structures, deadlines, the outbox. It
+decides nothing: the transition table (:mod:`.transitions`) says what an event does to a task,
+the actions (:mod:`.actions`) decide placements, and :class:`.state.Core` is the one door.
+The session and the actions see the core as a ``Ledger``, so nothing below ``state`` imports it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..model.cluster import Cluster, Node
+from ..model.queues import QueueTree
+from ..model.tasks import CANCELLED, DONE, FAILED, INFEASIBLE, PENDING, QUEUED, Gang, Task
+from . import events as ev
+from .jobs import job_class, job_key
+
+if TYPE_CHECKING:
+    from ..model.allocation import Allocation
+
+
+class JobSet:
+    """Jobs in arrival order, added and dropped in O(1); iterating yields the jobs."""
+
+    __slots__ = ("_jobs",)
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, Task | Gang] = {}
+
+    def add(self, job: Task | Gang) -> None:
+        self._jobs[job.seq] = job
+
+    def discard(self, job: Task | Gang) -> None:
+        self._jobs.pop(job.seq, None)
+
+    def first(self) -> Task | Gang:
+        return next(iter(self._jobs.values()))
+
+    def __iter__(self):
+        return iter(list(self._jobs.values()))
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __repr__(self) -> str:
+        return f"JobSet({list(self._jobs.values())!r})"
+
+
+class Ledger:
+    """What the core knows; changed only while the core handles events."""
+
+    def __init__(self, policy: str, reservation_after: float, preemption: bool,
+                 hybrid_threshold: float) -> None:
+        self.policy = policy
+        self.reservation_after = reservation_after
+        self.preemption = preemption
+        self.hybrid_threshold = hybrid_threshold
+        self.now = 0.0
+        self.cluster = Cluster()
+        self.queues = QueueTree()
+        self.tasks: dict[str, Task] = {}
+        self.running: dict[str, Task] = {}
+        self.pending: dict[int, Task | Gang] = {}   # submitted, not yet through enqueue
+        self.infeasible: dict[tuple, JobSet] = {}    # class key -> jobs nothing can host
+        self.reservations: dict[int, object] = {}    # job seq -> Reservation
+        # (end of the time limit, task seq, task id, attempt): a deadline is an attempt's
+        self.deadlines: list[tuple[float, int, str, int]] = []
+        self.preemptible_on: dict[str, int] = {}     # node -> running preemptible tasks there
+        self.nodes_changed = False
+        self.feasibility: dict[tuple, str | None] = {}  # job class -> why it can never run
+        self.ended: dict[str, int] = {DONE: 0, FAILED: 0, CANCELLED: 0}  # all time, per state
+        self.stale_reports = 0  # executor reports about attempts that were no longer current
+        self._seq = 0
+        self._out: list[ev.Instruction] = []
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def emit(self, instruction: ev.Instruction) -> None:
+        self._out.append(instruction)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def bind(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
+        """The bookkeeping of a start: the task holds ``allocation`` (already taken from the
+        node) and ``slot``, and its queue counts it."""
+        task.node = node.name
+        task.slot = slot
+        task.allocation = allocation
+        node.tasks[task.id] = None
+        if slot is not None:
+            s = node.slots[slot]
+            s.task = task.id
+            del node.free_slots[slot]
+            gpus = allocation.devices.get("GPU")
+            if s.binding is None and gpus:
+                s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
+        queue = self.queues[task.spec.queue]
+        queue.start_use(task.spec.demand.amounts, allocation.amounts.items())
+        self.running[task.id] = task
+        if task.spec.preemptible and task.gang is None:
+            self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
+
+    def release(self, task: Task) -> None:
+        """Give back what a task holds: node resources, engine slot, its queue's count."""
+        node = self.cluster.nodes.get(task.node)
+        allocation = task.allocation
+        if node is not None and allocation is not None:
+            node.resources.release(allocation)
+            node.tasks.pop(task.id, None)
+            if task.slot is not None and task.slot in node.slots:
+                node.slots[task.slot].task = None
+                node.free_slots[task.slot] = None
+            self.cluster.refresh(node)
+            if task.spec.preemptible and task.gang is None:
+                left = self.preemptible_on[node.name] - 1
+                if left:
+                    self.preemptible_on[node.name] = left
+                else:
+                    del self.preemptible_on[node.name]
+        if allocation is not None:
+            queue = self.queues[task.spec.queue]
+            queue.add_use("allocated", allocation.amounts.items(), -1)
+            queue.running -= 1
+        self.running.pop(task.id, None)
+        task.allocation = None
+
+    def push_deadline(self, task: Task) -> None:
+        end = self.now + task.spec.time_limit
+        heapq.heappush(self.deadlines, (end, task.seq, task.id, task.attempt))
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def enter_waiting(self, job: Task | Gang) -> None:
+        """Put a job (already QUEUED) in its queue's class FIFO."""
+        if isinstance(job, Gang):
+            key, spec, demand = job_class(job)
+            pairs = demand.items()
+        else:
+            key, spec = job.klass, job.spec
+            pairs = spec.demand.amounts
+        queue = self.queues[spec.queue]
+        fifo = queue.classes.get(key)
+        if fifo is None:
+            fifo = queue.classes[key] = deque()
+        fifo.append(job)
+        queue.add_use("waiting", pairs, 1)
+
+    def list_infeasible(self, job: Task | Gang) -> None:
+        jobs = self.infeasible.get(job_key(job))
+        if jobs is None:
+            jobs = self.infeasible[job_key(job)] = JobSet()
+        jobs.add(job)
+
+    def leave_waiting(self, task: Task) -> None:
+        """A waiting task stops waiting: its demand leaves its queue's waiting sum, its job
+        leaves the pending or infeasible list (O(1), and once for all members of a gang).
+        Queue FIFOs are cleaned lazily (:func:`.jobs.waits`)."""
+        if task.state == QUEUED:
+            queue = self.queues[task.spec.queue]
+            queue.add_use("waiting", task.spec.demand.amounts, -1)
+            return
+        job = task.gang or task
+        if task.state == PENDING:
+            self.pending.pop(job.seq, None)
+        elif task.state == INFEASIBLE:
+            key = job_key(job)
+            jobs = self.infeasible.get(key)
+            if jobs is not None:
+                jobs.discard(job)
+                if not jobs:
+                    del self.infeasible[key]

@@ -1,0 +1,280 @@
+"""Task states and events: the one table every change of a task's state follows.
+
+A row is a task's *phase*: its state, or ``stopping`` for a running task with a ``Stop`` or
+``Preempt`` out (it still holds its resources until its executor reports; outside the core it
+reads ``running``). A column is a *stimulus*: an executor's report on the current attempt
+(``finished``, ``failed``, ``lost``, ``stopped``), the user's ``cancel``, the clock
+(``timeout``), or a decision of the cycle (``admit``, ``never``, ``place``, ``preempt``...).
+:func:`fire` looks the pair up in :data:`TABLE` and applies its rule; a pair that is not in the
+table raises :class:`InvalidTransition`, and so does a rule that ends in a state its row does
+not name. ``docs/architecture.md`` shows the same table (:func:`markdown` writes it, and a
+test checks that the two agree).
+
+The promises the table keeps:
+
+* a report about an attempt that is not the task's current one never gets here (the core
+  counts it as stale and changes nothing), and terminal states are final;
+* a success reported after a ``Stop``/``Preempt`` went out is a success (``done``);
+* otherwise, once a stop is out, the reason for it decides the outcome: a preemption
+  re-queues without spending a retry, a time limit fails, a cancel (the user's, or a failed
+  gang's) cancels, even when the node is lost before the executor confirms;
+* a failure spends a retry; a gang member's failure fails the gang (gangs are not retried).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..model.tasks import (
+    CANCELLED,
+    DONE,
+    FAILED,
+    INFEASIBLE,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    TERMINAL,
+    Gang,
+    Task,
+)
+from . import events as ev
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
+
+STOPPING = "stopping"
+
+# stimuli: what happens to a task
+ADMIT = "admit"              # enqueue: its queue and some node could hold it some day
+NEVER = "never"              # enqueue: no node (or its queue's capability) could ever hold it
+REJECT = "reject"            # submitted with on_closed="cancel" to a queue that is not open
+PLACE = "place"              # allocate or backfill placed it
+CANCEL = "cancel"            # the user's Cancel
+FINISH = "finished"          # Finished, for its current attempt
+FAIL = "failed"              # Failed, for its current attempt
+LOSE = "lost"                # Failed(lost=True), or its node or engine went away
+STOPPED = "stopped"          # Stopped, for its current attempt
+TIMEOUT = "timeout"          # a Tick past its current attempt's time limit
+PREEMPT = "preempt"          # preempt chose it as a victim
+GANG_FAILED = "gang-failed"  # another member of its gang failed
+GANG_SHORT = "gang-short"    # its gang started with fewer members than its size, not it
+
+# why a stop is out (Task.stopping)
+BY_CANCEL, BY_TIMEOUT, BY_GANG, BY_PREEMPT = "cancel", "timeout", "gang", "preempt"
+
+
+class InvalidTransition(RuntimeError):
+    pass
+
+
+# Where a task starts: (node, allocation, slot, gang), gang None or (gang name, rank, world
+# size, master node). A plain tuple: one is made per placement, on the core's hottest path.
+Placement = tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    to: tuple[str, ...]   # the phases the rule may end in
+    sends: str            # the instructions it sends, in words (for the docs)
+    note: str             # when and why, in words (for the docs)
+    apply: Callable[[Ledger, Task, Any], None]
+
+
+def phase(task: Task) -> str:
+    """A task's row in the table: its state, or ``stopping``."""
+    return task.state if task.stopping is None else STOPPING
+
+
+def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
+    """Apply the rule for ``task``'s phase and ``stimulus``; ``detail`` is the rule's input
+    (a reason, an error, a :data:`Placement`, the preempting task)."""
+    start = task.state if task.stopping is None else STOPPING  # phase(), inlined (hot)
+    try:
+        rule = TABLE[start, stimulus]
+    except KeyError:
+        raise InvalidTransition(
+            f"{task.id}: nothing takes a task from {start} on {stimulus}") from None
+    rule.apply(led, task, detail)
+    end = task.state if task.stopping is None else STOPPING
+    if end not in rule.to:
+        raise InvalidTransition(f"{task.id}: {start} on {stimulus} ended in {end}, "
+                                f"not in {rule.to}")
+
+
+# -- the rules -----------------------------------------------------------------------------
+
+
+def _enter(led: Ledger, task: Task, state: str, reason: str = "") -> None:
+    """The one place a task's state is written: time-stamped, ends counted."""
+    task.state = state
+    task.reason = reason
+    task.times.append((state, led.now))
+    if state in TERMINAL:
+        led.ended[state] += 1
+        if task.gang is not None:
+            _member_ended(task.gang, state)
+
+
+def _member_ended(gang: Gang, state: str) -> None:
+    gang.n_ended += 1
+    gang.n_done += state == DONE
+    gang.n_failed += state == FAILED
+    if gang.n_ended == len(gang.members):
+        gang.state = FAILED if gang.n_failed else (
+            DONE if gang.n_done == gang.n_ended else CANCELLED)
+
+
+def _admit(led, task, _) -> None:
+    _enter(led, task, QUEUED)
+
+
+def _never(led, task, reason: str) -> None:
+    led.leave_waiting(task)
+    _enter(led, task, INFEASIBLE, reason)
+
+
+def _cancel_waiting(led, task, reason: str) -> None:
+    led.leave_waiting(task)
+    _enter(led, task, CANCELLED, reason)
+
+
+def _place(led, task, placement: Placement) -> None:
+    node, allocation, slot, gang = placement
+    led.bind(task, node, allocation, slot)
+    task.attempt += 1
+    task.started_at = led.now
+    _enter(led, task, RUNNING)
+    if task.spec.time_limit is not None:
+        led.push_deadline(task)
+    if gang is None:
+        start = ev.Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt)
+    else:
+        start = ev.Start(task.id, node.name, slot, allocation.devices, *gang,
+                         attempt=task.attempt)
+    led.emit(start)
+
+
+def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:
+    def stop(led, task, reason: str) -> None:
+        task.stopping = how
+        task.reason = reason
+        led.emit(ev.Stop(task.id, reason, task.attempt))
+    return stop
+
+
+def _preempt(led, task, by: Task) -> None:
+    task.stopping = BY_PREEMPT
+    task.reason = f"preempted by {by.id}"
+    led.emit(ev.Preempt(task.id, by.id, task.attempt))
+
+
+def _cancel_stopping(led, task, reason: str) -> None:
+    if task.stopping == BY_PREEMPT:  # it would be re-queued: the user wants it over
+        task.stopping = BY_CANCEL
+        task.reason = reason
+
+
+def _done(led, task, _) -> None:
+    led.release(task)
+    task.stopping = None
+    _enter(led, task, DONE)
+
+
+def _fail(led, task, error: str) -> None:
+    led.release(task)
+    task.failures += 1
+    gang = task.gang
+    if gang is None and task.failures <= task.spec.retries:
+        _requeue(led, task, f"retrying after: {error}")
+        return
+    _enter(led, task, FAILED, error)
+    if gang is not None:
+        gang.state = FAILED
+        gang.reason = f"member {task.id} failed: {error}"
+        why = f"gang {gang.name!r}: {task.id} failed"
+        for member in gang.members:
+            if member is not task:
+                fire(led, member, GANG_FAILED, why)
+
+
+def _end_stopping(led, task, _) -> None:
+    """The attempt ended while a stop was out (and not with a success): the stop decides."""
+    how = task.stopping
+    led.release(task)
+    task.stopping = None
+    if how == BY_PREEMPT:
+        task.preemptions += 1
+        _requeue(led, task, task.reason)
+    elif how == BY_TIMEOUT:
+        _enter(led, task, FAILED, task.reason)
+    else:
+        _enter(led, task, CANCELLED, task.reason or "cancelled")
+
+
+def _requeue(led, task, reason: str) -> None:
+    task.node = task.slot = None
+    _enter(led, task, QUEUED, reason)
+    led.enter_waiting(task)
+
+
+def _nothing(led, task, _) -> None:
+    pass
+
+
+# -- the table -----------------------------------------------------------------------------
+
+_SAME = "unchanged"
+_ENDS = "queued (a retry left, not in a gang) or failed"
+_GANG_STOP = "a failed member: Stop to the gang's other running members"
+_BY_STOP = ("the stop decides: queued for a preemption (no retry spent), failed for a time "
+            "limit, cancelled for a cancel or a failed gang")
+
+TABLE: dict[tuple[str, str], Rule] = {
+    (PENDING, ADMIT): Rule((QUEUED,), "", "its queue and some node could hold it", _admit),
+    (PENDING, NEVER): Rule((INFEASIBLE,), "", "the reason names the resource and the best "
+                           "node's shortfall, or the queue's capability", _never),
+    (PENDING, REJECT): Rule((CANCELLED,), "", "the reason names the queue", _cancel_waiting),
+    (PENDING, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
+    (QUEUED, PLACE): Rule((RUNNING,), "Start", "a new attempt; its time limit starts",
+                          _place),
+    (QUEUED, NEVER): Rule((INFEASIBLE,), "", "nodes changed", _never),
+    (QUEUED, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
+    (QUEUED, GANG_SHORT): Rule((CANCELLED,), "", "its gang started with at least min "
+                               "members, not this one", _cancel_waiting),
+    (INFEASIBLE, ADMIT): Rule((QUEUED,), "", "a node that fits joined", _admit),
+    (INFEASIBLE, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
+    (RUNNING, FINISH): Rule((DONE,), "", "", _done),
+    (RUNNING, FAIL): Rule((QUEUED, FAILED), _GANG_STOP, _ENDS, _fail),
+    (RUNNING, LOSE): Rule((QUEUED, FAILED), _GANG_STOP, _ENDS, _fail),
+    (RUNNING, STOPPED): Rule((QUEUED, FAILED), _GANG_STOP, "its executor stopped it unasked: "
+                             "a failure; " + _ENDS, _fail),
+    (RUNNING, CANCEL): Rule((STOPPING,), "Stop", "it keeps its resources until the "
+                            "executor reports", _stop_for(BY_CANCEL)),
+    (RUNNING, TIMEOUT): Rule((STOPPING,), "Stop", "", _stop_for(BY_TIMEOUT)),
+    (RUNNING, PREEMPT): Rule((STOPPING,), "Preempt", "", _preempt),
+    (RUNNING, GANG_FAILED): Rule((STOPPING,), "Stop", "", _stop_for(BY_GANG)),
+    (STOPPING, FINISH): Rule((DONE,), "", "a success is a success, its result kept", _done),
+    (STOPPING, FAIL): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
+    (STOPPING, LOSE): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
+    (STOPPING, STOPPED): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
+    (STOPPING, CANCEL): Rule((STOPPING,), "", "a preemption becomes a cancel (it will not be "
+                             "re-queued); other stops keep their reason", _cancel_stopping),
+    (STOPPING, TIMEOUT): Rule((STOPPING,), "", "already being stopped", _nothing),
+    (STOPPING, GANG_FAILED): Rule((STOPPING,), "", "already being stopped", _nothing),
+    **{(state, stimulus): Rule((state,), "", "terminal states are final", _nothing)
+       for state in (DONE, FAILED, CANCELLED) for stimulus in (CANCEL, GANG_FAILED)},
+}
+"""(phase, stimulus) -> rule. Reports (finished, failed, lost, stopped) reach only running and
+stopping tasks: about any other task, or another attempt, they are stale and change nothing."""
+
+
+def markdown() -> str:
+    """The table as docs/architecture.md shows it."""
+    rows = ["| State | Event | New state | Instructions | Notes |", "|---|---|---|---|---|"]
+    for (state, stimulus), rule in TABLE.items():
+        to = _SAME if rule.to == (state,) else " / ".join(rule.to)
+        rows.append(f"| {state} | {stimulus} | {to} | {rule.sends or '-'} | "
+                    f"{rule.note or '-'} |")
+    return "\n".join(rows)
