@@ -46,15 +46,15 @@ class Cancel:
     reason: str = "cancelled by the user"
 
 
-# The executors' reports name the attempt they report on. ``attempt=None`` means "the current
-# attempt": a transitional default while the executors learn to send the number from their
-# ``Start``; a report with a number that is not the current attempt changes nothing.
+# The executors' reports name the attempt they report on (the ``attempt`` of the ``Start`` they
+# carried out; every executor sends it). A report with a number that is not the current attempt
+# changes nothing. ``attempt=None`` means "the current attempt", for tests and hand-driven cores.
 
 
 @dataclass(frozen=True, slots=True)
 class Finished:
     """The attempt ended well (also when a Stop or Preempt for it was out: a success is a
-    success). ``attempt``: see above (None, for now, means the current one)."""
+    success). ``attempt``: see above (None means the current one)."""
 
     task: str
     attempt: int | None = field(default=None, kw_only=True)
@@ -63,7 +63,7 @@ class Finished:
 @dataclass(frozen=True, slots=True)
 class Failed:
     """The task raised, its engine died, or it could not be started. ``attempt``: see above
-    (None, for now, means the current one)."""
+    (None means the current one)."""
 
     task: str
     error: str
@@ -74,7 +74,7 @@ class Failed:
 @dataclass(frozen=True, slots=True)
 class Stopped:
     """An executor confirms a Stop or Preempt: the attempt no longer runs. ``attempt``: see
-    above (None, for now, means the current one)."""
+    above (None means the current one)."""
 
     task: str
     attempt: int | None = field(default=None, kw_only=True)

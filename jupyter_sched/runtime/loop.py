@@ -38,6 +38,7 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from ..core import events as ev
+from ..core.state import Refused
 from ..executors.base import Executor, TaskRecord
 from ..executors.local.output import TaskOutput
 from ..views import snapshot as snapshots
@@ -317,27 +318,38 @@ class RuntimeLoop(Records):
             self._note(event, touched)
         try:
             out = core.handle(*batch, *request.events)
-        except Exception as exc:
+        except Refused as exc:  # some events refused, each before it changed anything
             request.error = exc
-            for record in request.records:
-                self._records.pop(record.id, None)
-                self._live_records.pop(record.id, None)
-                self._handles.pop(record.id, None)
-                touched.discard(record.id)
-            if not isinstance(exc, ValueError):
-                log.exception("the scheduling core failed on %r", request.events)
+            refused = {spec.id for event, _ in exc.refused if isinstance(event, ev.Submit)
+                       for spec in event.tasks}
+            self._forget_records(request, refused, touched)
+            out = exc.take()  # what the accepted rest of the batch decided, exactly once
+        except Exception as exc:  # a bug in the core: nothing of the request is kept
+            request.error = exc
+            self._forget_records(request, {r.id for r in request.records}, touched)
+            log.exception("the scheduling core failed on %r", request.events)
             return core.handle() if batch else []
-        if request.after is not None:
+        if request.after is not None and request.error is None:
             try:
                 request.after(core)
             except Exception:
                 log.exception("after %r", request.events)
         now = core.now
         for record in request.records:
+            if record.id not in self._records:
+                continue
             record.submitted = now
             if record.name:
                 self._by_name[record.name] = record.id
         return out
+
+    def _forget_records(self, request: _Request, ids: set, touched: set) -> None:
+        for record in request.records:
+            if record.id in ids:
+                self._records.pop(record.id, None)
+                self._live_records.pop(record.id, None)
+                self._handles.pop(record.id, None)
+                touched.discard(record.id)
 
     def _note(self, event: Any, touched: set) -> None:
         """Tasks an event may end or move, noted before the core handles it."""

@@ -67,18 +67,20 @@ class Records:
             executor = self._executor_for(instruction)
             if executor is None:
                 self.report(ev.Failed(instruction.task, f"no executor runs engine slot "
-                                      f"{instruction.slot!r} on {instruction.node!r}"))
+                                      f"{instruction.slot!r} on {instruction.node!r}",
+                                      attempt=instruction.attempt))
                 return
             try:
                 executor.start(instruction, record)
             except Exception as exc:
                 log.exception("could not start %s", instruction.task)
-                self.report(ev.Failed(instruction.task, f"could not start: {exc}"))
+                self.report(ev.Failed(instruction.task, f"could not start: {exc}",
+                                      attempt=instruction.attempt))
         else:  # Stop or Preempt
             reason = getattr(instruction, "reason", None) or f"preempted by {instruction.by}"
             executor = self._executor_for(record.start) if record.start else None
             if executor is None:
-                self.report(ev.Stopped(instruction.task))
+                self.report(ev.Stopped(instruction.task, attempt=instruction.attempt))
                 return
             try:
                 executor.stop(instruction.task, reason)

@@ -392,10 +392,12 @@ class Scheduler(RuntimeLoop, Configurable):
             self._local.visible = submission.visible_devices(host)
         return host
 
-    def set_queue(self, name: str, parent: str = "root", weight: int | None = None,
+    def set_queue(self, name: str, parent: str | None = None, weight: int | None = None,
                   capability: object = None, guarantee: object = None,
                   priority: int | None = None, state: str | None = None) -> None:
-        """Create or change a queue; ``capability``/``guarantee`` are resource specs."""
+        """Create or change a queue; ``capability``/``guarantee`` are resource specs. A new
+        queue goes under ``parent`` (``root`` when None); an existing one moves there when
+        ``parent`` is given, and stays where it is when it is None."""
         cap = parse_resources(capability) if capability is not None else None
         guar = parse_resources(guarantee) if guarantee is not None else None
         self._request([ev.QueueSet(name, parent, weight, cap, guar, priority, state)])
@@ -453,10 +455,14 @@ class Scheduler(RuntimeLoop, Configurable):
         self._queue.put(event)
 
     def complete(self, task_id: str, result: Any = None, error: BaseException | None = None,
-                 traceback_text: str = "") -> None:
-        """Set a task's outcome on its record (before reporting ``Finished``/``Failed``)."""
+                 traceback_text: str = "", attempt: int | None = None) -> None:
+        """Set a task's outcome on its record (before reporting ``Finished``/``Failed``). An
+        outcome of an attempt that is no longer the record's is dropped, like its report."""
         record = self._records.get(task_id)
         if record is None:
+            return
+        start = record.start
+        if attempt is not None and start is not None and start.attempt != attempt:
             return
         record.result = result
         record.error = error

@@ -66,14 +66,16 @@ class DispatchMixin:
             if engine is None or not engine.alive or self._closed:
                 where = f"engine slot {start.slot!r} on {start.node!r}"
                 out.fail(start.task, EngineLost(f"{where} is gone"),
-                         f"{where} went away before the task started", lost=True)
+                         f"{where} went away before the task started", lost=True,
+                         attempt=start.attempt)
             else:
                 run = _Run(start.task, engine, task, start)
                 try:
                     run.env, meta = self._environment(run)
                     run.call = self._call(run, meta)
                 except Exception as err:
-                    out.fail(start.task, err, f"{type(err).__name__}: {err}")
+                    out.fail(start.task, err, f"{type(err).__name__}: {err}",
+                             attempt=start.attempt)
                 else:
                     engine.task = start.task
                     self._runs[start.task] = run
@@ -173,7 +175,7 @@ class DispatchMixin:
         except Exception as err:
             self._forget(run)
             out.fail(run.task, err, f"could not send the task to engine {engine.eid}: "
-                     f"{type(err).__name__}: {err}")
+                     f"{type(err).__name__}: {err}", attempt=run.start.attempt)
 
     def _send_later(self, run: _Run) -> None:
         out = _Outbox(self.runtime)
@@ -234,14 +236,15 @@ class DispatchMixin:
 
     def _settle(self, run: _Run, reply: Any) -> None:
         """Outcome and event for a finished call (no lock held)."""
-        runtime, task_id = self.runtime, run.task
+        runtime, task_id, attempt = self.runtime, run.task, run.start.attempt
         if isinstance(reply, BaseException):  # aborted, or ipyparallel could not run it
             if run.stopping is not None:
-                runtime.report(ev.Stopped(task_id))
+                runtime.report(ev.Stopped(task_id, attempt=attempt))
                 return
             summary = f"{type(reply).__name__}: {reply}"
-            runtime.complete(task_id, error=reply, traceback_text=_remote_tb(reply))
-            runtime.report(ev.Failed(task_id, summary))
+            runtime.complete(task_id, error=reply, traceback_text=_remote_tb(reply),
+                             attempt=attempt)
+            runtime.report(ev.Failed(task_id, summary, attempt=attempt))
             return
         status, head, data, *buffers = reply
         work = run.record.work
@@ -250,20 +253,21 @@ class DispatchMixin:
         except Exception as err:
             summary = (f"what engine {run.engine.eid} sent back cannot be read here: "
                        f"{type(err).__name__}: {err}")
-            runtime.complete(task_id, error=RemoteTaskError(summary))
-            runtime.report(ev.Failed(task_id, summary))
+            runtime.complete(task_id, error=RemoteTaskError(summary), attempt=attempt)
+            runtime.report(ev.Failed(task_id, summary, attempt=attempt))
             return
         result = entries.pop(RESULT, None)
         self._pull_back(run, entries, head.get("notes", ()))
         if status == "ok":
-            runtime.complete(task_id, result=result)
-            runtime.report(ev.Finished(task_id))
+            runtime.complete(task_id, result=result, attempt=attempt)
+            runtime.report(ev.Finished(task_id, attempt=attempt))
         elif run.stopping is not None:
-            runtime.report(ev.Stopped(task_id))
+            runtime.report(ev.Stopped(task_id, attempt=attempt))
         else:
             error = _read_error(head, run)
-            runtime.complete(task_id, error=error, traceback_text=head["traceback"])
-            runtime.report(ev.Failed(task_id, head["summary"]))
+            runtime.complete(task_id, error=error, traceback_text=head["traceback"],
+                             attempt=attempt)
+            runtime.report(ev.Failed(task_id, head["summary"], attempt=attempt))
 
     def _pull_back(self, run: _Run, values: Mapping[str, object], notes: Iterable[str]) -> None:
         work = run.record.work
@@ -297,7 +301,8 @@ class DispatchMixin:
             self._release(gang, run, out)
         elif gang.failed is not None:
             self._forget(run)
-            out.fail(run.task, RuntimeError(gang.failed), gang.failed)
+            out.fail(run.task, RuntimeError(gang.failed), gang.failed,
+                     attempt=run.start.attempt)
 
     def _ask_port(self, gang: _Gang, out: _Outbox) -> None:
         engine = gang.master
@@ -319,7 +324,8 @@ class DispatchMixin:
                     for run in gang.members:
                         if not run.done and run.future is None:
                             self._forget(run)
-                            out.fail(run.task, RuntimeError(gang.failed), gang.failed)
+                            out.fail(run.task, RuntimeError(gang.failed), gang.failed,
+                     attempt=run.start.attempt)
             else:
                 gang.port = int(reply)
                 gang.address = gang.master.info.address

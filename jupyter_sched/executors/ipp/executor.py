@@ -96,10 +96,11 @@ class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, Execu
                                           block=False)
                     self._signal(run.engine, signal.SIGINT)
                 if run.stopping is not None:
-                    out.report(ev.Stopped(run.task))
+                    out.report(ev.Stopped(run.task, attempt=run.start.attempt))
                 else:
                     out.fail(run.task, EngineLost("the engines were closed"),
-                             f"engine {run.engine.eid} was closed", lost=True)
+                             f"engine {run.engine.eid} was closed", lost=True,
+                             attempt=run.start.attempt)
             for engine in list(self._engines.values()):
                 engine.alive = False
                 if engine.death_timer is not None:

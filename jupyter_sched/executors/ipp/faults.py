@@ -57,7 +57,7 @@ class FaultsMixin:
             elif run.future is None:  # not sent yet: a gang member waiting for its port
                 run.stopping = reason
                 self._forget(run)
-                out.report(ev.Stopped(task_id))
+                out.report(ev.Stopped(task_id, attempt=run.start.attempt))
             elif run.stopping is None:
                 run.stopping = reason
                 self._interrupt(run)
@@ -122,9 +122,10 @@ class FaultsMixin:
             for run in [r for r in self._runs.values() if r.engine is engine]:
                 self._forget(run)
                 if run.stopping is not None:
-                    out.report(ev.Stopped(run.task))
+                    out.report(ev.Stopped(run.task, attempt=run.start.attempt))
                 else:
-                    out.fail(run.task, EngineLost(reason), reason, lost=True)
+                    out.fail(run.task, EngineLost(reason), reason, lost=True,
+                             attempt=run.start.attempt)
             for event in self.hosts.leave(engine.slot, reason):
                 out.report(event)
         out.send()  # (the engine's join was reported before it could be found here)

@@ -64,10 +64,10 @@ class _Outbox:
     def complete(self, task_id: str, **outcome: Any) -> None:
         self.items.append(("complete", (task_id,), outcome))
 
-    def fail(self, task_id: str, error: BaseException, summary: str, *, lost: bool = False,
-             traceback_text: str = "") -> None:
-        self.complete(task_id, error=error, traceback_text=traceback_text)
-        self.report(ev.Failed(task_id, summary, lost=lost))
+    def fail(self, task_id: str, error: BaseException, summary: str, *, attempt: int,
+             lost: bool = False, traceback_text: str = "") -> None:
+        self.complete(task_id, error=error, traceback_text=traceback_text, attempt=attempt)
+        self.report(ev.Failed(task_id, summary, lost=lost, attempt=attempt))
 
     def send(self) -> None:
         items, self.items = self.items, []

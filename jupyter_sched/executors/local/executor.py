@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 class _Job:
-    __slots__ = ("armed", "ident", "interrupted", "record", "start", "stop_reason")
+    __slots__ = ("armed", "ident", "interrupted", "ran", "record", "start", "stop_reason")
 
     def __init__(self, start: Start, record: TaskRecord) -> None:
         self.start = start
@@ -41,6 +41,7 @@ class _Job:
         self.armed = False  # the task's own code is running: an interrupt may be sent
         self.interrupted = False
         self.stop_reason: str | None = None
+        self.ran = False  # its code ran to the end (a stop asked for after that is too late)
 
 
 class _Worker:
@@ -77,7 +78,8 @@ class LocalExecutor(Executor):
         job = _Job(start, task)
         with self._lock:
             if self._closed:
-                self.runtime.report(Failed(start.task, "the local executor is closed"))
+                self.runtime.report(Failed(start.task, "the local executor is closed",
+                                           attempt=start.attempt))
                 return
             self._running[start.task] = job
             if self._idle:
@@ -191,6 +193,7 @@ class LocalExecutor(Executor):
                     stopped_early = job.stop_reason is not None
                 if not stopped_early:
                     value = call(record.work, record.id)
+                    job.ran = True
             except BaseException as exc:
                 error, tb_text = exc, format_traceback(exc)
             finally:
@@ -205,18 +208,20 @@ class LocalExecutor(Executor):
         self._finish(job, value, error, tb_text)
 
     def _finish(self, job: _Job, value: Any, error: BaseException | None, tb_text: str) -> None:
-        task_id = job.record.id
+        task_id, attempt = job.record.id, job.start.attempt
         runtime = self.runtime
         with self._lock:  # report while still listed, so that stop() never misses the end
             self._running.pop(task_id, None)
-            if job.stop_reason is not None:
-                runtime.report(Stopped(task_id))
+            if job.stop_reason is not None and not job.ran:
+                # stopped before it could end on its own; a success that beat the stop is
+                # reported as a success (the core keeps it: the work was done)
+                runtime.report(Stopped(task_id, attempt=attempt))
             elif error is not None:
-                runtime.complete(task_id, error=error, traceback_text=tb_text)
-                runtime.report(Failed(task_id, _one_line(error)))
+                runtime.complete(task_id, error=error, traceback_text=tb_text, attempt=attempt)
+                runtime.report(Failed(task_id, _one_line(error), attempt=attempt))
             else:
-                runtime.complete(task_id, result=value)
-                runtime.report(Finished(task_id))
+                runtime.complete(task_id, result=value, attempt=attempt)
+                runtime.report(Finished(task_id, attempt=attempt))
 
 
 def _one_line(error: BaseException) -> str:
