@@ -187,3 +187,18 @@ def test_node_added_is_copied_on_receipt(core):
     assert added.resources.available["GPU"] == 2 * U  # the event is not the live state
     added.resources.set_total("CPU", 0)
     assert core.cluster.nodes["n"].resources.total["CPU"] == 8 * U
+
+
+def test_a_queue_guarantee_above_its_capability_is_refused_and_changes_nothing():
+    from jupyter_sched.model.resources import parse_resources
+
+    core = Core()
+    with pytest.raises(ValueError, match="guarantee GPU=2 is more than its capability GPU=1"):
+        core.handle(ev.QueueSet("q", "root", 1, parse_resources("GPU=1"),
+                                parse_resources("GPU=2"), None, None))
+    assert "q" not in core.queues.queues
+    core.handle(ev.QueueSet("q", "root", 1, parse_resources("GPU=2"), parse_resources("GPU=1"),
+                            None, None))
+    with pytest.raises(ValueError, match=r"more than its capability GPU=0\.5"):
+        core.handle(ev.QueueSet("q", None, None, parse_resources("GPU=0.5"), None, None, None))
+    assert core.queues.queues["q"].capability == parse_resources("GPU=2")

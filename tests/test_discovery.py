@@ -388,3 +388,11 @@ def test_from_json_ignores_unknown_keys_and_rejects_garbage(nv):
 def test_host_info_is_hashable(nv):
     info = host(nv, declare="licenses=2")
     assert {info: 1}[host(nv, declare="licenses=2")] == 1
+
+
+@pytest.mark.parametrize("count", ["4097", "1000000000"])
+def test_a_declaration_beyond_the_device_bound_is_refused_before_anything_is_made(nv, count):
+    with pytest.raises(ValueError) as declared:
+        host(nv, declare=f"GPU={count}")
+    message = str(declared.value)
+    assert "at most 4,096 GPUs" in message and "GPU=" in message

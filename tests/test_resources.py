@@ -293,8 +293,6 @@ def test_demand_with_gpu_memory():
     assert demand.get(GPU) == 0
     assert not demand.is_empty
     assert Demand.parse(gpu_memory="10GiB") == Demand((), 10 * GiB)
-    # zero GPU memory next to GPU is fine: there is only one request
-    assert Demand.parse("GPU=0.5", gpu_memory=0).as_dict() == {GPU: 5000}
     assert Demand.parse("GPU=0", gpu_memory="1GiB").gpu_memory == GiB
 
 
@@ -374,3 +372,16 @@ def test_gpu_memory_share_is_the_ceiling(want, device):
     # the share holds the memory asked for, and one unit less would not
     assert share * device >= want * SCALE
     assert (share - 1) * device < want * SCALE
+
+
+@pytest.mark.parametrize("text", ["\u0661", "\uff10.\uff15", "1_000", "0_5", "\u0661.\u0665"])
+def test_amounts_are_written_in_ascii_digits_without_underscores(text):
+    with pytest.raises(ValueError) as info:
+        Demand.parse({"GPU": text})
+    assert repr(text) in str(info.value) and "ASCII digits" in str(info.value)
+
+
+@pytest.mark.parametrize("size", ["0", "0GiB", 0])
+def test_a_gpu_memory_request_of_nothing_is_refused(size):
+    with pytest.raises(ValueError, match="asks for no GPU memory"):
+        Demand.parse(None, gpu_memory=size)

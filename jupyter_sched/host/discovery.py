@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from ..model.allocation import NodeResources
 from ..model.devices import DeviceSet
+from ..model.limits import MAX_DEVICES_PER_NODE
 from ..model.quantity import SCALE, format_bytes, from_units, parse_bytes, to_units
 from ..model.resources import CPU, GPU, MEMORY, canonical_name, parse_resources, resources_to_json
 from .nvml import Nvml, NvmlDevice, load_nvml
@@ -335,6 +336,11 @@ def _parse_declare(spec: object) -> _Declared:
         elif canonical_name(name) not in amounts:
             amounts[canonical_name(name)] = 0  # declared as zero
 
+    if GPU in amounts and amounts[GPU] > MAX_DEVICES_PER_NODE * SCALE:
+        raise ValueError(
+            f"GPU={from_units(amounts[GPU])!r}: a node has at most {MAX_DEVICES_PER_NODE:,} "
+            "GPUs; declare the GPUs this host has"
+        )
     if GPU in amounts and amounts[GPU] % SCALE:
         raise ValueError(
             f"GPU={from_units(amounts[GPU])!r}: declare a whole number of GPUs "

@@ -39,6 +39,11 @@ _VALID_SUFFIXES = (
 )
 
 
+_ASCII_NUMBER = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+    re.IGNORECASE)
+
+
 def _number(value: object, name: str) -> float | int:
     """Turn ``value`` (int, float or numeric string) into a finite, non-negative number."""
     if isinstance(value, bool):
@@ -47,6 +52,12 @@ def _number(value: object, name: str) -> float | int:
         return to_float(value.units)
     if isinstance(value, str):
         text = value.strip()
+        if not _ASCII_NUMBER.fullmatch(text):  # int() and float() also take "1_000" and the
+            # digits of other scripts, which no size takes: an amount is written one way
+            raise ValueError(
+                f"{name}={value!r} is not a number; give an amount such as 1, 0.5 or '2' "
+                "(ASCII digits, no underscores)"
+            )
         try:
             number: float | int = int(text)
         except ValueError:

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from .limits import check_name
+from .quantity import to_float
 from .resources import format_amount
 
 OPEN = "open"
@@ -197,6 +198,16 @@ class QueueTree:
                              f"{', '.join(QUEUE_STATES)}")
         if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
             raise ValueError(f"queue {name!r}: priority {priority!r} must be a whole number")
+        cap = dict(capability) if capability is not None else (
+            queue.capability if queue is not None else {})
+        guar = dict(guarantee) if guarantee is not None else (
+            queue.guarantee if queue is not None else {})
+        for res, least in guar.items():
+            if res in cap and least > cap[res]:
+                raise ValueError(
+                    f"queue {name!r}: guarantee {res}={to_float(least):g} is more than its "
+                    f"capability {res}={to_float(cap[res]):g}; a queue cannot be promised "
+                    "more than it may hold")
         p = self.queues[parent]
         moving = queue is not None and queue.parent is not p
         if (queue is None or moving) and (p.classes or p.running):

@@ -159,7 +159,12 @@ class Demand:
         mem = 0
         if gpu_memory is not None:
             mem = parse_bytes(gpu_memory, "gpu_memory")
-            if mem and GPU in amounts:
+            if not mem:
+                raise ValueError(
+                    f"gpu_memory={gpu_memory!r} asks for no GPU memory; give a size such as "
+                    "'16GiB', or leave gpu_memory out to run without a GPU"
+                )
+            if GPU in amounts:
                 raise ValueError(
                     f"ask for GPU={format_units(amounts[GPU])} or gpu_memory={gpu_memory!r}, "
                     "not both: a GPU-memory request already decides the share of a device"

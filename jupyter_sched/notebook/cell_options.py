@@ -14,6 +14,7 @@ from typing import Any
 from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 
+from ..model.limits import MAX_SECONDS
 from ..model.resources import Demand
 from ..model.tasks import STRATEGIES, GangSpec
 
@@ -47,7 +48,8 @@ def _number(convert: Callable[[str], Any], rule: str, ok: Callable[[Any], bool])
 INT = _number(int, "a whole number", lambda v: True)
 COUNT = _number(int, "a whole number, 0 or more", lambda v: v >= 0)
 POSITIVE = _number(int, "a whole number, 1 or more", lambda v: v >= 1)
-SECONDS = _number(float, "a positive number of seconds", lambda v: 0 < v < float("inf"))
+SECONDS = _number(float, f"a positive number of seconds, at most {MAX_SECONDS:,.0f} (10 years)",
+                  lambda v: 0 < v <= MAX_SECONDS)
 
 
 def identifier(text: str) -> str:
