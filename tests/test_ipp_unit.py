@@ -303,8 +303,8 @@ def test_a_task_runs_and_finishes(setup):
     assert args[0][3] == ((0, 0.5),)  # the task's GPU as the engine's device 0
     assert executor.engines[0].visible == (1,)  # bound by its first GPU task
     future.set_result(reply("ok", 7))
-    assert runtime.outcomes["t1"] == {"result": 7}
-    assert runtime.events[-1] == ev.Finished("t1")
+    assert runtime.outcomes["t1"] == {"result": 7, "attempt": 1}
+    assert runtime.events[-1] == ev.Finished("t1", attempt=1)
 
 
 def test_a_failed_task_reports_its_own_exception(setup):
@@ -314,7 +314,7 @@ def test_a_failed_task_reports_its_own_exception(setup):
     client.sent[-1][4].set_result(reply("error", error=KeyError("k"), summary="KeyError: 'k'"))
     assert isinstance(runtime.outcomes["t1"]["error"], KeyError)
     assert runtime.outcomes["t1"]["traceback_text"] == "tb"
-    assert runtime.events[-1] == ev.Failed("t1", "KeyError: 'k'")
+    assert runtime.events[-1] == ev.Failed("t1", "KeyError: 'k'", attempt=1)
     executor.start(start("t2"), record("t2", fn=len))
     client.sent[-1][4].set_result(reply("error", summary="Local: x"))
     assert isinstance(runtime.outcomes["t2"]["error"], RemoteTaskError)
@@ -331,7 +331,7 @@ def test_a_cell_pushes_what_it_reads_and_pulls_what_it_sets(setup):
     with pytest.warns(RuntimeWarning, match="'lock' was not pulled back"):  # no output here
         future.set_result(reply("ok", notes=["'lock' was not pulled back"], y=2))
     assert ns["y"] == 2
-    assert runtime.events[-1] == ev.Finished("t1")
+    assert runtime.events[-1] == ev.Finished("t1", attempt=1)
 
 
 def test_a_missing_push_fails_the_task_before_it_is_sent(setup):
@@ -350,7 +350,7 @@ def test_a_start_on_a_gone_slot_fails_as_lost(setup):
     runtime, _, executor = setup
     executor.start(start(slot="e9"), record())
     assert runtime.events[-1] == ev.Failed(
-        "t1", "engine slot 'e9' on 'local' went away before the task started", lost=True)
+        "t1", "engine slot 'e9' on 'local' went away before the task started", lost=True, attempt=1)
     assert isinstance(runtime.outcomes["t1"]["error"], EngineLost)
 
 
@@ -361,7 +361,7 @@ def test_an_engine_dying_fails_its_task_as_lost_then_removes_the_slot(setup):
     died = error.RemoteError("EngineError", "Engine 0 died while running task m1", "")
     client.sent[-1][4].set_result(died)
     reason = f"engine 0 on host {LOCAL.hostname} died (exit status unknown)"
-    assert runtime.events[-2:] == [ev.Failed("t1", reason, lost=True),
+    assert runtime.events[-2:] == [ev.Failed("t1", reason, lost=True, attempt=1),
                                    ev.SlotRemoved("local", "e0", reason)]
     client.unregister(0)  # the same death, told again: nothing more
     assert runtime.events[-1] == ev.SlotRemoved("local", "e0", reason)
@@ -376,7 +376,7 @@ def test_stop_interrupts_and_reports_stopped_when_the_task_ends(setup):
     assert client.aborted == ["m1"]
     assert client.signals and client.signals[0][1] == [0]  # through the nanny: not this host
     future.set_result(reply("error", summary="KeyboardInterrupt"))
-    assert runtime.events[-1] == ev.Stopped("t1")
+    assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
     assert "t1" not in runtime.outcomes
 
 
@@ -411,7 +411,7 @@ def test_a_gang_member_stopped_while_waiting_for_the_port(setup):
     executor.start(start("t1", "e0", rank=0, **gang), record("t1", fn=len, gang_id="t1"))
     executor.start(start("t2", "e1", rank=1, **gang), record("t2", fn=len, gang_id="t1"))
     executor.stop("t2", "gang 'ddp': t1 failed")
-    assert runtime.events[-1] == ev.Stopped("t2")
+    assert runtime.events[-1] == ev.Stopped("t2", attempt=1)
     sent = len(client.sent)
     client.sent[-1][4].set_result(29500)
     assert [m[2][0][0] for m in client.sent[sent:]] == ["t1"]
@@ -428,7 +428,7 @@ def test_a_gang_member_whose_rank_0_is_not_here_fails_unsent(setup):
     assert len(client.sent) == sent
     assert runtime.events[-1] == ev.Failed(
         "t2", "gang 'ddp': its rank 0 is not on these engines (it could not start, or runs on "
-        "other engines)")
+        "other engines)", attempt=1)
     assert executor.engines[1].task is None
 
 
@@ -438,7 +438,7 @@ def test_close_fails_what_runs_and_removes_the_slots(setup):
     executor.start(start(), record(fn=len))
     executor.close()
     assert runtime.events[-2:] == [
-        ev.Failed("t1", "engine 0 was closed", lost=True),
+        ev.Failed("t1", "engine 0 was closed", lost=True, attempt=1),
         ev.SlotRemoved("local", "e0", "the engines were closed"),
     ]
     assert client.closed is False  # not its client

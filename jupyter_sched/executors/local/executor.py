@@ -212,9 +212,9 @@ class LocalExecutor(Executor):
         runtime = self.runtime
         with self._lock:  # report while still listed, so that stop() never misses the end
             self._running.pop(task_id, None)
-            if job.stop_reason is not None and not job.ran:
-                # stopped before it could end on its own; a success that beat the stop is
-                # reported as a success (the core keeps it: the work was done)
+            if job.stop_reason is not None and (job.interrupted or not job.ran):
+                # the interrupt reached it (whatever it then returned), or it never ran; a task
+                # that returned before the interrupt could land is a success (the core keeps it)
                 runtime.report(Stopped(task_id, attempt=attempt))
             elif error is not None:
                 runtime.complete(task_id, error=error, traceback_text=tb_text, attempt=attempt)
