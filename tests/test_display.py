@@ -179,3 +179,20 @@ def test_every_view_of_a_gpu_says_the_same_about_it():
     declared = snapshot.DeviceView(index=1, allocated=0.0, model="declared GPU", memory=None,
                                    declared=True, utilization=None, memory_used=None)
     assert fmt.device_details(declared) == []  # its placeholder model says nothing
+
+
+def test_a_task_whose_stop_is_out_shows_stopping_and_for_how_long():
+    sim = Simulation(stop_delay=5.0)
+    sim.add_node("n1", {"CPU": 8, "GPU": 1})
+    t = sim.submit(duration=100, resources={"GPU": 1}, name="stubborn")
+    sim.cancel(t, at=1.0)
+    sim.run(until=2.0)
+    snap = snapshot.take(sim.core)
+    (view,) = snap.running
+    assert view.state == "stopping" and view.stopping_since == 1.0
+    line = display.status_line(view, now=3.5)["text/plain"]
+    assert "stopping on n1, GPU 0: cancelled" in line and "for 2.5 s" in line
+    assert "stopping" in display.queue_bundle(snap)["text/plain"]
+    assert display.queue_bundle(snap)[display.MIME]["running"][0]["state"] == "stopping"
+    sim.run()
+    assert t.state == "cancelled"

@@ -35,6 +35,7 @@ from ..model.tasks import (
     PENDING,
     QUEUED,
     RUNNING,
+    STOPPING,
     TERMINAL,
     Gang,
     Task,
@@ -44,7 +45,6 @@ from . import events as ev
 if TYPE_CHECKING:
     from .ledger import Ledger
 
-STOPPING = "stopping"
 
 # stimuli: what happens to a task
 ADMIT = "admit"              # enqueue: its queue and some node could hold it some day
@@ -158,14 +158,14 @@ def _place(led, task, placement: Placement) -> None:
 
 def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:
     def stop(led, task, reason: str) -> None:
-        task.stopping = how
+        task.stopping, task.stopping_since = how, led.now
         task.reason = reason
         led.emit(ev.Stop(task.id, reason, task.attempt))
     return stop
 
 
 def _preempt(led, task, by: Task) -> None:
-    task.stopping = BY_PREEMPT
+    task.stopping, task.stopping_since = BY_PREEMPT, led.now
     task.reason = f"preempted by {by.id}"
     led.emit(ev.Preempt(task.id, by.id, task.attempt))
 
@@ -178,7 +178,7 @@ def _cancel_stopping(led, task, reason: str) -> None:
 
 def _done(led, task, _) -> None:
     led.release(task)
-    task.stopping = None
+    task.stopping = task.stopping_since = None
     _enter(led, task, DONE)
 
 
@@ -203,7 +203,7 @@ def _end_stopping(led, task, _) -> None:
     """The attempt ended while a stop was out (and not with a success): the stop decides."""
     how = task.stopping
     led.release(task)
-    task.stopping = None
+    task.stopping = task.stopping_since = None
     if how == BY_PREEMPT:
         task.preemptions += 1
         _requeue(led, task, task.reason)

@@ -69,6 +69,7 @@ class TaskRecord:
     gang_id: str | None = None  # the first member's task id: names one gang instance
     state: str = "pending"
     reason: str = ""
+    stopping_since: float | None = None  # a stop of the running attempt is out since (core clock)
     node: str | None = None
     slot: str | None = None
     devices: dict[str, dict[int, float]] = field(default_factory=dict)

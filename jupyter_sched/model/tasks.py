@@ -27,6 +27,7 @@ RUNNING = "running"
 DONE = "done"
 FAILED = "failed"
 CANCELLED = "cancelled"
+STOPPING = "stopping"  # not a state of its own: a running task whose stop is out, as shown
 
 TERMINAL = frozenset({DONE, FAILED, CANCELLED})
 WAITING = frozenset({PENDING, QUEUED, INFEASIBLE})
@@ -142,6 +143,7 @@ class Task:
         "started_at",
         "state",
         "stopping",
+        "stopping_since",
         "times",
         "world_size",
     )
@@ -163,6 +165,7 @@ class Task:
         self.preemptions = 0   # attempts ended by preemption (they spend no retry)
         # why a Stop/Preempt is out (cancel, timeout, gang, preempt) until the attempt ends
         self.stopping: str | None = None
+        self.stopping_since: float | None = None  # when that stop went out (core clock)
         self.started_at: float | None = None
         # the scheduling class (priority and placement constraints), set by the core
         self.klass: tuple = ()

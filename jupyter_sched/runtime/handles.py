@@ -28,7 +28,7 @@ from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import PENDING as _PENDING
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..model.tasks import CANCELLED, DONE, FAILED, RUNNING, TERMINAL
+from ..model.tasks import CANCELLED, DONE, FAILED, RUNNING, STOPPING, TERMINAL
 from ..views import display
 
 if TYPE_CHECKING:
@@ -138,7 +138,17 @@ class TaskHandle(_LightFuture):
 
     @property
     def state(self) -> str:
-        return self._record.state
+        """As the core sees it, and ``stopping`` for a running task whose stop (cancel, time
+        limit, preemption) is out but not yet confirmed by its executor."""
+        record = self._record
+        if record.state == RUNNING and record.stopping_since is not None:
+            return STOPPING
+        return record.state
+
+    @property
+    def stopping_since(self) -> float | None:
+        """When the stop of a ``stopping`` task went out (the scheduler's clock)."""
+        return self._record.stopping_since if self._record.state == RUNNING else None
 
     @property
     def reason(self) -> str:

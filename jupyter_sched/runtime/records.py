@@ -109,6 +109,7 @@ class Records:
             if record is None or task is None:
                 continue
             record.state, record.reason = task.state, task.reason
+            record.stopping_since = task.stopping_since
             if task.state in TERMINAL:
                 record.ended = task.times[-1][1]
                 ended.append((task.seq, record, task))

@@ -135,7 +135,15 @@ def status_line(view: Any, now: float | None = None, error: str | None = None,
     state = view_attr(view, "state", "pending")
     started, ended = view_attr(view, "started"), view_attr(view, "ended")
     timing = ""
-    if state == "running" and started is not None and now is not None:
+    since = view_attr(view, "stopping_since")
+    if state == "stopping" and since is not None and now is not None:
+        # a task in a kernel thread stops at its next Python line; one inside a long C call
+        # (time.sleep(60)) keeps its devices until that call returns
+        timing = f"for {format_duration(now - since)}"
+        if not view_attr(view, "slot"):  # a kernel thread: say what it waits for
+            timing += ("; a thread stops at its next line of Python, or when a call Python "
+                       "cannot interrupt returns")
+    elif state == "running" and started is not None and now is not None:
         timing = f"for {format_duration(now - started)}"
     elif state in ("done", "failed", "cancelled") and started is not None and ended is not None:
         timing = f"in {format_duration(ended - started)}"

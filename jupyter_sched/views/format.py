@@ -113,6 +113,8 @@ def task_state_text(view: Any, error: str | None = None) -> str:
         return f"infeasible: {reason}" if reason else "infeasible"
     if state == "running":
         return "running" + where_text(view)
+    if state == "stopping":  # still holding its devices until its executor confirms
+        return "stopping" + where_text(view) + (f": {reason}" if reason else "")
     if state == "failed":
         why = one_line(error) if error else reason
         return f"failed: {why}" if why else "failed"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..model.quantity import SCALE, to_float, units_to_shares
 from ..model.resources import MEMORY, Demand, resources_to_json
-from ..model.tasks import INFEASIBLE, PENDING, QUEUED, RUNNING, TERMINAL
+from ..model.tasks import INFEASIBLE, PENDING, QUEUED, RUNNING, STOPPING, TERMINAL
 
 if TYPE_CHECKING:
     from ..core.state import Core
@@ -68,6 +68,7 @@ class TaskView:
     ended: float | None = None
     gang: str | None = None
     rank: int | None = None
+    stopping_since: float | None = None  # a stop is out since (state "stopping")
 
 
 @dataclass(frozen=True)
@@ -120,13 +121,16 @@ def task_view(task: Task, position: int | None = None) -> TaskView:
     if allocation is not None:
         devices = units_to_shares(allocation.devices)
     ended = task.times[-1][1] if task.state in TERMINAL else None
+    stopping = task.stopping_since if task.state == RUNNING else None
     return TaskView(
-        id=task.id, name=spec.name, state=task.state, reason=task.reason, queue=spec.queue,
+        id=task.id, name=spec.name, state=STOPPING if stopping is not None else task.state,
+        reason=task.reason, queue=spec.queue,
         priority=spec.priority, demand=_demand_json(spec.demand), node=task.node,
         slot=task.slot,
         devices=devices, position=position, submitted=task.submitted_at,
         started=task.started_at if task.state == RUNNING or ended else times.get(RUNNING),
         ended=ended, gang=task.gang.name if task.gang else None, rank=task.rank,
+        stopping_since=stopping,
     )
 
 
