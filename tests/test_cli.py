@@ -143,7 +143,8 @@ def test_a_bad_environment_declaration_names_the_variable(capsys, no_nvml, monke
     code, _, err = run(capsys)
     assert code == 2
     assert err == ("jupyter-sched: error: JUPYTER_SCHED_DECLARE='GPU=abc': GPU='abc' is not a "
-                   "number; give an amount such as 1, 0.5 or '2'\n")
+                   "number; give an amount such as 1, 0.5 or '2' (ASCII digits, no "
+                   "underscores)\n")
 
 
 def test_help_version_and_unknown_commands(capsys):
