@@ -137,6 +137,26 @@ def test_namespace_hosts_are_hosts_and_leave_nothing_behind_when_a_test_fails(ne
     assert not Path(made[-1]).exists()
 
 
+# -- engines through ipyparallel's SSH launcher ----------------------------------------------------
+
+
+def test_the_profiles_launcher_settings_are_kept():
+    import ipyparallel as ipp
+    from traitlets.config import Config
+
+    from jupyter_sched.executors.ipp.cluster import configured
+
+    config = Config()
+    config.LocalEngineSetLauncher.environment = {"A": "local"}
+    config.SSHEngineSetLauncher.environment = {"A": "ssh", "PATH": "/opt/bin"}
+    config.SSHEngineSetLauncher.engine_args = ["--IPEngine.use_mpi=False"]
+    ssh = ipp.Cluster(engines="ssh", config=config)
+    assert configured(ssh, "environment", {}) == {"A": "ssh", "PATH": "/opt/bin"}
+    assert configured(ssh, "engine_args", []) == ["--IPEngine.use_mpi=False"]
+    assert configured(ipp.Cluster(config=config), "environment", {}) == {"A": "local"}
+    assert configured(ipp.Cluster(engines="slurm", config=config), "environment", {}) == {}
+
+
 # -- hosts as nodes ---------------------------------------------------------------------------
 
 
