@@ -10,6 +10,7 @@ cannot be made (not root, no iproute2) the tests that need them are skipped, say
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -19,10 +20,12 @@ from pathlib import Path
 
 import hosts
 import pytest
+import sshd
 from conftest_hosts import cluster_on_hosts, rendezvous, where
 from conftest_ipp import wait_for
 
 from jupyter_sched.notebook.cell_options import parse_on
+from jupyter_sched.runtime.scheduler import Scheduler
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -155,6 +158,61 @@ def test_the_profiles_launcher_settings_are_kept():
     assert configured(ssh, "engine_args", []) == ["--IPEngine.use_mpi=False"]
     assert configured(ipp.Cluster(config=config), "environment", {}) == {"A": "local"}
     assert configured(ipp.Cluster(engines="slurm", config=config), "environment", {}) == {}
+
+
+SSH_CONFIG = """
+c.Cluster.controller_ip = "*"
+c.Cluster.controller_location = {gateway!r}
+c.SSHEngineSetLauncher.engines = {engines!r}
+c.SSHLauncher.ssh_args = {args!r}
+c.SSHLauncher.scp_args = {args!r}
+c.SSHLauncher.remote_python = {python!r}
+c.SSHLauncher.remote_profile_dir = {remote!r}
+c.SSHEngineSetLauncher.environment = {{"PYTHONPATH": {pythonpath!r}}}
+"""
+
+
+def where_and_what() -> tuple[str, str | None, str]:
+    import jupyter_sched
+
+    return socket.gethostname(), os.environ.get("PYTHONPATH"), jupyter_sched.__file__
+
+
+def test_engines_started_over_ssh_are_nodes(net, tmp_path):
+    reason = sshd.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    root = str(Path(__file__).resolve().parents[1])
+    pythonpath = os.pathsep.join([root, str(Path(__file__).parent)])  # (tasks come from here)
+    with sshd.ssh_servers(net.hosts) as args:
+        profile = tmp_path / "profile"
+        profile.mkdir()
+        (profile / "ipcluster_config.py").write_text(SSH_CONFIG.format(
+            gateway=net.gateway, engines={h.address: 1 for h in net.hosts}, args=args,
+            python=sys.executable, remote=str(tmp_path / "remote"), pythonpath=pythonpath))
+        sched = Scheduler(local_resources="GPU=0")
+        try:
+            sched.start_cluster(engines=2, launcher="ssh", profile_dir=str(profile))
+            nodes = {n.name: n.slots for n in sched.snapshot(fresh=True).nodes}
+            assert nodes == {"local": 0, "h1": 1, "h2": 1}
+            # the environment the profile gives the engines reached them: this checkout's
+            # jupyter_sched, not whatever the remote python finds
+            host, seen, module = sched.submit(where_and_what, node="h2",
+                                                    target="engines").result(timeout=30)
+            assert (host, seen) == ("h2", pythonpath) and module.startswith(root)
+            sched.stop_cluster()
+            assert [n.name for n in sched.snapshot(fresh=True).nodes] == ["local"]
+            wait_for(lambda: not [p for p in net.pids() if "ipyparallel" in
+                                  " ".join(_cmdline(p))], 15, "the engines to exit")
+        finally:
+            sched.shutdown()
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    except OSError:
+        return []
 
 
 # -- hosts as nodes ---------------------------------------------------------------------------
