@@ -1,6 +1,7 @@
 """An SSH server on each of some namespace hosts (tests/hosts.py), for ipyparallel's SSH
 launcher: a host key and a client key generated in a directory of its own, ``sshd`` on port 22
-of each host, and the ``ssh`` arguments that log in to them as this user with that key.
+of each host, and the ``ssh`` arguments that log in to them as this user with that key (over
+one shared connection per host, closed on the way out).
 """
 
 from __future__ import annotations
@@ -60,13 +61,19 @@ def ssh_servers(hosts: Sequence[Host]) -> Iterator[list[str]]:
             with open(directory / f"sshd-{host.name}.log", "wb") as log:
                 procs.append(subprocess.Popen(host.command([SSHD, "-D", "-e", "-f", str(config)]),
                                               stdin=subprocess.DEVNULL, stderr=log))
+        # one connection per host, shared by the launcher's many ssh and scp calls
         args = ["-i", str(directory / "id"), "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-                "-o", "BatchMode=yes"]
+                "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
+                "-o", f"ControlPath={directory}/master-%C", "-o", "ControlPersist=60"]
         for host in hosts:
             _wait_for_login(args, host, directory)
         yield args
     finally:
+        for host in hosts:  # the shared connections' processes here
+            with contextlib.suppress(Exception):
+                subprocess.run(["ssh", "-o", f"ControlPath={directory}/master-%C", "-O", "exit",
+                                host.address], capture_output=True, timeout=10)
         for proc in procs:
             proc.terminate()
         for proc in procs:
