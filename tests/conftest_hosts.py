@@ -77,8 +77,9 @@ def rendezvous() -> dict:
 
 
 def engine_command(host: Host) -> list[str]:
-    """An ipyparallel engine, run on ``host``."""
-    return host.command(ENGINE)
+    """An ipyparallel engine, run on ``host``: with this process's environment (the local
+    launcher's way), less the GPUs this process may use, which are not that host's."""
+    return host.command(["env", "-u", "CUDA_VISIBLE_DEVICES", *ENGINE])
 
 
 @dataclass
