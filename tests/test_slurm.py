@@ -190,3 +190,15 @@ def test_the_slurm_notebook_passes_nbval(cluster, net, tmp_path):
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert_nothing_left(cluster, net)
+    # nor the controller, nor the watch on it: they ran in the kernel's profile
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), 15,
+             "the cluster's processes on this host to exit")
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(proc.info["cmdline"] or ())
+        if text in line:
+            found.append(f"{proc.info['pid']}: {line}")
+    return found
