@@ -234,10 +234,14 @@ class ClusterControl:
         if self.loop is None or self.cluster is None:
             raise RuntimeError("add_engines works on a cluster started by start_cluster(); "
                                "start engines of a connected cluster with its own tools")
-        launcher_kwargs.setdefault("engine_args", ENGINE_ARGS)
+        # what we pass replaces what the profile configures for the launcher (ipcluster_config
+        # .py: PATH or PYTHONPATH for engines on other hosts, say): add to it instead
+        launcher_kwargs.setdefault(
+            "engine_args", [*configured(self.cluster, "engine_args", []), *ENGINE_ARGS])
+        env = {**configured(self.cluster, "environment", {}), **(environment or {})}
         try:
-            return self.loop.run(self.cluster.start_engines(
-                n=n, environment=dict(environment or {}), **launcher_kwargs))
+            return self.loop.run(self.cluster.start_engines(n=n, environment=env,
+                                                            **launcher_kwargs))
         finally:
             self.note(*self.launched_pids())
 
@@ -294,6 +298,20 @@ class ClusterControl:
             self.reaper.terminate()
             with contextlib.suppress(Exception):
                 self.reaper.wait(5)
+
+
+def configured(cluster: Any, trait: str, default: Any) -> Any:
+    """The value the cluster's config gives ``trait`` of its engine launcher (the most
+    specific launcher class that sets it wins, as in traitlets), else ``default``."""
+    launcher = getattr(cluster, "engine_launcher_class", None)
+    config = getattr(cluster, "config", None)
+    value = default
+    if isinstance(launcher, type) and config is not None:
+        for klass in reversed(launcher.__mro__):
+            section = config.get(klass.__name__, {})
+            if trait in section:
+                value = section[trait]
+    return value
 
 
 class _LoopThread:

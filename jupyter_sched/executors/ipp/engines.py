@@ -44,7 +44,8 @@ LOCAL_NODE = "local"
 
 def probe(peer: str | None = None) -> dict[str, object]:
     """What an engine says about itself (runs on the engine; plain types only). ``peer`` is the
-    controller's address: the engine's own address is the one it reaches the controller from."""
+    controller's address as the kernel knows it: the engine's own address is the one it reaches
+    the controller from."""
     from jupyter_sched.host.discovery import discover_host
 
     return {
@@ -52,8 +53,25 @@ def probe(peer: str | None = None) -> dict[str, object]:
         "pid": os.getpid(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "hostname": socket.gethostname(),
-        "address": host_address(peer),
+        "address": host_address(registered_with() or peer),
     }
+
+
+def registered_with() -> str | None:
+    """The controller's address as this engine reached it (its registration URL), or None
+    outside an engine. A controller listening on every interface (``controller_ip="*"``, as
+    on clusters) gives its clients no address: only its engines know the one that works
+    from their host."""
+    try:
+        from ipyparallel.engine.app import IPEngine
+
+        if not IPEngine.initialized():
+            return None
+        url = IPEngine.instance().registration_url
+    except Exception:
+        return None
+    host = url.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    return host if host and host not in ("*", "0.0.0.0") else None
 
 
 def host_address(peer: str | None = None) -> str:

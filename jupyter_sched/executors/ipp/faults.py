@@ -6,8 +6,8 @@ After an interrupt, a new task waits until the signal cannot hit it (``_QUIET_AF
 an idle engine ignores SIGINT.
 
 An engine that dies (the nanny tells the controller at once; for engines we launched the
-launcher tells us too, with the exit status) fails its task with ``lost=True`` and removes its
-slot (``SlotRemoved``, and ``NodeRemoved`` for a host left with no engine).
+launcher tells us too, with the exit status) removes its slot (``SlotRemoved``, and
+``NodeRemoved`` for a host left with no engine), which fails its task as lost.
 """
 
 from __future__ import annotations
@@ -123,9 +123,10 @@ class FaultsMixin:
                 self._forget(run)
                 if run.stopping is not None:
                     out.report(ev.Stopped(run.task, attempt=run.start.attempt))
-                else:
-                    out.fail(run.task, EngineLost(reason), reason, lost=True,
-                             attempt=run.start.attempt)
+                else:  # failed (or retried) by the SlotRemoved below, with this reason: a
+                    # Failed first would free the dead slot for a moment, and the runtime may
+                    # place the retry there before it hears the slot is gone
+                    out.complete(run.task, error=EngineLost(reason), attempt=run.start.attempt)
             for event in self.hosts.leave(engine.slot, reason):
                 out.report(event)
         out.send()  # (the engine's join was reported before it could be found here)
