@@ -83,3 +83,24 @@ def test_bad_holdings_are_refused(core, event, message):
     with pytest.raises(Refused, match=message):
         core.handle(event)
     assert core.elsewhere == {}
+
+
+def test_an_unstarted_attempt_is_queued_again_without_a_retry(core):
+    core.handle(node(gpus=1))
+    (start,) = core.handle(submit(task("a", 1)))
+    out = core.handle(held({0: U}), ev.Failed("a", WHY, attempt=start.attempt, unstarted=True))
+    a = core.tasks["a"]
+    assert out == [] and (a.state, a.reason, a.failures) == ("queued", WHY, 0)
+    (again,) = core.handle(held({}))
+    assert again.attempt == start.attempt + 1
+
+
+def test_an_unstarted_gang_member_fails_its_gang(core):
+    from jupyter_sched.model.tasks import GangSpec
+
+    core.handle(node(gpus=2))
+    out = core.handle(ev.Submit((task("g0", 1), task("g1", 1)), GangSpec("g", 2)))
+    assert len(out) == 2
+    out = core.handle(ev.Failed("g0", WHY, unstarted=True))
+    assert core.tasks["g0"].state == "failed"
+    assert out == [ev.Stop("g1", "gang 'g': g0 failed", out[0].attempt)]

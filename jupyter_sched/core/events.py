@@ -69,6 +69,9 @@ class Failed:
     error: str
     lost: bool = False  # its engine or node went away: retried when it has retries left
     attempt: int | None = field(default=None, kw_only=True)
+    # the attempt never began (the host's lease ledger refused its device shares, a race with
+    # another kernel): re-queued without spending a retry; a gang member fails its gang
+    unstarted: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from .transitions import (
     REJECT,
     STOPPED,
     TIMEOUT,
+    UNSTARTED,
     InvalidTransition,
     fire,
 )
@@ -213,7 +214,8 @@ class Core(Ledger):
         self._report(event.task, event.attempt, FINISH, None)
 
     def _on_failed(self, event: ev.Failed) -> None:
-        self._report(event.task, event.attempt, LOSE if event.lost else FAIL, event.error)
+        stimulus = UNSTARTED if event.unstarted else LOSE if event.lost else FAIL
+        self._report(event.task, event.attempt, stimulus, event.error)
 
     def _on_stopped(self, event: ev.Stopped) -> None:
         self._report(event.task, event.attempt, STOPPED, "stopped by its executor")
