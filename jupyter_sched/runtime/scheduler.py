@@ -47,6 +47,7 @@ from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
 from . import submission
 from .handles import GangHandle, TaskHandle
+from .leases import HostLeases, default_path, kernel_label
 from .loop import HISTORY, RuntimeLoop
 
 LOCAL = "local"
@@ -87,6 +88,14 @@ class Scheduler(RuntimeLoop, Configurable):
     push_warn_bytes = Int(100_000_000, help=(
         "Warn when the names a cell pushes to an engine add up to more bytes than this.")
     ).tag(config=True)
+
+    host_leases = Bool(True, help=(
+        "Take a lease from the host's lease ledger before a task starts on a share of a local "
+        "GPU, so kernels on one host never hold more than a whole device between them.")
+    ).tag(config=True)
+    ledger_path = Unicode("", help=(
+        "The host's lease ledger file (empty: $JUPYTER_SCHED_LEASES, else a file named after "
+        "the host in the Jupyter runtime directory).")).tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -132,6 +141,9 @@ class Scheduler(RuntimeLoop, Configurable):
             self._gpus = GpuMonitor(host)
             self._local = LocalExecutor(self, visible_devices=submission.visible_devices(host))
             self._executors.append(self._local)
+            if self.host_leases:
+                self._leases = HostLeases.open(default_path(self.ledger_path), host, LOCAL,
+                                               kernel_label())
             self._thread = threading.Thread(target=self._main, name="jupyter_sched-runtime",
                                             daemon=True)
             self._state = "running"
@@ -185,6 +197,9 @@ class Scheduler(RuntimeLoop, Configurable):
         _live.discard(self)
         what = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"
         return f"{reason}: a fresh scheduler takes over; lost {what}"
+
+    def _alone(self) -> bool:
+        return not any(s is not self and s.started for s in list(_live))
 
     def now(self) -> float:
         """The scheduler's clock: seconds since it started (``time.monotonic()`` based)."""
@@ -388,6 +403,7 @@ class Scheduler(RuntimeLoop, Configurable):
                                       declared=host.gpus_declared)])
         self.local_host = host
         self._gpus = GpuMonitor(host)
+        self._on_runtime(lambda core: self._leases and self._leases.set_host(host))
         if self._local is not None:
             self._local.visible = submission.visible_devices(host)
         return host
