@@ -4,6 +4,7 @@ lost to another kernel re-queues the attempt without a retry; a broken ledger co
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -11,9 +12,11 @@ import warnings
 import psutil
 import pytest
 
-from jupyter_sched.host.discovery import GpuInfo
+from jupyter_sched.host.discovery import GpuInfo, HostInfo
 from jupyter_sched.host.leases import Ledger, device_key
+from jupyter_sched.host.nvml import GpuProcess, Nvml
 from jupyter_sched.runtime import leases as runtime_leases
+from jupyter_sched.runtime.leases import SWEEP
 from jupyter_sched.runtime.scheduler import Scheduler
 
 pytestmark = pytest.mark.timeout(60)
@@ -185,3 +188,35 @@ def test_shutdown_gives_back_every_lease(path):
     go_on.set()
     with Ledger(path) as ledger:
         assert ledger.held() == []
+
+
+class FakeNvml(Nvml):
+    """One 8 GiB GPU whose processes are given."""
+
+    def __init__(self, processes):
+        self._processes = processes
+
+    def device_count(self):
+        return 1
+
+    def device(self, index):
+        raise NotImplementedError
+
+    def processes(self, index):
+        return self._processes
+
+
+def test_memory_used_outside_every_scheduler_counts_as_held(path):
+    gib = 2**30
+    host = HostInfo("h", "boot", 4, 16 * gib,
+                    (GpuInfo(0, 0, "GPU-aaaa", "Fake GPU", 8 * gib),))
+    nvml = FakeNvml([GpuProcess(os.getpid(), 4 * gib), GpuProcess(1, 2 * gib)])
+    leases = runtime_leases.HostLeases(Ledger(path), host, "local",
+                                       runtime_leases.OutsideUse(host, nvml))
+    held = leases.poll(0.0, waiting=True)
+    assert held.device_shares == {"GPU": {0: 2500}}  # pid 1's 2 GiB, not this process's 4
+    assert held.reason == ("2 GiB of GPU 0's memory (0.25 of it) is used by processes outside "
+                           "the scheduler")
+    assert leases.poll(0.1, waiting=True) is None  # nothing changed
+    nvml._processes = [GpuProcess(1, None)]  # NVML cannot say: nothing is claimed
+    assert leases.poll(SWEEP + 1, waiting=True).device_shares == {"GPU": {}}

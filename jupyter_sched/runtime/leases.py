@@ -13,7 +13,10 @@ runtime thread:
 * gives a task's leases back when its attempt ends (every terminal or stopped report), and
   all of them at shutdown;
 * while work waits for a GPU, wakes every ``POLL`` seconds to read the version, and sweeps
-  the ledger every ``SWEEP`` seconds, so the lease of a holder that died frees up.
+  the ledger every ``SWEEP`` seconds, so the lease of a holder that died frees up;
+* with ``count_other_processes``, also counts as held elsewhere the device memory that NVML
+  says processes outside every scheduler use (:class:`OutsideUse`), read every ``SWEEP``
+  seconds while work waits.
 
 A ledger that cannot be used (:class:`~jupyter_sched.host.leases.LedgerError`, or an SQLite
 error later on) costs one warning: the scheduler goes on with its own accounting alone.
@@ -22,6 +25,7 @@ error later on) costs one warning: the scheduler goes on with its own accounting
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import warnings
@@ -31,7 +35,9 @@ from pathlib import Path
 from ..core import events as ev
 from ..host.discovery import HostInfo
 from ..host.leases import Lease, Ledger, LedgerError, Refusal, device_key, ledger_path
-from ..model.quantity import format_units
+from ..host.nvml import Nvml
+from ..host.outside import memory_used_by_others, process_tree
+from ..model.quantity import SCALE, format_bytes, format_units
 from ..model.resources import GPU
 
 log = logging.getLogger(__name__)
@@ -57,12 +63,36 @@ def kernel_label() -> str:
     return f"notebook {Path(session).name}" if session else ""
 
 
+class OutsideUse:
+    """Device memory of the local node's real GPUs used by processes outside every scheduler
+    (no lease holder, nor anything one started), as shares of each device."""
+
+    def __init__(self, host: HostInfo, nvml: Nvml) -> None:
+        self.nvml = nvml
+        self.gpus = [(g.index, g.nvml_index, g.memory) for g in host.gpus
+                     if not g.declared and g.nvml_index is not None and g.memory]
+
+    def shares(self, holders: list[Lease]) -> dict[int, tuple[int, int]]:
+        """``{index: (units, bytes)}`` for the devices others use memory of."""
+        if not self.gpus:
+            return {}
+        ours = process_tree([os.getpid(), *{lease.owner.pid for lease in holders}])
+        out = {}
+        for index, nvml_index, memory in self.gpus:
+            used = memory_used_by_others(self.nvml, nvml_index, ours)
+            if used:
+                out[index] = (min(SCALE, math.ceil(used * SCALE / memory)), used)
+        return out
+
+
 class HostLeases:
     """The leases of one scheduler's local node; used by the runtime thread only."""
 
-    def __init__(self, ledger: Ledger, host: HostInfo, node: str) -> None:
+    def __init__(self, ledger: Ledger, host: HostInfo, node: str,
+                 outside: OutsideUse | None = None) -> None:
         self.ledger = ledger
         self.node = node
+        self.outside = outside
         self._keys: dict[int, str] = {}
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
         self._version: int | None = None
@@ -71,10 +101,11 @@ class HostLeases:
         self.set_host(host)
 
     @classmethod
-    def open(cls, path: Path, host: HostInfo, node: str, label: str = "") -> HostLeases | None:
+    def open(cls, path: Path, host: HostInfo, node: str, label: str = "",
+             outside: OutsideUse | None = None) -> HostLeases | None:
         """The host's ledger at ``path``, or None with one warning when it cannot be used."""
         try:
-            return cls(Ledger(path, label=label), host, node)
+            return cls(Ledger(path, label=label), host, node, outside)
         except ERRORS as err:
             _warn(err)
             return None
@@ -82,6 +113,8 @@ class HostLeases:
     def set_host(self, host: HostInfo) -> None:
         """The local GPUs were (re)declared or discovered: their device keys change."""
         self._keys = {gpu.index: device_key(gpu, host.key) for gpu in host.gpus}
+        if self.outside is not None:
+            self.outside = OutsideUse(host, self.outside.nvml)
         self._version = None  # read the holdings again for the new keys
 
     # -- a start and its end --------------------------------------------------------------------
@@ -135,8 +168,8 @@ class HostLeases:
         every ``SWEEP`` seconds while ``waiting``."""
         if waiting and now >= self._next_sweep:
             self._next_sweep = now + SWEEP
-            if self.ledger.sweep():
-                self._version = None
+            if self.ledger.sweep() or self.outside is not None:
+                self._version = None  # (outside use changes without the ledger's version)
         version = self.ledger.version()
         if version == self._version:
             return None
@@ -150,16 +183,34 @@ class HostLeases:
         units: dict[int, int] = {}
         holders: dict[int, list[Lease]] = {}
         mine = {lease.id for _, leases in self._by_task.values() for lease in leases}
-        for lease in self.ledger.held():
+        every = self.ledger.held()
+        for lease in every:
             index = by_key.get(lease.device)
             if index is None or lease.id in mine:  # (another scheduler of this process: others)
                 continue
             units[index] = units.get(index, 0) + lease.units
             holders.setdefault(index, []).append(lease)
+        reason = held_text(units, holders)
+        outside = self.outside.shares(every) if self.outside is not None else {}
+        for index, (share, used) in sorted(outside.items()):
+            units[index] = min(SCALE, units.get(index, 0) + share)
+            reason += (f"{'; ' if reason else ''}{format_bytes(used)} of GPU {index}'s memory "
+                       f"({format_units(share)} of it) is used by processes outside the scheduler")
         if units == self._sent:
             return None
         self._sent = units
-        return ev.HeldElsewhere(self.node, {GPU: units}, held_text(units, holders))
+        return ev.HeldElsewhere(self.node, {GPU: units}, reason)
+
+
+def open_host_leases(sched, host: HostInfo, node: str) -> HostLeases | None:
+    """The leases of ``sched``'s local ``node`` as its settings say: None when
+    ``host_leases`` is off or the ledger cannot be used (with one warning)."""
+    if not sched.host_leases:
+        return None
+    monitor = sched._gpus
+    nvml = monitor.nvml if sched.count_other_processes and monitor is not None else None
+    outside = OutsideUse(host, nvml) if nvml is not None else None
+    return HostLeases.open(default_path(sched.ledger_path), host, node, kernel_label(), outside)
 
 
 def held_text(units: Mapping[int, int], holders: Mapping[int, list[Lease]]) -> str:
@@ -193,5 +244,5 @@ def ledger_failed(err: BaseException) -> None:
     log.warning(_message(err))
 
 
-__all__ = ["ERRORS", "POLL", "SWEEP", "HostLeases", "default_path", "held_text",
-           "kernel_label", "ledger_failed"]
+__all__ = ["ERRORS", "POLL", "SWEEP", "HostLeases", "OutsideUse", "default_path", "held_text",
+           "kernel_label", "ledger_failed", "open_host_leases"]

@@ -47,7 +47,7 @@ from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
 from . import submission
 from .handles import GangHandle, TaskHandle
-from .leases import HostLeases, default_path, kernel_label
+from .leases import open_host_leases
 from .loop import HISTORY, RuntimeLoop
 
 LOCAL = "local"
@@ -89,13 +89,13 @@ class Scheduler(RuntimeLoop, Configurable):
         "Warn when the names a cell pushes to an engine add up to more bytes than this.")
     ).tag(config=True)
 
-    host_leases = Bool(True, help=(
-        "Take a lease from the host's lease ledger before a task starts on a share of a local "
-        "GPU, so kernels on one host never hold more than a whole device between them.")
-    ).tag(config=True)
-    ledger_path = Unicode("", help=(
-        "The host's lease ledger file (empty: $JUPYTER_SCHED_LEASES, else a file named after "
-        "the host in the Jupyter runtime directory).")).tag(config=True)
+    host_leases = Bool(True, help="Lease local GPU shares from the host's ledger before tasks "
+                       "start, so kernels on one host never share a device beyond 1.0."
+                       ).tag(config=True)
+    ledger_path = Unicode("", help="The host's lease ledger file (empty: $JUPYTER_SCHED_LEASES, "
+                          "else one in the Jupyter runtime directory).").tag(config=True)
+    count_other_processes = Bool(False, help="Count GPU memory that NVML says processes "
+                                 "outside every scheduler use as taken.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -141,9 +141,7 @@ class Scheduler(RuntimeLoop, Configurable):
             self._gpus = GpuMonitor(host)
             self._local = LocalExecutor(self, visible_devices=submission.visible_devices(host))
             self._executors.append(self._local)
-            if self.host_leases:
-                self._leases = HostLeases.open(default_path(self.ledger_path), host, LOCAL,
-                                               kernel_label())
+            self._leases = open_host_leases(self, host, LOCAL)
             self._thread = threading.Thread(target=self._main, name="jupyter_sched-runtime",
                                             daemon=True)
             self._state = "running"
@@ -500,7 +498,6 @@ class Scheduler(RuntimeLoop, Configurable):
         """Run ``fn(core)`` on the runtime thread between steps and return its value (for tests
         and debugging: e.g. ``sched.inspect_core(lambda core: core.validate())``)."""
         return self._on_runtime(fn)
-
 
     def __repr__(self) -> str:
         return f"<Scheduler {self._state} policy={self.policy}>"
