@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from conftest_core import U, node, submit, task, validating
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core, Refused
@@ -104,3 +106,53 @@ def test_an_unstarted_gang_member_fails_its_gang(core):
     out = core.handle(ev.Failed("g0", WHY, unstarted=True))
     assert core.tasks["g0"].state == "failed"
     assert out == [ev.Stop("g1", "gang 'g': g0 failed", out[0].attempt)]
+
+
+# -- a property: whatever others hold and give back, the books balance and all work ends ------
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("submit"), st.sampled_from([0.25, 0.5, 0.75, 1, 2])),
+    st.tuples(st.just("held"), st.dictionaries(st.integers(0, 2), st.sampled_from(
+        [0, 2500, 5000, 7500, U]), max_size=3)),
+    st.tuples(st.just("finish"), st.integers(0, 50)),
+    st.tuples(st.just("unstarted"), st.integers(0, 50)),
+), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(OPS)
+def test_held_elsewhere_keeps_every_invariant_and_every_task_ends(ops):
+    core = validating(Core())
+    core.handle(node(gpus=2))
+    running: list[ev.Start] = []
+    submitted = 0
+
+    def step(*events):
+        for instruction in core.handle(*events):
+            assert isinstance(instruction, ev.Start)
+            running.append(instruction)
+        running[:] = [s for s in running if core.tasks[s.task].state == "running"
+                      and core.tasks[s.task].attempt == s.attempt]
+
+    for op, arg in ops:
+        if op == "submit":
+            submitted += 1
+            step(submit(task(f"t{submitted}", arg)))
+        elif op == "held":
+            step(held(arg, "others"))
+        elif running:
+            start = running[arg % len(running)]
+            unstarted = op == "unstarted"
+            step(ev.Failed(start.task, "refused", attempt=start.attempt, unstarted=unstarted)
+                 if unstarted else ev.Finished(start.task, attempt=start.attempt))
+        others = core.elsewhere.get("n")
+        if others is not None:  # never more than told, and never beyond what is free
+            for index, share in others.applied.devices.get("GPU", {}).items():
+                assert share <= others.wanted["GPU"][index]
+    step(held({}))
+    while running:
+        start = running[0]
+        step(ev.Finished(start.task, attempt=start.attempt))
+    states = {t.state for t in core.tasks.values()}
+    assert states == {"done"} or not states, states
+    assert core.cluster.nodes["n"].resources.devices["GPU"].free == {0: U, 1: U}
