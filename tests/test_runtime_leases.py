@@ -220,3 +220,30 @@ def test_memory_used_outside_every_scheduler_counts_as_held(path):
     assert leases.poll(0.1, waiting=True) is None  # nothing changed
     nvml._processes = [GpuProcess(1, None)]  # NVML cannot say: nothing is claimed
     assert leases.poll(SWEEP + 1, waiting=True).device_shares == {"GPU": {}}
+
+
+def test_a_scheduler_whose_thread_died_gives_its_leases_back(path):
+    first = Scheduler(local_resources="GPU=1", ledger_path=str(path)).start()
+    gate = threading.Event()
+    try:
+        first.submit(gate.wait, WAIT, resources={"GPU": 1})
+        with Ledger(path) as ledger:
+            assert wait_for(lambda: len(ledger.held()) == 1)
+
+            def crash():
+                raise SystemExit("injected crash")
+
+            first._next_items = crash
+            first._queue.put(object())  # wakes it
+            first._thread.join(WAIT)
+            assert "lost 1 running" in first.abandon()
+            assert ledger.held() == []
+        second = Scheduler(local_resources="GPU=1", ledger_path=str(path)).start()
+        try:
+            assert second.submit(lambda: "mine now", resources={"GPU": 1}).result(WAIT) == \
+                "mine now"
+        finally:
+            second.shutdown()
+    finally:
+        gate.set()
+        first.shutdown()

@@ -183,6 +183,7 @@ class Scheduler(RuntimeLoop, Configurable):
                 executor.close()
             except Exception:
                 log.exception("closing %r failed", executor)
+        self._close_leases()  # (the runtime thread is gone: nobody else touches them)
         lost = list(self._live_records.values())
         counts: dict[str, int] = {}
         for record in lost:
