@@ -276,10 +276,8 @@ class RuntimeLoop(Records):
                 requests.append(_Request((item,)))
 
         now = self.now()
-        if self._leases is not None:  # what other kernels hold, when it changed
-            held = self._poll_leases(now, self._waits_for_gpu())
-            if held is not None:
-                requests.insert(0, _Request((held,)))
+        if self._leases is not None and (held := self._poll_leases(now, self._waits_for_gpu())):
+            requests.insert(0, _Request((held,)))  # what other kernels hold, when it changed
         touched = {e.task for e in plain}
         self._sync_all = False
         instructions: list = []
