@@ -31,13 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
 from .host.discovery import HostInfo, discover_host
-from .host.leases import Lease, Ledger, LedgerError, ledger_path, short_device
+from .host.lease_text import align_rows as _align
+from .host.lease_text import format_leases
+from .host.leases import Lease, Ledger, LedgerError, ledger_path
 from .model.quantity import SCALE, format_bytes, format_units
 from .model.resources import resources_to_json
 
@@ -152,31 +153,6 @@ def _lease_json(lease: Lease, alive: bool | None = None) -> dict[str, object]:
     if alive is not None:
         out["alive"] = alive
     return out
-
-
-def format_leases(leases: Sequence[tuple[Lease, bool]]) -> str:
-    """Leases and whether each holder runs, as an aligned table (or a line saying none)."""
-    if not leases:
-        return "no leases: every GPU of this host is free"
-    table = [("device", "share", "pid", "user", "label", "task", "since", "alive")]
-    for lease, alive in leases:
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lease.since))
-        table.append((short_device(lease.device), lease.share, str(lease.owner.pid),
-                      lease.owner.user, lease.owner.label or "-", lease.task or "-", since,
-                      "yes" if alive else "no (ended)"))
-    lines = _align(table)
-    ended = sum(not alive for _, alive in leases)
-    if ended:
-        lines.append(f"{ended} lease{'' if ended == 1 else 's'} of ended holders: "
-                     f"`{PROG} leases --sweep` takes them back (so does the next take of "
-                     f"their device)")
-    return "\n".join(lines)
-
-
-def _align(table: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[col]) for row in table) for col in range(len(table[0]))]
-    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-            for row in table]
 
 
 def format_host(host: HostInfo) -> str:

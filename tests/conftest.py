@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 import warnings
 
 import pytest
@@ -13,6 +14,11 @@ from hypothesis import settings
 # In CI the property tests draw the same examples every run (derandomized): a run is judged on
 # the code, not on the luck of the draw. Elsewhere they draw fresh examples each time, which is
 # how new counterexamples are found.
+# The schedulers and kernels of a test run share a lease ledger of their own, not the user's
+# (whose kernels would otherwise wait for the tests' GPUs, and the tests for theirs).
+os.environ.setdefault("JUPYTER_SCHED_LEASES",
+                      os.path.join(tempfile.mkdtemp(prefix="jupyter-sched-test-"), "leases.db"))
+
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")

@@ -128,7 +128,7 @@ def test_every_command_has_help_and_an_overview_line():
     subs = SchedMagics._subcommands()
     assert set(subs) == {"status", "nodes", "queue", "cancel", "wait", "result", "log",
                          "local", "connect", "start", "stop", "queues", "drain", "history",
-                         "config"}
+                         "config", "leases"}
     for name, handler in subs.items():
         text = handler.parser.format_help()
         assert f"%sched {name}" in text and "--help" in text

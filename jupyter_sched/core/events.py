@@ -69,6 +69,9 @@ class Failed:
     error: str
     lost: bool = False  # its engine or node went away: retried when it has retries left
     attempt: int | None = field(default=None, kw_only=True)
+    # the attempt never began (the host's lease ledger refused its device shares, a race with
+    # another kernel): re-queued without spending a retry; a gang member fails its gang
+    unstarted: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,20 @@ class QueueSet:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldElsewhere:
+    """The shares of ``node``'s devices that other processes hold now (``{"GPU": {0: 5000}}``),
+    replacing what the last such event said (empty: nothing is held elsewhere). They count as
+    allocated but not to any task of this core: work that fits only once they are given back
+    waits ``queued`` with ``reason``, e.g. ``"0.5 of GPU 0 is held by another kernel (pid
+    4242, train.ipynb)"``. Shares beyond what is free now (this core's tasks hold the rest)
+    are taken as this core's tasks end."""
+
+    node: str
+    device_shares: Mapping[str, Mapping[int, int]]
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """The shell's clock: time stamps and time limits use the latest ``now``."""
 
@@ -147,7 +164,7 @@ class Tick:
 
 
 Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved | NodeUpdated
-         | SlotAdded | SlotRemoved | QueueSet | Tick)
+         | SlotAdded | SlotRemoved | QueueSet | HeldElsewhere | Tick)
 
 # -- instructions ---------------------------------------------------------------------------
 

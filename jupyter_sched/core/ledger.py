@@ -12,16 +12,26 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+from ..model.allocation import EMPTY, Allocation
 from ..model.cluster import Cluster, Node
 from ..model.queues import QueueTree
 from ..model.tasks import CANCELLED, DONE, FAILED, INFEASIBLE, PENDING, QUEUED, Gang, Task
 from . import events as ev
 from .jobs import job_class, job_key
 
-if TYPE_CHECKING:
-    from ..model.allocation import Allocation
+
+@dataclass(slots=True)
+class Elsewhere:
+    """Shares of one node's devices held by other processes: ``wanted`` as last told,
+    ``applied`` the part taken from the node's free shares (the rest is held by this core's
+    tasks until they end, when it is taken too)."""
+
+    wanted: dict[str, dict[int, int]]
+    applied: Allocation
+    reason: str
 
 
 class JobSet:
@@ -75,6 +85,7 @@ class Ledger:
         self.feasibility: dict[tuple, str | None] = {}  # job class -> why it can never run
         self.ended: dict[str, int] = {DONE: 0, FAILED: 0, CANCELLED: 0}  # all time, per state
         self.stale_reports = 0  # executor reports about attempts that were no longer current
+        self.elsewhere: dict[str, Elsewhere] = {}  # node -> shares other processes hold
         self._seq = 0
         self._out: list[ev.Instruction] = []
 
@@ -84,6 +95,22 @@ class Ledger:
 
     def emit(self, instruction: ev.Instruction) -> None:
         self._out.append(instruction)
+
+    def held_elsewhere_reason(self, spec, passes) -> str:
+        """The reason of the shares held elsewhere that alone keep ``spec`` from starting now
+        on a node ``passes(node, spec)`` accepts, or ""."""
+        for name, held in self.elsewhere.items():
+            node = self.cluster.nodes.get(name)
+            if node is None or not held.applied.amounts or not passes(node, spec):
+                continue
+            node.resources.release(held.applied)  # a look without them, put back at once
+            try:
+                fits = node.place(spec.demand, spec.target) is not None
+            finally:
+                node.resources.take(held.applied, checked=True)
+            if fits:
+                return held.reason or f"devices of {name!r} are held by other processes"
+        return ""
 
     # -- running ------------------------------------------------------------------------------
 
@@ -130,6 +157,38 @@ class Ledger:
             queue.running -= 1
         self.running.pop(task.id, None)
         task.allocation = None
+        if node is not None and node.name in self.elsewhere:
+            self.hold_elsewhere(node, None)  # what others hold takes what this task gave back
+
+    # -- held by other processes --------------------------------------------------------------
+
+    def hold_elsewhere(self, node: Node, wanted: Mapping[str, Mapping[int, int]] | None,
+                       reason: str | None = None) -> None:
+        """Make the shares of ``node``'s devices held elsewhere ``wanted`` (None: as before,
+        taking what has freed up since), each capped at what is free beside this core's tasks."""
+        old = self.elsewhere.pop(node.name, None)
+        if old is not None:
+            node.resources.release(old.applied)
+            if wanted is None:
+                wanted, reason = old.wanted, old.reason if reason is None else reason
+        wanted = {name: {int(i): int(u) for i, u in shares.items() if u > 0}
+                  for name, shares in (wanted or {}).items()}
+        wanted = {name: shares for name, shares in wanted.items() if shares}
+        if not wanted:
+            self.cluster.refresh(node)
+            return
+        devices: dict[str, dict[int, int]] = {}
+        for name, shares in wanted.items():
+            devs = node.resources.devices.get(name)
+            got = {} if devs is None else {
+                i: min(u, devs.free[i]) for i, u in shares.items() if devs.free.get(i, 0) > 0}
+            if got:
+                devices[name] = got
+        applied = (Allocation({n: sum(g.values()) for n, g in devices.items()}, devices)
+                   if devices else EMPTY)
+        node.resources.take(applied, checked=True)
+        self.cluster.refresh(node)
+        self.elsewhere[node.name] = Elsewhere(wanted, applied, reason or "")
 
     def push_deadline(self, task: Task) -> None:
         end = self.now + task.spec.time_limit

@@ -22,6 +22,7 @@ from ..model.limits import (
     check_name,
     check_seconds,
 )
+from ..model.quantity import SCALE
 from ..model.queues import CLOSED, OPEN
 from ..model.tasks import QUEUED, RUNNING, TERMINAL, Gang, Task, TaskSpec
 from . import events as ev
@@ -37,6 +38,7 @@ from .transitions import (
     REJECT,
     STOPPED,
     TIMEOUT,
+    UNSTARTED,
     InvalidTransition,
     fire,
 )
@@ -212,7 +214,8 @@ class Core(Ledger):
         self._report(event.task, event.attempt, FINISH, None)
 
     def _on_failed(self, event: ev.Failed) -> None:
-        self._report(event.task, event.attempt, LOSE if event.lost else FAIL, event.error)
+        stimulus = UNSTARTED if event.unstarted else LOSE if event.lost else FAIL
+        self._report(event.task, event.attempt, stimulus, event.error)
 
     def _on_stopped(self, event: ev.Stopped) -> None:
         self._report(event.task, event.attempt, STOPPED, "stopped by its executor")
@@ -250,6 +253,7 @@ class Core(Ledger):
         reason = event.reason or f"node {event.name!r} was lost"
         for task_id in list(node.tasks):
             fire(self, self.tasks[task_id], LOSE, reason)
+        self.elsewhere.pop(event.name, None)
         self.cluster.remove(event.name)
         self._drop_reservations_on(event.name)
         self.nodes_changed = True
@@ -263,11 +267,16 @@ class Core(Ledger):
                                  "give its devices instead of a total")
         for name, memory in (event.devices or {}).items():
             check_count(len(memory), MAX_DEVICES_PER_NODE, f"node {event.name!r}: {name} devices")
+        held = self.elsewhere.get(event.name)
+        if held is not None and event.devices:  # others' shares are taken again on the new set
+            self.hold_elsewhere(node, {})
         for name, units in (event.totals or {}).items():
             if name not in node.resources.devices:
                 node.resources.set_total(name, units)
         for name, memory in (event.devices or {}).items():
             node.resources.set_devices(name, memory, event.declared)
+        if held is not None and event.devices:
+            self.hold_elsewhere(node, held.wanted, held.reason)
         if event.labels is not None:
             node.labels = {**dict(event.labels), "kind": node.kind}
         if event.cordoned is not None:
@@ -304,12 +313,23 @@ class Core(Ledger):
         self.nodes_changed = True  # capabilities may have changed what is feasible
         self._dirty = True
 
+    def _on_held_elsewhere(self, event: ev.HeldElsewhere) -> None:
+        node = self.node(event.node)
+        for name, shares in event.device_shares.items():  # check all before changing anything
+            for index, units in shares.items():
+                if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= SCALE:
+                    raise ValueError(f"{name} device {index!r} of {event.node!r}: held "
+                                     f"units={units!r}; give an int from 0 to {SCALE}")
+        self.hold_elsewhere(node, event.device_shares, event.reason)
+        self._dirty = True  # less held elsewhere: waiting work may fit now
+
     _handlers = {
         ev.Tick: _on_tick, ev.Submit: _on_submit, ev.Cancel: _on_cancel,
         ev.Finished: _on_finished, ev.Failed: _on_failed, ev.Stopped: _on_stopped,
         ev.NodeAdded: _on_node_added, ev.NodeRemoved: _on_node_removed,
         ev.NodeUpdated: _on_node_updated, ev.SlotAdded: _on_slot_added,
         ev.SlotRemoved: _on_slot_removed, ev.QueueSet: _on_queue_set,
+        ev.HeldElsewhere: _on_held_elsewhere,
     }
 
     def _drop_reservations_on(self, node_name: str) -> None:
@@ -384,6 +404,12 @@ class Core(Ledger):
                     per[name] = per.get(name, 0) + units
             else:
                 assert task.allocation is None, task
+        for name, held_there in self.elsewhere.items():
+            assert name in self.cluster.nodes, (name, held_there)
+            per = held.setdefault(name, {})
+            for res, units in held_there.applied.amounts.items():
+                per[res] = per.get(res, 0) + units
+                assert units <= sum(held_there.wanted.get(res, {}).values()), held_there
         for node in self.cluster.nodes.values():
             node.resources.validate()
             assert node.resources.allocated == held.get(node.name, {}), (node, held)

@@ -56,6 +56,7 @@ FINISH = "finished"          # Finished, for its current attempt
 FAIL = "failed"              # Failed, for its current attempt
 LOSE = "lost"                # Failed(lost=True), or its node or engine went away
 STOPPED = "stopped"          # Stopped, for its current attempt
+UNSTARTED = "unstarted"      # Failed(unstarted=True): its attempt never began (lease refused)
 TIMEOUT = "timeout"          # a Tick past its current attempt's time limit
 PREEMPT = "preempt"          # preempt chose it as a victim
 GANG_FAILED = "gang-failed"  # another member of its gang failed
@@ -199,6 +200,14 @@ def _fail(led, task, error: str) -> None:
                 fire(led, member, GANG_FAILED, why)
 
 
+def _unstarted(led, task, error: str) -> None:
+    if task.gang is not None:  # its gang's other members began: a gang is not re-queued
+        _fail(led, task, error)
+        return
+    led.release(task)
+    _requeue(led, task, error)
+
+
 def _end_stopping(led, task, _) -> None:
     """The attempt ended while a stop was out (and not with a success): the stop decides."""
     how = task.stopping
@@ -248,6 +257,9 @@ TABLE: dict[tuple[str, str], Rule] = {
     (RUNNING, FINISH): Rule((DONE,), "", "", _done),
     (RUNNING, FAIL): Rule((QUEUED, FAILED), _GANG_STOP, _ENDS, _fail),
     (RUNNING, LOSE): Rule((QUEUED, FAILED), _GANG_STOP, _ENDS, _fail),
+    (RUNNING, UNSTARTED): Rule((QUEUED, FAILED), _GANG_STOP, "it never began (its host's "
+                               "lease was refused): queued without spending a retry; a gang "
+                               "member fails as lost does", _unstarted),
     (RUNNING, STOPPED): Rule((QUEUED, FAILED), _GANG_STOP, "its executor stopped it unasked: "
                              "a failure; " + _ENDS, _fail),
     (RUNNING, CANCEL): Rule((STOPPING,), "Stop", "it keeps its resources until the "
@@ -259,6 +271,7 @@ TABLE: dict[tuple[str, str], Rule] = {
     (STOPPING, FAIL): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
     (STOPPING, LOSE): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
     (STOPPING, STOPPED): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
+    (STOPPING, UNSTARTED): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
     (STOPPING, CANCEL): Rule((STOPPING,), "", "a preemption becomes a cancel (it will not be "
                              "re-queued); other stops keep their reason", _cancel_stopping),
     (STOPPING, TIMEOUT): Rule((STOPPING,), "", "already being stopped", _nothing),

@@ -36,6 +36,11 @@ class GpuMonitor:
         self._at: float | None = None
 
     @property
+    def nvml(self) -> Nvml | None:
+        """The NVML reader of the real GPUs (None: no real GPU, or no NVML)."""
+        return self._nvml
+
+    @property
     def active(self) -> bool:
         return self._nvml is not None
 

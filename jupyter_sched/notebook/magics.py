@@ -47,6 +47,7 @@ from .cell_options import (
     parse_gang,
     parse_on,
 )
+from .lease_magic import LeaseCommands
 from .statusline import LiveLines, StatusLine, error_text, is_done, render_line
 
 # -- the magics ---------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def _sub(name: str, summary: str):
 
 
 @magics_class
-class SchedMagics(Magics):
+class SchedMagics(LeaseCommands, Magics):
     """``%%sched`` (run a cell as a task) and ``%sched`` (status and commands)."""
 
     def __init__(self, shell=None, scheduler=None) -> None:
@@ -171,11 +172,10 @@ class SchedMagics(Magics):
 
     @classmethod
     def _subcommands(cls) -> dict[str, Any]:
-        subs = {}
-        for attr in vars(cls).values():
-            name = getattr(attr, "sub_name", None)
-            if name:
-                subs[name] = attr
+        subs: dict[str, Any] = {}
+        for attr in (a for klass in cls.__mro__ for a in vars(klass).values()):  # own first
+            if getattr(attr, "sub_name", None):
+                subs.setdefault(attr.sub_name, attr)
         return subs
 
     def _overview(self) -> str:

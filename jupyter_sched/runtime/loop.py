@@ -41,7 +41,9 @@ from ..core import events as ev
 from ..core.state import Refused
 from ..executors.base import Executor, TaskRecord
 from ..executors.local.output import TaskOutput
+from ..model.resources import GPU
 from ..views import snapshot as snapshots
+from .leases import POLL
 from .records import HISTORY, Records
 
 if TYPE_CHECKING:
@@ -128,6 +130,7 @@ class RuntimeLoop(Records):
         self._changed = True
         self._last_publish = float("-inf")
         self._sync_all = False
+        self._leases = None  # the host's lease ledger (runtime/leases.py), set by start()
         self.death: BaseException | None = None  # why the runtime thread ended, if not asked to
         # debugging: check the core's invariants after every step (tests turn this on)
         self.debug_validate = False
@@ -245,6 +248,8 @@ class RuntimeLoop(Records):
             due.append(deadline + _DEADLINE_SLACK)
         if self._outputs:
             due.append(self._outputs[0][0] - self._t0)
+        if self._leases is not None and self._waits_for_gpu():
+            due.append(now + POLL)  # another kernel may give its share back
         if not due:
             return None
         return min(_MAX_WAIT, max(0.0, min(due) - now))
@@ -271,6 +276,8 @@ class RuntimeLoop(Records):
                 requests.append(_Request((item,)))
 
         now = self.now()
+        if self._leases is not None and (held := self._poll_leases(now, self._waits_for_gpu())):
+            requests.insert(0, _Request((held,)))  # what other kernels hold, when it changed
         touched = {e.task for e in plain}
         self._sync_all = False
         instructions: list = []
@@ -304,6 +311,9 @@ class RuntimeLoop(Records):
                 now - self._last_publish >= self.update_interval):
             self._publish()
         return stop
+
+    def _waits_for_gpu(self) -> bool:
+        return any(q.waiting.get(GPU) for q in self._core.queues.leaves())
 
     def _apply(self, request: _Request, batch: list, touched: set) -> list:
         """Hand ``batch`` (plain events, which the core never rejects) and one request to the
@@ -411,6 +421,7 @@ class RuntimeLoop(Records):
                 executor.close()
             except Exception:
                 log.exception("closing %r failed", executor)
+        self._close_leases()
         for record in list(self._live_records.values()):
             record.state, record.reason = "cancelled", "the scheduler shut down"
             handle = self._handles.get(record.id)

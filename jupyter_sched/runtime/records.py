@@ -16,6 +16,7 @@ from ..core import events as ev
 from ..executors.base import Executor, TaskRecord, device_shares
 from ..executors.local.output import TaskOutput
 from ..model.tasks import RUNNING, TERMINAL
+from . import leases as host_leases
 
 if TYPE_CHECKING:
     from ..core.state import Core
@@ -43,6 +44,7 @@ class Records:
     _history_handles: deque[TaskHandle]
     _slot_executors: dict[tuple[str, str], Executor]
     _sync_all: bool
+    _leases: host_leases.HostLeases | None
 
     def _carry_out(self, instruction: Any) -> None:
         record = self._records.get(instruction.task)
@@ -50,6 +52,8 @@ class Records:
             log.error("no record of task %s for %r", instruction.task, instruction)
             return
         if isinstance(instruction, ev.Start):
+            if self._leases is not None and not self._lease(instruction):
+                return
             task = self._core.tasks[instruction.task]
             if record.output is None:
                 work = record.work
@@ -87,6 +91,63 @@ class Records:
             except Exception:
                 log.exception("could not stop %s", instruction.task)
 
+    # -- the host's leases ----------------------------------------------------------------------
+
+    def _lease(self, start: ev.Start) -> bool:
+        """Take the host's leases of ``start``; False (and the attempt reported unstarted, to be
+        re-queued without a retry) when another kernel holds its share."""
+        try:
+            self._leases.give(start.task, start.attempt)  # an earlier attempt's, if still held
+            refused = self._leases.take(start)
+        except host_leases.ERRORS as err:
+            self._drop_leases(err)
+            return True
+        if refused:
+            log.info("%s waits: %s", start.task, refused)
+            self.report(ev.Failed(start.task, refused, attempt=start.attempt, unstarted=True))
+        return not refused
+
+    def _give_leases(self, task_id: str, task: Any) -> None:
+        if self._leases is None or not self._leases.holding(task_id):
+            return
+        if task is not None and task.state == RUNNING:  # (with a stop out it may run a while)
+            return
+        try:
+            self._leases.give(task_id)
+        except host_leases.ERRORS as err:
+            self._drop_leases(err)
+
+    def _poll_leases(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
+        try:
+            return self._leases.poll(now, waiting)
+        except host_leases.ERRORS as err:
+            self._drop_leases(err)
+            return None
+
+    def _alone(self) -> bool:
+        """No other scheduler of this process runs (its leases are then all this one's)."""
+        return True
+
+    def _close_leases(self) -> None:
+        leases, self._leases = self._leases, None
+        if leases is not None:
+            try:
+                leases.give_all(whole_process=self._alone())
+                leases.ledger.close()
+            except host_leases.ERRORS as err:
+                log.warning("giving back this kernel's GPU leases: %s", err)
+
+    def _drop_leases(self, err: BaseException) -> None:
+        """The ledger stopped working: local accounting alone from now on, nothing lost."""
+        host_leases.ledger_failed(err)
+        leases, self._leases = self._leases, None
+        if leases is not None:
+            self.report(ev.HeldElsewhere(leases.node, {}, ""))
+            try:
+                leases.ledger.close()
+            except Exception:
+                log.debug("closing the ledger", exc_info=True)
+
     def _executor_for(self, start: ev.Start) -> Executor | None:
         if start.slot is None:
             return self._local
@@ -108,6 +169,7 @@ class Records:
             task = core.tasks.get(task_id)
             if record is None or task is None:
                 continue
+            self._give_leases(task_id, task)
             record.state, record.reason = task.state, task.reason
             record.stopping_since = task.stopping_since
             if task.state in TERMINAL:

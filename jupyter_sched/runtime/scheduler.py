@@ -47,6 +47,7 @@ from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
 from . import submission
 from .handles import GangHandle, TaskHandle
+from .leases import open_host_leases
 from .loop import HISTORY, RuntimeLoop
 
 LOCAL = "local"
@@ -87,6 +88,14 @@ class Scheduler(RuntimeLoop, Configurable):
     push_warn_bytes = Int(100_000_000, help=(
         "Warn when the names a cell pushes to an engine add up to more bytes than this.")
     ).tag(config=True)
+
+    host_leases = Bool(True, help="Lease local GPU shares from the host's ledger before tasks "
+                       "start, so kernels on one host never share a device beyond 1.0."
+                       ).tag(config=True)
+    ledger_path = Unicode("", help="The host's lease ledger file (empty: $JUPYTER_SCHED_LEASES, "
+                          "else one in the Jupyter runtime directory).").tag(config=True)
+    count_other_processes = Bool(False, help="Count GPU memory that NVML says processes "
+                                 "outside every scheduler use as taken.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -132,6 +141,7 @@ class Scheduler(RuntimeLoop, Configurable):
             self._gpus = GpuMonitor(host)
             self._local = LocalExecutor(self, visible_devices=submission.visible_devices(host))
             self._executors.append(self._local)
+            self._leases = open_host_leases(self, host, LOCAL)
             self._thread = threading.Thread(target=self._main, name="jupyter_sched-runtime",
                                             daemon=True)
             self._state = "running"
@@ -173,6 +183,7 @@ class Scheduler(RuntimeLoop, Configurable):
                 executor.close()
             except Exception:
                 log.exception("closing %r failed", executor)
+        self._close_leases()  # (the runtime thread is gone: nobody else touches them)
         lost = list(self._live_records.values())
         counts: dict[str, int] = {}
         for record in lost:
@@ -185,6 +196,9 @@ class Scheduler(RuntimeLoop, Configurable):
         _live.discard(self)
         what = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"
         return f"{reason}: a fresh scheduler takes over; lost {what}"
+
+    def _alone(self) -> bool:
+        return not any(s is not self and s.started for s in list(_live))
 
     def now(self) -> float:
         """The scheduler's clock: seconds since it started (``time.monotonic()`` based)."""
@@ -388,6 +402,7 @@ class Scheduler(RuntimeLoop, Configurable):
                                       declared=host.gpus_declared)])
         self.local_host = host
         self._gpus = GpuMonitor(host)
+        self._on_runtime(lambda core: self._leases and self._leases.set_host(host))
         if self._local is not None:
             self._local.visible = submission.visible_devices(host)
         return host
@@ -484,7 +499,6 @@ class Scheduler(RuntimeLoop, Configurable):
         """Run ``fn(core)`` on the runtime thread between steps and return its value (for tests
         and debugging: e.g. ``sched.inspect_core(lambda core: core.validate())``)."""
         return self._on_runtime(fn)
-
 
     def __repr__(self) -> str:
         return f"<Scheduler {self._state} policy={self.policy}>"

@@ -17,10 +17,11 @@ from __future__ import annotations
 import heapq
 
 from ...model.queues import CLOSED
-from ...model.tasks import Gang, Task
+from ...model.tasks import QUEUED, Gang, Task
 from ..jobs import job_key, job_spec, waits
 from ..plugins.capability import Room, admit
 from ..plugins.gang import place_gang
+from ..plugins.predicates import node_passes
 from ..session import Session
 
 
@@ -54,6 +55,8 @@ def run(session: Session) -> None:
             _push_class(classes, queue, key)
         else:
             session.failed[key] = job
+            if over is None and core.elsewhere:
+                _say_held_elsewhere(core, job)
             if over is None and session.waited_too_long(job) and job.seq not in core.reservations:
                 members = job.members if isinstance(job, Gang) else [job]
                 session.reserve(job, [m.spec for m in members])
@@ -62,6 +65,15 @@ def run(session: Session) -> None:
                 break
         elif classes:
             heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
+
+
+def _say_held_elsewhere(core, job: Task | Gang) -> None:
+    """A job that waits only for shares other processes hold says so in its reason."""
+    members = job.members if isinstance(job, Gang) else [job]
+    reason = core.held_elsewhere_reason(members[0].spec, node_passes)
+    for member in members:
+        if member.state == QUEUED:
+            member.reason = reason
 
 
 def try_place(session: Session, job: Task | Gang, easy: bool = False,

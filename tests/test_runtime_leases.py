@@ -1,0 +1,249 @@
+"""The runtime and the host's lease ledger: leases taken before a local GPU task starts and
+given back when it ends; shares other processes hold keep work queued, with the reason; a race
+lost to another kernel re-queues the attempt without a retry; a broken ledger costs a warning."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+
+import psutil
+import pytest
+
+from jupyter_sched.host.discovery import GpuInfo, HostInfo
+from jupyter_sched.host.leases import Ledger, device_key
+from jupyter_sched.host.nvml import GpuProcess, Nvml
+from jupyter_sched.runtime import leases as runtime_leases
+from jupyter_sched.runtime.leases import SWEEP
+from jupyter_sched.runtime.scheduler import Scheduler
+
+pytestmark = pytest.mark.timeout(60)
+
+WAIT = 10
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "leases.db"
+
+
+@pytest.fixture
+def sched(path):
+    s = Scheduler(local_resources="GPU=1,CPU=4", update_interval=0.02, ledger_path=str(path))
+    s.debug_validate = True
+    s.start()
+    yield s
+    s.shutdown()
+    assert s.validation_errors == []
+
+
+def gpu_key(sched, index=0):
+    gpu = GpuInfo(index, None, "", "declared", None, declared=True)
+    return device_key(gpu, sched.local_host.key)
+
+
+def as_other_process(path, key, units):
+    """A lease held by a live process that is not this one (our parent), as another kernel's."""
+    parent = psutil.Process().parent()
+    from jupyter_sched.host.holders import Owner
+
+    me = Owner.current()
+    owner = Owner(me.uid, me.user, parent.pid, parent.create_time(), me.host, me.pidns,
+                  "notebook train.ipynb")
+    with Ledger(path, owner=owner) as ledger:
+        return ledger.take(key, units, task="t9")
+
+
+def wait_for(predicate, timeout=WAIT):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_task_holds_its_lease_while_it_runs(sched, path):
+    go_on = threading.Event()
+    h = sched.submit(go_on.wait, WAIT, resources="GPU=0.5")
+    assert wait_for(lambda: h.state == "running")
+    with Ledger(path) as ledger:
+        (lease,) = ledger.held()
+        assert (lease.device, lease.units, lease.task) == (gpu_key(sched), 5000, h.id)
+        go_on.set()
+        h.result(WAIT)
+        assert wait_for(lambda: ledger.held() == [])
+
+
+def test_shares_held_elsewhere_keep_work_queued_with_the_reason(sched, path):
+    lease = as_other_process(path, gpu_key(sched), 7500)
+    h = sched.submit(lambda: "ran", resources="GPU=0.5")
+    assert wait_for(lambda: "held by another kernel" in (sched.record(h.id).reason or ""))
+    assert h.state == "queued"
+    assert "0.75 of GPU 0 is held by another kernel" in sched.record(h.id).reason
+    assert "notebook train.ipynb" in sched.record(h.id).reason
+    small = sched.submit(lambda: "fits", resources="GPU=0.25")
+    assert small.result(WAIT) == "fits"
+    with Ledger(path) as ledger:
+        ledger.give(lease)
+    started = time.monotonic()
+    assert h.result(WAIT) == "ran"
+    assert time.monotonic() - started < 2.0  # polled every 0.25 s while it waits
+
+
+def test_a_lost_race_requeues_the_attempt_without_a_retry(sched, path, monkeypatch):
+    """Another kernel takes the share after the last read: the take is refused, the attempt
+    ends unstarted, and the task runs once the share is back, its retries untouched."""
+    leases = sched._leases
+    blind = threading.Event()
+    blind.set()
+    real_poll, real_take = leases.poll, leases.take
+    monkeypatch.setattr(leases, "poll", lambda *a: None if blind.is_set() else real_poll(*a))
+
+    def take(start):
+        refused = real_take(start)
+        if refused:
+            blind.clear()
+        return refused
+
+    monkeypatch.setattr(leases, "take", take)
+    lease = as_other_process(path, gpu_key(sched), 10000)
+    h = sched.submit(lambda: "ran", resources="GPU=0.5")
+    assert wait_for(lambda: not blind.is_set())
+    assert wait_for(lambda: "held by another kernel" in (sched.record(h.id).reason or ""))
+    assert h.state == "queued"
+    with Ledger(path) as ledger:
+        ledger.give(lease)
+    assert h.result(WAIT) == "ran"
+    task = sched.inspect_core(lambda core: core.tasks[h.id])
+    assert (task.failures, task.attempt) == (0, 2)
+
+
+def test_a_dead_holders_lease_is_swept(sched, path):
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        from jupyter_sched.host.holders import Owner
+
+        me = Owner.current()
+        proc = psutil.Process(child.pid)
+        owner = Owner(me.uid, me.user, child.pid, proc.create_time(), me.host, me.pidns, "")
+        with Ledger(path, owner=owner) as ledger:
+            assert ledger.take(gpu_key(sched), 10000)
+        h = sched.submit(lambda: "ran", resources="GPU=1")
+        assert wait_for(lambda: h.state == "queued" and sched.record(h.id).reason)
+    finally:
+        child.kill()
+        child.wait()
+    assert h.result(WAIT) == "ran"
+
+
+def test_a_corrupt_ledger_warns_and_schedules_alone(path):
+    path.write_bytes(b"this is not a database" * 100)
+    s = Scheduler(local_resources="GPU=1", ledger_path=str(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s.start()
+    try:
+        (warning,) = [w for w in caught if "lease ledger" in str(w.message)]
+        assert "schedules its GPUs alone" in str(warning.message)
+        assert s._leases is None
+        handles = [s.submit(lambda i=i: i, resources="GPU=0.5") for i in range(4)]
+        assert [h.result(WAIT) for h in handles] == [0, 1, 2, 3]
+    finally:
+        s.shutdown()
+
+
+def test_a_ledger_that_breaks_later_loses_no_task(sched, path, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise runtime_leases.LedgerError("the disk went away")
+
+    monkeypatch.setattr(sched._leases.ledger, "take_all", broken)
+    handles = [sched.submit(lambda i=i: i, resources="GPU=0.5") for i in range(3)]
+    assert [h.result(WAIT) for h in handles] == [0, 1, 2]
+    assert sched._leases is None
+    assert "lease ledger cannot be used" in caplog.text
+
+
+def test_leases_off_takes_none(path):
+    s = Scheduler(local_resources="GPU=1", ledger_path=str(path), host_leases=False)
+    try:
+        assert s.submit(lambda: 1, resources="GPU=1").result(WAIT) == 1
+        assert s._leases is None
+    finally:
+        s.shutdown()
+    assert not path.exists()
+
+
+def test_shutdown_gives_back_every_lease(path):
+    s = Scheduler(local_resources="GPU=1", ledger_path=str(path))
+    go_on = threading.Event()
+    h = s.submit(go_on.wait, WAIT, resources="GPU=0.5")
+    assert wait_for(lambda: h.state == "running")
+    s.shutdown()
+    go_on.set()
+    with Ledger(path) as ledger:
+        assert ledger.held() == []
+
+
+class FakeNvml(Nvml):
+    """One 8 GiB GPU whose processes are given."""
+
+    def __init__(self, processes):
+        self._processes = processes
+
+    def device_count(self):
+        return 1
+
+    def device(self, index):
+        raise NotImplementedError
+
+    def processes(self, index):
+        return self._processes
+
+
+def test_memory_used_outside_every_scheduler_counts_as_held(path):
+    gib = 2**30
+    host = HostInfo("h", "boot", 4, 16 * gib,
+                    (GpuInfo(0, 0, "GPU-aaaa", "Fake GPU", 8 * gib),))
+    nvml = FakeNvml([GpuProcess(os.getpid(), 4 * gib), GpuProcess(1, 2 * gib)])
+    leases = runtime_leases.HostLeases(Ledger(path), host, "local",
+                                       runtime_leases.OutsideUse(host, nvml))
+    held = leases.poll(0.0, waiting=True)
+    assert held.device_shares == {"GPU": {0: 2500}}  # pid 1's 2 GiB, not this process's 4
+    assert held.reason == ("2 GiB of GPU 0's memory (0.25 of it) is used by processes outside "
+                           "the scheduler")
+    assert leases.poll(0.1, waiting=True) is None  # nothing changed
+    nvml._processes = [GpuProcess(1, None)]  # NVML cannot say: nothing is claimed
+    assert leases.poll(SWEEP + 1, waiting=True).device_shares == {"GPU": {}}
+
+
+def test_a_scheduler_whose_thread_died_gives_its_leases_back(path):
+    first = Scheduler(local_resources="GPU=1", ledger_path=str(path)).start()
+    gate = threading.Event()
+    try:
+        first.submit(gate.wait, WAIT, resources={"GPU": 1})
+        with Ledger(path) as ledger:
+            assert wait_for(lambda: len(ledger.held()) == 1)
+
+            def crash():
+                raise SystemExit("injected crash")
+
+            first._next_items = crash
+            first._queue.put(object())  # wakes it
+            first._thread.join(WAIT)
+            assert "lost 1 running" in first.abandon()
+            assert ledger.held() == []
+        second = Scheduler(local_resources="GPU=1", ledger_path=str(path)).start()
+        try:
+            assert second.submit(lambda: "mine now", resources={"GPU": 1}).result(WAIT) == \
+                "mine now"
+        finally:
+            second.shutdown()
+    finally:
+        gate.set()
+        first.shutdown()
