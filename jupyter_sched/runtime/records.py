@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core import events as ev
@@ -44,6 +45,39 @@ class Records:
     _history_handles: deque[TaskHandle]
     _slot_executors: dict[tuple[str, str], Executor]
     _sync_all: bool
+    _queue: Any
+
+    # -- for executors --------------------------------------------------------------------------
+
+    def report(self, event: ev.Event) -> None:
+        """An executor's fact (``Finished``, ``Failed``, ``Stopped``, node and slot changes).
+        Thread-safe; returns at once."""
+        self._queue.put(event)
+
+    def complete(self, task_id: str, result: Any = None, error: BaseException | None = None,
+                 traceback_text: str = "", attempt: int | None = None) -> None:
+        """Set a task's outcome on its record (before reporting ``Finished``/``Failed``). An
+        outcome of an attempt that is no longer the record's is dropped, like its report."""
+        record = self._records.get(task_id)
+        if record is None:
+            return
+        start = record.start
+        if attempt is not None and start is not None and start.attempt != attempt:
+            return
+        record.result = result
+        record.error = error
+        record.traceback = traceback_text
+
+    def register_slots(self, executor: Executor, node: str, slots: Iterable[str]) -> None:
+        """Send the ``Start`` of tasks placed on these engine slots to ``executor``. Call it
+        before reporting the ``NodeAdded``/``SlotAdded`` that announces them."""
+        for slot in slots:
+            self._slot_executors[(node, slot)] = executor
+        self._add_executor(executor)  # the Scheduler's
+
+    def record(self, task_id: str) -> TaskRecord | None:
+        return self._records.get(task_id)
+
     _leases: host_leases.HostLeases | None
 
     def _carry_out(self, instruction: Any) -> None:

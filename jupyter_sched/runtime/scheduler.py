@@ -462,37 +462,6 @@ class Scheduler(RuntimeLoop, Configurable):
         if executor not in self._executors:
             self._executors.append(executor)
 
-    # -- for executors --------------------------------------------------------------------------
-
-    def report(self, event: ev.Event) -> None:
-        """An executor's fact (``Finished``, ``Failed``, ``Stopped``, node and slot changes).
-        Thread-safe; returns at once."""
-        self._queue.put(event)
-
-    def complete(self, task_id: str, result: Any = None, error: BaseException | None = None,
-                 traceback_text: str = "", attempt: int | None = None) -> None:
-        """Set a task's outcome on its record (before reporting ``Finished``/``Failed``). An
-        outcome of an attempt that is no longer the record's is dropped, like its report."""
-        record = self._records.get(task_id)
-        if record is None:
-            return
-        start = record.start
-        if attempt is not None and start is not None and start.attempt != attempt:
-            return
-        record.result = result
-        record.error = error
-        record.traceback = traceback_text
-
-    def register_slots(self, executor: Executor, node: str, slots: Iterable[str]) -> None:
-        """Send the ``Start`` of tasks placed on these engine slots to ``executor``. Call it
-        before reporting the ``NodeAdded``/``SlotAdded`` that announces them."""
-        for slot in slots:
-            self._slot_executors[(node, slot)] = executor
-        self._add_executor(executor)
-
-    def record(self, task_id: str) -> TaskRecord | None:
-        return self._records.get(task_id)
-
     # -- debugging --------------------------------------------------------------------------------
 
     def inspect_core(self, fn: Callable[[Core], Any]) -> Any:
