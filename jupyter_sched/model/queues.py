@@ -198,16 +198,9 @@ class QueueTree:
                              f"{', '.join(QUEUE_STATES)}")
         if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
             raise ValueError(f"queue {name!r}: priority {priority!r} must be a whole number")
-        cap = dict(capability) if capability is not None else (
-            queue.capability if queue is not None else {})
-        guar = dict(guarantee) if guarantee is not None else (
-            queue.guarantee if queue is not None else {})
-        for res, least in guar.items():
-            if res in cap and least > cap[res]:
-                raise ValueError(
-                    f"queue {name!r}: guarantee {res}={to_float(least):g} is more than its "
-                    f"capability {res}={to_float(cap[res]):g}; a queue cannot be promised "
-                    "more than it may hold")
+        _check_guarantee(name, capability if capability is not None else (
+            queue.capability if queue is not None else {}), guarantee if guarantee is not None
+            else (queue.guarantee if queue is not None else {}))
         p = self.queues[parent]
         moving = queue is not None and queue.parent is not p
         if (queue is None or moving) and (p.classes or p.running):
@@ -316,3 +309,13 @@ def _water_fill(amount: int, weights: Mapping[str, int], want: Mapping[str, int]
             hungry = {n for n in hungry if got[n] < want[n]}
         left -= spent
     return got
+
+
+def _check_guarantee(name: str, capability: Mapping[str, int],
+                     guarantee: Mapping[str, int]) -> None:
+    for res, least in guarantee.items():
+        if res in capability and least > capability[res]:
+            raise ValueError(
+                f"queue {name!r}: guarantee {res}={to_float(least):g} is more than its "
+                f"capability {res}={to_float(capability[res]):g}; a queue cannot be promised "
+                "more than it may hold")
