@@ -79,7 +79,7 @@ class Peer:
         self.subscribed = False  # snapshots flow once a subscribe came on it
         self.last = -math.inf    # time.monotonic() of the last snapshot sent
         self.key: str | None = None   # the content last sent
-        self.seen: Snapshot | None = None  # the snapshot last compared with it
+        self.seen: tuple[Snapshot, float] | None = None  # last compared with it, and window
         self.seq = 0
         self.forced = False      # send the next snapshot at once, even if unchanged
         self.closed = False
@@ -223,9 +223,7 @@ class CommHub:
                 log.debug("could not answer on comm", exc_info=True)
 
     def _subscribed(self, peer: Peer) -> None:
-        """``peer`` subscribed (its reply sent): a full snapshot at once if it is its first;
-        later ones weigh the latest snapshot again, as the window may have changed."""
-        peer.seen = None
+        """``peer`` subscribed (its reply sent): a full snapshot at once if it is its first."""
         if not peer.subscribed:
             peer.forced = True
             peer.subscribed = True
@@ -316,16 +314,17 @@ class CommHub:
             return None  # the first one comes soon after subscribing
         now, wait = time.monotonic(), None
         for peer in peers:
-            forced = peer.forced
-            if peer.closed or (peer.seen is snap and not forced):
+            forced, window = peer.forced, peer.window
+            seen = peer.seen
+            if peer.closed or (seen and seen[0] is snap and seen[1] == window and not forced):
                 continue  # this snapshot was weighed for it already
             due = peer.last + peer.interval
             if now < due and not forced:  # look again when it is due, at the latest then
                 wait = due - now if wait is None else min(wait, due - now)
                 continue
             # encoded only when a comm may get it: at most 4 times a second per window
-            data, key = self._encoded_latest(sched, snap, peer.window)
-            peer.seen = snap
+            data, key = self._encoded_latest(sched, snap, window)
+            peer.seen = (snap, window)
             if peer.key == key and not forced:
                 continue
             peer.forced, peer.key, peer.last = False, key, now
