@@ -2,8 +2,8 @@
 it: comms opened from the client, snapshots read off IOPub, commands sent as comm messages.
 
 One kernel serves the whole module and the tests run in file order: first without the
-extension, then loaded, then unloaded, then restarted. Logical GPUs are declared, so no GPU
-is needed. Rates are checked by counting messages over a measured stretch, never by timing
+extension, then loaded, then unloaded, then restarted and loaded again, then with its
+scheduler shut down. Logical GPUs are declared, so no GPU is needed. Rates are checked by counting messages over a measured stretch, never by timing
 one message.
 """
 
