@@ -24,9 +24,10 @@ import statistics
 import threading
 import time
 
-from jupyter_sched.notebook.comm import CommHub, Peer
+from jupyter_sched.notebook.comm import CommHub
 from jupyter_sched.notebook.comm_messages import MAX_OUT, fit, status_data
 from jupyter_sched.runtime.scheduler import Scheduler
+from jupyter_sched.views.timeline import WINDOW
 
 
 def noop(i: int) -> int:
@@ -40,6 +41,8 @@ class Recorder:
         self.sent: list[tuple[float, int, dict]] = []
 
     def send(self, data: dict) -> None:
+        if data.get("kind") != "snapshot":
+            return  # the reply to the opening subscribe
         size = len(json.dumps(data, ensure_ascii=False, allow_nan=False).encode())
         self.sent.append((time.monotonic(), size, data))
 
@@ -96,7 +99,9 @@ def main() -> None:
         time.sleep(0.05)
     hub = CommHub(lambda: sched)
     comm = Recorder()
-    hub._attach(Peer(comm))
+    # opened as the sidebar opens it, at the fastest rate it may ask for
+    hub._on_open(comm, {"content": {"data": {"v": 1, "kind": "command", "id": "c1",
+                                             "command": "subscribe", "interval": 0.25}}})
     while not comm.sent:
         time.sleep(0.01)
 
@@ -104,7 +109,7 @@ def main() -> None:
     snap = sched.snapshot(fresh=True)
     take = per_call(lambda: sched.snapshot(fresh=True), 5)
     # the sender thread's work for one message, short of handing it to the comm
-    encode = per_call(lambda: hub._encode(sched, snap), 50)
+    encode = per_call(lambda: hub._encode(sched, snap, WINDOW), 50)
     data, _ = fit(status_data(snap))
     envelope = {"v": 1, "kind": "snapshot", "seq": 1, "data": data}
     session = per_call(lambda: json.dumps(envelope, ensure_ascii=False, allow_nan=False), 50)

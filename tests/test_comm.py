@@ -2,9 +2,9 @@
 it: comms opened from the client, snapshots read off IOPub, commands sent as comm messages.
 
 One kernel serves the whole module and the tests run in file order: first without the
-extension, then loaded, then unloaded, then restarted. Logical GPUs are declared, so no GPU
-is needed. Rates are checked by counting messages over a measured stretch, never by timing
-one message.
+extension, then loaded, then unloaded, then restarted and loaded again, then with its
+scheduler shut down. Logical GPUs are declared, so no GPU is needed. Rates are checked by
+counting messages over a measured stretch, never by timing one message.
 """
 
 from __future__ import annotations
@@ -40,9 +40,11 @@ class Client:
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
-        self.comms: dict[str, list[dict]] = {}  # comm id -> [{type, data, at, size}]
+        self.comms: dict[str, list[dict]] = {}  # comm id -> [{type, data, at, size, n}]
         self.kernel_opened: list[str] = []      # comms the kernel opened
-        self.outputs: dict[str, list[dict]] = {}
+        self.outputs: dict[str, list[dict]] = {}  # parent msg id -> its other IOPub messages
+        self.opened_by: dict[str, str] = {}     # comm id -> msg id of the comm_open we sent
+        self.count = 0                          # IOPub messages read, to order them
 
     def close(self) -> None:
         self.kc.stop_channels()
@@ -54,13 +56,15 @@ class Client:
         except queue.Empty:
             return
         kind, content = msg["msg_type"], msg["content"]
+        self.count += 1
+        msg["n"] = self.count
         if kind.startswith("comm_"):
             if kind == "comm_open" and content.get("target_name") == TARGET:
                 self.kernel_opened.append(content["comm_id"])
             size = len(json.dumps(content, ensure_ascii=False).encode())
             self.comms.setdefault(content["comm_id"], []).append(
                 {"type": kind, "data": content.get("data"), "at": time.monotonic(),
-                 "size": size})
+                 "size": size, "n": self.count})
         else:
             self.outputs.setdefault(msg["parent_header"].get("msg_id", ""), []).append(msg)
 
@@ -87,10 +91,14 @@ class Client:
     def value(self, expression: str):
         return json.loads(self.run(f"import json as _j; print(_j.dumps({expression}))"))
 
-    def open(self, data: dict | None = None) -> str:
+    def open(self, data=None, interval: float = 0.25) -> str:
+        """Open a comm as the sidebar does: its open data a ``subscribe`` (or ``data``)."""
         comm_id = uuid.uuid4().hex
         self.comms[comm_id] = []
-        self._shell("comm_open", {"comm_id": comm_id, "target_name": TARGET, "data": data or {}})
+        if data is None:
+            data = command("subscribe", msg_id="open", interval=interval, window=300)
+        self.opened_by[comm_id] = self._shell(
+            "comm_open", {"comm_id": comm_id, "target_name": TARGET, "data": data})
         return comm_id
 
     def send(self, comm_id: str, data) -> None:
@@ -99,8 +107,15 @@ class Client:
     def close_comm(self, comm_id: str) -> None:
         self._shell("comm_close", {"comm_id": comm_id, "data": {}})
 
-    def _shell(self, msg_type: str, content: dict) -> None:
-        self.kc.shell_channel.send(self.kc.session.msg(msg_type, content))
+    def _shell(self, msg_type: str, content: dict) -> str:
+        msg = self.kc.session.msg(msg_type, content)
+        self.kc.shell_channel.send(msg)
+        return msg["header"]["msg_id"]
+
+    def idle_after(self, msg_id: str) -> dict | None:
+        """The kernel's idle status for our request ``msg_id``, once it came."""
+        return next((m for m in self.outputs.get(msg_id, []) if m["msg_type"] == "status"
+                     and m["content"]["execution_state"] == "idle"), None)
 
     def received(self, comm_id: str, kind: str | None = None) -> list[dict]:
         """The envelopes that came on ``comm_id`` (of one ``kind``), in order."""
@@ -184,19 +199,54 @@ def test_a_kernel_without_the_extension_answers_nothing(kernel):
     assert kernel.kernel_opened == []
 
 
-def test_loading_opens_a_comm_with_the_first_snapshot_and_snapshots_follow(kernel):
+def test_loading_announces_with_snapshot_0_then_nothing_until_a_subscribe(kernel):
     load(kernel)
     kernel.wait(lambda: kernel.kernel_opened)
     own = kernel.kernel_opened[0]
     opened = kernel.received(own)[0]
-    assert opened["v"] == 1 and opened["kind"] == "snapshot" and opened["seq"] == 1
+    assert opened["v"] == 1 and opened["kind"] == "snapshot" and opened["seq"] == 0
     assert {"time", "gpu", "counts", "nodes", "running", "waiting", "queues", "timeline",
             "window"} <= set(opened["data"])
     assert opened["data"]["window"] == 300
-    # the declared GPUs came after the load: the kernel's own comm hears of them
+    # a client that never subscribes (nbclient, this one so far) is sent nothing more, and
+    # the runtime makes no snapshots for it, while things happen
+    kernel.run("sched.submit(lambda: None, resources={'GPU': 0.5}, name='unseen').result()")
+    kernel.pump_for(1.0)
+    assert [e["type"] for e in kernel.comms[own]] == ["comm_open"]
+    assert kernel.value("len(sched._observers)") == 0
+    # subscribing on it starts snapshots there, numbered from 1, after the reply
+    answer = kernel.ask(own, "subscribe", interval=0.25)
+    assert answer["ok"] and answer["result"] == {"interval": 0.25, "window": 300.0}
     data = kernel.snapshot_where(own, lambda d: d["gpu"]["total"] == 2)
+    assert [d["kind"] for d in kernel.received(own)][:3] == ["snapshot", "reply", "snapshot"]
+    assert kernel.snapshots(own)[1]["seq"] == 1 and data["counts"]["done"] == 1
     devices = data["nodes"][0]["devices"]
     assert [d["index"] for d in devices] == [0, 1] and all(d["declared"] for d in devices)
+    kernel.close_comm(own)
+
+
+def test_an_opening_subscribe_is_answered_before_the_kernel_is_idle(kernel):
+    comm = kernel.open(command("subscribe", msg_id="c1", interval=0.5, window=120))
+    opening = kernel.opened_by[comm]
+    idle = kernel.wait(lambda: kernel.idle_after(opening))
+    replies = [e for e in kernel.comms[comm] if e["data"].get("kind") == "reply"]
+    assert replies and replies[0]["n"] < idle["n"]
+    assert replies[0]["data"] == {"v": 1, "kind": "reply", "id": "c1", "ok": True,
+                                  "error": None, "result": {"interval": 0.5, "window": 120.0}}
+    data = kernel.snapshot_where(comm, lambda d: True)
+    assert kernel.snapshots(comm)[0]["seq"] == 1 and data["window"] == 120
+    kernel.close_comm(comm)
+
+
+def test_an_opening_that_is_no_subscribe_is_answered_and_subscribed_with_the_defaults(kernel):
+    comm = kernel.open({})
+    idle = kernel.wait(lambda: kernel.idle_after(kernel.opened_by[comm]))
+    first = kernel.comms[comm][0]
+    assert first["n"] < idle["n"] and first["data"]["kind"] == "error"
+    assert "message has no 'v'" in first["data"]["error"]
+    data = kernel.snapshot_where(comm, lambda d: True)
+    assert data["window"] == 300 and kernel.snapshots(comm)[0]["seq"] == 1
+    kernel.close_comm(comm)
 
 
 # -- the protocol ----------------------------------------------------------------------------
@@ -221,13 +271,16 @@ def test_a_share_shows_in_running_and_timeline_and_cancel_stops_it(kernel):
     assert answer["ok"] is True and answer["error"] is None
     assert answer["result"] == {"task": task, "cancelled": True}
     idle(kernel)
-    assert kernel.value("h.state") == "cancelled"
+    assert kernel.value("[h.state, h.reason]") == ["cancelled",
+                                                   "cancelled from the Scheduler sidebar"]
     data = kernel.snapshot_where(comm, lambda d: d["counts"]["cancelled"] >= 1
                                  and not d["running"])
     ended = [r for r in data["timeline"] if r["task"] == task]
     assert ended and ended[0]["state"] == "cancelled" and ended[0]["end"] is not None
     seqs = [s["seq"] for s in kernel.snapshots(comm)]
     assert seqs == list(range(1, len(seqs) + 1))
+    answer = kernel.ask(comm, "cancel", task=task)  # it had ended already
+    assert answer["ok"] and answer["result"] == {"task": task, "cancelled": False}
 
 
 def test_cancel_all_drain_and_queue_commands(kernel):
@@ -256,24 +309,27 @@ def test_cancel_all_drain_and_queue_commands(kernel):
     kernel.snapshot_where(comm, lambda d: d["queues"][0]["state"] == "open", after=seq)
 
 
-def test_snapshot_sends_one_even_unchanged_and_subscribe_slows_them(kernel):
-    comm = kernel.open()
+def test_snapshot_sends_one_at_once_even_unchanged_and_subscribe_slows_them(kernel):
+    comm = kernel.open(interval=20)
     kernel.snapshot_where(comm, lambda d: True)
     kernel.pump_for(0.5)
     count = len(kernel.snapshots(comm))
     answer = kernel.ask(comm, "snapshot")
     assert answer["ok"] and answer["result"] is None
-    kernel.wait(lambda: len(kernel.snapshots(comm)) > count)
+    kernel.wait(lambda: len(kernel.snapshots(comm)) > count, timeout=5)  # not 20 s later
     last = kernel.snapshots(comm)
     assert last[-1]["data"]["counts"] == last[-2]["data"]["counts"]  # unchanged, sent anyway
+    kinds = [d["kind"] for d in kernel.received(comm)]
+    assert kinds[-2:] == ["reply", "snapshot"]
 
-    answer = kernel.ask(comm, "subscribe", interval=1.0)
-    assert answer["ok"] and answer["result"] == {"interval": 1.0}
+    answer = kernel.ask(comm, "subscribe", interval=1.0, window=600)
+    assert answer["ok"] and answer["result"] == {"interval": 1.0, "window": 600.0}
     done = kernel.value("sched.snapshot(fresh=True).counts['done']")
     start, before = time.monotonic(), len(kernel.snapshots(comm))
     kernel.run("hs = sched.map(lambda i: time.sleep(0.02), range(60), resources={'GPU': 1})")
-    kernel.snapshot_where(comm, lambda d: d["counts"]["done"] == done + 60
-                          and not d["running"] and not d["waiting"], timeout=30)
+    data = kernel.snapshot_where(comm, lambda d: d["counts"]["done"] == done + 60
+                                 and not d["running"] and not d["waiting"], timeout=30)
+    assert data["window"] == 600
     # at most one a second since the burst began (the first may go at once)
     sent = len(kernel.snapshots(comm)) - before
     assert 1 <= sent <= (time.monotonic() - start) / 1.0 + 1
@@ -287,16 +343,18 @@ def test_bad_messages_are_answered_with_the_problem_and_change_nothing(kernel):
     keep = kernel.value("keep.id")
     state = ("[sched.snapshot(fresh=True).counts, [n.drained for n in sched.snapshot().nodes], "
              "[(q.name, q.state) for q in sched.snapshot().queues], keep.state, "
-             "[p.interval for p in jupyter_sched.notebook.extension._COMMS[id(get_ipython())]"
-             "._peers.values()]]")
+             "sorted((p.interval, p.window) for p in "
+             "jupyter_sched.notebook.extension._COMMS[id(get_ipython())]._peers.values())]")
     before = kernel.value(state)
     assert before[3] == "running"
     extra = [
-        (command("cancel", task=keep, force=True), "unknown field 'force'", True),
-        (command("cancel", task="t999999"), "no task 't999999'", True),
-        (command("cancel", task=CODE), "no task \"__import__('os')", True),
-        (command("drain", node="nowhere", on=True), "no node 'nowhere'", True),
-        (command("queue", queue="nope", state="closed"), "no queue 'nope'", True),
+        (command("cancel", task="t999999", force=True), "no task 't999999'", True),
+        (command("cancel", task=f"t{int(keep[1:]) + 10_000}"), "no task 't", True),
+        (command("cancel", task=CODE), "cancel: 'task' must be a task id like 't7', not "
+         "\"__import__", True),
+        (command("drain", node="nowhere", on=True), "no node 'nowhere'; nodes: local", True),
+        (command("queue", queue="nope", state="closed"), "no queue 'nope'; queues: default, "
+         "shut", True),
         (command("queue", queue="root", state="closed"), "no queue 'root'", True),
     ]
     cases = [case for case in BAD + extra if plain_json(case[0])]
@@ -308,11 +366,13 @@ def test_bad_messages_are_answered_with_the_problem_and_change_nothing(kernel):
     try:
         for value in (float("nan"), float("-inf")):
             kernel.send(comm, command("subscribe", interval=value))
-            cases.append((None, f"not {value!r}", True))
+            cases.append((None, f"subscribe: 'interval' must be a number of seconds >= 0.25, "
+                                f"not {value!r}", True))
     finally:
         kernel.kc.session.pack = pack
     def answers() -> list[dict]:
-        return [a for a in kernel.received(comm) if a["kind"] in ("reply", "error")]
+        return [a for a in kernel.received(comm) if a["kind"] in ("reply", "error")
+                and a.get("id") != "open"]
 
     kernel.wait(lambda: len(answers()) >= len(cases))
     kernel.pump_for(0.3)
@@ -395,8 +455,6 @@ def test_unloading_closes_the_comms_and_the_target(kernel):
     kernel.snapshot_where(comm, lambda d: True)
     kernel.run("%unload_ext jupyter_sched")
     kernel.wait(lambda: any(e["type"] == "comm_close" for e in kernel.comms[comm]))
-    own = kernel.kernel_opened[0]
-    kernel.wait(lambda: any(e["type"] == "comm_close" for e in kernel.comms[own]))
     unanswered(kernel, kernel.open())
     assert kernel.value("len(sched._observers)") == 0
 
@@ -413,3 +471,14 @@ def test_after_a_restart_loading_again_makes_snapshots_flow(kernel):
     assert data["counts"]["done"] == 0  # a fresh process
     kernel.run("sched.submit(lambda: None, name='reborn').result()")
     kernel.snapshot_where(comm, lambda d: d["counts"]["done"] == 1)
+
+
+def test_shutting_the_scheduler_down_closes_every_comm_and_the_target(kernel):
+    comm = kernel.open()
+    kernel.snapshot_where(comm, lambda d: True)
+    kernel.run("sched.shutdown()")
+    own = kernel.kernel_opened[-1]  # the announcement too
+    for closed in (comm, own):
+        kernel.wait(lambda c=closed: any(e["type"] == "comm_close" for e in kernel.comms[c]))
+    unanswered(kernel, kernel.open())
+    kernel.run("%unload_ext jupyter_sched")

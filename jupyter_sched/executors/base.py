@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..model.quantity import units_to_shares
+from ..model.tasks import RUNNING
 
 if TYPE_CHECKING:
     from ..core.events import Start
@@ -80,6 +81,8 @@ class TaskRecord:
     submitted: float | None = None
     started: float | None = None
     ended: float | None = None
+    # runs before the latest (preempted or retried): (node, GPU shares, start, end) each
+    runs: list[tuple[str | None, dict[int, float], float, float]] = field(default_factory=list)
     # outcome (set by ``runtime.complete`` before Finished/Failed is reported)
     result: Any = None
     error: BaseException | None = None
@@ -93,6 +96,17 @@ class TaskRecord:
     @property
     def gpus(self) -> list[int]:
         return sorted(self.devices.get("GPU", {}))
+
+    def keep_run(self, times: list[tuple[str, float]]) -> None:
+        """Add the run this record describes to ``runs``, as the task starts again: ``times``
+        are its state changes, the last one to running; that run ended with the change that
+        followed the one to running before it."""
+        if self.started is None:
+            return
+        starts = [i for i, (state, _) in enumerate(times) if state == RUNNING]
+        left = starts[-2] + 1 if len(starts) >= 2 else len(times)
+        end = times[left][1] if left < len(times) else self.started
+        self.runs.append((self.node, dict(self.devices.get("GPU", {})), self.started, end))
 
 
 class Executor(ABC):

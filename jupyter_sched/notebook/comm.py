@@ -1,16 +1,21 @@
 """The comm behind the JupyterLab sidebar: bounded snapshots out, a few checked commands in.
 
-Comm target ``jupyter_sched``. ``%load_ext jupyter_sched`` registers it and opens one comm to
-the frontend, whose open message carries the first snapshot, so a sidebar already following
-the kernel learns at once; a frontend may open more at any time (one per tab), each with its
-own snapshots. Unloading closes them and unregisters the target; a kernel where the extension
-was not loaded answers nothing on it. The messages are in :mod:`.comm_messages`.
+Comm target ``jupyter_sched``; docs/comm.md is the contract. ``%load_ext jupyter_sched``
+registers the target and *announces* the extension with one comm whose open message carries a
+snapshot numbered 0; the kernel sends nothing more on it until a ``subscribe`` comes on it, so
+a client that ignores it (nbclient, a plain jupyter_client) costs nothing. A frontend opens
+comms of its own with a ``subscribe`` as the open data: it is answered before the open
+handler returns (the frontend tells a kernel with the extension from one without by that) and
+the comm's first snapshot, numbered 1, follows. Unloading the extension, or shutting down the
+scheduler, closes them all and unregisters the target. The messages are in
+:mod:`.comm_messages`.
 
 Snapshots go out from one sender thread: the scheduler's observer (on its runtime thread) only
-hands over the snapshot and wakes it, so the runtime thread does no JSON. A comm gets one when
-its content changed (``time`` aside), at most every ``interval`` seconds (0.25 unless it asked
-for slower, with ``subscribe``), and each under 64 KiB however many tasks wait. While no comm
-is open the hub does not subscribe, so the runtime makes no snapshots for it.
+hands over the snapshot and wakes it, so the runtime thread does no JSON. A subscribed comm
+gets one when its content changed (``time`` aside), at most every ``interval`` seconds (at
+least 0.25), and one at once after its first ``subscribe`` and after each ``snapshot``
+command; each under 64 KiB however many tasks wait. While no comm is subscribed the hub does
+not subscribe to the scheduler, so the runtime makes no snapshots for it.
 
 Commands are answered on the thread that receives them (the kernel's shell thread), from a
 fixed table that calls the scheduler's public methods; nothing received is run or evaluated.
@@ -29,12 +34,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..views.snapshot import Snapshot
-from ..views.timeline import WINDOW
+from ..views.timeline import WINDOW, Run
 from .comm_messages import (
-    MIN_INTERVAL,
+    CANCEL_REASON,
+    INTERVAL,
     TARGET,
     VERSION,
     BadMessage,
+    Command,
     error,
     fit,
     read_command,
@@ -45,15 +52,21 @@ from .comm_messages import (
 log = logging.getLogger(__name__)
 
 
-def _shares_of(scheduler: Any) -> Callable[[str], Any]:
-    """Where a finished task's GPU shares were: its record keeps them."""
-    def shares(task_id: str) -> Any:
+def _runs_of(scheduler: Any) -> Callable[[str], list[Run] | None]:
+    """Where each run of a task was: its record keeps them (a finished task's too)."""
+    def runs(task_id: str) -> list[Run] | None:
         try:
             record = scheduler.record(task_id)
         except Exception:
             return None
-        return record.devices.get("GPU") if record is not None else None
-    return shares
+        if record is None:
+            return None
+        found = [Run(*run) for run in list(getattr(record, "runs", ()))]
+        if record.started is not None:
+            found.append(Run(record.node, dict(record.devices.get("GPU") or {}), record.started,
+                             record.ended))
+        return found
+    return runs
 
 
 class Peer:
@@ -61,12 +74,14 @@ class Peer:
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
-        self.interval = MIN_INTERVAL
-        self.last = -math.inf   # time.monotonic() of the last snapshot sent
+        self.interval = INTERVAL
+        self.window = WINDOW
+        self.subscribed = False  # snapshots flow once a subscribe came on it
+        self.last = -math.inf    # time.monotonic() of the last snapshot sent
         self.key: str | None = None   # the content last sent
-        self.seen: Snapshot | None = None  # the snapshot last compared with it
+        self.seen: tuple[Snapshot, float] | None = None  # last compared with it, and window
         self.seq = 0
-        self.forced = True      # send the next snapshot even if unchanged
+        self.forced = False      # send the next snapshot at once, even if unchanged
         self.closed = False
 
 
@@ -77,9 +92,8 @@ class CommHub:
     ``scheduler()`` gives the scheduler to follow: a fresh one is followed when it changes.
     """
 
-    def __init__(self, scheduler: Callable[[], Any], window: float = WINDOW) -> None:
+    def __init__(self, scheduler: Callable[[], Any]) -> None:
         self._scheduler = scheduler
-        self.window = window
         self._peers: dict[int, Peer] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -90,7 +104,7 @@ class CommHub:
         self._followed: Any = None
         self._unsubscribe: Callable[[], None] | None = None
         self._latest: Snapshot | None = None
-        self._encoded: tuple[Snapshot, dict, str] | None = None
+        self._encoded: dict[float, tuple[Snapshot, dict, str]] = {}  # by timeline window
         self._commands: dict[str, Callable[..., Any]] = {
             "cancel": self._cancel, "cancel_all": self._cancel_all, "drain": self._drain,
             "queue": self._queue, "snapshot": self._snapshot, "subscribe": self._subscribe,
@@ -99,8 +113,8 @@ class CommHub:
     # -- life cycle -------------------------------------------------------------------------------
 
     def start(self, shell: Any) -> bool:
-        """Register the target and open a comm to the frontend, in a kernel (True); elsewhere,
-        as in a terminal IPython, there is no frontend to talk to (False)."""
+        """Register the target and announce the extension to the frontend, in a kernel (True);
+        elsewhere, as in a terminal IPython, there is no frontend to talk to (False)."""
         if getattr(shell, "kernel", None) is None:
             return False
         import comm as comm_package  # ipykernel installs its own comm manager and comm class
@@ -108,14 +122,15 @@ class CommHub:
         try:
             self._manager = comm_package.get_comm_manager()
             self._manager.register_target(TARGET, self._on_open)
-            envelope, key = self._first_snapshot()
-            peer = Peer(comm_package.create_comm(target_name=TARGET, data=envelope))
+            sched = self._scheduler()
+            data, _ = self._encode(sched, sched.snapshot(fresh=True), WINDOW)
+            announcement = {"v": VERSION, "kind": "snapshot", "seq": 0, "data": data}
+            peer = Peer(comm_package.create_comm(target_name=TARGET, data=announcement))
         except Exception:  # the magics work without the sidebar: say so, do not fail the load
             log.warning("jupyter_sched: the comm target %r could not be set up", TARGET,
                         exc_info=True)
             self.close()
             return False
-        peer.seq, peer.key, peer.last, peer.forced = 1, key, time.monotonic(), False
         self._attach(peer)
         return True
 
@@ -136,29 +151,32 @@ class CommHub:
             with contextlib.suppress(Exception):
                 peer.comm.close()
 
-    def _first_snapshot(self) -> tuple[dict, str]:
-        sched = self._scheduler()
-        data, key = self._encode(sched, sched.snapshot(fresh=True))
-        return {"v": VERSION, "kind": "snapshot", "seq": 1, "data": data}, key
-
     # -- comms opening, closing, talking ----------------------------------------------------------
 
     def _on_open(self, comm: Any, msg: dict) -> None:
+        """A frontend opened a comm: its open data is a ``subscribe``, answered here, before
+        the kernel says it is idle after this ``comm_open``."""
         peer = self._attach(Peer(comm))
-        content = msg.get("content") or {}
-        if content.get("data"):  # an open may carry a first command
-            self.receive(peer, content["data"], msg.get("buffers"))
+        content = msg.get("content") if isinstance(msg, dict) else None
+        data = content.get("data") if isinstance(content, dict) else None
+        try:
+            command = read_command(data)
+        except BadMessage as bad:
+            answer = reply(bad.id, False, str(bad)) if bad.id is not None else error(str(bad))
+        else:
+            if command.name == "subscribe":
+                answer = reply(command.id, True, None, self._subscribe(peer, **command.args))
+            else:
+                answer = reply(command.id, False, f"a comm opens with a 'subscribe' command, "
+                               f"not {command.name!r}; subscribed with the defaults")
+        self._send(peer, answer)
+        self._subscribed(peer)  # with the defaults if the open data said nothing usable
 
     def _attach(self, peer: Peer) -> Peer:
         peer.comm.on_msg(lambda msg: self._on_msg(peer, msg))
         peer.comm.on_close(lambda _msg: self._detach(peer))
         with self._lock:
             self._peers[id(peer)] = peer
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._run, name="jupyter-sched-comm",
-                                                daemon=True)
-                self._thread.start()
-        self._wake.set()
         return peer
 
     def _detach(self, peer: Peer) -> None:
@@ -169,16 +187,16 @@ class CommHub:
 
     def _on_msg(self, peer: Peer, msg: dict) -> None:
         content = msg.get("content") if isinstance(msg, dict) else None
-        data = content.get("data") if isinstance(content, dict) else None
-        self.receive(peer, data, msg.get("buffers") if isinstance(msg, dict) else None)
+        self.receive(peer, content.get("data") if isinstance(content, dict) else None)
 
-    def receive(self, peer: Peer, data: Any, buffers: Any = None) -> dict:
-        """Check and carry out one message from ``peer``'s frontend; send and return the answer."""
+    def receive(self, peer: Peer, data: Any) -> dict:
+        """Check and carry out one message from ``peer``'s frontend; send and return the answer
+        (then, after a ``snapshot`` or a first ``subscribe``, a snapshot follows)."""
         try:
-            command = read_command(data, buffers)
+            command: Command | None = read_command(data)
         except BadMessage as bad:
-            answer = (reply(bad.id, False, str(bad)) if bad.id is not None
-                      else error(str(bad)))
+            command = None
+            answer = reply(bad.id, False, str(bad)) if bad.id is not None else error(str(bad))
         else:
             try:
                 result = self._commands[command.name](peer, **command.args)
@@ -188,19 +206,50 @@ class CommHub:
             except Exception as exc:
                 log.exception("jupyter_sched comm: %s failed", command.name)
                 answer = reply(command.id, False, f"{type(exc).__name__}: {exc}")
+        self._send(peer, answer)
+        if command is not None and answer["ok"]:
+            if command.name == "snapshot":
+                peer.forced = True
+                self._due(peer)
+            elif command.name == "subscribe":
+                self._subscribed(peer)
+        return answer
+
+    def _send(self, peer: Peer, answer: dict) -> None:
         if not peer.closed:
             try:
                 peer.comm.send(answer)
             except Exception:
                 log.debug("could not answer on comm", exc_info=True)
-        return answer
+
+    def _subscribed(self, peer: Peer) -> None:
+        """``peer`` subscribed (its reply sent): a full snapshot at once if it is its first."""
+        if not peer.subscribed:
+            peer.forced = True
+            peer.subscribed = True
+        self._due(peer)
+
+    def _due(self, peer: Peer) -> None:
+        """Wake the sender thread, starting it first if need be."""
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="jupyter-sched-comm",
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
 
     # -- the commands -----------------------------------------------------------------------------
 
     def _cancel(self, peer: Peer, task: str) -> dict:
         sched = self._scheduler()
-        handle = sched.task(task)  # ValueError naming an unknown id
-        return {"task": handle.id, "cancelled": bool(sched.cancel(handle.id))}
+        try:
+            handle = sched.task(task)
+        except ValueError:
+            handle = None
+        if handle is None or handle.id != task:  # an id, never a task's name
+            raise ValueError(f"no task {task!r}: expected the id of a task this scheduler "
+                             "knows (running, waiting, or among the last finished)")
+        return {"task": task, "cancelled": bool(sched.cancel(handle, reason=CANCEL_REASON))}
 
     def _cancel_all(self, peer: Peer) -> dict:
         return {"cancelled": self._scheduler().cancel_all()}
@@ -228,13 +277,11 @@ class CommHub:
         return known if name in known else names(sched.snapshot(fresh=True))
 
     def _snapshot(self, peer: Peer) -> None:
-        peer.forced = True
-        self._wake.set()
+        return None  # the snapshot follows the reply (receive)
 
-    def _subscribe(self, peer: Peer, interval: float) -> dict:
-        peer.interval = float(interval)
-        self._wake.set()
-        return {"interval": peer.interval}
+    def _subscribe(self, peer: Peer, interval: float, window: float) -> dict:
+        peer.interval, peer.window = float(interval), float(window)
+        return {"interval": peer.interval, "window": peer.window}
 
     # -- the sender thread ------------------------------------------------------------------------
 
@@ -254,30 +301,31 @@ class CommHub:
     def _send_due(self) -> float | None:
         """Send the latest snapshot to each comm it is due to; seconds until the next is due."""
         with self._lock:
-            peers = list(self._peers.values())
+            peers = [p for p in self._peers.values() if p.subscribed or p.forced]
         if not peers:
             self._follow(None)  # nobody listens: the runtime need not make snapshots
             return None
         sched = self._follow(self._scheduler())
+        if not getattr(sched, "started", True):  # shut down: the sidebar says "not loaded"
+            self.close()
+            return None
         snap = self._latest
-        if snap is None and not getattr(sched, "alive", True):
-            snap = sched.snapshot()  # shut down: its last state, once
         if snap is None:
             return None  # the first one comes soon after subscribing
         now, wait = time.monotonic(), None
-        data: dict | None = None
-        key = ""
         for peer in peers:
-            if peer.closed or (peer.seen is snap and not peer.forced):
+            forced, window = peer.forced, peer.window
+            seen = peer.seen
+            if peer.closed or (seen and seen[0] is snap and seen[1] == window and not forced):
                 continue  # this snapshot was weighed for it already
             due = peer.last + peer.interval
-            if now < due:  # look again when it is due, at the latest snapshot then
+            if now < due and not forced:  # look again when it is due, at the latest then
                 wait = due - now if wait is None else min(wait, due - now)
                 continue
-            if data is None:  # encoded only when a comm may get it: at most 4 times a second
-                data, key = self._encoded_latest(sched, snap)
-            peer.seen = snap
-            if peer.key == key and not peer.forced:
+            # encoded only when a comm may get it: at most 4 times a second per window
+            data, key = self._encoded_latest(sched, snap, window)
+            peer.seen = (snap, window)
+            if peer.key == key and not forced:
                 continue
             peer.forced, peer.key, peer.last = False, key, now
             peer.seq += 1
@@ -295,7 +343,7 @@ class CommHub:
         if unsubscribe is not None:
             with contextlib.suppress(Exception):
                 unsubscribe()
-        self._followed, self._latest, self._encoded = sched, None, None
+        self._followed, self._latest, self._encoded = sched, None, {}
         if sched is not None:
             self._unsubscribe = sched.subscribe(lambda snap: self._on_snapshot(sched, snap))
         return sched
@@ -306,16 +354,18 @@ class CommHub:
             self._latest = snap
             self._wake.set()
 
-    def _encoded_latest(self, sched: Any, snap: Snapshot) -> tuple[dict, str]:
-        cached = self._encoded
+    def _encoded_latest(self, sched: Any, snap: Snapshot, window: float) -> tuple[dict, str]:
+        cached = self._encoded.get(window)
         if cached is not None and cached[0] is snap:
             return cached[1], cached[2]
-        data, key = self._encode(sched, snap)
-        self._encoded = (snap, data, key)
+        data, key = self._encode(sched, snap, window)
+        if len(self._encoded) >= 8:  # windows no comm uses any more
+            self._encoded.clear()
+        self._encoded[window] = (snap, data, key)
         return data, key
 
-    def _encode(self, sched: Any, snap: Snapshot) -> tuple[dict, str]:
-        return fit(status_data(snap, self.window, _shares_of(sched)))
+    def _encode(self, sched: Any, snap: Snapshot, window: float) -> tuple[dict, str]:
+        return fit(status_data(snap, window, _runs_of(sched)))
 
 
 __all__ = ["TARGET", "CommHub", "Peer"]

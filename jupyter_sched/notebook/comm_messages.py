@@ -1,12 +1,15 @@
-"""The comm's messages: what the frontend may send, checked by hand; what the kernel sends.
+"""The comm's messages (docs/comm.md): what the frontend may send, checked by hand; what the
+kernel sends.
 
 Every message's data is an envelope ``{"v": 1, "kind": ..., ...}``. The frontend sends
-``command`` (an ``id`` of 1 to 64 characters and one of :data:`COMMANDS` with exactly its
-fields); :func:`read_command` checks types, required and unknown fields, string lengths
-(at most 256) and the size (at most 16 KiB), and raises :class:`BadMessage` naming the
-problem. The kernel answers with :func:`reply` or, for a message with no usable id,
-:func:`error`, and sends ``snapshot`` envelopes whose data :func:`status_data` builds and
-:func:`fit` keeps under 64 KiB.
+``command`` envelopes: an ``id`` of 1 to 64 characters and one of :data:`COMMANDS` with its
+arguments beside it. :func:`read_command` checks the envelope (a JSON object of at most 16 KiB,
+``v`` 1, ``kind`` "command", a usable ``id``) and then the command and the arguments it knows;
+arguments it does not know are ignored, since version 1 only ever adds keys. It raises
+:class:`BadMessage` naming the problem, with the id when the envelope was readable enough to
+reply to. The kernel answers with :func:`reply` or, for an unreadable envelope, :func:`error`,
+and sends ``snapshot`` envelopes whose data :func:`status_data` builds and :func:`fit` keeps
+under 64 KiB.
 
 Pure functions of their arguments: no threads, no comms, no scheduler.
 """
@@ -15,14 +18,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..model.queues import QUEUE_STATES
 from ..views.display import LIMIT, MIME, status_bundle
 from ..views.snapshot import Snapshot
-from ..views.timeline import WINDOW, timeline
+from ..views.timeline import WINDOW, Runs, timeline
 
 TARGET = "jupyter_sched"
 VERSION = 1
@@ -30,10 +34,16 @@ MAX_IN = 16 * 1024      # bytes of JSON a received message may take
 MAX_OUT = 64 * 1024     # bytes a sent comm message may take, all of its content
 _ROOM = 512             # of MAX_OUT: the envelope, the time and the comm message around the data
 MIN_INTERVAL = 0.25     # seconds between two snapshots to one comm, at least
+INTERVAL = 0.5          # ... for a comm that did not say (its opening was no valid subscribe)
+MIN_WINDOW, MAX_WINDOW = 10.0, 86400.0  # seconds of timeline a comm may ask for
 MAX_ID = 64
 MAX_STRING = 256
-_ENVELOPE = ("v", "kind", "id", "command")
-_DROP = ("waiting", "timeline", "running", "queues", "nodes")  # rows dropped first to last
+CANCEL_REASON = "cancelled from the Scheduler sidebar"
+_SHAPE = '{"v": 1, "kind": "command", "id": ..., "command": ...}'
+# rows dropped to fit, first to last (docs/comm.md names the first three; queues and nodes are
+# a last resort that only names thousands of characters long could call for)
+_DROP = ("timeline", "waiting", "running", "queues", "nodes")
+_OLDEST_FIRST = frozenset({"timeline"})  # dropped from the front; the others from the end
 _KEEP = ("version", "kind", "time", "gpu", "counts", "window")
 
 
@@ -54,16 +64,16 @@ class Command:
     args: dict[str, Any]
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
+class Argument(NamedTuple):
+    """One argument of a command: what it must be (words for errors), the check, and its
+    value when absent (``REQUIRED``: none, it must be given)."""
+
+    must_be: str
+    valid: Callable[[Any], bool]
+    default: Any
+
+
+REQUIRED = object()
 
 
 def _show(value: Any) -> str:
@@ -72,40 +82,51 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _string(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return f"must be a string, not {_json_type(value)}"
-    if not value or len(value) > MAX_STRING:
-        return f"must be 1 to {MAX_STRING} characters long, not {len(value)}"
-    return None
+def _number_in(low: float, high: float = math.inf) -> Callable[[Any], bool]:
+    def valid(value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float
+            return False
+        return math.isfinite(number) and low <= number <= high
+    return valid
 
 
-def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"must be true or false, not {_show(value)}"
+def _string_of(limit: int) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, str) and 0 < len(value) <= limit
 
 
-def _queue_state(value: Any) -> str | None:
-    if isinstance(value, str) and value in QUEUE_STATES:
-        return None
-    return f"must be one of {', '.join(map(repr, QUEUE_STATES))}, not {_show(value)}"
+def _task_id(value: Any) -> bool:
+    # fullmatch: "$" would also let a trailing newline through
+    return isinstance(value, str) and re.fullmatch(r"t[0-9]+", value) is not None
 
 
-def _interval(value: Any) -> str | None:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if number and math.isfinite(value) and value >= MIN_INTERVAL:
-        return None
-    return f"must be a number of seconds >= {MIN_INTERVAL}, not {_show(value)}"
-
-
-COMMANDS: dict[str, dict[str, Callable[[Any], str | None]]] = {
-    "cancel": {"task": _string},
+COMMANDS: dict[str, dict[str, Argument]] = {
+    "cancel": {"task": Argument("a task id like 't7'", _task_id, REQUIRED)},
     "cancel_all": {},
-    "drain": {"node": _string, "on": _boolean},
-    "queue": {"queue": _string, "state": _queue_state},
+    "drain": {
+        "node": Argument(f"a node name, a string of 1 to {MAX_STRING} characters",
+                         _string_of(MAX_STRING), REQUIRED),
+        "on": Argument("true or false", lambda value: isinstance(value, bool), REQUIRED),
+    },
+    "queue": {
+        "queue": Argument(f"a queue name, a string of 1 to {MAX_STRING} characters",
+                          _string_of(MAX_STRING), REQUIRED),
+        "state": Argument(f"one of {', '.join(map(repr, QUEUE_STATES))}",
+                          lambda value: isinstance(value, str) and value in QUEUE_STATES,
+                          REQUIRED),
+    },
     "snapshot": {},
-    "subscribe": {"interval": _interval},
+    "subscribe": {
+        "interval": Argument(f"a number of seconds >= {MIN_INTERVAL:g}",
+                             _number_in(MIN_INTERVAL), REQUIRED),
+        "window": Argument(f"a number of seconds from {MIN_WINDOW:g} to {MAX_WINDOW:g}",
+                           _number_in(MIN_WINDOW, MAX_WINDOW), WINDOW),
+    },
 }
-"""Each command's fields and their checks (a problem in words, or None)."""
+"""Each command's arguments (docs/comm.md, "Frontend → kernel")."""
 
 
 def usable_id(data: Any) -> str | None:
@@ -141,49 +162,57 @@ def over_size(value: Any, limit: int = MAX_IN) -> bool:
     return False
 
 
-def _field(data: dict, key: str, msg_id: str | None) -> Any:
-    if key not in data:
-        raise BadMessage(f"the message has no {key!r}", msg_id)
-    return data[key]
-
-
-def read_command(data: Any, buffers: Any = None) -> Command:
-    """The command ``data`` asks for, checked; :class:`BadMessage` names what is wrong."""
+def _read_envelope(data: Any) -> str:
+    """The id of a readable command envelope; :class:`BadMessage` without an id otherwise."""
     if not isinstance(data, dict):
-        raise BadMessage(f"a message must be a JSON object, not {_json_type(data)}")
-    msg_id = usable_id(data)
-    if buffers:
-        raise BadMessage("binary buffers are not part of this protocol", msg_id)
+        raise BadMessage(f"message {_show(data)} is not a JSON object: expected {_SHAPE}")
     if over_size(data):
-        raise BadMessage(f"the message is over {MAX_IN:,} bytes", msg_id)
-    version = _field(data, "v", msg_id)
+        raise BadMessage(f"message is over {MAX_IN:,} bytes of JSON, the most a command may "
+                         "take")
+    if "v" not in data:
+        raise BadMessage(f"message has no 'v': expected {_SHAPE}")
+    version = data["v"]
     if type(version) is not int or version != VERSION:
-        raise BadMessage(f"unsupported protocol version {_show(version)}; this kernel speaks "
-                         f"version {VERSION}", msg_id)
-    kind = _field(data, "kind", msg_id)
-    if kind != "command":
-        raise BadMessage(f"unknown message kind {_show(kind)}; the kernel accepts only "
-                         "'command'", msg_id)
+        raise BadMessage(f"unsupported protocol version {_show(version)}: this kernel speaks "
+                         f"version {VERSION}")
+    if "kind" not in data:
+        raise BadMessage("message has no 'kind': expected 'command', the only kind a kernel "
+                         "reads")
+    if data["kind"] != "command":
+        raise BadMessage(f"message kind {_show(data['kind'])} is not 'command', the only kind "
+                         "a kernel reads")
+    if "id" not in data:
+        raise BadMessage(f"message has no 'id': expected a string of 1 to {MAX_ID} characters")
+    msg_id = usable_id(data)
     if msg_id is None:
-        raise BadMessage(f"'id' must be a string of 1 to {MAX_ID} characters, not "
-                         f"{_show(_field(data, 'id', None))}")
-    name = _field(data, "command", msg_id)
-    if not isinstance(name, str) or name not in COMMANDS:
-        raise BadMessage(f"unknown command {_show(name)}; commands: {', '.join(COMMANDS)}",
+        raise BadMessage(f"message 'id' must be a string of 1 to {MAX_ID} characters, not "
+                         f"{_show(data['id'])}")
+    return msg_id
+
+
+def read_command(data: Any) -> Command:
+    """The command ``data`` asks for, checked; :class:`BadMessage` names what is wrong."""
+    msg_id = _read_envelope(data)
+    if "command" not in data:
+        raise BadMessage(f"message has no 'command': expected one of {', '.join(COMMANDS)}",
                          msg_id)
-    fields = COMMANDS[name]
-    extra = sorted(k for k in data if k not in _ENVELOPE and k not in fields)
-    if extra:
-        takes = ", ".join(map(repr, fields)) or "no arguments"
-        raise BadMessage(f"unknown field {', '.join(_show(k) for k in extra[:5])} for command "
-                         f"{name!r} (it takes {takes})", msg_id)
-    for field, check in fields.items():
+    name = data["command"]
+    if not isinstance(name, str) or name not in COMMANDS:
+        raise BadMessage(f"unknown command {_show(name)}: expected one of "
+                         f"{', '.join(COMMANDS)}", msg_id)
+    args = {}
+    for field, argument in COMMANDS[name].items():
         if field not in data:
-            raise BadMessage(f"command {name!r} needs {field!r}", msg_id)
-        problem = check(data[field])
-        if problem:
-            raise BadMessage(f"{field!r} {problem}", msg_id)
-    return Command(msg_id, name, {field: data[field] for field in fields})
+            if argument.default is REQUIRED:
+                raise BadMessage(f"{name}: {field!r} is missing: it must be "
+                                 f"{argument.must_be}", msg_id)
+            args[field] = argument.default
+        elif argument.valid(data[field]):
+            args[field] = data[field]
+        else:
+            raise BadMessage(f"{name}: {field!r} must be {argument.must_be}, not "
+                             f"{_show(data[field])}", msg_id)
+    return Command(msg_id, name, args)
 
 
 # -- what the kernel sends ------------------------------------------------------------------------
@@ -198,12 +227,12 @@ def error(problem: str) -> dict:
 
 
 def status_data(snapshot: Snapshot, window: float = WINDOW,
-                shares_of: Callable[[str], Any] | None = None, rows: int = LIMIT) -> dict:
+                runs_of: Callable[[str], Runs] | None = None, rows: int = LIMIT) -> dict:
     """The ``status`` payload of ``snapshot`` with the comm's ``timeline``, ``window`` and
     ``truncated`` (false until :func:`fit` drops rows)."""
     data = dict(status_bundle(snapshot, rows)[MIME])
-    data["timeline"] = timeline(snapshot, window, shares_of)
-    data["window"] = window
+    data["timeline"] = timeline(snapshot, window, runs_of)
+    data["window"] = float(window)
     data["truncated"] = False
     return data
 
@@ -224,30 +253,55 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
+def _key(data: dict) -> str:
+    return _dumps({k: v for k, v in data.items() if k != "time"})
+
+
+def _size(text: str) -> int:
+    return len(text.encode())
+
+
+def _trim(rows: list, excess: int, oldest_first: bool) -> list:
+    """``rows`` less the fewest rows (from the front, or from the end) whose JSON takes at
+    least ``excess`` bytes; all of them if that is not enough."""
+    order = range(len(rows)) if oldest_first else range(len(rows) - 1, -1, -1)
+    freed = dropped = 0
+    for i in order:
+        if freed >= excess:
+            break
+        freed += _size(_dumps(rows[i])) + 1  # and its comma
+        dropped += 1
+    return rows[dropped:] if oldest_first else rows[:len(rows) - dropped]
+
+
 def fit(data: dict, limit: int = MAX_OUT - _ROOM) -> tuple[dict, str]:
     """``data`` with rows dropped until its JSON takes at most ``limit`` bytes, and its content
-    key: that JSON without ``time``, equal for equal content whenever it was taken."""
+    key: that JSON without ``time``, equal for equal content whenever it was taken.
+
+    The oldest timeline entries go first, then rows from the end of ``waiting``, then of
+    ``running`` (then of ``queues`` and ``nodes``); ``counts`` never change.
+    """
     try:
-        key = _dumps({k: v for k, v in data.items() if k != "time"})
+        key = _key(data)
     except ValueError:
         data = _finite(data)
-        key = _dumps({k: v for k, v in data.items() if k != "time"})
-    if len(key.encode()) <= limit:
+        key = _key(data)
+    if _size(key) <= limit:
         return data, key
     data = {**data, "truncated": True}
     for name in _DROP:
         while data.get(name):
-            data[name] = data[name][:len(data[name]) // 2]
-            key = _dumps({k: v for k, v in data.items() if k != "time"})
-            if len(key.encode()) <= limit:
+            data[name] = _trim(data[name], _size(key) - limit, name in _OLDEST_FIRST)
+            key = _key(data)
+            if _size(key) <= limit:
                 return data, key
     data = {**{k: data[k] for k in _KEEP if k in data}, **{k: [] for k in _DROP},
             "truncated": True}
-    return data, _dumps({k: v for k, v in data.items() if k != "time"})
+    return data, _key(data)
 
 
 __all__ = [
-    "COMMANDS", "MAX_ID", "MAX_IN", "MAX_OUT", "MAX_STRING", "MIN_INTERVAL", "TARGET", "VERSION",
-    "BadMessage", "Command", "error", "fit", "over_size", "read_command", "reply", "status_data",
-    "usable_id",
+    "CANCEL_REASON", "COMMANDS", "INTERVAL", "MAX_ID", "MAX_IN", "MAX_OUT", "MAX_STRING",
+    "MAX_WINDOW", "MIN_INTERVAL", "MIN_WINDOW", "TARGET", "VERSION", "BadMessage", "Command",
+    "error", "fit", "over_size", "read_command", "reply", "status_data", "usable_id",
 ]

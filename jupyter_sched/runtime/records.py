@@ -95,6 +95,8 @@ class Records:
                                     on_pending=self._output_pending)
                 record.output = output
                 record.work = dataclasses.replace(work, output=output.write)
+            if record.start is not None:  # started again: keep where the last run was
+                record.keep_run(task.times)
             record.start = instruction
             record.node, record.slot = instruction.node, instruction.slot
             record.devices = device_shares(instruction)

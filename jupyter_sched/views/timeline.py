@@ -1,61 +1,83 @@
 """Who held which share of which GPU, over the last few minutes, from one snapshot.
 
-A row per (task, GPU) the task holds or held::
+A row per task, GPU and run (a holding)::
 
     {"task": "t7", "name": "train-a", "node": "local", "device": 0, "share": 0.5,
      "start": 12.0, "end": None, "state": "running"}
 
 ``start`` and ``end`` are times on the scheduler's clock, like the snapshot's ``time``; ``end``
-is None while the task runs. Running tasks come first (oldest start first), then tasks that
-ended within ``window`` seconds of the snapshot (newest end first), at most ``limit`` rows.
+is None while the share is held; ``state`` is the task's state now. Rows are sorted by
+``start``; holdings that ended more than ``window`` seconds before the snapshot are left out,
+and of the rest the newest ``limit`` are kept.
 
-A finished task no longer holds its devices, so the snapshot's history rows have none; the
-caller says where they were through ``shares_of(task_id)`` (the runtime keeps that on the
-task's record). Tasks that held no GPU do not appear.
+A snapshot shows where a running task is now, and nothing of where a task ran before: a
+finished task no longer holds its devices, and a task preempted (or retried) and started again
+holds only its latest ones. The caller says where each run was through ``runs_of(task_id)``
+(the runtime keeps that on the task's record): every run of the task, oldest first, as
+:class:`Run`. Tasks that held no GPU do not appear.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from .snapshot import Snapshot, TaskView
 
 WINDOW = 300.0  # seconds of recent history, by default
-ROWS = 200      # rows at most
+ROWS = 500      # rows at most
 
-Shares = Mapping[int, float]
+
+class Run(NamedTuple):
+    """One run of a task: where, which GPU shares (index -> share), from when to when (None:
+    not ended)."""
+
+    node: str | None
+    gpus: Mapping[int, float]
+    start: float
+    end: float | None
+
+
+Runs = Sequence[Run]
 
 
 def timeline(snapshot: Snapshot, window: float = WINDOW,
-             shares_of: Callable[[str], Shares | None] | None = None,
+             runs_of: Callable[[str], Runs | None] | None = None,
              limit: int = ROWS) -> list[dict[str, Any]]:
     """The timeline rows of ``snapshot`` (see the module's doc)."""
-    rows: list[dict[str, Any]] = []
-    for view in sorted(snapshot.running, key=lambda v: (v.started or 0.0, v.id)):
-        rows.extend(_rows(view, _gpus(view)))
     since = snapshot.time - window
-    ended = [v for v in snapshot.history
-             if v.started is not None and v.ended is not None and v.ended >= since]
-    for view in sorted(ended, key=lambda v: (-(v.ended or 0.0), v.id)):
-        if len(rows) >= limit:
-            break
-        shares = _gpus(view)
-        if not shares and shares_of is not None:
-            shares = shares_of(view.id) or {}
-        rows.extend(_rows(view, shares))
-    return rows[:limit]
+    rows: list[dict[str, Any]] = []
+    for view in snapshot.running:
+        known = (runs_of(view.id) if runs_of is not None else None) or ()
+        if view.started is not None:  # the run the snapshot shows, then the ones before it
+            current = Run(view.node, _gpus(view), view.started, None)
+            rows.extend(_rows(view, current))
+            for run in known:
+                if run.end is not None and run.end <= view.started and run.end >= since:
+                    rows.extend(_rows(view, run))
+    for view in snapshot.history:
+        if view.started is None or view.ended is None or view.ended < since:
+            continue
+        known = (runs_of(view.id) if runs_of is not None else None) or ()
+        runs = [r._replace(end=view.ended if r.end is None else r.end) for r in known
+                if r.start <= view.ended]
+        if not runs and _gpus(view):
+            runs = [Run(view.node, _gpus(view), view.started, view.ended)]
+        for run in runs:
+            if run.end is not None and run.end >= since:
+                rows.extend(_rows(view, run))
+    rows.sort(key=lambda r: (r["start"], r["task"], r["node"] or "", r["device"]))
+    return rows[-limit:] if limit > 0 else []
 
 
-def _gpus(view: TaskView) -> Shares:
+def _gpus(view: TaskView) -> Mapping[int, float]:
     return view.devices.get("GPU") or {}
 
 
-def _rows(view: TaskView, shares: Shares) -> list[dict[str, Any]]:
-    return [{"task": view.id, "name": view.name, "node": view.node, "device": int(index),
-             "share": float(share), "start": view.started, "end": view.ended,
-             "state": view.state}
-            for index, share in sorted(shares.items()) if share > 0]
+def _rows(view: TaskView, run: Run) -> list[dict[str, Any]]:
+    return [{"task": view.id, "name": view.name or view.id, "node": run.node, "device": int(index),
+             "share": float(share), "start": run.start, "end": run.end, "state": view.state}
+            for index, share in sorted(run.gpus.items()) if share > 0]
 
 
-__all__ = ["ROWS", "WINDOW", "timeline"]
+__all__ = ["ROWS", "WINDOW", "Run", "Runs", "timeline"]

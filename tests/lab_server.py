@@ -1,0 +1,237 @@
+"""A real JupyterLab for the browser tests, running what a user installs: a wheel of this
+checkout (the package and its prebuilt extension) in a virtual environment of its own.
+
+:func:`install` builds the wheel once (``pip wheel --no-deps``, whose build hook builds the
+extension with npm) and installs it into a fresh virtual environment under a temp folder. That
+environment sees the packages of the Python running the tests (jupyterlab, ipykernel, ...)
+through a ``.pth`` file placed after its own site-packages, so the wheel's ``jupyter_sched`` is
+the one imported, by the server and by its kernels, whatever editable install the outer Python
+has. :class:`LabServer` runs ``python -m jupyterlab`` from it on a free port of 127.0.0.1 with
+a token, its Jupyter and IPython folders in the temp folder, and no PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTENSION = Path("share", "jupyter", "labextensions", "jupyter-sched")
+SETTINGS = Path("share", "jupyter", "lab", "settings")
+BUILD_TOOLS = ("hatchling>=1.21", "hatch-jupyter-builder>=0.9")
+
+# no news or update checks (nothing pops up over the page, nothing reaches out), and a
+# notebook starts the kernel its metadata names without asking
+OVERRIDES = {
+    "@jupyterlab/apputils-extension:notification": {"checkForUpdates": False,
+                                                    "fetchNews": "false"},
+    "@jupyterlab/notebook-extension:tracker": {"autoStartDefaultKernel": True},
+}
+
+
+class Unavailable(Exception):
+    """What the browser tests need is missing here; the message says what."""
+
+
+@dataclass
+class Install:
+    venv: Path
+    python: Path
+    wheel: Path
+    log: str
+
+
+def _run(cmd: list, log: list[str], **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+    log.append(f"$ {' '.join(map(str, cmd))}\n{proc.stdout}{proc.stderr}")
+    return proc
+
+
+def _outer_site_packages() -> list[str]:
+    """Where the Python running the tests finds its packages (a venv's, the system's, the
+    user's: whichever it uses), in its order."""
+    return [p for p in sys.path
+            if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(extra)
+    return env
+
+
+def install(workdir: Path) -> Install:
+    """Build a wheel of this checkout and install it into a new environment in ``workdir``.
+    :class:`Unavailable` when the wheel cannot carry the extension here (no Node.js or npm
+    and nothing built before); any other failure raises ``RuntimeError`` with the output.
+
+    The environment has no pip of its own (a Debian Python without ensurepip can make it):
+    the running Python's pip works in it through ``--python``.
+    """
+    log: list[str] = []
+    venv = workdir / "venv"
+    env = _clean_env()
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", python]
+
+    def step(what: str, cmd: list, **kwargs) -> subprocess.CompletedProcess:
+        proc = _run(cmd, log, env=env, **kwargs)
+        if proc.returncode:
+            raise RuntimeError(f"{what} failed:\n{log[-1]}")
+        return proc
+
+    step("making a virtual environment", [sys.executable, "-m", "venv", "--without-pip", venv])
+    purelib = Path(step("asking it for its site-packages", [
+        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    # after the environment's own site-packages: the wheel's jupyter_sched comes first
+    (purelib / "zz_outer_python.pth").write_text("\n".join(_outer_site_packages()) + "\n")
+    if _run([python, "-c", "import hatchling, hatch_jupyter_builder"], log, env=env).returncode:
+        step("installing the build tools", [*pip, "install", "--quiet", *BUILD_TOOLS])
+    dist = workdir / "dist"
+    proc = _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", dist, ROOT], log,
+                env=env, cwd=workdir)
+    wheels = sorted(dist.glob("jupyter_sched-*.whl"))
+    if proc.returncode or not wheels:
+        if not (shutil.which("node") and shutil.which("npm")):
+            raise Unavailable("the JupyterLab extension is not built and Node.js/npm are "
+                              "missing to build it")
+        raise RuntimeError(f"building the wheel failed:\n{log[-1]}")
+    step("installing the wheel", [*pip, "install", "--quiet", "--no-deps", "--no-index",
+                                  wheels[-1]])
+    if not (venv / EXTENSION / "package.json").is_file():
+        raise Unavailable(f"the wheel {wheels[-1].name} carries no built JupyterLab extension")
+    where = step("importing jupyter_sched", [
+        python, "-c", "import jupyter_sched; print(jupyter_sched.__file__)"],
+        cwd=workdir).stdout.strip()
+    if not where.startswith(str(venv)):
+        raise RuntimeError(f"the environment imports jupyter_sched from {where}, not from "
+                           f"the wheel installed in {venv}")
+    settings = venv / SETTINGS
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "overrides.json").write_text(json.dumps(OVERRIDES))
+    return Install(venv, python, wheels[-1], "\n".join(log))
+
+
+def lab_app_dir() -> str:
+    """JupyterLab's application folder, in the Python running the tests."""
+    from jupyterlab.commands import get_app_dir
+
+    return get_app_dir()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LabServer:
+    """``python -m jupyterlab`` from ``install``'s environment, serving ``root``."""
+
+    def __init__(self, install: Install, root: Path, workdir: Path) -> None:
+        self.install = install
+        self.port = free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "server.log"
+        self.runtime = workdir / "runtime"
+        dirs = {name: workdir / name for name in ("config", "data", "runtime", "ipython")}
+        for path in dirs.values():
+            path.mkdir(exist_ok=True)
+        env = _clean_env(
+            PATH=f"{install.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            JUPYTER_CONFIG_DIR=str(dirs["config"]), JUPYTER_DATA_DIR=str(dirs["data"]),
+            JUPYTER_RUNTIME_DIR=str(dirs["runtime"]), IPYTHONDIR=str(dirs["ipython"]),
+            JUPYTER_PLATFORM_DIRS="0")
+        cmd = [str(install.python), "-m", "jupyterlab", "--no-browser",
+               "--ServerApp.open_browser=False", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={root}",
+               # JupyterLab's own assets are where it is installed; its settings are ours
+               f"--LabApp.app_dir={lab_app_dir()}",
+               f"--LabApp.app_settings_dir={install.venv / SETTINGS}"]
+        if os.geteuid() == 0:  # a CI container
+            cmd.append("--ServerApp.allow_root=True")
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     cwd=root, start_new_session=True)
+
+    def api(self, path: str, method: str = "GET") -> object:
+        request = urllib.request.Request(f"{self.url}{path}", method=method,
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited ({self.proc.returncode}):\n"
+                                   f"{self.output()}")
+            try:
+                self.api("/api/status")
+                return
+            except (OSError, urllib.error.URLError):
+                time.sleep(0.3)
+        raise TimeoutError(f"jupyter lab did not answer in {timeout} s:\n{self.output()}")
+
+    def output(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def kernels(self) -> list[dict]:
+        return list(self.api("/api/kernels"))
+
+    def lab_url(self, path: str = "") -> str:
+        return f"{self.url}/lab/tree/{path}?token={self.token}"
+
+    def stop(self) -> None:
+        """Shut the kernels and the server down, politely first."""
+        if self.proc.poll() is None:
+            try:
+                for kernel in self.kernels():
+                    self.api(f"/api/kernels/{kernel['id']}", method="DELETE")
+                self.api("/api/shutdown", method="POST")
+            except (OSError, urllib.error.URLError):
+                pass
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait()
+        for pid in self.leftover_kernels():  # a kernel the server could not shut down
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._log.close()
+
+    def leftover_kernels(self) -> list[int]:
+        """Processes still running with a connection file of this server's."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(self.runtime) in cmdline and "-f" in cmdline.split():
+                found.append(int(entry.name))
+        return found
