@@ -63,7 +63,7 @@ def test_a_cancelled_task_whose_engine_dies_before_the_stop_lands_ends_cancelled
     wait_for(lambda: runs(path), 30, "the task to start")
     (pid,) = runs(path)
     assert h.cancel()
-    assert h.state == "running"  # the stop is sent; the task ignores it
+    assert h.state == "stopping"  # the stop is sent; the task ignores it
     os.kill(pid, signal.SIGKILL)
     wait_for(h.done, 15, "the task to end")
     assert h.state == "cancelled"

@@ -129,7 +129,7 @@ def test_a_task_that_ignores_the_interrupt_is_reported_when_it_really_ends(sched
     assert started.wait(WAIT)
     h.cancel()
     time.sleep(0.1)
-    assert h.state == "running" and free_gpus(sched) == [0.0, 1.0]
+    assert h.state == "stopping" and free_gpus(sched) == [0.0, 1.0]  # its GPU still held
     go_on.set()
     with pytest.raises(CancelledError):
         h.result(WAIT)
