@@ -8,7 +8,15 @@
 3. Placements per second = tasks started / seconds spent in ``Core.handle`` for the batch that
    submits them; then a steady state: 10% of the running tasks finish and the freed room is
    filled from a waiting backlog, timed the same way.
-4. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
+4. Steady state, work arriving over time: on the filled cluster, each call to ``Core.handle``
+   brings one to three ``Finished`` of random running tasks and as many new tasks of the same
+   mix, each task or gang one ``Submit`` (held back while running and waiting work passes 90% of
+   the GPUs), so
+   the cluster stays about 90% busy, for 20,000 and 50,000 (100,000 without ``--quick``) tasks
+   passed through. Placements per second = tasks started / seconds inside ``Core.handle``, CPU
+   time and wall time, per tenth of the run: the first and last tenth show whether cost grows
+   with the work that passed through.
+5. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
 
 Goals (docs/architecture.md): >= 50,000 placements/s at 1,000 nodes; cost per placement grows
 sub-linearly with nodes; < 200 MB for 100,000 queued tasks.
@@ -113,6 +121,76 @@ def _measure_once(nodes: int, seed: int) -> dict[str, float]:
     }
 
 
+def steady(nodes: int, through: int, seed: int = 0, windows: int = 10) -> dict[str, float]:
+    """Tasks arriving and ending one call at a time; rates per window of ``through / windows``
+    starts (see the module's docstring)."""
+    rng = random.Random(seed)
+    core = make_core(nodes)
+    fill = workload(rng, nodes * 8 * 0.9, 0)
+    demand_of = {s.id: s.demand.get("GPU") for sub in fill for s in sub.tasks}
+    running = [i.task for i in core.handle(*fill) if isinstance(i, ev.Start)]
+    target = nodes * 8 * U * 0.9
+    gpus = [sum(demand_of.values())]  # GPU units of the running and waiting tasks
+    size = through // windows
+    cpu = [0.0] * windows
+    wall = [0.0] * windows
+    started = 0
+    n = 10**8
+    gc.collect()
+    gc.disable()
+    try:
+        while started < through:
+            events: list = []
+            for _ in range(min(len(running), rng.randint(1, 3))):
+                k = rng.randrange(len(running))
+                running[k], running[-1] = running[-1], running[k]
+                task = running.pop()
+                gpus[0] -= demand_of.pop(task)
+                events.append(ev.Finished(task))
+            for _ in range(len(events)):  # as many tasks arrive as end, while the
+                if gpus[0] >= target:           # running and waiting work stays near 90%
+                    break
+                sub = _one_submission(rng, n, demand_of)
+                n += len(sub.tasks)
+                gpus[0] += sum(demand_of[spec.id] for spec in sub.tasks)
+                events.append(sub)
+            w = min(started // size, windows - 1)
+            c0, t0 = time.process_time(), time.perf_counter()
+            out = core.handle(*events)
+            cpu[w] += time.process_time() - c0
+            wall[w] += time.perf_counter() - t0
+            for i in out:
+                if isinstance(i, ev.Start):
+                    running.append(i.task)
+                    started += 1
+    finally:
+        gc.enable()
+    core.validate()
+    first, last = size / cpu[0], size / cpu[-1]
+    return {"nodes": nodes, "through": through, "cpu_rate": through / sum(cpu),
+            "wall_rate": through / sum(wall), "first": first, "last": last,
+            "ratio": last / first, "busy": _gpu_busy(core)}
+
+
+def _one_submission(rng: random.Random, n: int, demand_of: dict[str, int]) -> ev.Submit:
+    weights = [w for w, _ in SHAPES] + [GANG_SHARE]
+    pick = rng.choices(range(len(weights)), weights)[0]
+    if pick == len(SHAPES):
+        sub = ev.Submit(tuple(TaskSpec(f"t{n + k}", GANG) for k in range(4)),
+                        GangSpec(f"g{n}", 4))
+    else:
+        sub = ev.Submit((TaskSpec(f"t{n}", SHAPES[pick][1]),))
+    for spec in sub.tasks:
+        demand_of[spec.id] = spec.demand.get("GPU")
+    return sub
+
+
+def _gpu_busy(core: Core) -> float:
+    total = sum(node.resources.total.get("GPU", 0) for node in core.cluster.nodes.values())
+    free = sum(node.resources.available.get("GPU", 0) for node in core.cluster.nodes.values())
+    return 1 - free / total
+
+
 def queued_memory(count: int = 100_000) -> float:
     """MB held by the core for ``count`` queued tasks on a full one-node cluster."""
     gc.collect()
@@ -149,6 +227,16 @@ def main() -> None:
         scale = b["nodes"] / a["nodes"]
         print(f"cost per placement {a['nodes']:,} -> {b['nodes']:,} nodes: x{growth:.2f} "
               f"for x{scale:.0f} nodes (sub-linear: {growth < scale})")
+    print("\nsteady state (placements/s by CPU time; first and last tenth of the run):")
+    print(f"{'nodes':>7} {'through':>8} {'cpu/s':>9} {'wall/s':>9} {'first':>9} {'last':>9} "
+          f"{'last/first':>10} {'GPU busy':>9}")
+    throughs = [20_000, 50_000] if args.quick else [20_000, 50_000, 100_000]
+    for nodes in sizes:
+        for through in throughs:
+            r = steady(nodes, through)
+            print(f"{nodes:>7,} {through:>8,} {r['cpu_rate']:>9,.0f} {r['wall_rate']:>9,.0f} "
+                  f"{r['first']:>9,.0f} {r['last']:>9,.0f} {r['ratio']:>10.2f} "
+                  f"{r['busy']:>9.0%}")
     mb = queued_memory()
     print(f"memory of 100,000 queued tasks: {mb:.1f} MB (goal < 200 MB: {200 / mb:.2f}x headroom)")
 
