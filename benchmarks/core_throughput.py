@@ -15,7 +15,8 @@
    the cluster stays about 90% busy, for 20,000 and 50,000 (100,000 without ``--quick``) tasks
    passed through. Placements per second = tasks started / seconds inside ``Core.handle``, CPU
    time and wall time, per tenth of the run: the first and last tenth show whether cost grows
-   with the work that passed through.
+   with the work that passed through. Ended tasks are forgotten as the shell does (it keeps the
+   last 1,000); the garbage collector is off while timing, and on in a second run ("gc on").
 5. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
 
 Goals (docs/architecture.md): >= 50,000 placements/s at 1,000 nodes; cost per placement grows
@@ -39,6 +40,7 @@ from jupyter_sched.model.resources import Demand
 from jupyter_sched.model.tasks import GangSpec, TaskSpec
 
 U = SCALE
+HISTORY = 1_000  # ended tasks the shell keeps before it has the core forget them
 SHAPES = [
     (0.20, Demand.of({"GPU": 2500, "CPU": U})),
     (0.20, Demand.of({"GPU": 5000, "CPU": U})),
@@ -121,9 +123,10 @@ def _measure_once(nodes: int, seed: int) -> dict[str, float]:
     }
 
 
-def steady(nodes: int, through: int, seed: int = 0, windows: int = 10) -> dict[str, float]:
+def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
+           collect: bool = False) -> dict[str, float]:
     """Tasks arriving and ending one call at a time; rates per window of ``through / windows``
-    starts (see the module's docstring)."""
+    starts (see the module's docstring). ``collect``: leave the garbage collector on."""
     rng = random.Random(seed)
     core = make_core(nodes)
     fill = workload(rng, nodes * 8 * 0.9, 0)
@@ -136,8 +139,10 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10) -> dict[s
     wall = [0.0] * windows
     started = 0
     n = 10**8
+    ended: list[str] = []
     gc.collect()
-    gc.disable()
+    if not collect:
+        gc.disable()
     try:
         while started < through:
             events: list = []
@@ -147,6 +152,7 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10) -> dict[s
                 task = running.pop()
                 gpus[0] -= demand_of.pop(task)
                 events.append(ev.Finished(task))
+                ended.append(task)
             for _ in range(len(events)):  # as many tasks arrive as end, while the
                 if gpus[0] >= target:           # running and waiting work stays near 90%
                     break
@@ -163,8 +169,12 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10) -> dict[s
                 if isinstance(i, ev.Start):
                     running.append(i.task)
                     started += 1
+            if len(ended) > HISTORY:  # as the shell does: the core keeps no longer history
+                core.forget(ended[:-HISTORY])
+                del ended[:-HISTORY]
     finally:
-        gc.enable()
+        if not collect:
+            gc.enable()
     core.validate()
     first, last = size / cpu[0], size / cpu[-1]
     return {"nodes": nodes, "through": through, "cpu_rate": through / sum(cpu),
@@ -233,10 +243,11 @@ def main() -> None:
     throughs = [20_000, 50_000] if args.quick else [20_000, 50_000, 100_000]
     for nodes in sizes:
         for through in throughs:
-            r = steady(nodes, through)
-            print(f"{nodes:>7,} {through:>8,} {r['cpu_rate']:>9,.0f} {r['wall_rate']:>9,.0f} "
-                  f"{r['first']:>9,.0f} {r['last']:>9,.0f} {r['ratio']:>10.2f} "
-                  f"{r['busy']:>9.0%}")
+            for collect in (False, True):
+                r = steady(nodes, through, collect=collect)
+                print(f"{nodes:>7,} {through:>8,} {r['cpu_rate']:>9,.0f} "
+                      f"{r['wall_rate']:>9,.0f} {r['first']:>9,.0f} {r['last']:>9,.0f} "
+                      f"{r['ratio']:>10.2f} {r['busy']:>9.0%}{'  gc on' if collect else ''}")
     mb = queued_memory()
     print(f"memory of 100,000 queued tasks: {mb:.1f} MB (goal < 200 MB: {200 / mb:.2f}x headroom)")
 
