@@ -16,7 +16,8 @@
    passed through. Placements per second = tasks started / seconds inside ``Core.handle``, CPU
    time and wall time, per tenth of the run: the first and last tenth show whether cost grows
    with the work that passed through. Ended tasks are forgotten as the shell does (it keeps the
-   last 1,000); the garbage collector is off while timing, and on in a second run ("gc on").
+   last 1,000); the garbage collector is off while timing (it runs between calls, untimed), and
+   on in a second run ("gc on").
 5. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
 
 Goals (docs/architecture.md): >= 50,000 placements/s at 1,000 nodes; cost per placement grows
@@ -142,6 +143,7 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
     wall = [0.0] * windows
     started = 0
     n = 10**8
+    calls = 0
     ended: list[str] = []
     gc.collect()
     if not collect:
@@ -163,6 +165,9 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
                 n += len(sub.tasks)
                 gpus[0] += sum(demand_of[spec.id] for spec in sub.tasks)
                 events.append(sub)
+            calls += 1
+            if not collect and calls % 1_000 == 0:
+                gc.collect()  # untimed: garbage (gangs are cycles) must not pile up meanwhile
             w = min(started // size, windows - 1)
             c0, t0 = time.process_time(), time.perf_counter()
             out = core.handle(*events)
