@@ -5,10 +5,20 @@
 1. Clusters of 100, 1,000 and 10,000 nodes, 8 GPUs and 64 CPUs each.
 2. A mixed workload sized to fill about 90% of the GPUs: 40% quarter/half-GPU tasks, 25% whole
    GPUs (1 or 2), 20% CPU-only, 15% members of 4-member gangs (one GPU each).
-3. Placements per second = tasks started / seconds spent in ``Core.handle`` for the batch that
+3. Placements per second = tasks started / CPU seconds spent in ``Core.handle`` for the batch that
    submits them; then a steady state: 10% of the running tasks finish and the freed room is
    filled from a waiting backlog, timed the same way.
-4. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
+4. Steady state, work arriving over time: on the filled cluster, each call to ``Core.handle``
+   brings one to three ``Finished`` of random running tasks and as many new tasks of the same
+   mix, each task or gang one ``Submit`` (held back while running and waiting work passes 90% of
+   the GPUs), so
+   the cluster stays about 90% busy, for 20,000 and 50,000 (100,000 without ``--quick``) tasks
+   passed through. Placements per second = tasks started / seconds inside ``Core.handle``, CPU
+   time and wall time, per tenth of the run: the first and last tenth show whether cost grows
+   with the work that passed through. Ended tasks are forgotten as the shell does (it keeps the
+   last 1,000); the garbage collector is off while timing (it runs between calls, untimed), and
+   on in a second run ("gc on").
+5. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
 
 Goals (docs/architecture.md): >= 50,000 placements/s at 1,000 nodes; cost per placement grows
 sub-linearly with nodes; < 200 MB for 100,000 queued tasks.
@@ -31,6 +41,7 @@ from jupyter_sched.model.resources import Demand
 from jupyter_sched.model.tasks import GangSpec, TaskSpec
 
 U = SCALE
+HISTORY = 1_000  # ended tasks the shell keeps before it has the core forget them
 SHAPES = [
     (0.20, Demand.of({"GPU": 2500, "CPU": U})),
     (0.20, Demand.of({"GPU": 5000, "CPU": U})),
@@ -71,10 +82,12 @@ def workload(rng: random.Random, gpus: float, start: int) -> list[ev.Submit]:
 
 
 def timed(core: Core, events: list) -> tuple[int, float]:
+    """Tasks started, and the CPU seconds ``handle`` took (the machine may be shared: wall
+    time would count other people's work)."""
     gc.disable()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     out = core.handle(*events)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     gc.enable()
     return sum(isinstance(i, ev.Start) for i in out), elapsed
 
@@ -113,6 +126,89 @@ def _measure_once(nodes: int, seed: int) -> dict[str, float]:
     }
 
 
+def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
+           collect: bool = False, forget: bool = True) -> dict[str, float]:
+    """Tasks arriving and ending one call at a time; rates per window of ``through / windows``
+    starts (see the module's docstring). ``collect``: leave the garbage collector on;
+    ``forget``: have the core forget ended tasks, as the shell does."""
+    rng = random.Random(seed)
+    core = make_core(nodes)
+    fill = workload(rng, nodes * 8 * 0.9, 0)
+    demand_of = {s.id: s.demand.get("GPU") for sub in fill for s in sub.tasks}
+    running = [i.task for i in core.handle(*fill) if isinstance(i, ev.Start)]
+    target = nodes * 8 * U * 0.9
+    gpus = [sum(demand_of.values())]  # GPU units of the running and waiting tasks
+    size = through // windows
+    cpu = [0.0] * windows
+    wall = [0.0] * windows
+    started = 0
+    n = 10**8
+    calls = 0
+    ended: list[str] = []
+    gc.collect()
+    if not collect:
+        gc.disable()
+    try:
+        while started < through:
+            events: list = []
+            for _ in range(min(len(running), rng.randint(1, 3))):
+                k = rng.randrange(len(running))
+                running[k], running[-1] = running[-1], running[k]
+                task = running.pop()
+                gpus[0] -= demand_of.pop(task)
+                events.append(ev.Finished(task))
+                ended.append(task)
+            for _ in range(len(events)):  # as many tasks arrive as end, while the
+                if gpus[0] >= target:           # running and waiting work stays near 90%
+                    break
+                sub = _one_submission(rng, n, demand_of)
+                n += len(sub.tasks)
+                gpus[0] += sum(demand_of[spec.id] for spec in sub.tasks)
+                events.append(sub)
+            calls += 1
+            if not collect and calls % 1_000 == 0:
+                gc.collect()  # untimed: garbage (gangs are cycles) must not pile up meanwhile
+            w = min(started // size, windows - 1)
+            c0, t0 = time.process_time(), time.perf_counter()
+            out = core.handle(*events)
+            cpu[w] += time.process_time() - c0
+            wall[w] += time.perf_counter() - t0
+            for i in out:
+                if isinstance(i, ev.Start):
+                    running.append(i.task)
+                    started += 1
+            if forget and len(ended) > HISTORY:  # as the shell does: it keeps the last 1,000
+                core.forget(ended[:-HISTORY])
+                del ended[:-HISTORY]
+    finally:
+        if not collect:
+            gc.enable()
+    core.validate()
+    first, last = size / cpu[0], size / cpu[-1]
+    return {"nodes": nodes, "through": through, "cpu_rate": through / sum(cpu),
+            "wall_rate": through / sum(wall), "first": first, "last": last,
+            "ratio": last / first, "busy": _gpu_busy(core)}
+
+
+def _one_submission(rng: random.Random, n: int, demand_of: dict[str, int]) -> ev.Submit:
+    weights = [w for w, _ in SHAPES] + [GANG_SHARE]
+    pick = rng.choices(range(len(weights)), weights)[0]
+    if pick == len(SHAPES):
+        sub = ev.Submit(tuple(TaskSpec(f"t{n + k}", GANG) for k in range(4)),
+                        GangSpec(f"g{n}", 4))
+    else:
+        sub = ev.Submit((TaskSpec(f"t{n}", SHAPES[pick][1]),))
+    for spec in sub.tasks:
+        demand_of[spec.id] = spec.demand.get("GPU")
+    return sub
+
+
+def _gpu_busy(core: Core) -> float:
+    total = sum(node.resources.total.get("GPU", 0) for node in core.cluster.nodes.values())
+    free = sum(node.resources.available.get("GPU", 0) for node in core.cluster.nodes.values())
+    return 1 - free / total
+
+
 def queued_memory(count: int = 100_000) -> float:
     """MB held by the core for ``count`` queued tasks on a full one-node cluster."""
     gc.collect()
@@ -149,6 +245,21 @@ def main() -> None:
         scale = b["nodes"] / a["nodes"]
         print(f"cost per placement {a['nodes']:,} -> {b['nodes']:,} nodes: x{growth:.2f} "
               f"for x{scale:.0f} nodes (sub-linear: {growth < scale})")
+    print("\nsteady state (placements/s by CPU time; first and last tenth of the run):")
+    print(f"{'nodes':>7} {'through':>8} {'cpu/s':>9} {'wall/s':>9} {'first':>9} {'last':>9} "
+          f"{'last/first':>10} {'GPU busy':>9}")
+    throughs = [20_000, 50_000] if args.quick else [20_000, 50_000, 100_000]
+    for nodes in sizes:
+        for through in throughs:
+            for collect in (False, True):
+                r = steady(nodes, through, collect=collect)
+                print(f"{nodes:>7,} {through:>8,} {r['cpu_rate']:>9,.0f} "
+                      f"{r['wall_rate']:>9,.0f} {r['first']:>9,.0f} {r['last']:>9,.0f} "
+                      f"{r['ratio']:>10.2f} {r['busy']:>9.0%}{'  gc on' if collect else ''}")
+    r = steady(1_000, 50_000, collect=True, forget=False)
+    print(f"  1,000 nodes, 50,000 through, gc on, ended tasks never forgotten: "
+          f"{r['cpu_rate']:,.0f}/s, first {r['first']:,.0f}, last {r['last']:,.0f} "
+          f"(last/first {r['ratio']:.2f})")
     mb = queued_memory()
     print(f"memory of 100,000 queued tasks: {mb:.1f} MB (goal < 200 MB: {200 / mb:.2f}x headroom)")
 

@@ -107,6 +107,7 @@ class Session:
         self.reserved: dict[str, dict[int, Hold]] = {}
         self.ranks: dict[int, tuple[int, int]] = {}
         self._shadows: dict[int, float] = {}
+        self.last: Node | None = None  # where the last single task was placed
         queues = core.queues
         for seq, reservation in list(core.reservations.items()):
             job = reservation.job
@@ -191,15 +192,27 @@ class Session:
         found = self.find(task.spec, task.seq, easy, room=room)
         if found is None:
             return False
-        node, allocation, slot = found
+        self._start(task, *found)
+        return True
+
+    def place_on(self, task: Task, node: Node) -> bool:
+        """Place ``task`` on ``node`` if it fits there now (no reservations, no room: the
+        caller knows ``node`` is where :meth:`find` would put it, if it fits)."""
+        got = node.place(task.spec.demand, task.spec.target)
+        if got is None:
+            return False
+        self._start(task, node, got[0], got[1])
+        return True
+
+    def _start(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
         core = self.core
+        self.last = node
         # a statement of one: found on the live state just now, so it is applied at once
         node.resources.take(allocation, checked=True)
         core.cluster.refresh(node)
         fire(core, task, PLACE, (node, allocation, slot, None))
         if core.reservations:
             self.release_reservation(task.seq)
-        return True
 
     def release_reservation(self, seq: int) -> None:
         """The job got its room: its holds end now, for the rest of this cycle too."""

@@ -195,8 +195,19 @@ class BucketIndex:
             del self.keys[bisect.bisect_left(self.keys, key)]
 
     def move(self, name: str, old: int, new: int) -> None:
-        self.remove(name, old)
-        self.add(name, new)
+        # remove() and add() in one: on every placement and release, kept lean
+        buckets = self.buckets
+        bucket = buckets[old]
+        del bucket[name]
+        if not bucket:
+            del buckets[old]
+            keys = self.keys
+            del keys[bisect.bisect_left(keys, old)]
+        bucket = buckets.get(new)
+        if bucket is None:
+            bucket = buckets[new] = {}
+            bisect.insort(self.keys, new)
+        bucket[name] = None
 
     def iter(self, least: int, descending: bool = False) -> Iterator[str]:
         keys = self.keys
@@ -238,7 +249,16 @@ class Cluster:
     def refresh(self, node: Node) -> None:
         """Re-file a node after its free capacity changed (only in the indexes whose key moved,
         so a node keeps its place among equals). On every placement: kept lean."""
-        share, whole, cpu = keys = self._keys(node)
+        res = node.resources
+        devs = res.devices.get(GPU)
+        cpu = res.available.get(CPU, 0)
+        if devs is None or not devs.free:
+            keys = share, whole, cpu = (0, 0, cpu)
+        else:  # _keys(), inlined
+            free = list(devs.free.values())
+            share = max(free) * _TIE + sum(free)
+            whole = free.count(SCALE)
+            keys = (share, whole, cpu)
         old = node.keys
         if keys != old:
             name = node.name

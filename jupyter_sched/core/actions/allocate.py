@@ -37,6 +37,7 @@ def run(session: Session) -> None:
     class_heaps = {q.name: _class_heap(q) for q in queues}
     alone = len(queues) == 1  # one queue: no shares to keep in order
     capped = {q.name: any(p.capability for p in q.lineage()) for q in queues}
+    batch = core.policy == "binpack"
     while heap:
         _, _, name, queue = heap[0] if alone else heapq.heappop(heap)
         classes = class_heaps[name]
@@ -52,6 +53,8 @@ def run(session: Session) -> None:
         placed = over is None and try_place(session, job, room=room)
         if placed:
             queue.classes[key].popleft()
+            if batch and not capped[name] and not isinstance(job, Gang):
+                _place_run(session, queue, key, classes, None if alone else heap)
             _push_class(classes, queue, key)
         else:
             session.failed[key] = job
@@ -74,6 +77,29 @@ def _say_held_elsewhere(core, job: Task | Gang) -> None:
     for member in members:
         if member.state == QUEUED:
             member.reason = reason
+
+
+def _place_run(session: Session, queue, key: tuple, classes: list, heap: list | None) -> None:
+    """After a task of class ``key`` was placed, place the class's next tasks on the same
+    node while it holds them and they are what the loop would pick next anyway (its queue
+    still first, the class still first in it). Binpack would choose that node again: every
+    node before it in the index's order failed for this demand and has not changed since,
+    and the node's own key only went down. Without reservations (holds need the full search)
+    and without a capability on the queue (each job is admitted on its own)."""
+    fifo = queue.classes[key]
+    node = session.last
+    core = session.core
+    while not core.reservations:
+        job = live_head(fifo)
+        if job is None:
+            return
+        if classes and classes[0] < (-job.spec.priority, job.seq):
+            return  # another class's head is older
+        if heap and heap[0][:3] < (-queue.priority, queue.share(), queue.name):
+            return  # another queue is now less served
+        if not session.place_on(job, node):
+            return
+        fifo.popleft()
 
 
 def try_place(session: Session, job: Task | Gang, easy: bool = False,

@@ -12,7 +12,7 @@ class, not once per task.
 from __future__ import annotations
 
 from ...model.tasks import INFEASIBLE, PENDING, Gang, Task
-from ..jobs import job_class, waits
+from ..jobs import waits
 from ..plugins.capability import why_memory_never
 from ..plugins.gang import why_gang_never
 from ..plugins.predicates import why_never
@@ -42,17 +42,20 @@ def run(session: Session) -> None:
 
 def _why_not(session: Session, job: Task | Gang, cache: dict[tuple, str | None]) -> str | None:
     core = session.core
-    key, spec, demand = job_class(job)
-    queue = core.queues[spec.queue]
     if isinstance(job, Gang):
+        spec = job.members[0].spec
+        queue = core.queues[spec.queue]
         key = ("gang", spec.constraint_key, spec.queue, job.spec.min_members, job.spec.strategy)
         if key not in cache:
             demand = spec.demand.scaled(job.spec.min_members).as_dict()
             cache[key] = (queue.within_capability_ever(demand)
                           or why_gang_never(core.cluster, job))
         return cache[key]
-    key = (key, spec.queue)
+    spec = job.spec
+    key = (job.klass, spec.queue)
     if key not in cache:
+        queue = core.queues[spec.queue]
+        demand = spec.demand.as_dict()
         cache[key] = (queue.within_capability_ever(demand)
                       or why_memory_never(queue, core.cluster, spec)
                       or why_never(core.cluster, spec))
