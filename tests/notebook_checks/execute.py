@@ -1,0 +1,52 @@
+"""Run the example notebooks and save them with their outputs and widget state.
+
+    python tests/notebook_checks/execute.py                      # every notebook in notebooks/
+    python tests/notebook_checks/execute.py notebooks/gangs.ipynb
+
+Each notebook runs in a fresh kernel of this interpreter, in notebooks/, with this checkout first
+on PYTHONPATH, through nbclient (as ``jupyter nbconvert --execute`` would), and is saved with
+the widgets' state, so that a saved dashboard shows in JupyterLab and on GitHub. The saved
+outputs are what tests/test_notebooks.py then compares with nbval.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def execute(path: Path) -> float:
+    """Run ``path`` and save it in place; returns how long it took, in seconds."""
+    nb = nbformat.read(path, as_version=4)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=True,
+                            record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.monotonic()
+    client.execute(env=env)
+    took = time.monotonic() - start
+    if not client.widget_state:
+        nb.metadata.pop("widgets", None)  # a previous run's widgets are not this run's
+    nbformat.validate(nb)
+    nbformat.write(nb, path)
+    return took
+
+
+def main(argv: list[str]) -> int:
+    paths = [Path(a).resolve() for a in argv] or sorted(NOTEBOOKS.glob("*.ipynb"))
+    for path in paths:
+        print(f"{path.relative_to(ROOT)}: {execute(path):.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
