@@ -44,7 +44,7 @@ def execute(path: Path) -> float:
 def main(argv: list[str]) -> int:
     paths = [Path(a).resolve() for a in argv] or sorted(NOTEBOOKS.glob("*.ipynb"))
     for path in paths:
-        print(f"{path.relative_to(ROOT)}: {execute(path):.1f} s", flush=True)
+        print(f"{path.name}: {execute(path):.1f} s", flush=True)
     return 0
 
 
