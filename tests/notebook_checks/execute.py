@@ -21,12 +21,17 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
+INHERITED = ("CUDA_VISIBLE_DEVICES", "JUPYTER_SCHED_DECLARE", "JUPYTER_SCHED_TASK",
+             "JUPYTER_SCHED_GANG", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
+             "MASTER_PORT")
 
 
 def execute(path: Path) -> float:
     """Run ``path`` and save it in place; returns how long it took, in seconds."""
     nb = nbformat.read(path, as_version=4)
-    env = dict(os.environ)
+    # the notebooks declare their own GPUs: a binding or a task's variables in this process
+    # must not reach their kernels (or the engines those start)
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     client = NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=True,
                             record_timing=False,
