@@ -60,8 +60,16 @@ def cancel(task: object, reason: str = "cancelled by the user") -> bool:
 
 
 def wait(handles_or_ids: object = None, timeout: float | None = None) -> list:
-    """Wait for tasks (default: every unfinished one); returns their handles."""
-    return get_scheduler().wait(handles_or_ids, timeout)
+    """Wait for tasks (default: every unfinished one); returns their handles. In a notebook,
+    the status lines of the tasks that ended are sent again under this cell, as
+    ``%sched wait`` does."""
+    handles = get_scheduler().wait(handles_or_ids, timeout)
+    shell = _shell()
+    if getattr(shell, "kernel", None) is not None:
+        from .notebook.statusline import settle_lines
+
+        settle_lines(shell, None if handles_or_ids is None else handles)
+    return handles
 
 
 def dashboard(*args: Any, **kwargs: Any) -> Any:

@@ -263,7 +263,10 @@ class SchedMagics(LeaseCommands, Magics):
     @ma.argument("--timeout", metavar="SECONDS", type=SECONDS, help="stop waiting after this")
     @documented
     def _wait_cmd(self, args):
-        """Block until the tasks end (interrupting stops the waiting, not the tasks)."""
+        """Block until the tasks end (interrupting stops the waiting, not the tasks).
+
+        The status lines of the tasks that ended are then sent again under this cell, so
+        that frontends which drop a finished cell's updates (nbclient) show how they ended."""
         handles = [self._task(ref) for ref in args.tasks] or None
         try:
             self.scheduler.wait(handles, timeout=args.timeout)
@@ -271,8 +274,10 @@ class SchedMagics(LeaseCommands, Magics):
             print("stopped waiting; the tasks go on", file=sys.stderr)
             raise
         except (TimeoutError, concurrent.futures.TimeoutError):  # one class from 3.11 on
+            self.live.settle(handles)
             raise UsageError(f"--timeout {args.timeout:g}: tasks are still running; "
                              "they go on") from None
+        self.live.settle(handles)
         done = handles if handles is not None else []
         for handle in done:
             print(d.task_text(handle, error_text(handle)))

@@ -1,6 +1,12 @@
 """The live status line under a ``%%sched`` cell: one display (``display_id``) updated in place
 from a background thread, sent with the submitting cell's parent header so that it lands under
-that cell whatever cell the kernel runs now."""
+that cell whatever cell the kernel runs now.
+
+A frontend may drop those updates once the submitting cell is over: nbclient (which executes
+and saves notebooks) applies an update only when it comes with the parent of the cell it runs
+now. So ``%sched wait`` and ``jupyter_sched.wait()`` send the final state of the lines they
+waited for once more, under the waiting cell's own parent (:meth:`LiveLines.settle`): every
+frontend then shows, under each ``%%sched`` cell, how its task ended."""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import contextlib
 import signal
 import threading
 import uuid
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +27,14 @@ from .cell_options import one_line
 
 # -- the live status line -------------------------------------------------------------------------
 
+def _current_parent() -> dict | None:
+    from ..executors.local.output import current_parent
+
+    return current_parent()
+
+
 class StatusLine:
-    __slots__ = ("display_id", "handles", "last", "note", "parent")
+    __slots__ = ("display_id", "handles", "last", "note", "parent", "settled")
 
     def __init__(self, display_id: str, handles: list, parent: dict | None) -> None:
         self.display_id = display_id
@@ -28,6 +42,14 @@ class StatusLine:
         self.parent = parent
         self.last: str | None = None
         self.note = ""
+        self.settled = False  # its final state was sent again under a waiting cell
+
+    @property
+    def task_ids(self) -> set[str]:
+        return {h.id for h in self.handles}
+
+    def ended(self) -> bool:
+        return all(is_done(h) for h in self.handles)
 
 
 def error_text(handle) -> str | None:
@@ -102,24 +124,40 @@ def interrupts_deferred():
                 raise KeyboardInterrupt
 
 
+_ALL: weakref.WeakSet = weakref.WeakSet()  # every LiveLines, for settle_lines()
+
+
+def settle_lines(shell, handles: list | None = None) -> int:
+    """:meth:`LiveLines.settle` on the status lines of ``shell``'s magics (0 when none)."""
+    return sum(live.settle(handles) for live in list(_ALL) if live.shell is shell)
+
+
 class LiveLines:
     """Status lines under ``%%sched`` cells, updated in place from one background thread.
 
     The scheduler's observer only wakes the thread (cheap, on the runtime thread); the thread
     redraws every line whose text changed, at most every ``interval`` seconds, and once a
-    second while a task runs (for its running time). A line is dropped once its task ended.
+    second while a task runs (for its running time). Once its task ended a line leaves the
+    thread's care and is kept (the last ``KEEP_ENDED``) for :meth:`settle`.
     """
+
+    KEEP_ENDED = 1000
 
     def __init__(self, shell, scheduler: Callable[[], Any], interval: float = 0.25) -> None:
         self.shell = shell
         self._scheduler = scheduler
         self.interval = interval
         self._lines: dict[str, StatusLine] = {}
+        self._ended: OrderedDict[str, StatusLine] = OrderedDict()
         self._lock = threading.Lock()
+        # one line is drawn by one thread at a time: a state rendered earlier must never be
+        # sent after a later one (the line would end showing "running" for a finished task)
+        self._draw_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        _ALL.add(self)
 
     def add(self, handle, parent: dict | None) -> StatusLine:
         """Display the line for ``handle`` under the current cell and keep it up to date."""
@@ -150,6 +188,33 @@ class LiveLines:
         if note is not None:
             line.note = note
         self._draw(line, force=True)
+        # sent under the cell's own parent, which every frontend applies: nothing to settle
+        line.settled = line.settled or (line.ended() and line.parent == _current_parent())
+
+    def settle(self, handles: list | None = None) -> int:
+        """Send the final state of ended tasks' lines again, under the cell that runs now.
+
+        ``handles``: the lines of these tasks (or gangs), each time it is called; None: every
+        line whose task has ended and that no call settled yet. Lines whose tasks have not all
+        ended are left to the thread. Returns how many lines were sent."""
+        ids = None if handles is None else {m.id for h in handles for m in _members(h)}
+        with self._lock:
+            lines = [*self._lines.values(), *self._ended.values()]
+        parent = _current_parent()
+        sent = 0
+        for line in lines:
+            if not line.ended() or line.last is None:
+                continue
+            if (line.settled if ids is None else not ids & line.task_ids):
+                continue
+            with self._draw_lock:
+                bundle = render_line(line.handles, note=line.note)
+                line.last = bundle["text/plain"]
+                self._publish(bundle, line, parent)
+            line.settled = True
+            self._retire(line)
+            sent += 1
+        return sent
 
     def close(self) -> None:
         self._stop.set()
@@ -198,25 +263,36 @@ class LiveLines:
             self._stop.wait(self.interval)
 
     def _draw(self, line: StatusLine, force: bool = False) -> None:
-        bundle = render_line(line.handles, self._now(), note=line.note)
-        text = bundle["text/plain"]
-        if force or text != line.last:
-            line.last = text
-            self._publish(bundle, line)
-        if all(is_done(h) for h in line.handles):
-            with self._lock:
-                self._lines.pop(line.display_id, None)
+        with self._draw_lock:
+            bundle = render_line(line.handles, self._now(), note=line.note)
+            text = bundle["text/plain"]
+            if force or text != line.last:
+                line.last = text
+                self._publish(bundle, line)
+        if line.ended():
+            self._retire(line)
 
-    def _publish(self, bundle: dict, line: StatusLine) -> None:
+    def _retire(self, line: StatusLine) -> None:
+        """The line's task ended: the thread stops drawing it; it is kept for settle()."""
+        with self._lock:
+            self._lines.pop(line.display_id, None)
+            self._ended[line.display_id] = line
+            self._ended.move_to_end(line.display_id)
+            while len(self._ended) > self.KEEP_ENDED:
+                self._ended.popitem(last=False)
+
+    def _publish(self, bundle: dict, line: StatusLine, parent: dict | None = None) -> None:
         from ..executors.local.output import Publisher
 
-        publisher = Publisher.find() if line.parent else None
+        parent = parent or line.parent
+        publisher = Publisher.find() if parent else None
         if publisher is None:
             from IPython.display import update_display
 
             update_display(bundle, raw=True, display_id=line.display_id)
             return
-        # sent with the submitting cell's parent: the update belongs to that cell, whatever
-        # cell the kernel runs now (ipykernel's own parent tracking changed across versions)
-        publisher.display(line.parent, bundle, transient={"display_id": line.display_id},
+        # sent with an explicit parent (the submitting cell's, or a waiting cell's): the
+        # update belongs to that cell, whatever cell the kernel runs now (ipykernel's own
+        # parent tracking changed across versions)
+        publisher.display(parent, bundle, transient={"display_id": line.display_id},
                           update=True)
