@@ -93,7 +93,10 @@ def test_engine_call_says_whether_the_call_printed(capsys):
 
 
 def test_engine_call_keeps_cuda_visible_devices(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # setenv first: monkeypatch then restores the variable's absence, and the binding the call
+    # makes for good does not leak into the tests (and engines) that come after
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     call(meta(env={"CUDA_VISIBLE_DEVICES": "GPU-1"}), len, ())
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-1"  # bound for good
 
