@@ -214,6 +214,18 @@ def test_gang_members_see_consistent_ranks(sched):
     assert sorted(tuple(m.devices["GPU"].items()) for m in g.members) == [((0, 1.0),), ((1, 1.0),)]
 
 
+def test_gang_members_running_one_cell_each_keep_their_own_names(sched):
+    notebook = {"together": threading.Barrier(2, timeout=WAIT), "jupyter_sched": jupyter_sched,
+                "kept": "notebook's"}
+    cell = ("rank = jupyter_sched.current_task().rank\n"
+            "together.wait()  # both members have set rank before either reads it\n"
+            "kept = rank\n"
+            "(rank, kept)")
+    g = sched.submit(code=cell, namespace=notebook, gang="ddp:2", resources="GPU=1")
+    assert g.result(WAIT) == [(0, 0), (1, 1)]
+    assert notebook["kept"] == "notebook's" and "rank" not in notebook
+
+
 def test_a_failing_gang_member_fails_the_gang(sched):
     def member():
         if current_task().rank == 1:

@@ -192,7 +192,7 @@ class LocalExecutor(Executor):
                     job.armed = True
                     stopped_early = job.stop_reason is not None
                 if not stopped_early:
-                    value = call(record.work, record.id)
+                    value = call(record.work, record.id, private=record.rank is not None)
                     job.ran = True
             except BaseException as exc:
                 error, tb_text = exc, format_traceback(exc)

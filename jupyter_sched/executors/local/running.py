@@ -54,10 +54,15 @@ def _execute(code_obj, namespace: dict) -> Any:
     return value
 
 
-def call(work: Work, task_id: str) -> Any:
-    """Run a task's work: its cell source, or its callable with its arguments."""
+def call(work: Work, task_id: str, private: bool = False) -> Any:
+    """Run a task's work: its cell source, or its callable with its arguments.
+
+    ``private``: the cell runs in its own copy of the namespace (gang members: they run the same
+    cell at once, and the names one member sets must not be what another reads)."""
     if work.code is not None:
         namespace = work.namespace if work.namespace is not None else {}
+        if private:
+            namespace = dict(namespace)
         return run_code(work.code, namespace, f"<task {task_id}>")
     value = work.fn(*work.args, **work.kwargs)
     if inspect.iscoroutine(value):
