@@ -180,12 +180,14 @@ def test_the_slurm_notebook_passes_nbval(cluster, net, tmp_path):
     pytest.importorskip("nbval")
     ipython_profile(tmp_path / "ipython", net.gateway)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    checks = ROOT / "tests" / "notebook_checks"  # the examples' nbval checks, for this one too
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), str(checks), env.get("PYTHONPATH")]))
     env["IPYTHONDIR"] = str(tmp_path / "ipython")  # the kernel's profile: the site's config
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval",
-         "--nbval-current-env", "--nbval-sanitize-with",
-         str(NOTEBOOKS / "nbval_sanitize.cfg"), str(NOTEBOOKS / "slurm.ipynb")],
+         "--nbval-current-env", "-p", "nbval_displays", "--nbval-sanitize-with",
+         str(checks / "sanitize.cfg"), str(NOTEBOOKS / "slurm.ipynb")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=200,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
