@@ -247,3 +247,22 @@ def test_a_scheduler_whose_thread_died_gives_its_leases_back(path):
     finally:
         gate.set()
         first.shutdown()
+
+
+def test_a_start_in_the_step_that_ends_another_task_is_not_refused_by_its_own_leases(tmp_path,
+                                                                                     monkeypatch):
+    monkeypatch.setenv("JUPYTER_SCHED_LEASES", str(tmp_path / "ledger.db"))
+    sched = Scheduler(local_resources="GPU=2").start()
+    try:
+        hold = threading.Event()
+        blocker = sched.submit(hold.wait, 30, resources={"GPU": 2}, name="blocker")
+        first = sched.submit(code="'first come'", resources={"GPU": 2}, name="first")
+        second = sched.submit(code="'second come'", resources={"GPU": 2}, name="second")
+        hold.set()
+        sched.wait([blocker, first, second], timeout=30)
+        # FIFO, as without leases: first is placed as blocker's end is handled, and blocker's
+        # lease (given back only when its record is synced) must not turn it away
+        assert first.started < second.started
+        assert first.result(0) == "first come" and second.result(0) == "second come"
+    finally:
+        sched.shutdown()

@@ -153,6 +153,10 @@ class HostLeases:
     def holding(self, task: str) -> bool:
         return task in self._by_task
 
+    def tasks(self) -> list[str]:
+        """The tasks this scheduler holds leases for."""
+        return list(self._by_task)
+
     def give_all(self, whole_process: bool) -> None:
         """Give back this scheduler's leases; with ``whole_process`` every lease of this
         process (``give_mine``: none is left behind by an earlier scheduler)."""

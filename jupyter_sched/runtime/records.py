@@ -134,6 +134,12 @@ class Records:
         re-queued without a retry) when another kernel holds its share."""
         try:
             self._leases.give(start.task, start.attempt)  # an earlier attempt's, if still held
+            # attempts that ended in this very step give theirs back first (their records are
+            # synced after the instructions): a start must never be refused by our own leases
+            for held in self._leases.tasks():
+                task = self._core.tasks.get(held)
+                if held != start.task and (task is None or task.state != RUNNING):
+                    self._leases.give(held)
             refused = self._leases.take(start)
         except host_leases.ERRORS as err:
             self._drop_leases(err)

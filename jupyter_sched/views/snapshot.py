@@ -157,7 +157,9 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     for state in (PENDING, QUEUED, INFEASIBLE, RUNNING):
         counts.setdefault(state, 0)
     counts.update(core.ended)  # finished tasks may have been forgotten: count them all
-    done = tuple(task_view(t) for t in (history or [])[:max_rows])
+    # newest first by when each ended (the runtime may learn of two ends in either order)
+    ended = sorted(history or [], key=lambda t: (t.times[-1][1], t.seq), reverse=True)
+    done = tuple(task_view(t) for t in ended[:max_rows])
     queues = tuple(_queue_view(q) for q in core.queues.queues.values() if q.name != "root")
     return Snapshot(core.now, nodes, running, tuple(waiting), done, queues, counts)
 
