@@ -227,7 +227,7 @@ def discover_host(
     amounts = declared.amounts
     return HostInfo(
         hostname=hostname,
-        boot_id=_boot_id(),
+        boot_id=boot_id(),
         cpus=from_units(amounts[CPU]) if CPU in amounts else _cpus(),
         memory=amounts[MEMORY] // SCALE if MEMORY in amounts else _memory(),
         gpus=gpus,
@@ -357,7 +357,8 @@ def _parse_declare(spec: object) -> _Declared:
 # -- the rest of the host --------------------------------------------------------------------
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
+    """This boot of this host (Linux), or "": with the host name, the key of a host."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()

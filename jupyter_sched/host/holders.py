@@ -23,6 +23,8 @@ from functools import cache
 
 import psutil
 
+from .discovery import boot_id
+
 START_TOLERANCE = 1.5
 """Seconds two readings of one process's start time may differ by.
 
@@ -54,7 +56,7 @@ class Owner:
 
 def host_key() -> str:
     """This host across processes: hostname and boot id, as ``HostInfo.key`` spells it."""
-    boot = _boot_id()
+    boot = boot_id()
     hostname = socket.gethostname()
     return f"{hostname}/{boot}" if boot else hostname
 
@@ -136,12 +138,6 @@ def _pid_namespace() -> str:
         return ""
 
 
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 __all__ = ["START_TOLERANCE", "Owner", "holder_alive", "host_key", "is_me", "user_name"]
