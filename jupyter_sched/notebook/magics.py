@@ -30,6 +30,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..executors.ipp.cluster import ClusterRunning
+from ..executors.local.output import current_parent
 from ..runtime.instance import get_scheduler
 from ..views import display as d
 from ..views import format as fmt
@@ -120,7 +121,7 @@ class SchedMagics(LeaseCommands, Magics):
         if not cell.strip():
             raise UsageError("the cell is empty: nothing to schedule")
         code = self.shell.transform_cell(cell) if self.shell is not None else cell
-        parent = _parent(self.shell)
+        parent = current_parent()
         try:
             handle = self.scheduler.submit(code=code, namespace=self.shell.user_ns,
                                            parent=parent, **submit)
@@ -484,13 +485,6 @@ def _from_task(error: BaseException) -> BaseException:
 def _wait_quietly(handle, timeout: float) -> None:
     with contextlib.suppress(BaseException):
         concurrent.futures.wait([handle], timeout=timeout)
-
-
-def _parent(shell) -> dict | None:
-    """The parent header of the cell that runs now, where there is one (in a kernel)."""
-    from ..executors.local.output import current_parent
-
-    return current_parent()
 
 
 __all__ = [
