@@ -13,8 +13,6 @@ it; it is shut down when the kernel exits.
 
 from __future__ import annotations
 
-import importlib.util
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -31,13 +29,12 @@ def submit(fn: Callable | None = None, *args: Any, **kw: Any) -> TaskHandle | Ga
 
 
 def map(fn: Callable, items: Iterable, *, progress: bool = True,
-        **submit_kw: Any) -> list[TaskHandle]:
-    """``fn(item)`` for each item, as tasks; returns their handles. In a notebook, shows a
-    progress bar (when ipywidgets is installed) unless ``progress=False``."""
-    handles = get_scheduler().map(fn, items, **submit_kw)
-    if progress and handles:
-        _progress_bar(handles)
-    return handles
+        **submit_kw: Any) -> list:
+    """``fn(item)`` for each item, results in item order; returns a handle per item (see
+    :meth:`Scheduler.map`: on engines, items go in chunks sized as they run; ``chunksize=``).
+    Shows a ``tqdm.auto`` progress bar of items ended (a widget in a notebook, text
+    elsewhere) unless ``progress=False``."""
+    return get_scheduler().map(fn, items, progress=progress, **submit_kw)
 
 
 def nodes():
@@ -77,32 +74,6 @@ def dashboard(*args: Any, **kwargs: Any) -> Any:
     from .notebook.widgets import dashboard as make
 
     return make(*args, **kwargs)
-
-
-def _progress_bar(handles: list[TaskHandle]) -> None:
-    """A minimal bar under the cell; only in a kernel with ipywidgets."""
-    shell = _shell()
-    if getattr(shell, "kernel", None) is None or importlib.util.find_spec("ipywidgets") is None:
-        return
-    import ipywidgets
-    from IPython.display import display
-
-    total = len(handles)
-    bar = ipywidgets.IntProgress(value=0, min=0, max=total, description=f"0/{total}")
-    done = [0]
-    count_lock = threading.Lock()
-
-    def one_done(_future) -> None:
-        with count_lock:
-            done[0] += 1
-            bar.value = done[0]
-            bar.description = f"{done[0]}/{total}"
-            if done[0] == total:
-                bar.bar_style = "success"
-
-    display(bar)
-    for handle in handles:
-        handle.add_done_callback(one_done)
 
 
 __all__ = ["cancel", "current_task", "dashboard", "get_scheduler", "map", "nodes", "queue",

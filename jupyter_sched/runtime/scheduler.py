@@ -39,14 +39,15 @@ from ..core import events as ev
 from ..core.state import POLICIES, Core
 from ..executors.base import Executor, TaskRecord, Work
 from ..executors.local.executor import LocalExecutor
-from ..executors.local.output import Publisher, current_parent
+from ..executors.local.output import Publisher
 from ..host.discovery import HostInfo, discover_host
 from ..host.live import GpuMonitor
 from ..model.resources import GPU, parse_resources
 from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
-from . import submission
+from . import maps, submission
 from .handles import GangHandle, TaskHandle
+from .items import ItemHandle
 from .leases import open_host_leases
 from .loop import HISTORY, RuntimeLoop
 
@@ -110,6 +111,7 @@ class Scheduler(RuntimeLoop, Configurable):
         self._local: LocalExecutor | None = None
         self._publisher: Publisher | None = None
         self._observer_ids = itertools.count(1)
+        self._maps: set = set()  # batched maps with items not ended (wait() waits for them)
 
     @observe("policy", "reservation_after", "preemption")
     def _core_setting(self, change: dict) -> None:
@@ -261,26 +263,17 @@ class Scheduler(RuntimeLoop, Configurable):
         return GangHandle(self, gang_spec.name, handles)
 
     def map(self, fn: Callable, items: Iterable, *, name: str | None = None,
-            **submit_kw: Any) -> list[TaskHandle]:
-        """``fn(item)`` for each item, as one submission (all accepted or none)."""
-        if not callable(fn):
-            raise ValueError(f"map needs a callable, not {fn!r}")
-        if "gang" in submit_kw or "code" in submit_kw:
-            raise ValueError("map runs independent tasks: no gang= or code=")
-        parent, kwargs = submit_kw.pop("parent", None), submit_kw.pop("kwargs", None)
-        common = submission.common(self.default_queue, **{
-            k: submit_kw.pop(k) for k in list(submit_kw) if k in submission.COMMON})
-        if submit_kw:
-            raise TypeError(f"map() got unexpected arguments: {', '.join(submit_kw)}")
-        base = name if name is not None else submission.default_name(fn, None)
-        parent = parent if parent is not None else current_parent()
-        works, specs = [], []
-        for k, item in enumerate(items):
-            works.append(submission.work(fn, (item,), kwargs, None, None, None, None, parent))
-            specs.append(self._spec(f"{base}[{k}]", common))
-        if not specs:
-            return []
-        return self._submit(specs, None, works)
+            chunksize: object = None, progress: bool = False,
+            **submit_kw: Any) -> list[TaskHandle] | list[ItemHandle]:
+        """``fn(item)`` for each item, results in item order; the options of ``submit``.
+
+        With ``target="engines"`` items go in chunks sized as they run (``chunksize=None``),
+        each chunk a task, and an ``ItemHandle`` per item comes back; ``chunksize=n`` fixes
+        the size (also in kernel threads); ``chunksize=1`` is one task per item, as one
+        submission (all accepted or none), the default elsewhere. ``progress``: a
+        ``tqdm.auto`` bar of items ended. See :mod:`.maps`."""
+        return maps.submit_map(self, fn, items, name=name, chunksize=chunksize,
+                               progress=progress, **submit_kw)
 
     def _spec(self, name: str, common: Mapping[str, Any]) -> TaskSpec:
         return submission.task_spec(f"t{next(self._ids)}", name, common)
@@ -303,10 +296,12 @@ class Scheduler(RuntimeLoop, Configurable):
     # -- commands -------------------------------------------------------------------------------
 
     def cancel(self, task: object, reason: str = "cancelled by the user") -> bool:
-        """Cancel a task or gang (a handle, an id, or a name); True if it had not ended.
+        """Cancel a task, gang or map item (a handle, an id, or a name); True if it had not ended.
         ``ValueError`` for an unknown id."""
         if isinstance(task, GangHandle):
             task = task.members[0]
+        if isinstance(task, ItemHandle):
+            return task.cancel()
         if isinstance(task, TaskHandle):
             return False if task.done() else self._cancel_ids([task.id], reason)
         if not isinstance(task, str):
@@ -336,6 +331,7 @@ class Scheduler(RuntimeLoop, Configurable):
         ``TimeoutError`` if some are still not finished after ``timeout`` seconds."""
         if handles_or_ids is None:
             handles = [h for h in list(self._handles.values()) if not h.done()]
+            handles += [h for m in list(self._maps) for h in m.unfinished()]
         else:
             items = handles_or_ids
             if isinstance(items, (str, Future)):

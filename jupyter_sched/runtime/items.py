@@ -1,0 +1,172 @@
+"""What a batched ``map`` returns for each item: a future with a task handle's surface.
+
+::
+
+    hs = sched.map(score, range(10_000), target="engines")
+    hs[3].result(timeout=60)    # its value, or its own exception raised here
+    hs[3].state                 # "pending" until its chunk goes out, then the chunk's state,
+                                # then "done", "failed" or "cancelled"
+    hs[3].cancel()              # left out of its chunk if that has not started
+    hs[3].task                  # the handle of the chunk task that runs it
+
+Where it runs and when (``node``, ``slot``, ``devices``, ``started``, ``ended``, output) are its
+chunk's. The handle is resolved by the map as its chunk reports (:mod:`.maps`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from ..model.tasks import RUNNING, TERMINAL
+from ..views import display
+from .handles import _CANCELLED_AND_NOTIFIED, _FINISHED, TaskHandle, _LightFuture
+
+CANCELLED, DONE, FAILED, PENDING = "cancelled", "done", "failed", "pending"
+
+
+class Owner(Protocol):
+    """What an item asks of its map (the map imports the items, not the other way round)."""
+
+    id: str
+    base: str
+
+    def cancel_item(self, item: ItemHandle) -> bool: ...
+
+
+def _chunk_attr(name: str, default: Any = None, doc: str = "") -> property:
+    def read(self: ItemHandle) -> Any:
+        task = self.task
+        return default if task is None else getattr(task, name)
+
+    return property(read, doc=doc or f"Its chunk's ``{name}``.")
+
+
+class ItemHandle(_LightFuture):
+    """One item of a batched map."""
+
+    def __init__(self, owner: Owner, index: int) -> None:
+        super().__init__()
+        self._map = owner
+        self.index = index
+        self._chunk: Any = None  # the chunk it is in (set and cleared by the map)
+        self._final: str | None = None  # done / failed / cancelled, decided under the map's lock
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._tb = ""
+        self._why = ""
+        self._attempts = 0
+
+    # -- what it is -------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """Its map's id and its index: ``m2[17]``."""
+        return f"{self._map.id}[{self.index}]"
+
+    @property
+    def name(self) -> str:
+        return f"{self._map.base}[{self.index}]"
+
+    @property
+    def task(self) -> TaskHandle | None:
+        """The handle of the chunk task that runs (or ran) it; None before it goes out."""
+        chunk = self._chunk
+        return None if chunk is None else chunk.handle
+
+    gang = None
+    rank = None
+    world_size = None
+    queue = _chunk_attr("queue")
+    priority = _chunk_attr("priority")
+    demand = _chunk_attr("demand", {})
+    node = _chunk_attr("node")
+    slot = _chunk_attr("slot")
+    devices = _chunk_attr("devices", {})
+    env = _chunk_attr("env", {})
+    position = _chunk_attr("position", doc="Its chunk's place in its queue (1 = next).")
+    stopping_since = _chunk_attr("stopping_since")
+    submitted = _chunk_attr("submitted")
+    started = _chunk_attr("started")
+    ended = _chunk_attr("ended")
+    duration = _chunk_attr("duration")
+    stdout = _chunk_attr("stdout", "", "What its chunk printed so far.")
+    stderr = _chunk_attr("stderr", "")
+    displays = _chunk_attr("displays", [])
+    parent = _chunk_attr("parent")
+
+    # -- where it is ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        final = self._final
+        if final is not None:
+            return final
+        task = self.task
+        if task is None:
+            return PENDING
+        state = task.state
+        return RUNNING if state in TERMINAL else state  # its chunk ended: it is being read
+
+    @property
+    def reason(self) -> str:
+        if self._final is not None:
+            return self._why
+        task = self.task
+        return "" if task is None else task.reason
+
+    @property
+    def traceback(self) -> str:
+        return self._tb
+
+    @property
+    def error(self) -> str | None:
+        """The failure in one line (None unless failed)."""
+        if self._final != FAILED:
+            return None
+        text = str(self._error).strip().splitlines() if self._error is not None else []
+        if self._error is None:
+            return self._why or "failed"
+        return f"{type(self._error).__name__}: {text[0]}" if text else type(self._error).__name__
+
+    # -- Future -----------------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Cancel the item; True if it had not ended. It is left out of its chunk if that has
+        not started; otherwise it ends cancelled at once and what it returns is dropped."""
+        if self.done():
+            return False
+        return self._map.cancel_item(self)
+
+    def running(self) -> bool:
+        return self._final is None and self.state in (RUNNING, "stopping")
+
+    def __await__(self):
+        return asyncio.wrap_future(self).__await__()
+
+    def _settle(self) -> None:
+        """Resolve the future as the map decided (once, with no lock held)."""
+        final, value, error = self._final, self._value, self._error
+        self._value = None
+        if final == DONE:
+            if not self._resolve_unwatched(_FINISHED, result=value):
+                self.set_result(value)
+        elif final == FAILED:
+            if not self._resolve_unwatched(_FINISHED, exception=error):
+                self.set_exception(error)
+        elif final == CANCELLED and not self._resolve_unwatched(_CANCELLED_AND_NOTIFIED):
+            Future.cancel(self)
+            self.set_running_or_notify_cancel()
+
+    # -- display ----------------------------------------------------------------------------
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        return display.task_bundle(self, self.error)
+
+    def __repr__(self) -> str:
+        where = f" on {self.node}" if self.node else ""
+        return f"<ItemHandle {self.id} {self.name!r} {self.state}{where}>"
+
+
+__all__ = ["ItemHandle"]
