@@ -109,7 +109,7 @@ def test_two_thousand_tiny_tasks_each_end_exactly_once(floating):
     before = sched.inspect_core(lambda core: dict(core.ended))
     sched.report = counting
     try:
-        handles = sched.map(inc, range(2000), target="engines")
+        handles = sched.map(inc, range(2000), target="engines", chunksize=1)  # tasks
         sched.wait(handles, timeout=80)
     finally:
         del sched.report
