@@ -123,12 +123,13 @@ class ItemHandle(_LightFuture):
     @property
     def error(self) -> str | None:
         """The failure in one line (None unless failed)."""
+        error = self._error
         if self._final != FAILED:
             return None
-        text = str(self._error).strip().splitlines() if self._error is not None else []
-        if self._error is None:
+        if error is None:
             return self._why or "failed"
-        return f"{type(self._error).__name__}: {text[0]}" if text else type(self._error).__name__
+        text = str(error).strip().splitlines()
+        return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
     # -- Future -----------------------------------------------------------------------------
 

@@ -412,6 +412,7 @@ class BatchedMap:
     def _resolve(self, settled: list[ItemHandle]) -> None:
         if self._open == 0:  # before the futures: a waiter may look as soon as they resolve
             self._sched._maps.discard(self)
+            self._values = []  # no chunk reads them any more: every item has ended
         for item in settled:
             try:
                 item._settle()
