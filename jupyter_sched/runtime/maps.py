@@ -84,7 +84,7 @@ def chunk_size(per_item: float | None, round_trip: float | None, remaining: int,
 
 def check_chunksize(value: object) -> int | None:
     """``None`` or ``"auto"`` (sized as the map runs), else a whole number of items >= 1."""
-    if value is None or value == "auto":
+    if value is None or (isinstance(value, str) and value == "auto"):
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"chunksize {value!r} must be a whole number of items, 1 or more (1: "
@@ -118,13 +118,18 @@ def submit_map(sched: Any, fn: Callable, items: Iterable, *, name: str | None = 
     if size is None:
         size = None if common["target"] in AUTO else 1
     bar = Progress(len(values), base) if progress else None
-    if size == 1:
+    try:
+        if size != 1:
+            return BatchedMap(sched, fn, values, kwargs, base, common, parent, size,
+                              bar).start()
         handles = _one_per_item(sched, fn, values, kwargs, base, common, parent)
+    except BaseException:
         if bar is not None:
-            bar.follow(handles)
-        return handles
-    batched = BatchedMap(sched, fn, values, kwargs, base, common, parent, size, bar)
-    return batched.start()
+            bar.bar.close()  # nothing was queued: no bar left open
+        raise
+    if bar is not None:
+        bar.follow(handles)
+    return handles
 
 
 def _one_per_item(sched: Any, fn: Callable, values: list, kwargs: Mapping | None, base: str,
