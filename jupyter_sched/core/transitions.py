@@ -168,7 +168,7 @@ def _assign(led, task, placement: tuple) -> None:
     led.leave_waiting(task)
     led.assign(task, node, slot)
     task.attempt += 1
-    _enter(led, task, ASSIGNED)
+    _enter(led, task, ASSIGNED, f"next on engine slot {slot!r}, after {before.id}")
     led.emit(ev.Start(task.id, node.name, slot, before.allocation.devices,
                       attempt=task.attempt, after=before.id))
 

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from traitlets import Bool, Enum, Float, Int, Unicode, observe
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, observe, validate
 from traitlets.config import Configurable
 
 from ..core import events as ev
@@ -42,6 +42,7 @@ from ..executors.local.executor import LocalExecutor
 from ..executors.local.output import Publisher, current_parent
 from ..host.discovery import HostInfo, discover_host
 from ..host.live import GpuMonitor
+from ..model.limits import check_seconds
 from ..model.resources import GPU, parse_resources
 from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
@@ -74,6 +75,10 @@ class Scheduler(RuntimeLoop, Configurable):
     preemption = Bool(False, help=(
         "Let higher-priority tasks stop preemptible lower-priority ones (re-queued).")
     ).tag(config=True)
+    pipeline = Float(0.1, help=(
+        "Send the next task of a backlog to a busy engine before it is free, when the last "
+        "task of the same function there took at most this many seconds, so engines never "
+        "idle between short tasks (0: never).")).tag(config=True)
     default_queue = Unicode("default", help="The queue of tasks submitted without one."
                             ).tag(config=True)
     local_resources = Unicode("", help=(
@@ -111,7 +116,14 @@ class Scheduler(RuntimeLoop, Configurable):
         self._publisher: Publisher | None = None
         self._observer_ids = itertools.count(1)
 
-    @observe("policy", "reservation_after", "preemption")
+    @validate("pipeline")
+    def _valid_pipeline(self, proposal: dict) -> float:
+        try:
+            return check_seconds(proposal["value"], "Scheduler.pipeline")
+        except ValueError as err:
+            raise TraitError(str(err)) from None
+
+    @observe("policy", "reservation_after", "preemption", "pipeline")
     def _core_setting(self, change: dict) -> None:
         if getattr(self, "_state", "new") == "running":
             name, value = change["name"], change["new"]
@@ -134,7 +146,7 @@ class Scheduler(RuntimeLoop, Configurable):
                                    "(jupyter_sched.get_scheduler() does)")
             host = discover_host(declare=self.local_resources or None)
             self._core = Core(policy=self.policy, reservation_after=self.reservation_after,
-                              preemption=self.preemption)
+                              preemption=self.preemption, pipeline=self.pipeline)
             self._t0 = time.monotonic()
             self.clock_offset = time.time()
             self.local_host = host
@@ -246,6 +258,7 @@ class Scheduler(RuntimeLoop, Configurable):
         work = submission.work(fn, args, kwargs, code, namespace, push, pull, parent)
         common = submission.common(self.default_queue, resources, gpu_memory, queue, priority,
                                    target, node, labels, time_limit, retries, preemptible)
+        common["family"] = submission.family(fn) if gang is None else ""
         gang_spec = submission.parse_gang(gang, strategy)
         base_name = name if name is not None else submission.default_name(fn, code)
         if not isinstance(base_name, str):
@@ -273,6 +286,7 @@ class Scheduler(RuntimeLoop, Configurable):
         if submit_kw:
             raise TypeError(f"map() got unexpected arguments: {', '.join(submit_kw)}")
         base = name if name is not None else submission.default_name(fn, None)
+        common["family"] = submission.family(fn)
         parent = parent if parent is not None else current_parent()
         works, specs = [], []
         for k, item in enumerate(items):
