@@ -96,9 +96,11 @@ class Simulation:
     def __init__(self, policy: str = "binpack", seed: int = 0, *,
                  reservation_after: float = 1.0, preemption: bool = False,
                  hybrid_threshold: float = 0.8,
-                 stop_delay: float | tuple[float, float] = 0.0) -> None:
+                 stop_delay: float | tuple[float, float] = 0.0,
+                 pipeline: float = 0.0) -> None:
         self.core = Core(policy=policy, reservation_after=reservation_after,
-                         preemption=preemption, hybrid_threshold=hybrid_threshold)
+                         preemption=preemption, hybrid_threshold=hybrid_threshold,
+                         pipeline=pipeline)
         self.stop_delay = _delay_range(stop_delay)
         self.rng = random.Random(seed)
         self.now = 0.0
@@ -110,6 +112,7 @@ class Simulation:
         self._ids = itertools.count(1)
         self._live: dict[str, tuple[int, str]] = {}  # what the executor runs: (attempt, node)
         self._runs: dict[str, _Run] = {}
+        self._parked: dict[str, ev.Start] = {}  # task -> a Start sent ahead to run after it
         self._done_runs: list[_Run] = []
         self._node_life: dict[str, list] = {}  # name -> [added, removed|None, totals]
         self._queues = {"default"}
@@ -209,9 +212,11 @@ class Simulation:
         node: str | None = None,
         labels: Mapping[str, str] | None = None,
         fails: int = 0,
+        family: str | None = None,
     ) -> Task | list[Task]:
         """A task (or, with ``gang=(name, size[, min])``, a list of gang members). ``fails``:
         how many of its attempts fail (each at the end of its duration) before one succeeds.
+        ``family``: what it runs, as far as pipelining cares (default: its name, or ``"sim"``).
 
         A queue closed by the time of ``at`` does not stop the run: the task ends
         ``cancelled``, with a reason naming the queue."""
@@ -236,7 +241,8 @@ class Simulation:
             task_id = f"t{next(self._ids)}"
             member_name = name or (f"{gang_spec.name}-{k}" if gang_spec else task_id)
             spec = TaskSpec(task_id, demand, member_name, queue, priority, target, node,
-                            selector, time_limit, retries, preemptible)
+                            selector, time_limit, retries, preemptible,
+                            family if family is not None else name or "sim")
             spec.check()
             made.append((spec, Task(self, task_id, member_name, duration, fails)))
         self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel"))
@@ -299,6 +305,9 @@ class Simulation:
             for task_id, (_, on) in list(self._live.items()):
                 if on == name:
                     del self._live[task_id]  # its executor died with the node
+            for before, start in list(self._parked.items()):
+                if start.node == name:
+                    del self._parked[before]
             return ev.NodeRemoved(name)
         if kind == "tick":
             self._ticks.discard(self.now)
@@ -309,14 +318,17 @@ class Simulation:
         if kind == "finish":
             if not running:
                 return None  # stopped or lost before it would have finished
-            del self._live[task_id]
+            self._leave(task_id)
             task = self.tasks[task_id]
             if task.failed < task.fails:
                 task.failed += 1
                 return ev.Failed(task_id, f"attempt {attempt} failed", attempt=attempt)
             return ev.Finished(task_id, attempt=attempt)
         if running:  # "stopped": the stop takes effect now
-            del self._live[task_id]
+            self._leave(task_id)
+        for before, start in list(self._parked.items()):
+            if start.task == task_id and start.attempt == attempt:
+                del self._parked[before]  # aborted before its engine began it
         return ev.Stopped(task_id, attempt=attempt)  # (late, if the attempt already ended)
 
     def _note_refused(self, refusal: Refused) -> None:
@@ -328,22 +340,38 @@ class Simulation:
     def _carry_out(self, instruction: ev.Instruction) -> None:
         self.trace.append((self.now, instruction))
         if isinstance(instruction, ev.Start):
-            task = self.tasks[instruction.task]
-            task.start, task.end = self.now, None
-            task.node = instruction.node
-            task.rank = instruction.rank
-            task.devices = units_to_shares(instruction.devices)
-            task.runs += 1
-            attempt = instruction.attempt
-            self._live[task.id] = (attempt, instruction.node)
-            self._close_runs({task.id})  # the run before it (a retry, a preemption) ended
-            amounts = self.core.tasks[task.id].allocation.amounts
-            self._runs[task.id] = _Run(task.id, attempt, self.now, None, dict(amounts))
-            self._at(self.now + task.duration, ("finish", task.id, attempt))
+            if instruction.after is not None and instruction.after in self._live:
+                self._parked[instruction.after] = instruction  # the engine's queue: next
+                return
+            self._begin(instruction)
         else:  # Stop or Preempt: the simulated executor stops it after its stop delay
             low, high = self.stop_delay
             delay = low if low == high else self.rng.uniform(low, high)
             self._at(self.now + delay, ("stopped", instruction.task, instruction.attempt))
+
+    def _leave(self, task_id: str) -> None:
+        """The executor's run of ``task_id`` ended: the task sent ahead behind it begins."""
+        del self._live[task_id]
+        start = self._parked.pop(task_id, None)
+        if start is not None:
+            self._begin(start, dict(self._runs[task_id].amounts))
+
+    def _begin(self, instruction: ev.Start, amounts: dict | None = None) -> None:
+        """The executor begins a run (``amounts``: what it holds, when the core's task does not
+        hold it yet: an assigned task, taking over the run before it)."""
+        task = self.tasks[instruction.task]
+        task.start, task.end = self.now, None
+        task.node = instruction.node
+        task.rank = instruction.rank
+        task.devices = units_to_shares(instruction.devices)
+        task.runs += 1
+        attempt = instruction.attempt
+        self._live[task.id] = (attempt, instruction.node)
+        self._close_runs({task.id})  # the run before it (a retry, a preemption) ended
+        if amounts is None:
+            amounts = dict(self.core.tasks[task.id].allocation.amounts)
+        self._runs[task.id] = _Run(task.id, attempt, self.now, None, amounts)
+        self._at(self.now + task.duration, ("finish", task.id, attempt))
 
     def _close_runs(self, task_ids) -> None:
         """End the open runs, among ``task_ids``, that the core no longer runs."""

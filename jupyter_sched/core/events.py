@@ -184,6 +184,9 @@ class Start:
     world_size: int | None = None
     master_node: str | None = None
     attempt: int = field(default=1, kw_only=True)
+    # pipelined: send it now, to run on ``slot`` when task ``after`` ends there (the engine's
+    # own queue keeps the order); it holds ``devices`` (``after``'s) only from then
+    after: str | None = field(default=None, kw_only=True)
 
     def gpu_indices(self) -> list[int]:
         return sorted(self.devices.get("GPU", {}))

@@ -86,6 +86,13 @@ class Ledger:
         self.ended: dict[str, int] = {DONE: 0, FAILED: 0, CANCELLED: 0}  # all time, per state
         self.stale_reports = 0  # executor reports about attempts that were no longer current
         self.elsewhere: dict[str, Elsewhere] = {}  # node -> shares other processes hold
+        # pipelining (:mod:`.actions.pipeline`): off at 0, else the seconds a task of a class
+        # may be expected to take for the next one to be sent ahead to its engine slot
+        self.pipeline = 0.0
+        self.assigned: dict[str, Task] = {}  # sent ahead, waiting for their slot's task
+        self.durations: dict[tuple, float] = {}  # (queue, class) -> its last run on a slot
+        # (when the task before it passes the bound, seq, task id, attempt): look again then
+        self.overruns: list[tuple[float, int, str, int]] = []
         self._seq = 0
         self._out: list[ev.Instruction] = []
 
@@ -134,17 +141,28 @@ class Ledger:
         if task.spec.preemptible and task.gang is None:
             self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
 
-    def release(self, task: Task) -> None:
-        """Give back what a task holds: node resources, engine slot, its queue's count."""
+    def release(self, task: Task) -> Task | None:
+        """Give back what a task holds: node resources, engine slot, its queue's count. A task
+        assigned to run next on its slot takes the allocation and the slot over instead: it
+        is returned, for the caller to hand them over (``transitions.HANDOVER``)."""
         node = self.cluster.nodes.get(task.node)
         allocation = task.allocation
+        if task.id in self.assigned:
+            self._unassign(task, node)
+            return None
+        successor = None
         if node is not None and allocation is not None:
-            node.resources.release(allocation)
+            slot = node.slots.get(task.slot) if task.slot is not None else None
             node.tasks.pop(task.id, None)
-            if task.slot is not None and task.slot in node.slots:
-                node.slots[task.slot].task = None
-                node.free_slots[task.slot] = None
-            self.cluster.refresh(node)
+            if slot is not None and slot.next is not None:
+                successor = self.tasks[slot.next]
+                slot.task = None
+            else:
+                node.resources.release(allocation)
+                if slot is not None:
+                    slot.task = None
+                    node.free_slots[task.slot] = None
+                self.cluster.refresh(node)
             if task.spec.preemptible and task.gang is None:
                 left = self.preemptible_on[node.name] - 1
                 if left:
@@ -157,8 +175,51 @@ class Ledger:
             queue.running -= 1
         self.running.pop(task.id, None)
         task.allocation = None
-        if node is not None and node.name in self.elsewhere:
+        if successor is not None:
+            successor.allocation = allocation  # (``adopt`` takes it from here)
+        elif node is not None and node.name in self.elsewhere:
             self.hold_elsewhere(node, None)  # what others hold takes what this task gave back
+        return successor
+
+    # -- pipelining ---------------------------------------------------------------------------
+
+    def assign(self, task: Task, node: Node, slot: str) -> None:
+        """``task`` is to run on ``slot`` after the slot's task; it holds nothing until then."""
+        s = node.slots[slot]
+        task.node, task.slot = node.name, slot
+        s.next = task.id
+        self.assigned[task.id] = task
+        before = self.tasks[s.task]
+        heapq.heappush(self.overruns, (before.started_at + self.pipeline, task.seq, task.id,
+                                       task.attempt + 1))
+
+    def _unassign(self, task: Task, node: Node | None) -> None:
+        del self.assigned[task.id]
+        slot = node.slots.get(task.slot) if node is not None else None
+        if slot is not None and slot.next == task.id:
+            slot.next = None
+
+    def adopt(self, task: Task) -> None:
+        """The hand-over: an assigned task holds its slot's allocation (still taken from the
+        node; ``release`` of the slot's task put it on ``task.allocation``) and the slot."""
+        node = self.cluster.nodes[task.node]
+        allocation = task.allocation
+        del self.assigned[task.id]
+        node.slots[task.slot].next = None
+        node.tasks[task.id] = None
+        node.slots[task.slot].task = task.id
+        queue = self.queues[task.spec.queue]
+        queue.add_use("allocated", allocation.amounts.items(), 1)  # (its demand left
+        queue.running += 1                                          # ``waiting`` when assigned)
+        self.running[task.id] = task
+        if task.spec.preemptible and task.gang is None:
+            self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
+
+    def note_duration(self, task: Task) -> None:
+        """A task on an engine slot finished: how long its class takes (for pipelining)."""
+        if self.pipeline and task.started_at is not None:
+            self.durations[task.spec.queue, task.klass, task.spec.family] = \
+                self.now - task.started_at
 
     # -- held by other processes --------------------------------------------------------------
 

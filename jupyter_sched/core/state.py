@@ -24,9 +24,9 @@ from ..model.limits import (
 )
 from ..model.quantity import SCALE
 from ..model.queues import CLOSED, OPEN
-from ..model.tasks import QUEUED, RUNNING, TERMINAL, Gang, Task, TaskSpec
+from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL, Gang, Task, TaskSpec
 from . import events as ev
-from .actions import allocate, backfill, enqueue, preempt
+from .actions import allocate, backfill, enqueue, pipeline, preempt
 from .jobs import job_spec, waits
 from .ledger import Ledger
 from .session import Session
@@ -78,12 +78,14 @@ class Core(Ledger):
         reservation_after: float = 1.0,
         preemption: bool = False,
         hybrid_threshold: float = 0.8,
+        pipeline: float = 0.0,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
         if reservation_after != math.inf:  # (infinite: never reserve)
             check_seconds(reservation_after, "reservation_after")
         super().__init__(policy, reservation_after, preemption, hybrid_threshold)
+        self.pipeline = check_seconds(pipeline, "pipeline")
         self._klasses: dict[tuple, tuple] = {}
         self._held: list[ev.Instruction] | None = None
         self._dirty = False
@@ -119,7 +121,7 @@ class Core(Ledger):
 
     def _cycle(self) -> None:
         if not (self.pending or self.nodes_changed  # (infeasible work waits for node changes)
-                or any(q.classes for q in self.queues.queues.values())):
+                or self.assigned or any(q.classes for q in self.queues.queues.values())):
             return  # nothing waits: no decision to make (the common case of a task ending)
         session = Session(self)
         enqueue.run(session)
@@ -127,6 +129,8 @@ class Core(Ledger):
         backfill.run(session)
         if self.preemption:
             preempt.run(session)
+        if self.pipeline:
+            pipeline.run(session)
         self.nodes_changed = False
 
     # -- events -------------------------------------------------------------------------------
@@ -144,6 +148,12 @@ class Core(Ledger):
             task = self.tasks.get(task_id)
             if task is not None and task.state == RUNNING and task.attempt == attempt:
                 fire(self, task, TIMEOUT, f"time limit of {task.spec.time_limit:g}s exceeded")
+                self._dirty = True
+        overruns = self.overruns
+        while overruns and overruns[0][0] <= self.now:  # a look at an assigned task's slot
+            _, _, task_id, attempt = heapq.heappop(overruns)
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == ASSIGNED and task.attempt == attempt:
                 self._dirty = True
 
     def _on_submit(self, event: ev.Submit) -> None:
@@ -225,7 +235,8 @@ class Core(Ledger):
         about any other attempt (or a task that no longer runs) it is stale: counted, and it
         changes nothing."""
         task = self.tasks.get(task_id)
-        if task is None or task.state != RUNNING or attempt not in (None, task.attempt):
+        if task is None or task.state not in (RUNNING, ASSIGNED) \
+                or attempt not in (None, task.attempt):
             self.stale_reports += 1
             return
         fire(self, task, stimulus, detail)
@@ -251,6 +262,9 @@ class Core(Ledger):
     def _on_node_removed(self, event: ev.NodeRemoved) -> None:
         node = self.node(event.name)
         reason = event.reason or f"node {event.name!r} was lost"
+        for slot in list(node.slots.values()):
+            if slot.next is not None:  # (before their slots' tasks: they take nothing over)
+                fire(self, self.tasks[slot.next], LOSE, reason)
         for task_id in list(node.tasks):
             fire(self, self.tasks[task_id], LOSE, reason)
         self.elsewhere.pop(event.name, None)
@@ -298,9 +312,10 @@ class Core(Ledger):
         slot = node.slots.get(event.slot)
         if slot is None:
             raise ValueError(f"node {event.node!r} has no engine slot {event.slot!r}")
-        if slot.task is not None:
-            reason = event.reason or f"engine {event.slot} on {event.node!r} died"
-            fire(self, self.tasks[slot.task], LOSE, reason)
+        reason = event.reason or f"engine {event.slot} on {event.node!r} died"
+        for task_id in (slot.next, slot.task):  # (the next one first: it takes nothing over)
+            if task_id is not None:
+                fire(self, self.tasks[task_id], LOSE, reason)
         del node.slots[event.slot]
         node.free_slots.pop(event.slot, None)
         self.nodes_changed = True
@@ -354,7 +369,20 @@ class Core(Ledger):
 
     def next_deadline(self) -> float | None:
         """When a ``Tick`` next matters (the current attempt of a task reaches its time
-        limit), or None."""
+        limit, or the task before an assigned one passes the pipelining bound), or None."""
+        overruns = self.overruns
+        while overruns:
+            _, _, task_id, attempt = overruns[0]
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == ASSIGNED and task.attempt == attempt:
+                break
+            heapq.heappop(overruns)
+        limit = self._next_time_limit()
+        if overruns and (limit is None or overruns[0][0] < limit):
+            return overruns[0][0]
+        return limit
+
+    def _next_time_limit(self) -> float | None:
         deadlines = self.deadlines
         while deadlines:
             _, _, task_id, attempt = deadlines[0]
@@ -395,7 +423,11 @@ class Core(Ledger):
         held: dict[str, dict[str, int]] = {}
         for task in self.tasks.values():
             assert (task.state == RUNNING) == (task.id in self.running), task
-            assert task.stopping is None or task.state == RUNNING, task
+            assert task.stopping is None or task.state in (RUNNING, ASSIGNED), task
+            assert (task.state == ASSIGNED) == (task.id in self.assigned), task
+            if task.state == ASSIGNED:
+                slot = self.cluster.nodes[task.node].slots[task.slot]
+                assert slot.next == task.id and slot.task is not None, (task, slot.task)
             if task.state == RUNNING:
                 assert task.allocation is not None and task.node in self.cluster.nodes, task
                 assert task.id in self.cluster.nodes[task.node].tasks, task

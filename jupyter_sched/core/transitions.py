@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..model.tasks import (
+    ASSIGNED,
     CANCELLED,
     DONE,
     FAILED,
@@ -61,9 +62,13 @@ TIMEOUT = "timeout"          # a Tick past its current attempt's time limit
 PREEMPT = "preempt"          # preempt chose it as a victim
 GANG_FAILED = "gang-failed"  # another member of its gang failed
 GANG_SHORT = "gang-short"    # its gang started with fewer members than its size, not it
+ASSIGN = "assign"            # pipeline sent it ahead to a busy engine slot of its class
+HANDOVER = "handover"        # the task before it on its slot ended: it takes over its share
+REVOKE = "revoke"            # pipeline took it back (its slot's task ran long, a slot is free)
 
 # why a stop is out (Task.stopping)
 BY_CANCEL, BY_TIMEOUT, BY_GANG, BY_PREEMPT = "cancel", "timeout", "gang", "preempt"
+BY_REVOKE = "revoke"
 
 
 class InvalidTransition(RuntimeError):
@@ -157,6 +162,36 @@ def _place(led, task, placement: Placement) -> None:
     led.emit(start)
 
 
+def _assign(led, task, placement: tuple) -> None:
+    """Sent ahead to ``slot``, after its task ``before``: a new attempt that holds nothing."""
+    node, slot, before = placement
+    led.leave_waiting(task)
+    led.assign(task, node, slot)
+    task.attempt += 1
+    _enter(led, task, ASSIGNED, f"next on engine slot {slot!r}, after {before.id}")
+    led.emit(ev.Start(task.id, node.name, slot, before.allocation.devices,
+                      attempt=task.attempt, after=before.id))
+
+
+def _release(led, task) -> None:
+    """Give back what ``task`` holds; a task assigned to its slot takes it over."""
+    successor = led.release(task)
+    if successor is not None:
+        fire(led, successor, HANDOVER)
+
+
+def _hand_over(led, task, _) -> None:
+    """Its slot's task ended: it holds that task's allocation from now on (nothing between
+    could take it), and starts its time limit."""
+    led.adopt(task)
+    task.started_at = led.now
+    # (being stopped, cancelled or revoked, it may run all the same: it holds the share until
+    # its executor reports, and keeps the stop's reason)
+    _enter(led, task, RUNNING, task.reason if task.stopping is not None else "")
+    if task.spec.time_limit is not None:
+        led.push_deadline(task)
+
+
 def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:
     def stop(led, task, reason: str) -> None:
         task.stopping, task.stopping_since = how, led.now
@@ -172,19 +207,22 @@ def _preempt(led, task, by: Task) -> None:
 
 
 def _cancel_stopping(led, task, reason: str) -> None:
-    if task.stopping == BY_PREEMPT:  # it would be re-queued: the user wants it over
+    if task.stopping in (BY_PREEMPT, BY_REVOKE):  # it would be re-queued: the user wants
+        # it over
         task.stopping = BY_CANCEL
         task.reason = reason
 
 
 def _done(led, task, _) -> None:
-    led.release(task)
+    if task.slot is not None and task.state == RUNNING:
+        led.note_duration(task)
+    _release(led, task)
     task.stopping = task.stopping_since = None
     _enter(led, task, DONE)
 
 
 def _fail(led, task, error: str) -> None:
-    led.release(task)
+    _release(led, task)
     task.failures += 1
     gang = task.gang
     if gang is None and task.failures <= task.spec.retries:
@@ -204,18 +242,20 @@ def _unstarted(led, task, error: str) -> None:
     if task.gang is not None:  # its gang's other members began: a gang is not re-queued
         _fail(led, task, error)
         return
-    led.release(task)
+    _release(led, task)
     _requeue(led, task, error)
 
 
 def _end_stopping(led, task, _) -> None:
     """The attempt ended while a stop was out (and not with a success): the stop decides."""
     how = task.stopping
-    led.release(task)
+    _release(led, task)
     task.stopping = task.stopping_since = None
     if how == BY_PREEMPT:
         task.preemptions += 1
         _requeue(led, task, task.reason)
+    elif how == BY_REVOKE:
+        _requeue(led, task, "")
     elif how == BY_TIMEOUT:
         _enter(led, task, FAILED, task.reason)
     else:
@@ -237,8 +277,8 @@ def _nothing(led, task, _) -> None:
 _SAME = "unchanged"
 _ENDS = "queued (a retry left, not in a gang) or failed"
 _GANG_STOP = "a failed member: Stop to the gang's other running members"
-_BY_STOP = ("the stop decides: queued for a preemption (no retry spent), failed for a time "
-            "limit, cancelled for a cancel or a failed gang")
+_BY_STOP = ("the stop decides: queued for a preemption or a revoke (no retry spent), failed "
+            "for a time limit, cancelled for a cancel or a failed gang")
 
 TABLE: dict[tuple[str, str], Rule] = {
     (PENDING, ADMIT): Rule((QUEUED,), "", "its queue and some node could hold it", _admit),
@@ -252,8 +292,25 @@ TABLE: dict[tuple[str, str], Rule] = {
     (QUEUED, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
     (QUEUED, GANG_SHORT): Rule((CANCELLED,), "", "its gang started with at least min "
                                "members, not this one", _cancel_waiting),
+    (QUEUED, ASSIGN): Rule((ASSIGNED,), "Start (after)", "a new attempt, sent ahead to an "
+                           "engine slot whose task of its class should end soon; it holds "
+                           "nothing yet", _assign),
     (INFEASIBLE, ADMIT): Rule((QUEUED,), "", "a node that fits joined", _admit),
     (INFEASIBLE, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
+    (ASSIGNED, HANDOVER): Rule((RUNNING,), "", "its slot's task ended: it holds that task's "
+                               "allocation from now on; its time limit starts", _hand_over),
+    (ASSIGNED, CANCEL): Rule((STOPPING,), "Stop", "the engine may have begun it: it ends when "
+                             "its executor reports", _stop_for(BY_CANCEL)),
+    (ASSIGNED, REVOKE): Rule((STOPPING,), "Stop", "its slot's task ran past the pipelining "
+                             "bound while another slot is free: taken back (re-queued, no "
+                             "retry spent, when its executor confirms)", _stop_for(BY_REVOKE)),
+    (ASSIGNED, FINISH): Rule((DONE,), "", "", _done),
+    (ASSIGNED, FAIL): Rule((QUEUED, FAILED), "", _ENDS, _fail),
+    (ASSIGNED, LOSE): Rule((QUEUED, FAILED), "", _ENDS, _fail),
+    (ASSIGNED, STOPPED): Rule((QUEUED, FAILED), "", "its executor stopped it unasked: a "
+                              "failure; " + _ENDS, _fail),
+    (ASSIGNED, UNSTARTED): Rule((QUEUED,), "", "never began: queued without spending a retry",
+                                _unstarted),
     (RUNNING, FINISH): Rule((DONE,), "", "", _done),
     (RUNNING, FAIL): Rule((QUEUED, FAILED), _GANG_STOP, _ENDS, _fail),
     (RUNNING, LOSE): Rule((QUEUED, FAILED), _GANG_STOP, _ENDS, _fail),
@@ -272,8 +329,12 @@ TABLE: dict[tuple[str, str], Rule] = {
     (STOPPING, LOSE): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
     (STOPPING, STOPPED): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
     (STOPPING, UNSTARTED): Rule((QUEUED, FAILED, CANCELLED), "", _BY_STOP, _end_stopping),
-    (STOPPING, CANCEL): Rule((STOPPING,), "", "a preemption becomes a cancel (it will not be "
-                             "re-queued); other stops keep their reason", _cancel_stopping),
+    (STOPPING, CANCEL): Rule((STOPPING,), "", "a preemption or a revoke becomes a cancel (it "
+                             "will not be re-queued); other stops keep their reason",
+                             _cancel_stopping),
+    (STOPPING, HANDOVER): Rule((STOPPING,), "", "a cancelled or revoked assigned task whose "
+                               "slot's task ended: it holds the share until its executor "
+                               "reports", _hand_over),
     (STOPPING, TIMEOUT): Rule((STOPPING,), "", "already being stopped", _nothing),
     (STOPPING, GANG_FAILED): Rule((STOPPING,), "", "already being stopped", _nothing),
     **{(state, stimulus): Rule((state,), "", "terminal states are final", _nothing)

@@ -41,13 +41,14 @@ class SlotSpec:
 
 
 class Slot:
-    __slots__ = ("binding", "id", "pinned", "task")
+    __slots__ = ("binding", "id", "next", "pinned", "task")
 
     def __init__(self, spec: SlotSpec) -> None:
         self.id = spec.id
         self.pinned = spec.pinned is not None
         self.binding: frozenset[int] | None = spec.pinned
         self.task: str | None = None
+        self.next: str | None = None  # the task assigned to run here after ``task``
 
     def can_use(self, devices: Mapping[int, int]) -> bool:
         return self.binding is None or all(i in self.binding for i in devices)

@@ -4,10 +4,13 @@ States::
 
     pending -> queued -> running -> done | failed | cancelled
                   \\-> infeasible (waiting: no node could ever host it; reason says why)
+                  \\-> assigned -> running (pipelined: next on a busy engine slot)
 
-``queued`` means admitted and waiting for room; ``infeasible`` tasks go back to ``queued`` when
-a node that fits joins. A running task may go back to ``queued`` when it is preempted or retried
-after a failure; each start is a new *attempt* (1, 2, ...). Every transition is time-stamped;
+``queued`` means admitted and waiting for room; ``assigned`` (shown as ``queued``) means sent
+ahead to an engine slot busy with a task of its class, to start there when that one ends;
+``infeasible`` tasks go back to ``queued`` when a node that fits joins. A running task may go
+back to ``queued`` when it is preempted or retried after a failure; each start (or sending
+ahead) is a new *attempt* (1, 2, ...). Every transition is time-stamped;
 every task ends in exactly one terminal state. The transitions are one table:
 :mod:`jupyter_sched.core.transitions`.
 """
@@ -28,6 +31,9 @@ DONE = "done"
 FAILED = "failed"
 CANCELLED = "cancelled"
 STOPPING = "stopping"  # not a state of its own: a running task whose stop is out, as shown
+# sent ahead to a busy engine slot, to run there when the slot's task ends, and holding nothing
+# until then (its predecessor's allocation is handed to it): shown as ``queued`` outside
+ASSIGNED = "assigned"
 
 TERMINAL = frozenset({DONE, FAILED, CANCELLED})
 WAITING = frozenset({PENDING, QUEUED, INFEASIBLE})
@@ -51,6 +57,9 @@ class TaskSpec:
     time_limit: float | None = None
     retries: int = 0
     preemptible: bool = False
+    # what it runs (a function's qualified name): tasks of one family are expected to take
+    # about as long as each other, which pipelining relies on; "" is a family of one
+    family: str = ""
 
     def check(self) -> None:
         if not (isinstance(self.id, str) and isinstance(self.name, str)
@@ -63,6 +72,8 @@ class TaskSpec:
             raise ValueError(f"priority {self.priority!r} must be a whole number")
         if self.time_limit is not None:
             check_seconds(self.time_limit, "time limit", zero=False)
+        if not isinstance(self.family, str):
+            raise ValueError(f"family {self.family!r} must be a string")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ValueError(f"retries {self.retries!r} must be a whole number, 0 or more")
 

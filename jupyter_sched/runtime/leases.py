@@ -95,6 +95,7 @@ class HostLeases:
         self.outside = outside
         self._keys: dict[int, str] = {}
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
+        self._next: dict[str, tuple[str, int]] = {}  # task -> the one sent ahead behind it
         self._version: int | None = None
         self._sent: dict[int, int] | None = {}
         self._next_sweep = 0.0
@@ -141,12 +142,23 @@ class HostLeases:
         self._by_task[start.task] = (start.attempt, got)
         return ""
 
+    def follow(self, start: ev.Start) -> None:
+        """``start`` was sent ahead to run after ``start.after`` on its engine, on the same
+        shares: it takes that task's leases over when that one ends (``give``)."""
+        if start.after is not None:
+            self._next[start.after] = (start.task, start.attempt)
+
     def give(self, task: str, attempt: int | None = None) -> None:
-        """Give back the leases of ``task`` (of any attempt but ``attempt``, when given)."""
+        """Give back the leases of ``task`` (of any attempt but ``attempt``, when given); the
+        task sent ahead behind it, if any, takes them over instead."""
         held = self._by_task.get(task)
         if held is None or held[0] == attempt:
             return
         del self._by_task[task]
+        successor = self._next.pop(task, None)
+        if successor is not None and successor[0] not in self._by_task:
+            self._by_task[successor[0]] = (successor[1], held[1])
+            return
         for lease in held[1]:
             self.ledger.give(lease)
 

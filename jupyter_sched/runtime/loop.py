@@ -131,6 +131,7 @@ class RuntimeLoop(Records):
         self._last_publish = float("-inf")
         self._sync_all = False
         self._leases = None  # the host's lease ledger (runtime/leases.py), set by start()
+        self._unleased: set[str] = set()  # tasks whose last start its lease refused
         self.death: BaseException | None = None  # why the runtime thread ended, if not asked to
         # debugging: check the core's invariants after every step (tests turn this on)
         self.debug_validate = False

@@ -108,6 +108,7 @@ def submit_map(sched: Any, fn: Callable, items: Iterable, *, name: str | None = 
         k: submit_kw.pop(k) for k in list(submit_kw) if k in submission.COMMON})
     if submit_kw:
         raise TypeError(f"map() got unexpected arguments: {', '.join(submit_kw)}")
+    common["family"] = submission.family(fn)
     base = name if name is not None else submission.default_name(fn, None)
     if not isinstance(base, str):
         raise ValueError(f"name {name!r} must be a string")
@@ -234,7 +235,9 @@ class BatchedMap:
         self.base = base
         self._sched = sched
         self._fn, self._values, self._kwargs, self._parent = fn, values, kwargs or {}, parent
-        self._common = dict(common, retries=0)  # items are retried one by one, here
+        # items are retried one by one, here; chunks are a family apart from single items
+        self._common = dict(common, retries=0,
+                            family=f"chunks of {common['family']}" if common["family"] else "")
         self._retries = common["retries"]
         self._size = size  # None: measured
         limit = common["time_limit"]

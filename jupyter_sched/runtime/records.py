@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import events as ev
 from ..executors.base import Executor, TaskRecord, device_shares
 from ..executors.local.output import TaskOutput
-from ..model.tasks import RUNNING, TERMINAL
+from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL
 from . import leases as host_leases
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ class Records:
         if isinstance(instruction, ev.Start):
             if self._leases is not None and not self._lease(instruction):
                 return
+            ahead = instruction.after is not None  # sent ahead: it starts when `after` ends
             task = self._core.tasks[instruction.task]
             if record.output is None:
                 work = record.work
@@ -101,8 +102,8 @@ class Records:
             record.node, record.slot = instruction.node, instruction.slot
             record.devices = device_shares(instruction)
             record.rank, record.world_size = instruction.rank, instruction.world_size
-            record.started, record.ended = task.started_at, None
-            record.state, record.reason = RUNNING, ""
+            record.started, record.ended = (None if ahead else task.started_at), None
+            record.state, record.reason = (QUEUED if ahead else RUNNING), task.reason
             record.result, record.error, record.traceback = None, None, ""
             executor = self._executor_for(instruction)
             if executor is None:
@@ -131,7 +132,18 @@ class Records:
 
     def _lease(self, start: ev.Start) -> bool:
         """Take the host's leases of ``start``; False (and the attempt reported unstarted, to be
-        re-queued without a retry) when another kernel holds its share."""
+        re-queued without a retry) when another kernel holds its share. A start sent ahead
+        takes the leases of the task before it when that one ends; it is not sent at all when
+        that one's start was refused (its engine would run it at once)."""
+        if start.after is not None:
+            if start.after in self._unleased:
+                self._unleased.add(start.task)
+                self.report(ev.Failed(start.task, f"the task before it, {start.after}, could "
+                                      "not start", attempt=start.attempt, unstarted=True))
+                return False
+            self._leases.follow(start)
+            return True
+        self._unleased.discard(start.task)
         try:
             self._leases.give(start.task, start.attempt)  # an earlier attempt's, if still held
             # attempts that ended in this very step give theirs back first (their records are
@@ -145,6 +157,9 @@ class Records:
             self._drop_leases(err)
             return True
         if refused:
+            self._unleased.add(start.task)
+            if len(self._unleased) > 1024:
+                self._unleased.pop()
             log.info("%s waits: %s", start.task, refused)
             self.report(ev.Failed(start.task, refused, attempt=start.attempt, unstarted=True))
         return not refused
@@ -213,6 +228,10 @@ class Records:
                 continue
             self._give_leases(task_id, task)
             record.state, record.reason = task.state, task.reason
+            if task.state == ASSIGNED:  # (sent ahead: queued, as far as anyone outside sees)
+                record.state = QUEUED
+            elif task.state == RUNNING and record.started is None:
+                record.started = task.started_at  # (an assigned task took over its slot)
             record.stopping_since = task.stopping_since
             if task.state in TERMINAL:
                 record.ended = task.times[-1][1]

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from traitlets import Bool, Enum, Float, Int, Unicode, observe
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, observe, validate
 from traitlets.config import Configurable
 
 from ..core import events as ev
@@ -42,6 +42,7 @@ from ..executors.local.executor import LocalExecutor
 from ..executors.local.output import Publisher
 from ..host.discovery import HostInfo, discover_host
 from ..host.live import GpuMonitor
+from ..model.limits import check_seconds
 from ..model.resources import GPU, parse_resources
 from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
@@ -75,6 +76,10 @@ class Scheduler(RuntimeLoop, Configurable):
     preemption = Bool(False, help=(
         "Let higher-priority tasks stop preemptible lower-priority ones (re-queued).")
     ).tag(config=True)
+    pipeline = Float(0.1, help=(
+        "Send the next task of a backlog to a busy engine before it is free, when the last "
+        "task of the same function there took at most this many seconds, so engines never "
+        "idle between short tasks (0: never).")).tag(config=True)
     default_queue = Unicode("default", help="The queue of tasks submitted without one."
                             ).tag(config=True)
     local_resources = Unicode("", help=(
@@ -113,7 +118,14 @@ class Scheduler(RuntimeLoop, Configurable):
         self._observer_ids = itertools.count(1)
         self._maps: set = set()  # batched maps with items not ended (wait() waits for them)
 
-    @observe("policy", "reservation_after", "preemption")
+    @validate("pipeline")
+    def _valid_pipeline(self, proposal: dict) -> float:
+        try:
+            return check_seconds(proposal["value"], "Scheduler.pipeline")
+        except ValueError as err:
+            raise TraitError(str(err)) from None
+
+    @observe("policy", "reservation_after", "preemption", "pipeline")
     def _core_setting(self, change: dict) -> None:
         if getattr(self, "_state", "new") == "running":
             name, value = change["name"], change["new"]
@@ -136,7 +148,7 @@ class Scheduler(RuntimeLoop, Configurable):
                                    "(jupyter_sched.get_scheduler() does)")
             host = discover_host(declare=self.local_resources or None)
             self._core = Core(policy=self.policy, reservation_after=self.reservation_after,
-                              preemption=self.preemption)
+                              preemption=self.preemption, pipeline=self.pipeline)
             self._t0 = time.monotonic()
             self.clock_offset = time.time()
             self.local_host = host
@@ -248,6 +260,7 @@ class Scheduler(RuntimeLoop, Configurable):
         work = submission.work(fn, args, kwargs, code, namespace, push, pull, parent)
         common = submission.common(self.default_queue, resources, gpu_memory, queue, priority,
                                    target, node, labels, time_limit, retries, preemptible)
+        common["family"] = submission.family(fn) if gang is None else ""
         gang_spec = submission.parse_gang(gang, strategy)
         base_name = name if name is not None else submission.default_name(fn, code)
         if not isinstance(base_name, str):

@@ -42,6 +42,15 @@ def common(default_queue: str, resources: object = None, gpu_memory: object = No
                 time_limit=time_limit, retries=retries, preemptible=bool(preemptible))
 
 
+def family(fn: Callable | None) -> str:
+    """What a task runs, as pipelining compares tasks: a function's module and qualified name
+    ("" for cell source and callables without a name: never sent ahead)."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if fn is None or not isinstance(name, str):
+        return ""
+    return f"{getattr(fn, '__module__', None) or ''}.{name}"[-256:]
+
+
 def task_spec(task_id: str, name: str, options: Mapping[str, Any]) -> TaskSpec:
     """A checked spec of one task with the options from :func:`common`."""
     spec = TaskSpec(task_id, name=name, **options)
@@ -154,5 +163,5 @@ def visible_devices(host: HostInfo) -> str | None:
     return host.cuda_visible_devices
 
 
-__all__ = ["COMMON", "common", "default_name", "parse_gang", "selector", "task_spec",
+__all__ = ["COMMON", "common", "default_name", "family", "parse_gang", "selector", "task_spec",
            "user_namespace", "variable_names", "visible_devices", "work"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..model.quantity import SCALE, to_float, units_to_shares
 from ..model.resources import MEMORY, Demand, resources_to_json
-from ..model.tasks import INFEASIBLE, PENDING, QUEUED, RUNNING, STOPPING, TERMINAL
+from ..model.tasks import ASSIGNED, INFEASIBLE, PENDING, QUEUED, RUNNING, STOPPING, TERMINAL
 
 if TYPE_CHECKING:
     from ..core.state import Core
@@ -122,8 +122,9 @@ def task_view(task: Task, position: int | None = None) -> TaskView:
         devices = units_to_shares(allocation.devices)
     ended = task.times[-1][1] if task.state in TERMINAL else None
     stopping = task.stopping_since if task.state == RUNNING else None
+    state = task.state if task.state != ASSIGNED else QUEUED  # (sent ahead: still waiting)
     return TaskView(
-        id=task.id, name=spec.name, state=STOPPING if stopping is not None else task.state,
+        id=task.id, name=spec.name, state=STOPPING if stopping is not None else state,
         reason=task.reason, queue=spec.queue,
         priority=spec.priority, demand=_demand_json(spec.demand), node=task.node,
         slot=task.slot,
@@ -143,7 +144,8 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     running = tuple(task_view(t) for t in list(core.running.values())[:max_rows])
     positions = core.queue_position() if core.tasks else {}
     queued = sorted((core.tasks[i] for i in positions), key=lambda t: (positions[t.id], t.seq))
-    waiting = [task_view(t, positions[t.id]) for t in queued[:max_rows]]
+    waiting = [task_view(t) for t in list(core.assigned.values())[:max_rows]]  # next of all
+    waiting += [task_view(t, positions[t.id]) for t in queued[:max_rows - len(waiting)]]
     if len(waiting) < max_rows:
         for jobs in core.infeasible.values():
             for job in jobs:
@@ -153,7 +155,8 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     counts: dict[str, int] = {}
     for t in core.tasks.values():
         if t.state not in TERMINAL:
-            counts[t.state] = counts.get(t.state, 0) + 1
+            state = t.state if t.state != ASSIGNED else QUEUED
+            counts[state] = counts.get(state, 0) + 1
     for state in (PENDING, QUEUED, INFEASIBLE, RUNNING):
         counts.setdefault(state, 0)
     counts.update(core.ended)  # finished tasks may have been forgotten: count them all

@@ -77,7 +77,10 @@ class DispatchMixin:
                     out.fail(start.task, err, f"{type(err).__name__}: {err}",
                              attempt=start.attempt)
                 else:
-                    engine.task = start.task
+                    if start.after is not None and engine.task == start.after:
+                        engine.next = start.task  # the engine's queue runs it after that one
+                    else:
+                        engine.task = start.task
                     self._runs[start.task] = run
                     if start.gang is None:
                         self._send(run, out)
@@ -192,8 +195,14 @@ class DispatchMixin:
         if run.timer is not None:
             run.timer.cancel()
             run.timer = None
-        if run.engine.task == run.task:
-            run.engine.task = None
+        engine = run.engine
+        if engine.task == run.task:
+            engine.task, engine.next = engine.next, None
+            head = self._runs.get(engine.task) if engine.task is not None else None
+            if head is not None and head.stopping is not None and head.future is not None:
+                self._interrupt(head)  # stopped while queued behind this one: it runs now
+        elif engine.next == run.task:
+            engine.next = None
 
     # -- what comes back --------------------------------------------------------------------------
 

@@ -60,17 +60,23 @@ class FaultsMixin:
                 out.report(ev.Stopped(task_id, attempt=run.start.attempt))
             elif run.stopping is None:
                 run.stopping = reason
-                self._interrupt(run)
+                if run.engine.task == run.task:
+                    self._interrupt(run)
+                else:  # sent ahead, queued behind the engine's task: abort it, signal nothing
+                    self._abort(run)
         out.send()
 
     def _interrupt(self, run: _Run) -> None:
         """Abort the request if still queued, interrupt it if running, and kill its engine if
         it has not stopped after ``stop_grace`` seconds (lock held)."""
         engine = run.engine
-        with contextlib.suppress(Exception):
-            self.client.abort(run.future.msg_id, targets=[engine.eid], block=False)
+        self._abort(run)
         self._signal(engine, signal.SIGINT)
         run.timer = _timer(self.stop_grace, self._stop_overdue, run)
+
+    def _abort(self, run: _Run) -> None:
+        with contextlib.suppress(Exception):
+            self.client.abort(run.future.msg_id, targets=[run.engine.eid], block=False)
 
     def _stop_overdue(self, run: _Run) -> None:
         with self._lock:

@@ -27,7 +27,8 @@ class _Engine:
     ours: bool  # launched by a cluster object in this process: an exit status will come
     socket: Any = None
     ident: bytes = b""
-    task: str | None = None
+    task: str | None = None  # the task it runs (or was sent last)
+    next: str | None = None  # a task sent ahead, queued on the engine behind ``task``
     alive: bool = True
     quiet_until: float = 0.0
     exit_status: str | None = None

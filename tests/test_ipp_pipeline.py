@@ -1,0 +1,139 @@
+"""Pipelined dispatch on a real cluster: the next task of a backlog of short tasks is sent to
+a busy engine ahead of time (``Scheduler.pipeline``). Short tasks never wait behind a long one
+while another engine is free; a task sent ahead and then cancelled never runs; an engine that
+dies with a task sent ahead fails (and retries) both, each once. Task bodies append a line to
+a file per run: the lines count how many times each really ran."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest_ipp import scheduler_with_engines, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with scheduler_with_engines(engines=2) as (sched, executor):
+        sched.debug_validate = True
+        yield sched, executor
+        assert sched.validation_errors == []
+
+
+# -- what the tasks run (engines import this module) ---------------------------------------------
+
+
+def quick(k: int) -> tuple[int, float]:
+    return os.getpid(), time.time()
+
+
+def long_one(seconds: float) -> tuple[int, float, float]:
+    began = time.time()
+    time.sleep(seconds)
+    return os.getpid(), began, time.time()
+
+
+def marked(path: str, seconds: float) -> int:
+    """Note the run; only the first run of ``path`` sleeps ``seconds``."""
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    if len(Path(path).read_text().split()) == 1:
+        time.sleep(seconds)
+    return os.getpid()
+
+
+def other(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def runs(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def sent_ahead(sched, handle) -> str | None:
+    """The task ``handle``'s latest attempt was sent ahead behind (None: started as usual)."""
+    record = sched.record(handle.id)
+    return record.start.after if record is not None and record.start is not None else None
+
+
+def warm_up(sched, tmp_path: Path, fn=marked) -> None:
+    """Runs of ``fn`` that finish at once: its family is known to be fast."""
+    for k in range(2):
+        sched.submit(fn, str(tmp_path / f"warm{k}"), 0, target="engines").result(timeout=60)
+
+
+# -- tests ---------------------------------------------------------------------------------------
+
+
+def test_short_tasks_never_wait_behind_a_long_one_with_another_engine_free(cluster):
+    sched, _ = cluster
+    sched.pipeline = 0.5
+    for h in [sched.submit(quick, k, target="engines") for k in range(4)]:
+        h.result(timeout=60)
+    long = sched.submit(long_one, 4.0, target="engines")
+    wait_for(lambda: long.state == "running", 30, "the long task to start")
+    shorts = [sched.submit(quick, k, target="engines") for k in range(60)]
+    done = [h.result(timeout=60) for h in shorts]
+    long_pid, _, long_end = long.result(timeout=60)
+    assert all(pid != long_pid for pid, _ in done)  # none ran on the long one's engine
+    assert max(t for _, t in done) < long_end
+    assert not [h for h in shorts if sent_ahead(sched, h) == long.id]
+    # the backlog went through the other engine with the next one always on its way
+    assert sum(sent_ahead(sched, h) is not None for h in shorts) >= 30
+
+
+def test_a_cancelled_task_sent_ahead_never_runs(cluster, tmp_path):
+    sched, _ = cluster
+    sched.pipeline = 5.0
+    warm_up(sched, tmp_path)
+    busy = [sched.submit(marked, str(tmp_path / f"busy{k}"), 2.5, target="engines")
+            for k in range(2)]
+    wait_for(lambda: all(h.state == "running" for h in busy), 30, "both engines busy")
+    path = tmp_path / "ahead"
+    ahead = sched.submit(marked, str(path), 0, target="engines")
+    wait_for(lambda: sent_ahead(sched, ahead) in {h.id for h in busy}, 10,
+             "the task to be sent ahead")
+    assert ahead.state == "queued"  # sent to its engine, yet waiting there
+    assert ahead.cancel()
+    for h in busy:
+        h.result(timeout=60)
+    wait_for(ahead.done, 30, "the cancel to land")
+    assert ahead.state == "cancelled"
+    time.sleep(1)
+    assert runs(path) == []  # its engine never began it
+    stale = sched.inspect_core(lambda core: core.stale_reports)
+    assert stale == 0
+
+
+def test_an_engine_dying_with_a_task_sent_ahead_retries_both_once(tmp_path):
+    with scheduler_with_engines(engines=2) as (sched, executor):
+        sched.debug_validate = True
+        sched.pipeline = 5.0
+        warm_up(sched, tmp_path)
+        running_path, ahead_path = tmp_path / "running", tmp_path / "ahead"
+        running = sched.submit(marked, str(running_path), 60, retries=1, target="engines")
+        beside = sched.submit(other, 1.0, target="engines")  # (another family: nothing behind)
+        wait_for(lambda: runs(running_path), 30, "the first task to start")
+        ahead = sched.submit(marked, str(ahead_path), 0, retries=1, target="engines")
+        wait_for(lambda: sent_ahead(sched, ahead) == running.id, 10, "a task sent ahead")
+        (pid,) = runs(running_path)
+        os.kill(pid, signal.SIGKILL)
+        survivor = beside.result(timeout=60)
+        assert running.result(timeout=60) == survivor
+        assert ahead.result(timeout=60) == survivor
+        assert runs(running_path) == [pid, survivor]  # killed once, then ran once more
+        assert runs(ahead_path) == [survivor]  # never began on the dead engine
+
+        def attempts(core):
+            return [(core.tasks[h.id].attempt, core.tasks[h.id].failures)
+                    for h in (running, ahead)]
+
+        assert sched.inspect_core(attempts) == [(2, 1), (2, 1)]
+        assert sched.inspect_core(lambda core: core.stale_reports) == 0
+        assert sched.validation_errors == []
