@@ -112,7 +112,7 @@ def test_a_cancelled_task_sent_ahead_never_runs(cluster, tmp_path):
 
 
 def test_an_engine_dying_with_a_task_sent_ahead_retries_both_once(tmp_path):
-    with scheduler_with_engines(engines=2) as (sched, executor):
+    with scheduler_with_engines(engines=2) as (sched, _):
         sched.debug_validate = True
         sched.pipeline = 5.0
         warm_up(sched, tmp_path)
