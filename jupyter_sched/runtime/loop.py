@@ -131,6 +131,9 @@ class RuntimeLoop(Records):
         self._last_publish = float("-inf")
         self._sync_all = False
         self._leases = None  # the host's lease ledger (runtime/leases.py), set by start()
+        # whether GPU work waits, as of the last step: executors read it from their threads
+        # (engines' hosts are re-read only while it is true)
+        self.gpu_work_waits = False
         self.death: BaseException | None = None  # why the runtime thread ended, if not asked to
         # debugging: check the core's invariants after every step (tests turn this on)
         self.debug_validate = False
@@ -293,6 +296,7 @@ class RuntimeLoop(Records):
             touched.add(instruction.task)
             self._carry_out(instruction)
         self._sync(touched)
+        self.gpu_work_waits = self._waits_for_gpu()
         for request in requests:
             self._answer(request)
         for call in calls:

@@ -72,7 +72,7 @@ class DispatchMixin:
                 run = _Run(start.task, engine, task, start)
                 try:
                     run.env, meta = self._environment(run)
-                    run.call = self._call(run, meta)
+                    run.call = self._on_host(run, self._call(run, meta))  # (.leases)
                 except Exception as err:
                     out.fail(start.task, err, f"{type(err).__name__}: {err}",
                              attempt=start.attempt)
@@ -247,6 +247,8 @@ class DispatchMixin:
             runtime.report(ev.Failed(task_id, summary, attempt=attempt))
             return
         status, head, data, *buffers = reply
+        if self._host_reply(run, status, head):  # its host's lease refused: it never ran
+            return
         work = run.record.work
         try:
             entries, _ = unpack(data, buffers, _home(work), known=run.sent)
