@@ -92,6 +92,7 @@ def test_a_refused_lease_does_not_run_the_task_and_says_who_holds_it(ledger_file
     ran = []
     status, head, data = host_call(host(ledger_file), lambda: ran.append(1))
     assert (status, data, ran) == (REFUSED, b"", [])
+    assert (head["device"], head["taken"]) == (KEY, 10_000)
     assert head["reason"].startswith("0.5 of GPU 0 on h1 is not free (only 0 is)")
     pid = other_owner().pid
     assert f"pid {pid}" in head["reason"] and "notebook b.ipynb" in head["reason"]
@@ -280,7 +281,8 @@ def test_a_refusal_reports_what_is_held_first_then_an_unstarted_attempt():
     executor = Executor(hosts, engine, runtime)
     run = _Run("t7", engine, None, start(5_000, attempt=3))
     head = {"reason": "0.5 of GPU 1 on h1 is not free (only 0 is): ...",
-            "holdings": [("declared:h1/boot:1", 10_000, 99, h1.key, "pid 99")]}
+            "holdings": [("declared:h1/boot:1", 10_000, 99, h1.key, "pid 99")],
+            "device": "declared:h1/boot:1", "taken": 10_000}
     try:
         assert executor._host_reply(run, REFUSED, head)
         held, failed = runtime.events
@@ -294,6 +296,12 @@ def test_a_refusal_reports_what_is_held_first_then_an_unstarted_attempt():
         assert executor._held_changed("h1", []) is None and executor._held_sent == {}
         # a reply that ran is not this part's business
         assert not executor._host_reply(run, "ok", {"notes": []})
+        # a refusal by this kernel's own engine (its task just ended) counts until next read
+        runtime.events.clear()
+        mine = [("declared:h1/boot:1", 7_500, 4321, h1.key, "pid 4321")]
+        executor._host_reply(run, REFUSED, {**head, "holdings": mine, "taken": 7_500})
+        assert runtime.events[0] == ev.HeldElsewhere("h1", {GPU: {1: 7_500}}, head["reason"])
+        assert executor._held_changed("h1", mine) == ev.HeldElsewhere("h1", {GPU: {}}, "")
         run.stopping = "cancelled"  # a refusal of a task being stopped: it stopped
         runtime.events.clear()
         executor._host_reply(run, REFUSED, head)
@@ -336,3 +344,56 @@ def test_reads_go_to_an_idle_engine_only_while_gpu_work_waits():
         assert len(sent) == 1  # one read at a time per node
     finally:
         executor._close_leases()
+
+
+# -- a real GPU under a real MPS daemon ---------------------------------------------------------
+
+
+def allocate(fraction_of_limit: float) -> tuple:
+    """On the engine: the MPS variables, and whether CUDA lets this process allocate that
+    fraction of its pinned memory limit (through the driver API, no framework needed)."""
+    import ctypes
+
+    threads, limit = os.environ.get(THREADS_ENV), os.environ.get(MEMORY_ENV)
+    cuda = ctypes.CDLL("libcuda.so.1")
+    assert cuda.cuInit(0) == 0
+    device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert cuda.cuDeviceGet(ctypes.byref(device), 0) == 0
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0
+    assert cuda.cuCtxSetCurrent(context) == 0
+    mib = int(limit.split("=")[1].removesuffix("M"))
+    size = ctypes.c_size_t(int(mib * 2**20 * fraction_of_limit))
+    status = cuda.cuMemAlloc_v2(ctypes.byref(pointer), size)
+    if status == 0:
+        cuda.cuMemFree_v2(pointer)
+    return threads, limit, status
+
+
+@pytest.mark.gpu
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_an_engine_task_on_a_fraction_of_a_real_gpu_is_capped_by_mps():
+    from jupyter_sched.host.mps import detect_mps
+    from jupyter_sched.host.nvml import load_nvml
+    from jupyter_sched.runtime.scheduler import Scheduler
+
+    nvml = load_nvml()
+    if nvml is None or nvml.device_count() == 0:
+        pytest.skip("no NVIDIA GPU with a working NVML here")
+    if not detect_mps().running:
+        pytest.skip("no MPS control daemon serves this user")
+    from conftest_ipp import engines_can_import_this_checkout
+
+    sched = Scheduler()
+    try:
+        with engines_can_import_this_checkout():
+            sched.start_cluster(engines=2)
+        # a fresh engine each: the first task that uses CUDA in an engine sets its cap
+        within = sched.submit(allocate, 0.5, resources={"GPU": 0.25}, target="engines")
+        beyond = sched.submit(allocate, 1.5, resources={"GPU": 0.25}, target="engines")
+        threads, limit, status = within.result(timeout=120)
+        assert (threads, status) == ("25", 0) and limit.startswith("0=")
+        threads, _, status = beyond.result(timeout=120)
+        assert threads == "25" and status != 0  # CUDA_ERROR_OUT_OF_MEMORY: the cap holds
+    finally:
+        sched.shutdown()

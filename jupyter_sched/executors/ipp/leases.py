@@ -136,7 +136,8 @@ class LeasesMixin:
         if status != REFUSED:
             return False
         task, attempt = run.task, run.start.attempt
-        event = self._held_changed(run.engine.node, head.get("holdings", ()), always=True)
+        refused = (head.get("device"), int(head.get("taken") or SCALE), head.get("reason", ""))
+        event = self._held_changed(run.engine.node, head.get("holdings", ()), refused)
         if event is not None:  # first: the re-queued task must not be placed there again
             self.runtime.report(event)
         if run.stopping is not None:
@@ -157,8 +158,9 @@ class LeasesMixin:
                     node, text)
 
     def _held_changed(self, node_name: str, holdings: Iterable[tuple],
-                      always: bool = False) -> ev.HeldElsewhere | None:
-        """The event for fresh holdings of ``node_name``, or None when the core knows them."""
+                      refused: tuple | None = None) -> ev.HeldElsewhere | None:
+        """The event for fresh holdings of ``node_name``, or None when the core knows them.
+        ``refused``: (device key, units taken, reason) of a refusal, always told."""
         with self._lock:
             node = self.hosts.nodes.get(node_name)
             if node is None or self._closed:
@@ -167,7 +169,16 @@ class LeasesMixin:
             ours = {e.info.pid for e in self._engines.values() if e.node == node_name}
             event = held_event(node, holdings, ours)
             units = dict(event.device_shares[GPU])
-            if units == self._held_sent.get(node_name, {}) and not always:
+            if refused is not None:
+                index = {k: i for i, k in node_keys(node).items()}.get(refused[0])
+                if index is not None and index not in units:
+                    # only this kernel's engines held it, a moment after their tasks ended:
+                    # counted held until the next read, so the task is not placed there again
+                    # at once
+                    units[index] = refused[1]
+                    event = ev.HeldElsewhere(node_name, {GPU: units},
+                                             "; ".join(r for r in (event.reason, refused[2]) if r))
+            elif units == self._held_sent.get(node_name, {}):
                 return None
             if units:
                 self._held_sent[node_name] = units

@@ -39,7 +39,7 @@ from typing import Any
 
 from ...host.leases import Lease, Ledger, LedgerError, Refusal, ledger_path
 from ...host.mps import MEMORY_ENV, THREADS_ENV, MpsStatus, detect_mps, mps_environment
-from ...model.quantity import format_units
+from ...model.quantity import SCALE
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +145,8 @@ def refusal_head(ledger: Ledger, host: Mapping[str, Any], refusal: Refusal) -> d
     except ERRORS:
         held = [(lease.device, lease.units, lease.owner.pid, lease.owner.host, "")
                 for lease in refusal.holders]
-    return {"reason": refusal.describe(name), "holdings": held,
-            "wanted": format_units(refusal.units)}
+    return {"reason": refusal.describe(name), "holdings": held, "device": refusal.device,
+            "taken": SCALE - refusal.free}
 
 
 # -- MPS -------------------------------------------------------------------------------------------
