@@ -6,7 +6,9 @@ The controller runs here, in the kernel's namespace, listening on every interfac
 it at the hosts' gateway address (``controller_location``), the way engines on a real cluster
 find a controller on a login node. Engines are started through ipyparallel's local launcher with
 a command that enters their host (``engine_cmd``), so their launcher reports their exit as it
-does for any engine. The controller checks its engines' heartbeat every second and lets an
+does for any engine. Engines lease GPUs in a ledger directory of the cluster's own
+(``$JUPYTER_SCHED_LEASES``), so that test runs side by side, whose hosts have the same names,
+never share a ledger. The controller checks its engines' heartbeat every second and lets an
 engine miss three before it drops it, so that a cut host is noticed in seconds.
 """
 
@@ -91,12 +93,14 @@ class HostCluster:
     client: object
     sched: Scheduler
     executor: object = None
+    ledgers: str = ""  # the directory of the hosts' lease ledgers (one file per host name)
 
     def start_engines(self, host: Host, n: int, env: Mapping[str, str] | None = None,
                       wait: bool = True) -> None:
         """Start ``n`` more engines on ``host`` and wait until they are slots."""
         before = set(self.client.ids)  # (dead engines stay until the controller drops them)
-        self.control.start_engines(n, dict(env or {}), engine_cmd=engine_command(host))
+        env = {"JUPYTER_SCHED_LEASES": f"{self.ledgers}/", **(env or {})}
+        self.control.start_engines(n, env, engine_cmd=engine_command(host))
         if wait:
             self.wait_for_engines(before, n)
 
@@ -129,7 +133,9 @@ def cluster_on_hosts(net: Network, engines: Mapping[str, tuple[int, Mapping[str,
             "controller_ip": "*", "controller_location": net.gateway,
             "controller_args": list(HEARTBEAT)})
         sched = Scheduler(**{"local_resources": "GPU=0", **scheduler})
-        cluster = HostCluster(net, control, client, sched)
+        ledgers = net.dir / "ledgers"
+        ledgers.mkdir(exist_ok=True)
+        cluster = HostCluster(net, control, client, sched, ledgers=str(ledgers))
         try:
             for name, (n, env) in engines.items():  # (they start side by side)
                 cluster.start_engines(net[name], n, env, wait=False)

@@ -22,6 +22,7 @@ from jupyter_sched.executors.ipp.dispatch import _may_send
 from jupyter_sched.executors.ipp.engines import probe
 from jupyter_sched.executors.ipp.executor import EngineLost, IppExecutor, RemoteTaskError
 from jupyter_sched.executors.ipp.faults import _exit_text, _remote_tb
+from jupyter_sched.executors.ipp.leases import HOST_CALL
 from jupyter_sched.executors.ipp.on_engine import (
     ARGUMENTS,
     CALL,
@@ -300,6 +301,10 @@ def test_a_task_runs_and_finishes(setup):
     rec = record(fn=len)
     executor.start(start(gpus=[1]), rec)
     _, f, args, _, future = client.sent[-1]
+    # a fraction of a GPU goes through the host wrapper, which sets MPS variables where MPS
+    # runs (a local engine: no lease, this kernel's runtime took it)
+    assert f is HOST_CALL and args[0]["shares"] == {} and args[0]["mps"] == [(0, 5000, None)]
+    f, args = args[1], args[2:]
     assert f is CALL and sent_entries(args) == {FUNCTION: len, ARGUMENTS: ((), {})}
     env = args[0][2]
     assert env == {"JUPYTER_SCHED_TASK": "t1", "CUDA_VISIBLE_DEVICES": "1"} == rec.env

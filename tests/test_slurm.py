@@ -50,6 +50,20 @@ c.SlurmEngineSetLauncher.batch_file_name = {batch_file!r}
 '''
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ledgers(tmp_path_factory):
+    """GPU leases on the Slurm nodes in a directory of this module's own (sbatch passes the
+    environment on): test runs side by side, whose nodes have the same names, never share."""
+    directory = tmp_path_factory.mktemp("ledgers")
+    old = os.environ.get("JUPYTER_SCHED_LEASES")
+    os.environ["JUPYTER_SCHED_LEASES"] = f"{directory}/"
+    yield directory
+    if old is None:
+        os.environ.pop("JUPYTER_SCHED_LEASES", None)
+    else:
+        os.environ["JUPYTER_SCHED_LEASES"] = old
+
+
 @pytest.fixture(scope="module")
 def net():
     reason = hosts.unavailable()

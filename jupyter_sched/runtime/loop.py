@@ -132,6 +132,9 @@ class RuntimeLoop(Records):
         self._sync_all = False
         self._leases = None  # the host's lease ledger (runtime/leases.py), set by start()
         self._unleased: set[str] = set()  # tasks whose last start its lease refused
+        # whether GPU work waits, as of the last step: executors read it from their threads
+        # (engines' hosts are re-read only while it is true)
+        self.gpu_work_waits = False
         self.death: BaseException | None = None  # why the runtime thread ended, if not asked to
         # debugging: check the core's invariants after every step (tests turn this on)
         self.debug_validate = False
@@ -294,6 +297,7 @@ class RuntimeLoop(Records):
             touched.add(instruction.task)
             self._carry_out(instruction)
         self._sync(touched)
+        self.gpu_work_waits = self._waits_for_gpu()
         for request in requests:
             self._answer(request)
         for call in calls:

@@ -8,7 +8,9 @@ environment for the call (``CUDA_VISIBLE_DEVICES`` when a floating engine is bou
 variables, ``JUPYTER_SCHED_TASK``), make ``jupyter_sched.current_task()`` answer, and send
 exceptions back pickled (the real exception type when it can travel). A cell's free names are
 pushed as separate arguments (so ipyparallel sends arrays without copies) and the names it sets
-come back with the result (:mod:`.namespace`). The task's output is relayed as it arrives.
+come back with the result (:mod:`.namespace`). The task's output is relayed as it arrives. A
+task that needs a lease on its engine's host, or MPS for a fraction of a GPU, goes wrapped in
+:func:`.on_host.host_call`, and a refusal there is :mod:`.leases`' to report.
 
 Gangs: the core starts a gang's members in one batch, rank 0 first. Rank 0's engine is asked for
 a free TCP port (``MASTER_PORT``); the members are sent together once it answers.
@@ -72,7 +74,7 @@ class DispatchMixin:
                 run = _Run(start.task, engine, task, start)
                 try:
                     run.env, meta = self._environment(run)
-                    run.call = self._call(run, meta)
+                    run.call = self._on_host(run, self._call(run, meta))  # (.leases)
                 except Exception as err:
                     out.fail(start.task, err, f"{type(err).__name__}: {err}",
                              attempt=start.attempt)
@@ -256,6 +258,8 @@ class DispatchMixin:
             runtime.report(ev.Failed(task_id, summary, attempt=attempt))
             return
         status, head, data, *buffers = reply
+        if self._host_reply(run, status, head):  # its host's lease refused: it never ran
+            return
         work = run.record.work
         try:
             entries, _ = unpack(data, buffers, _home(work), known=run.sent)

@@ -16,7 +16,8 @@ Getting engines::
 * :mod:`.dispatch`: running a task on its slot's engine (environment, pushed names, output,
   outcome, names pulled back), and gangs (rank 0's engine names a port for all);
 * :mod:`.faults`: stopping a task (interrupt, then kill its engine), and engines that die or
-  leave (their task fails with ``lost=True``; ``SlotRemoved``, ``NodeRemoved``).
+  leave (their task fails with ``lost=True``; ``SlotRemoved``, ``NodeRemoved``);
+* :mod:`.leases`: GPU leases in the ledgers of engines' hosts, and MPS on engines.
 
 What the parts share is in :mod:`.state`.
 """
@@ -42,13 +43,15 @@ from .cluster import (
 from .dispatch import DispatchMixin, PushSizeWarning, _Gang
 from .engines import HostMap
 from .faults import EngineLost, FaultsMixin, RemoteTaskError
+from .leases import LeasesMixin
 from .registry import EngineView, RegistryMixin
 from .state import _Engine, _Outbox, _Run
 
 log = logging.getLogger(__name__)
 
 
-class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, Executor):
+class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, LeasesMixin,
+                  Executor):
     """Runs tasks on ipyparallel engines; see the module docstring.
 
     ``cluster`` is the ``ipp.Cluster`` of ``client``'s engines, if known (``start_cluster``
@@ -72,6 +75,7 @@ class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, Execu
         self._gangs: dict[str, _Gang] = {}
         self._probing: dict[int, Any] = {}
         self._closed = False
+        self._init_leases()
         self.hosts = HostMap(_local_host(runtime))
         self._peer = _controller_address(client)
         self._callback = self._on_registration
@@ -86,6 +90,7 @@ class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, Execu
             if self._closed:
                 return
             self._closed = True
+            self._close_leases()
             with contextlib.suppress(ValueError):
                 self.client._registration_callbacks.remove(self._callback)
             for run in list(self._runs.values()):

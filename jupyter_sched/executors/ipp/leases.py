@@ -1,0 +1,248 @@
+"""The kernel's side of engines' hosts: their GPU leases and MPS (:mod:`.on_host` is the
+engine's).
+
+The runtime leases the GPUs of the kernel's own host (``runtime/leases.py``), engines of this
+host included. A task on an engine of *another* host takes its lease in that host's ledger,
+through its engine: the request goes wrapped in :func:`.on_host.host_call` with the task's
+shares named by the device keys every scheduler of that host uses (the GPU's UUID; for a
+declared GPU that host's key and the GPU's index). A refusal comes back as its own reply
+(:data:`.on_host.REFUSED`): the task did not run, and the executor reports
+
+* ``HeldElsewhere(node, ...)``: what other processes hold of that node's GPUs (this kernel's
+  engines left out), with who holds it, so the core stops placing there;
+* ``Failed(task, reason, unstarted=True)`` for the attempt: re-queued without a retry.
+
+While this executor has told the core that something on a node is held elsewhere, it re-reads
+that host's holdings every ``READ_EVERY`` seconds while GPU work waits (a non-blocking request
+to an idle engine of the node; its reply is read on the client's IO thread, which only
+reports), and reports a fresh ``HeldElsewhere`` when they changed (empty once freed).
+
+A task on a fraction of a GPU on any engine is wrapped too, for MPS: the engine decides whether
+MPS serves it and sets the variables for the task's share (:mod:`.on_host`).
+
+``Scheduler.host_leases = False`` takes no lease anywhere; ``Scheduler.ledger_path`` names the
+ledger file on engines' hosts too (empty: each host's default, as resolved there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ...core import events as ev
+from ...host.leases import device_key
+from ...model.quantity import SCALE, format_units
+from ...model.resources import GPU
+from .engines import NodeEntry
+from .on_engine import Ref
+from .on_host import REFUSED
+from .state import _Engine, _Run, _timer
+
+log = logging.getLogger(__name__)
+
+READ_EVERY = 2.0  # seconds between re-reads of a host's holdings while work waits for it
+
+HOST_CALL = Ref("jupyter_sched.executors.ipp.on_host", "host_call")
+HOLDINGS = Ref("jupyter_sched.executors.ipp.on_host", "host_holdings")
+
+
+def node_keys(node: NodeEntry) -> dict[int, str]:
+    """``{node index: device key}``: the names every scheduler on the node's host gives its
+    GPUs (:func:`~jupyter_sched.host.leases.device_key` with that host's key)."""
+    return {index: device_key(gpu, node.key) for index, gpu in node.gpus.items()}
+
+
+def host_meta(start: ev.Start, engine: _Engine, node: NodeEntry, *, lease: bool,
+              ledger: str = "", label: str = "") -> dict[str, Any] | None:
+    """What :func:`.on_host.host_call` needs for a task, or None when it needs nothing: no
+    lease (``lease`` false, or no GPU share) and no fraction of a GPU for MPS."""
+    gpus = {i: units for i, units in start.devices.get(GPU, {}).items() if units > 0}
+    if not gpus:
+        return None
+    keys = node_keys(node)
+    shares = {keys[i]: units for i, units in gpus.items() if i in keys} if lease else {}
+    mps = []
+    visible = engine.visible or ()
+    for index, units in sorted(gpus.items()):
+        if units < SCALE and index in visible and index in node.gpus:
+            mps.append((visible.index(index), units, node.gpus[index].memory))
+    if not shares and not mps:
+        return None
+    return {"task": start.task, "node": node.name, "label": label, "ledger": ledger,
+            "shares": shares, "devices": {key: i for i, key in keys.items()}, "mps": mps}
+
+
+def held_event(node: NodeEntry, holdings: Iterable[tuple], ours: set[int]
+               ) -> ev.HeldElsewhere:
+    """The ``HeldElsewhere`` of ``node`` for ``holdings`` (:func:`.on_host.holdings`),
+    leaving out the leases of this kernel's engines there (pids ``ours``)."""
+    by_key = {key: index for index, key in node_keys(node).items()}
+    units: dict[int, int] = {}
+    who: dict[int, list[str]] = {}
+    for device, share, pid, host, text in holdings:
+        index = by_key.get(device)
+        if index is None or (pid in ours and host == node.key):
+            continue
+        units[index] = min(SCALE, units.get(index, 0) + share)
+        who.setdefault(index, []).append(f"another process ({text})" if text
+                                         else "another process")
+    reason = "; ".join(f"{format_units(units[i])} of GPU {i} on {node.name} is held by "
+                       f"{'; '.join(who[i])}" for i in sorted(units))
+    return ev.HeldElsewhere(node.name, {GPU: units}, reason)
+
+
+def kernel_label() -> str:
+    """How this kernel's engines appear in other hosts' ledgers."""
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    whose = f"notebook {Path(session).name}" if session else "a kernel"
+    return f"engine for {whose} on {socket.gethostname()}"
+
+
+class LeasesMixin:
+    """The part of :class:`~.executor.IppExecutor` that leases GPUs on engines' hosts."""
+
+    def _init_leases(self) -> None:
+        self._held_sent: dict[str, dict[int, int]] = {}  # node -> what the core was told
+        self._held_reading: set[str] = set()
+        self._held_timer = None
+        self._ledger_warned: set[str] = set()
+        self._label = kernel_label()
+
+    def _on_host(self, run: _Run, call: tuple) -> tuple:
+        """``call`` wrapped for the engine's host when the task needs a lease there or MPS
+        (lock held)."""
+        engine = run.engine
+        node = self.hosts.nodes.get(engine.node)
+        if node is None:
+            return call
+        lease = (bool(getattr(self.runtime, "host_leases", False)) and not node.local
+                 and not engine.local_host)  # (this host's leases are the runtime's)
+        host = host_meta(run.start, engine, node, lease=lease, label=self._label,
+                         ledger=str(getattr(self.runtime, "ledger_path", "") or ""))
+        if host is None:
+            return call
+        fn, args, kwargs = call
+        return HOST_CALL, [host, fn, *args], kwargs
+
+    def _host_reply(self, run: _Run, status: str, head: Mapping[str, Any]) -> bool:
+        """IO thread, no lock: a refusal reported (True), or nothing to do here (False)."""
+        if head.get("ledger"):
+            self._ledger_trouble(run.engine.node, head["ledger"])
+        if status != REFUSED:
+            return False
+        task, attempt = run.task, run.start.attempt
+        refused = (head.get("device"), int(head.get("taken") or SCALE), head.get("reason", ""))
+        event = self._held_changed(run.engine.node, head.get("holdings", ()), refused)
+        if event is not None:  # first: the re-queued task must not be placed there again
+            self.runtime.report(event)
+        if run.stopping is not None:
+            self.runtime.report(ev.Stopped(task, attempt=attempt))
+        else:
+            log.info("%s waits: %s", task, head.get("reason"))
+            self.runtime.report(ev.Failed(task, str(head.get("reason") or "its lease was "
+                                                    "refused"), attempt=attempt, unstarted=True))
+        return True
+
+    def _ledger_trouble(self, node: str, text: str) -> None:
+        with self._lock:
+            if node in self._ledger_warned:
+                return
+            self._ledger_warned.add(node)
+        log.warning("the GPU lease ledger of node %s cannot be used (%s); its tasks run "
+                    "without leases, and other schedulers there may use the same GPUs",
+                    node, text)
+
+    def _held_changed(self, node_name: str, holdings: Iterable[tuple],
+                      refused: tuple | None = None) -> ev.HeldElsewhere | None:
+        """The event for fresh holdings of ``node_name``, or None when the core knows them.
+        ``refused``: (device key, units taken, reason) of a refusal, always told."""
+        with self._lock:
+            node = self.hosts.nodes.get(node_name)
+            if node is None or self._closed:
+                self._held_sent.pop(node_name, None)
+                return None
+            ours = {e.info.pid for e in self._engines.values() if e.node == node_name}
+            event = held_event(node, holdings, ours)
+            units = dict(event.device_shares[GPU])
+            if refused is not None:
+                index = {k: i for i, k in node_keys(node).items()}.get(refused[0])
+                if index is not None and index not in units:
+                    # only this kernel's engines held it, a moment after their tasks ended:
+                    # counted held until the next read, so the task is not placed there again
+                    # at once
+                    units[index] = refused[1]
+                    event = ev.HeldElsewhere(node_name, {GPU: units},
+                                             "; ".join(r for r in (event.reason, refused[2]) if r))
+            elif units == self._held_sent.get(node_name, {}):
+                return None
+            if units:
+                self._held_sent[node_name] = units
+                self._arm_held_reads()
+            else:
+                self._held_sent.pop(node_name, None)
+        return event
+
+    def _arm_held_reads(self) -> None:
+        if self._held_timer is None and not self._closed:
+            self._held_timer = _timer(READ_EVERY, self._read_held)
+
+    def _read_held(self) -> None:
+        """Timer thread: ask an idle engine of each node held elsewhere for its holdings."""
+        with self._lock:
+            self._held_timer = None
+            if self._closed:
+                return
+            waiting = bool(getattr(self.runtime, "gpu_work_waits", True))
+            for name in list(self._held_sent):
+                node = self.hosts.nodes.get(name)
+                if node is None:
+                    del self._held_sent[name]
+                elif waiting and name not in self._held_reading:
+                    self._ask_holdings(node)
+            if self._held_sent:
+                self._arm_held_reads()
+
+    def _ask_holdings(self, node: NodeEntry) -> None:
+        """Send the read to an idle engine of ``node`` (lock held); none idle: next time."""
+        engine = next((e for e in self._engines.values()
+                       if e.node == node.name and e.alive and e.task is None), None)
+        if engine is None:
+            return
+        host = {"node": node.name, "ledger": str(getattr(self.runtime, "ledger_path", "") or ""),
+                "devices": {key: i for i, key in node_keys(node).items()}}
+        try:
+            future = self.client.send_apply_request(engine.socket, HOLDINGS, [host], {},
+                                                    ident=engine.ident)
+        except Exception as err:
+            log.debug("reading the holdings of %s: %s", node.name, err)
+            return
+        self._held_reading.add(node.name)
+        future.add_done_callback(lambda f: self._holdings_read(node.name, f))
+
+    def _holdings_read(self, name: str, future: Any) -> None:
+        """IO thread: a host's holdings came back."""
+        with self._lock:
+            self._held_reading.discard(name)
+        reply = None
+        with contextlib.suppress(Exception):
+            reply = future.result()
+        if not isinstance(reply, dict) or "holdings" not in reply:
+            log.debug("reading the holdings of %s: %r", name, reply)
+            return
+        event = self._held_changed(name, reply["holdings"])
+        if event is not None:
+            self.runtime.report(event)
+
+    def _close_leases(self) -> None:
+        timer, self._held_timer = self._held_timer, None
+        if timer is not None:
+            timer.cancel()
+
+
+__all__ = ["HOLDINGS", "HOST_CALL", "READ_EVERY", "LeasesMixin", "held_event", "host_meta",
+           "kernel_label", "node_keys"]
