@@ -96,6 +96,19 @@ class _LightFuture(Future):
         self._invoke_callbacks()
         return True
 
+    def _resolve_as(self, state: str, result: Any = None,
+                    error: BaseException | None = None) -> None:
+        """Resolve as ``state`` ended: done (``result``), failed (``error``) or cancelled."""
+        if state == DONE:
+            if not self._resolve_unwatched(_FINISHED, result=result):
+                self.set_result(result)
+        elif state == FAILED:
+            if not self._resolve_unwatched(_FINISHED, exception=error):
+                self.set_exception(error)
+        elif not self._resolve_unwatched(_CANCELLED_AND_NOTIFIED):
+            Future.cancel(self)
+            self.set_running_or_notify_cancel()
+
 
 _MAKING = threading.Lock()
 
@@ -270,16 +283,8 @@ class TaskHandle(_LightFuture):
         record = self._record
         if self.done() or record.state not in TERMINAL:
             return
-        if record.state == DONE:
-            if not self._resolve_unwatched(_FINISHED, result=record.result):
-                self.set_result(record.result)
-        elif record.state == FAILED:
-            error = _failure(record)
-            if not self._resolve_unwatched(_FINISHED, exception=error):
-                self.set_exception(error)
-        elif not self._resolve_unwatched(_CANCELLED_AND_NOTIFIED):
-            Future.cancel(self)
-            self.set_running_or_notify_cancel()
+        error = _failure(record) if record.state == FAILED else None
+        self._resolve_as(record.state, record.result, error)
 
     # -- display ----------------------------------------------------------------------------
 

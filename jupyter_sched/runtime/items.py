@@ -16,14 +16,11 @@ chunk's. The handle is resolved by the map as its chunk reports (:mod:`.maps`).
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import Future
 from typing import Any, Protocol
 
-from ..model.tasks import RUNNING, TERMINAL
+from ..model.tasks import CANCELLED, DONE, FAILED, PENDING, RUNNING, TERMINAL
 from ..views import display
-from .handles import _CANCELLED_AND_NOTIFIED, _FINISHED, TaskHandle, _LightFuture
-
-CANCELLED, DONE, FAILED, PENDING = "cancelled", "done", "failed", "pending"
+from .handles import TaskHandle, _LightFuture
 
 
 class Owner(Protocol):
@@ -150,15 +147,8 @@ class ItemHandle(_LightFuture):
         """Resolve the future as the map decided (once, with no lock held)."""
         final, value, error = self._final, self._value, self._error
         self._value = None
-        if final == DONE:
-            if not self._resolve_unwatched(_FINISHED, result=value):
-                self.set_result(value)
-        elif final == FAILED:
-            if not self._resolve_unwatched(_FINISHED, exception=error):
-                self.set_exception(error)
-        elif final == CANCELLED and not self._resolve_unwatched(_CANCELLED_AND_NOTIFIED):
-            Future.cancel(self)
-            self.set_running_or_notify_cancel()
+        if final in (DONE, FAILED, CANCELLED):
+            self._resolve_as(final, value, error)
 
     # -- display ----------------------------------------------------------------------------
 
