@@ -74,6 +74,15 @@ def scheduler_with_engines(**start: object) -> Iterator[tuple[Scheduler, object]
         assert_gone(pids)
 
 
+def say_pid(path: str | Path) -> None:
+    """Write this process's pid to ``path`` all at once: whoever sees the file can read it
+    (a file written in place is there, empty, before its text)."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(str(os.getpid()))
+    partial.replace(path)
+
+
 def assert_gone(pids: list[int], timeout: float = 15.0) -> None:
     """Every one of these processes has exited (a zombie has: its parent reaps it)."""
     deadline = time.monotonic() + timeout

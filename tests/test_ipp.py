@@ -8,10 +8,9 @@ import os
 import socket
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from conftest_ipp import FakeRuntime, meet, scheduler_with_engines, visible, wait_for
+from conftest_ipp import FakeRuntime, meet, say_pid, scheduler_with_engines, visible, wait_for
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp.executor import ClusterInUse, ClusterRunning, IppExecutor
@@ -65,7 +64,7 @@ def rendezvous() -> tuple[dict, str]:
 
 
 def sleeper(marker: str) -> None:
-    Path(marker).write_text(str(os.getpid()))
+    say_pid(marker)
     time.sleep(60)
 
 

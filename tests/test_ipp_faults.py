@@ -19,6 +19,7 @@ from conftest_ipp import (
     assert_gone,
     engines_can_import_this_checkout,
     meet,
+    say_pid,
     scheduler_with_engines,
     visible,
     wait_for,
@@ -39,7 +40,7 @@ def floating():
 
 def sleeper(directory: str) -> None:
     """Say where it runs (the engine's pid, in a file named for its rank), then sleep."""
-    Path(directory, os.environ.get("RANK", "task")).write_text(str(os.getpid()))
+    say_pid(Path(directory, os.environ.get("RANK", "task")))
     time.sleep(60)
 
 
@@ -138,7 +139,7 @@ def lose_first_attempt(directory: str) -> int:
     """The first attempt says where it runs and waits to be killed; the retry returns."""
     first = Path(directory, "first")
     if not first.exists():
-        first.write_text(str(os.getpid()))
+        say_pid(first)
         time.sleep(60)
     return os.getpid()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import hosts
 import pytest
 from conftest_hosts import cluster_on_hosts
-from conftest_ipp import ROOT, TESTS, wait_for
+from conftest_ipp import ROOT, TESTS, say_pid, wait_for
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp.leases import READ_EVERY
@@ -72,7 +72,7 @@ def gpu_key(cluster) -> str:
 def hold(directory: str, name: str, log: str = "", share: float = 0.0) -> dict:
     """Say it started (a file ``name``), wait for ``name.go``; log when it ran on which GPU."""
     start = time.time()
-    Path(directory, name).write_text(str(os.getpid()))
+    say_pid(Path(directory, name))
     deadline = time.monotonic() + 90
     while not Path(directory, f"{name}.go").exists():
         if time.monotonic() > deadline:
