@@ -18,7 +18,17 @@ from dataclasses import dataclass
 from ..model.allocation import EMPTY, Allocation
 from ..model.cluster import Cluster, Node
 from ..model.queues import QueueTree
-from ..model.tasks import CANCELLED, DONE, FAILED, INFEASIBLE, PENDING, QUEUED, Gang, Task
+from ..model.tasks import (
+    CANCELLED,
+    DONE,
+    FAILED,
+    INFEASIBLE,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    Gang,
+    Task,
+)
 from . import events as ev
 from .jobs import job_class, job_key
 
@@ -52,7 +62,11 @@ class JobSet:
         return next(iter(self._jobs.values()))
 
     def __iter__(self):
-        return iter(list(self._jobs.values()))
+        return iter(list(self._jobs.values()))  # a copy: callers may move jobs meanwhile
+
+    def view(self):
+        """The jobs in order, not copied: for readers that change nothing meanwhile."""
+        return iter(self._jobs.values())
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -84,6 +98,9 @@ class Ledger:
         self.nodes_changed = False
         self.feasibility: dict[tuple, str | None] = {}  # job class -> why it can never run
         self.ended: dict[str, int] = {DONE: 0, FAILED: 0, CANCELLED: 0}  # all time, per state
+        # tasks in each state that is not terminal, kept as states change (views read it
+        # without walking the tasks)
+        self.counts: dict[str, int] = {PENDING: 0, QUEUED: 0, INFEASIBLE: 0, RUNNING: 0}
         self.stale_reports = 0  # executor reports about attempts that were no longer current
         self.elsewhere: dict[str, Elsewhere] = {}  # node -> shares other processes hold
         self._seq = 0
@@ -130,6 +147,11 @@ class Ledger:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
         queue = self.queues[task.spec.queue]
         queue.start_use(task.spec.demand.amounts, allocation.amounts.items())
+        gang = task.gang
+        if gang is None or gang.waiting:  # the job leaves its queue's waiting jobs
+            queue.queued -= 1
+            if gang is not None:
+                gang.waiting = False
         self.running[task.id] = task
         if task.spec.preemptible and task.gang is None:
             self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
@@ -209,6 +231,9 @@ class Ledger:
         if fifo is None:
             fifo = queue.classes[key] = deque()
         fifo.append(job)
+        queue.queued += 1
+        if isinstance(job, Gang):
+            job.waiting = True
         queue.add_use("waiting", pairs, 1)
 
     def list_infeasible(self, job: Task | Gang) -> None:
@@ -224,6 +249,11 @@ class Ledger:
         if task.state == QUEUED:
             queue = self.queues[task.spec.queue]
             queue.add_use("waiting", task.spec.demand.amounts, -1)
+            gang = task.gang
+            if gang is None or gang.waiting:
+                queue.queued -= 1
+                if gang is not None:
+                    gang.waiting = False
             return
         job = task.gang or task
         if task.state == PENDING:

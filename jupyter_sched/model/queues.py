@@ -37,6 +37,7 @@ class Queue:
         "name",
         "parent",
         "priority",
+        "queued",
         "running",
         "state",
         "waiting",
@@ -65,6 +66,7 @@ class Queue:
         self.waiting: dict[str, int] = {}    # demand of its queued tasks (subtree)
         self.deserved: dict[str, int] = {}
         self.running = 0
+        self.queued = 0  # jobs waiting in this queue's classes (a gang is one job)
         # waiting jobs, grouped by class (priority and placement constraints): FIFO each
         self.classes: dict[tuple, deque] = {}
 
