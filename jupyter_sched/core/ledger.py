@@ -134,52 +134,55 @@ class Ledger:
     def bind(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
         """The bookkeeping of a start: the task holds ``allocation`` (already taken from the
         node) and ``slot``, and its queue counts it."""
+        spec = task.spec
+        task_id = spec.id
         task.node = node.name
         task.slot = slot
         task.allocation = allocation
-        node.tasks[task.id] = None
+        node.tasks[task_id] = None
         if slot is not None:
             s = node.slots[slot]
-            s.task = task.id
+            s.task = task_id
             del node.free_slots[slot]
             gpus = allocation.devices.get("GPU")
             if s.binding is None and gpus:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
-        queue = self.queues[task.spec.queue]
-        queue.start_use(task.spec.demand.amounts, allocation.amounts.items())
+        queue = self.queues[spec.queue]
+        queue.start_use(spec.demand.amounts, allocation.amounts)
         gang = task.gang
-        if gang is None or gang.waiting:  # the job leaves its queue's waiting jobs
+        if gang is None:
+            queue.queued -= 1  # the job leaves its queue's waiting jobs
+            if spec.preemptible:
+                self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
+        elif gang.waiting:
             queue.queued -= 1
-            if gang is not None:
-                gang.waiting = False
-        self.running[task.id] = task
-        if task.spec.preemptible and task.gang is None:
-            self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
+            gang.waiting = False
+        self.running[task_id] = task
 
     def release(self, task: Task) -> None:
         """Give back what a task holds: node resources, engine slot, its queue's count."""
         node = self.cluster.nodes.get(task.node)
         allocation = task.allocation
+        spec = task.spec
         if node is not None and allocation is not None:
             node.resources.release(allocation)
-            node.tasks.pop(task.id, None)
-            if task.slot is not None and task.slot in node.slots:
-                node.slots[task.slot].task = None
-                node.free_slots[task.slot] = None
+            node.tasks.pop(spec.id, None)
+            slot = task.slot
+            if slot is not None and slot in node.slots:
+                node.slots[slot].task = None
+                node.free_slots[slot] = None
             self.cluster.refresh(node)
-            if task.spec.preemptible and task.gang is None:
+            if spec.preemptible and task.gang is None:
                 left = self.preemptible_on[node.name] - 1
                 if left:
                     self.preemptible_on[node.name] = left
                 else:
                     del self.preemptible_on[node.name]
         if allocation is not None:
-            queue = self.queues[task.spec.queue]
-            queue.add_use("allocated", allocation.amounts.items(), -1)
-            queue.running -= 1
-        self.running.pop(task.id, None)
+            self.queues[spec.queue].end_use(allocation.amounts)
+        self.running.pop(spec.id, None)
         task.allocation = None
-        if node is not None and node.name in self.elsewhere:
+        if self.elsewhere and node is not None and node.name in self.elsewhere:
             self.hold_elsewhere(node, None)  # what others hold takes what this task gave back
 
     # -- held by other processes --------------------------------------------------------------
@@ -220,20 +223,19 @@ class Ledger:
 
     def enter_waiting(self, job: Task | Gang) -> None:
         """Put a job (already QUEUED) in its queue's class FIFO."""
-        if isinstance(job, Gang):
-            key, spec, demand = job_class(job)
-            pairs = demand.items()
-        else:
+        if type(job) is Task:
             key, spec = job.klass, job.spec
             pairs = spec.demand.amounts
+        else:
+            key, spec, demand = job_class(job)
+            pairs = tuple(demand.items())
+            job.waiting = True
         queue = self.queues[spec.queue]
         fifo = queue.classes.get(key)
         if fifo is None:
             fifo = queue.classes[key] = deque()
         fifo.append(job)
         queue.queued += 1
-        if isinstance(job, Gang):
-            job.waiting = True
         queue.add_use("waiting", pairs, 1)
 
     def list_infeasible(self, job: Task | Gang) -> None:

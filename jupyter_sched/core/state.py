@@ -185,6 +185,15 @@ class Core(Ledger):
         self._dirty = True
 
     def _check_specs(self, specs: tuple[TaskSpec, ...]) -> None:
+        if len(specs) == 1:  # a single task (the common case): no set of ids to build
+            spec = specs[0]
+            spec.check()
+            if spec.id in self.tasks:
+                raise ValueError(f"task id {spec.id!r} is already in use")
+            if spec.node is not None and spec.node not in self.cluster.nodes:
+                known = ", ".join(self.cluster.nodes) or "none yet"
+                raise ValueError(f"node {spec.node!r} is not registered; known nodes: {known}")
+            return
         ids = set()
         for spec in specs:
             spec.check()
@@ -203,10 +212,11 @@ class Core(Ledger):
         # a class is a small int: its key (a demand, constraints) is hashed once per task here,
         # not at every lookup of the class's FIFO, feasibility or failure
         klasses = self._klasses
-        klass = (spec.priority, spec.constraint_key)
-        task.klass = klasses.get(klass)
-        if task.klass is None:
-            task.klass = klasses[klass] = len(klasses)
+        klass = (spec.priority, spec.demand, spec.target, spec.node, spec.selector)
+        number = klasses.get(klass)
+        if number is None:
+            number = klasses[klass] = len(klasses)
+        task.klass = number
         self.tasks[spec.id] = task
         self.counts[PENDING] += 1
         return task

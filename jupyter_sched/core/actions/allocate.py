@@ -30,13 +30,15 @@ def run(session: Session) -> None:
     queues = [q for q in core.queues.leaves() if q.classes and q.state != CLOSED]
     if not queues:
         return
-    if len(queues) > 1:
-        core.queues.compute_deserved(_cluster_totals(core))
-    heap = [(-q.priority, q.share(), q.name, q) for q in queues]
-    heapq.heapify(heap)
-    class_heaps = {q.name: _class_heap(q) for q in queues}
     alone = len(queues) == 1  # one queue: no shares to keep in order
-    capped = {q.name: any(p.capability for p in q.lineage()) for q in queues}
+    if alone:
+        heap = [(0, 0.0, queues[0].name, queues[0])]
+    else:
+        core.queues.compute_deserved(_cluster_totals(core))
+        heap = [(-q.priority, q.share(), q.name, q) for q in queues]
+        heapq.heapify(heap)
+    class_heaps = {q.name: _class_heap(q) for q in queues}
+    capped = {q.name: _capped(q) for q in queues}
     batch = core.policy == "binpack"
     while heap:
         _, _, name, queue = heap[0] if alone else heapq.heappop(heap)
@@ -68,6 +70,16 @@ def run(session: Session) -> None:
                 break
         elif classes:
             heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
+
+
+def _capped(queue) -> bool:
+    """Has the queue or an ancestor a capability?"""
+    q = queue
+    while q is not None:
+        if q.capability:
+            return True
+        q = q.parent
+    return False
 
 
 def _say_held_elsewhere(core, job: Task | Gang) -> None:
