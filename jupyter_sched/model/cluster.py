@@ -295,25 +295,25 @@ class Cluster:
 
     def may_hold(self, node: Node, demand: Demand) -> bool:
         """Is ``node`` among :meth:`candidates` for ``demand`` (its indexed capacity)?"""
-        gpu = demand.get(GPU)
+        gpu = demand.gpu_units
         keys = node.keys
         if demand.gpu_memory or 0 < gpu < SCALE:
             return keys[0] >= max(gpu, 1) * _TIE
         if gpu:
             return keys[1] >= gpu // SCALE
-        return keys[2] >= demand.get(CPU)
+        return keys[2] >= demand.cpu_units
 
     def candidates(self, demand: Demand, descending: bool = False) -> Iterator[Node]:
         """Nodes that may hold ``demand`` by the indexed capacity, tightest first (or loosest
         first with ``descending``). Callers still check the whole demand on each."""
         nodes = self.nodes
-        gpu = demand.get(GPU)
+        gpu = demand.gpu_units
         if demand.gpu_memory or 0 < gpu < SCALE:
             names = self.by_gpu_share.iter(max(gpu, 1) * _TIE, descending)
         elif gpu:
             names = self.by_whole_gpus.iter(gpu // SCALE, descending)
-        elif demand.get(CPU):
-            names = self.by_cpu.iter(demand.get(CPU), descending)
+        elif demand.cpu_units:
+            names = self.by_cpu.iter(demand.cpu_units, descending)
         else:
             ordered = list(nodes.values())
             if descending:

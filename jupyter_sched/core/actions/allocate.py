@@ -97,21 +97,26 @@ def _place_run(session: Session, queue, key: tuple, classes: list, heap: list | 
     still first, the class still first in it). Binpack would choose that node again: every
     node before it in the index's order failed for this demand and has not changed since,
     and the node's own key only went down. Without reservations (holds need the full search)
-    and without a capability on the queue (each job is admitted on its own)."""
+    and without a capability on the queue (each job is admitted on its own). Nothing reads
+    the node index meanwhile, so the node is re-filed there once, after the run."""
     fifo = queue.classes[key]
     node = session.last
     core = session.core
+    placed = 0
     while not core.reservations:
         job = live_head(fifo)
         if job is None:
-            return
+            break
         if classes and classes[0] < (-job.spec.priority, job.seq):
-            return  # another class's head is older
+            break  # another class's head is older
         if heap and heap[0][:3] < (-queue.priority, queue.share(), queue.name):
-            return  # another queue is now less served
+            break  # another queue is now less served
         if not session.place_on(job, node):
-            return
+            break
         fifo.popleft()
+        placed += 1
+    if placed:
+        core.cluster.refresh(node)
 
 
 def try_place(session: Session, job: Task | Gang, easy: bool = False,
