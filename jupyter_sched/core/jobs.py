@@ -13,8 +13,7 @@ def job_spec(job: Task | Gang) -> TaskSpec:
 
 
 def job_class(job: Task | Gang) -> tuple[int | tuple, TaskSpec, dict[str, int]]:
-    """(class key, spec, total demand) of a job. Single tasks with equal priority and
-    constraints share a class; each gang is a class of its own."""
+    """(class key, spec, total demand) of a job (:func:`job_key`)."""
     if isinstance(job, Gang):
         spec = job.members[0].spec
         waiting = [m for m in job.members if m.state in (QUEUED, INFEASIBLE, PENDING)]
@@ -33,9 +32,14 @@ def waits(job: Task | Gang) -> bool:
 
 
 def job_key(job: Task | Gang) -> int | tuple:
-    """The class a job waits in: tasks with one priority and constraints share a class; a
-    gang is a class of its own."""
-    return ("gang", job.seq) if isinstance(job, Gang) else job.klass
+    """The class a job waits in: tasks with one priority and constraints share a class, and
+    so do gangs with one member class, size, minimum and strategy. Jobs of a class are
+    interchangeable for placement: when the first fails, those behind it (younger, facing
+    the same holds and more) fail too, so a cycle tries a class once, however long it is."""
+    if isinstance(job, Gang):
+        spec = job.spec
+        return ("gang", job.members[0].klass, spec.size, spec.min_members, spec.strategy)
+    return job.klass
 
 
 def job_rank(job: Task | Gang) -> tuple[int, int]:
