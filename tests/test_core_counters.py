@@ -111,3 +111,27 @@ def play(ops, retries: int) -> None:
 @given(st.lists(OPS, min_size=1, max_size=25), st.integers(0, 1))
 def test_kept_counts_agree_with_a_recount(ops, retries):
     play(ops, retries)
+
+
+def test_a_long_queue_of_like_gangs_is_tried_once_a_cycle(monkeypatch):
+    """Gangs of one shape wait in one class: when the oldest cannot start, a cycle does not
+    try the others (they would fail the same way), and they start in submission order."""
+    from jupyter_sched.core.actions import allocate
+
+    core = Core()
+    core.handle(ev.NodeAdded("n0", NodeResources({"GPU": 2 * U, "CPU": 8 * U})),
+                ev.Submit((TaskSpec("big", Demand.of({"GPU": 2 * U})),)))
+    demand = Demand.of({"GPU": U})
+    core.handle(*(ev.Submit(tuple(TaskSpec(f"g{k}.{j}", demand) for j in range(2)),
+                            GangSpec(f"g{k}", 2)) for k in range(50)))
+    tries = []
+    real = allocate.try_place
+    monkeypatch.setattr(allocate, "try_place", lambda *a, **k: tries.append(a[1]) or real(*a, **k))
+    core.handle(ev.Tick(0.5))
+    core.handle(ev.Submit((TaskSpec("small", Demand.of({"CPU": U})),)))
+    assert [job.name for job in tries if isinstance(job, Gang)] == ["g0"]
+    assert core.queues["default"].queued == 50
+    assert core.queue_position(2) == {"g0.0": 1, "g0.1": 1, "g1.0": 2, "g1.1": 2}
+    out = core.handle(ev.Finished("big"))
+    assert [(i.task, i.gang) for i in out] == [("g0.0", "g0"), ("g0.1", "g0")]
+    core.validate()
