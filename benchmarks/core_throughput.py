@@ -145,12 +145,7 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
     wait all along (two members of 8 GPUs, while one GPU of every node stays taken)."""
     rng = random.Random(seed)
     core = make_core(nodes)
-    gpus_per_node = 8
-    if backlog:
-        core.handle(*(ev.Submit((TaskSpec(f"b{i}", GANG, node=f"n{i}"),)) for i in range(nodes)))
-        core.handle(*(ev.Submit(tuple(TaskSpec(f"w{k}.{j}", WHOLE_NODE) for j in range(2)),
-                                GangSpec(f"w{k}", 2)) for k in range(backlog)))
-        gpus_per_node = 7
+    gpus_per_node = _hold_back(core, nodes, backlog) if backlog else 8
     fill = workload(rng, nodes * gpus_per_node * 0.9, 0)
     demand_of = {s.id: s.demand.get("GPU") for sub in fill for s in sub.tasks}
     running = [i.task for i in core.handle(*fill) if isinstance(i, ev.Start)]
@@ -206,6 +201,15 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
     return {"nodes": nodes, "through": through, "cpu_rate": through / sum(cpu),
             "wall_rate": through / sum(wall), "first": first, "last": last,
             "ratio": last / first, "busy": _gpu_busy(core)}
+
+
+def _hold_back(core: Core, nodes: int, backlog: int) -> int:
+    """One GPU of every node taken for good, and ``backlog`` gangs of two whole nodes' GPUs
+    waiting behind it; the GPUs per node left for the steady state."""
+    core.handle(*(ev.Submit((TaskSpec(f"b{i}", GANG, node=f"n{i}"),)) for i in range(nodes)))
+    core.handle(*(ev.Submit(tuple(TaskSpec(f"w{k}.{j}", WHOLE_NODE) for j in range(2)),
+                            GangSpec(f"w{k}", 2)) for k in range(backlog)))
+    return 7
 
 
 def _one_submission(rng: random.Random, n: int, demand_of: dict[str, int]) -> ev.Submit:
