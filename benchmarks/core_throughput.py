@@ -18,10 +18,20 @@
    with the work that passed through. Ended tasks are forgotten as the shell does (it keeps the
    last 1,000); the garbage collector is off while timing (it runs between calls, untimed), and
    on in a second run ("gc on").
+   A waiting backlog must not slow a cycle down: the steady state is run again with 1 and with
+   10,000 gangs that wait all along (each a whole node's GPUs twice, while one GPU of every node
+   stays taken; gangs of one shape are one class, tried once a cycle): the two rates match.
 5. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
 
 Goals (docs/architecture.md): >= 50,000 placements/s at 1,000 nodes; cost per placement grows
-sub-linearly with nodes; < 200 MB for 100,000 queued tasks.
+sub-linearly with nodes and stays flat in the length of the queue and in the work passed
+through; < 200 MB for 100,000 queued tasks. What a snapshot costs with 100,000 queued:
+``benchmarks/snapshot_cost.py``.
+
+Measured on a shared two-core machine (CPU time, runs alternating with the previous code):
+steady state at 1,000 nodes went from 19,000-26,000 to 23,000-29,000 placements/s, at 10,000
+nodes from 15,600 to 23,300; with 2,000 gangs waiting all along, from 64 to about 12,000
+placements/s. The goal of 50,000 is not reached.
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ SHAPES = [
 ]
 GANG_SHARE = 0.15
 GANG = Demand.of({"GPU": U, "CPU": U})
+WHOLE_NODE = Demand.of({"GPU": 8 * U, "CPU": U})
 
 
 def make_core(nodes: int) -> Core:
@@ -127,16 +138,18 @@ def _measure_once(nodes: int, seed: int) -> dict[str, float]:
 
 
 def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
-           collect: bool = False, forget: bool = True) -> dict[str, float]:
+           collect: bool = False, forget: bool = True, backlog: int = 0) -> dict[str, float]:
     """Tasks arriving and ending one call at a time; rates per window of ``through / windows``
     starts (see the module's docstring). ``collect``: leave the garbage collector on;
-    ``forget``: have the core forget ended tasks, as the shell does."""
+    ``forget``: have the core forget ended tasks, as the shell does; ``backlog``: gangs that
+    wait all along (two members of 8 GPUs, while one GPU of every node stays taken)."""
     rng = random.Random(seed)
     core = make_core(nodes)
-    fill = workload(rng, nodes * 8 * 0.9, 0)
+    gpus_per_node = _hold_back(core, nodes, backlog) if backlog else 8
+    fill = workload(rng, nodes * gpus_per_node * 0.9, 0)
     demand_of = {s.id: s.demand.get("GPU") for sub in fill for s in sub.tasks}
     running = [i.task for i in core.handle(*fill) if isinstance(i, ev.Start)]
-    target = nodes * 8 * U * 0.9
+    target = nodes * gpus_per_node * U * 0.9
     gpus = [sum(demand_of.values())]  # GPU units of the running and waiting tasks
     size = through // windows
     cpu = [0.0] * windows
@@ -188,6 +201,15 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
     return {"nodes": nodes, "through": through, "cpu_rate": through / sum(cpu),
             "wall_rate": through / sum(wall), "first": first, "last": last,
             "ratio": last / first, "busy": _gpu_busy(core)}
+
+
+def _hold_back(core: Core, nodes: int, backlog: int) -> int:
+    """One GPU of every node taken for good, and ``backlog`` gangs of two whole nodes' GPUs
+    waiting behind it; the GPUs per node left for the steady state."""
+    core.handle(*(ev.Submit((TaskSpec(f"b{i}", GANG, node=f"n{i}"),)) for i in range(nodes)))
+    core.handle(*(ev.Submit(tuple(TaskSpec(f"w{k}.{j}", WHOLE_NODE) for j in range(2)),
+                            GangSpec(f"w{k}", 2)) for k in range(backlog)))
+    return 7
 
 
 def _one_submission(rng: random.Random, n: int, demand_of: dict[str, int]) -> ev.Submit:
@@ -256,6 +278,10 @@ def main() -> None:
                 print(f"{nodes:>7,} {through:>8,} {r['cpu_rate']:>9,.0f} "
                       f"{r['wall_rate']:>9,.0f} {r['first']:>9,.0f} {r['last']:>9,.0f} "
                       f"{r['ratio']:>10.2f} {r['busy']:>9.0%}{'  gc on' if collect else ''}")
+    for backlog in (1, 10_000):
+        r = steady(1_000, 20_000, backlog=backlog)
+        print(f"  1,000 nodes, 20,000 through, {backlog:,} gangs waiting all along: "
+              f"{r['cpu_rate']:,.0f}/s")
     r = steady(1_000, 50_000, collect=True, forget=False)
     print(f"  1,000 nodes, 50,000 through, gc on, ended tasks never forgotten: "
           f"{r['cpu_rate']:,.0f}/s, first {r['first']:,.0f}, last {r['last']:,.0f} "

@@ -18,7 +18,18 @@ from dataclasses import dataclass
 from ..model.allocation import EMPTY, Allocation
 from ..model.cluster import Cluster, Node
 from ..model.queues import QueueTree
-from ..model.tasks import CANCELLED, DONE, FAILED, INFEASIBLE, PENDING, QUEUED, Gang, Task
+from ..model.tasks import (
+    ASSIGNED,
+    CANCELLED,
+    DONE,
+    FAILED,
+    INFEASIBLE,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    Gang,
+    Task,
+)
 from . import events as ev
 from .jobs import job_class, job_key
 
@@ -52,7 +63,11 @@ class JobSet:
         return next(iter(self._jobs.values()))
 
     def __iter__(self):
-        return iter(list(self._jobs.values()))
+        return iter(list(self._jobs.values()))  # a copy: callers may move jobs meanwhile
+
+    def view(self):
+        """The jobs in order, not copied: for readers that change nothing meanwhile."""
+        return iter(self._jobs.values())
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -84,6 +99,10 @@ class Ledger:
         self.nodes_changed = False
         self.feasibility: dict[tuple, str | None] = {}  # job class -> why it can never run
         self.ended: dict[str, int] = {DONE: 0, FAILED: 0, CANCELLED: 0}  # all time, per state
+        # tasks in each state that is not terminal, kept as states change (views read it
+        # without walking the tasks)
+        self.counts: dict[str, int] = {PENDING: 0, QUEUED: 0, INFEASIBLE: 0, ASSIGNED: 0,
+                                       RUNNING: 0}
         self.stale_reports = 0  # executor reports about attempts that were no longer current
         self.elsewhere: dict[str, Elsewhere] = {}  # node -> shares other processes hold
         # pipelining (:mod:`.actions.pipeline`): off at 0, else the seconds a task of a class
@@ -124,22 +143,30 @@ class Ledger:
     def bind(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
         """The bookkeeping of a start: the task holds ``allocation`` (already taken from the
         node) and ``slot``, and its queue counts it."""
+        spec = task.spec
+        task_id = spec.id
         task.node = node.name
         task.slot = slot
         task.allocation = allocation
-        node.tasks[task.id] = None
+        node.tasks[task_id] = None
         if slot is not None:
             s = node.slots[slot]
-            s.task = task.id
+            s.task = task_id
             del node.free_slots[slot]
             gpus = allocation.devices.get("GPU")
             if s.binding is None and gpus:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
-        queue = self.queues[task.spec.queue]
-        queue.start_use(task.spec.demand.amounts, allocation.amounts.items())
-        self.running[task.id] = task
-        if task.spec.preemptible and task.gang is None:
-            self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
+        queue = self.queues[spec.queue]
+        queue.start_use(spec.demand.amounts, allocation.amounts)
+        gang = task.gang
+        if gang is None:
+            queue.queued -= 1  # the job leaves its queue's waiting jobs
+            if spec.preemptible:
+                self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
+        elif gang.waiting:
+            queue.queued -= 1
+            gang.waiting = False
+        self.running[task_id] = task
 
     def release(self, task: Task) -> Task | None:
         """Give back what a task holds: node resources, engine slot, its queue's count. A task
@@ -147,13 +174,14 @@ class Ledger:
         is returned, for the caller to hand them over (``transitions.HANDOVER``)."""
         node = self.cluster.nodes.get(task.node)
         allocation = task.allocation
+        spec = task.spec
         if task.id in self.assigned:
             self._unassign(task, node)
             return None
         successor = None
         if node is not None and allocation is not None:
             slot = node.slots.get(task.slot) if task.slot is not None else None
-            node.tasks.pop(task.id, None)
+            node.tasks.pop(spec.id, None)
             if slot is not None and slot.next is not None:
                 successor = self.tasks[slot.next]
                 slot.task = None
@@ -163,21 +191,19 @@ class Ledger:
                     slot.task = None
                     node.free_slots[task.slot] = None
                 self.cluster.refresh(node)
-            if task.spec.preemptible and task.gang is None:
+            if spec.preemptible and task.gang is None:
                 left = self.preemptible_on[node.name] - 1
                 if left:
                     self.preemptible_on[node.name] = left
                 else:
                     del self.preemptible_on[node.name]
         if allocation is not None:
-            queue = self.queues[task.spec.queue]
-            queue.add_use("allocated", allocation.amounts.items(), -1)
-            queue.running -= 1
-        self.running.pop(task.id, None)
+            self.queues[spec.queue].end_use(allocation.amounts)
+        self.running.pop(spec.id, None)
         task.allocation = None
         if successor is not None:
             successor.allocation = allocation  # (``adopt`` takes it from here)
-        elif node is not None and node.name in self.elsewhere:
+        elif self.elsewhere and node is not None and node.name in self.elsewhere:
             self.hold_elsewhere(node, None)  # what others hold takes what this task gave back
         return successor
 
@@ -259,17 +285,19 @@ class Ledger:
 
     def enter_waiting(self, job: Task | Gang) -> None:
         """Put a job (already QUEUED) in its queue's class FIFO."""
-        if isinstance(job, Gang):
-            key, spec, demand = job_class(job)
-            pairs = demand.items()
-        else:
+        if type(job) is Task:
             key, spec = job.klass, job.spec
             pairs = spec.demand.amounts
+        else:
+            key, spec, demand = job_class(job)
+            pairs = tuple(demand.items())
+            job.waiting = True
         queue = self.queues[spec.queue]
         fifo = queue.classes.get(key)
         if fifo is None:
             fifo = queue.classes[key] = deque()
         fifo.append(job)
+        queue.queued += 1
         queue.add_use("waiting", pairs, 1)
 
     def list_infeasible(self, job: Task | Gang) -> None:
@@ -285,6 +313,11 @@ class Ledger:
         if task.state == QUEUED:
             queue = self.queues[task.spec.queue]
             queue.add_use("waiting", task.spec.demand.amounts, -1)
+            gang = task.gang
+            if gang is None or gang.waiting:
+                queue.queued -= 1
+                if gang is not None:
+                    gang.waiting = False
             return
         job = task.gang or task
         if task.state == PENDING:

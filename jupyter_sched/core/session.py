@@ -132,21 +132,29 @@ class Session:
         core = self.core
         demand = spec.demand
         if only is not None:
-            nodes = [only]
+            if not core.cluster.may_hold(only, demand):
+                return None
+            nodes = (only,)
         elif core.policy == "binpack":
             nodes = core.cluster.candidates(demand)
         else:
             nodes = nodeorder.candidates(core.cluster, demand, core.policy, core.hybrid_threshold)
         reserved = self.reserved
+        target = spec.target
+        cpu = demand.cpu_units
         for node in nodes:
-            if node.name in exclude or not node_passes(node, spec):
+            # the CPU first: the index went by GPUs, and a node whose CPUs are all taken
+            # is passed over for the price of a look-up
+            if cpu and node.resources.available.get(CPU, 0) < cpu:
                 continue
-            holds = reserved.get(node.name)
+            if (exclude and node.name in exclude) or not node_passes(node, spec):
+                continue
+            holds = reserved.get(node.name) if reserved else None
             if holds:
                 lent = self._lent(spec, holds) if easy else ()
                 got = self._place_around(node, spec, job_seq, holds, lent)
             else:
-                got = node.place(demand, spec.target)
+                got = node.place(demand, target)
             if got is not None and (room is None or room.admits(got[0].amounts)):
                 return node, got[0], got[1]
         return None
@@ -197,19 +205,22 @@ class Session:
 
     def place_on(self, task: Task, node: Node) -> bool:
         """Place ``task`` on ``node`` if it fits there now (no reservations, no room: the
-        caller knows ``node`` is where :meth:`find` would put it, if it fits)."""
+        caller knows ``node`` is where :meth:`find` would put it, if it fits). The node's
+        index keys are left for the caller to refresh (once for a run of placements)."""
         got = node.place(task.spec.demand, task.spec.target)
         if got is None:
             return False
-        self._start(task, node, got[0], got[1])
+        self._start(task, node, got[0], got[1], refresh=False)
         return True
 
-    def _start(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
+    def _start(self, task: Task, node: Node, allocation: Allocation, slot: str | None,
+               refresh: bool = True) -> None:
         core = self.core
         self.last = node
         # a statement of one: found on the live state just now, so it is applied at once
         node.resources.take(allocation, checked=True)
-        core.cluster.refresh(node)
+        if refresh:
+            core.cluster.refresh(node)
         fire(core, task, PLACE, (node, allocation, slot, None))
         if core.reservations:
             self.release_reservation(task.seq)

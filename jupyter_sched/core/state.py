@@ -13,6 +13,7 @@ events into its stimuli, checks events before they change anything, and runs the
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 
 from ..model.cluster import Cluster, Node
@@ -24,10 +25,10 @@ from ..model.limits import (
 )
 from ..model.quantity import SCALE
 from ..model.queues import CLOSED, OPEN
-from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL, Gang, Task, TaskSpec
+from ..model.tasks import ASSIGNED, PENDING, QUEUED, RUNNING, TERMINAL, Gang, Task, TaskSpec
 from . import events as ev
 from .actions import allocate, backfill, enqueue, pipeline, preempt
-from .jobs import job_spec, waits
+from .jobs import in_order, waits
 from .ledger import Ledger
 from .session import Session
 from .transitions import (
@@ -86,7 +87,7 @@ class Core(Ledger):
             check_seconds(reservation_after, "reservation_after")
         super().__init__(policy, reservation_after, preemption, hybrid_threshold)
         self.pipeline = check_seconds(pipeline, "pipeline")
-        self._klasses: dict[tuple, tuple] = {}
+        self._klasses: dict[tuple, int] = {}
         self._held: list[ev.Instruction] | None = None
         self._dirty = False
 
@@ -194,6 +195,15 @@ class Core(Ledger):
         self._dirty = True
 
     def _check_specs(self, specs: tuple[TaskSpec, ...]) -> None:
+        if len(specs) == 1:  # a single task (the common case): no set of ids to build
+            spec = specs[0]
+            spec.check()
+            if spec.id in self.tasks:
+                raise ValueError(f"task id {spec.id!r} is already in use")
+            if spec.node is not None and spec.node not in self.cluster.nodes:
+                known = ", ".join(self.cluster.nodes) or "none yet"
+                raise ValueError(f"node {spec.node!r} is not registered; known nodes: {known}")
+            return
         ids = set()
         for spec in specs:
             spec.check()
@@ -209,9 +219,16 @@ class Core(Ledger):
     def _new_task(self, spec: TaskSpec) -> Task:
         self._seq += 1
         task = Task(spec, self._seq, self.now)
-        klass = (spec.priority, spec.constraint_key)
-        task.klass = self._klasses.setdefault(klass, klass)  # one tuple per class, not per task
+        # a class is a small int: its key (a demand, constraints) is hashed once per task here,
+        # not at every lookup of the class's FIFO, feasibility or failure
+        klasses = self._klasses
+        klass = (spec.priority, spec.demand, spec.target, spec.node, spec.selector)
+        number = klasses.get(klass)
+        if number is None:
+            number = klasses[klass] = len(klasses)
+        task.klass = number
         self.tasks[spec.id] = task
+        self.counts[PENDING] += 1
         return task
 
     def _on_cancel(self, event: ev.Cancel) -> None:
@@ -405,16 +422,16 @@ class Core(Ledger):
             for member in (gang.members if gang is not None else [task]):
                 self.tasks.pop(member.id, None)
 
-    def queue_position(self) -> dict[str, int]:
-        """Each queued task's place in its queue's order (1 = next), for display."""
+    def queue_position(self, limit: int | None = None) -> dict[str, int]:
+        """Each queued task's place in its queue's order (1 = next), for display; with
+        ``limit``, only the tasks of each queue's first ``limit`` jobs (a view's first rows
+        cost what they show, not what waits)."""
         positions: dict[str, int] = {}
         for queue in self.queues.leaves():
-            jobs = sorted(
-                (j for fifo in queue.classes.values() for j in fifo if waits(j)),
-                key=lambda j: (-job_spec(j).priority, j.seq),
-            )
-            for place, job in enumerate(jobs, 1):
-                for task in (job.members if isinstance(job, Gang) else [job]):
+            if not queue.classes:
+                continue
+            for place, job in enumerate(itertools.islice(in_order(queue), limit), 1):
+                for task in (job.members if isinstance(job, Gang) else (job,)):
                     positions[task.id] = place
         return positions
 
@@ -472,9 +489,20 @@ class Core(Ledger):
                 per = sums.setdefault(q.name, {})
                 for name, units in pairs:
                     per[name] = per.get(name, 0) + units
+        counts = dict.fromkeys(self.counts, 0)
+        for task in self.tasks.values():
+            if task.state not in TERMINAL:
+                counts[task.state] += 1
+        assert counts == self.counts, (counts, self.counts)
         for queue in self.queues.queues.values():
             if queue.parent is None:
                 continue
+            for job in (j for fifo in queue.classes.values() for j in fifo):
+                if isinstance(job, Gang):  # the flag waits() reads, against what it stands for
+                    assert job.waiting == (not job.started and all(
+                        m.state == QUEUED for m in job.members)), job.members
+            jobs = {j.seq for fifo in queue.classes.values() for j in fifo if waits(j)}
+            assert queue.queued == len(jobs), (queue, queue.queued, len(jobs))
             assert queue.allocated == allocated.get(queue.name, {}), (queue, queue.allocated)
             assert queue.waiting == waiting.get(queue.name, {}), (queue, queue.waiting)
             assert queue.running == running.get(queue.name, 0), (queue, queue.running)

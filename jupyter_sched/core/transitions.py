@@ -114,6 +114,7 @@ def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
 
 def _enter(led: Ledger, task: Task, state: str, reason: str = "") -> None:
     """The one place a task's state is written: time-stamped, ends counted."""
+    led.counts[task.state] -= 1  # (never a terminal state: they are final)
     task.state = state
     task.reason = reason
     task.times.append((state, led.now))
@@ -121,6 +122,8 @@ def _enter(led: Ledger, task: Task, state: str, reason: str = "") -> None:
         led.ended[state] += 1
         if task.gang is not None:
             _member_ended(task.gang, state)
+    else:
+        led.counts[state] += 1
 
 
 def _member_ended(gang: Gang, state: str) -> None:

@@ -90,13 +90,14 @@ class NodeResources:
         devices = self.devices
         chosen: dict[str, Mapping[int, int]] = {}
         amounts: dict[str, int] = {}
+        free = gpu_allowed is None and not gpu_held  # no limit on the devices
         for name, units in demand.amounts:
             if available.get(name, 0) < units:
                 return None
             devs = devices.get(name)
             if devs is not None:
-                shares = (devs.choose(units, allowed=gpu_allowed, held=gpu_held) if name == GPU
-                          else devs.choose(units))
+                shares = (devs.pick(units) if free or name != GPU
+                          else devs.choose(units, allowed=gpu_allowed, held=gpu_held))
                 if shares is None:
                     return None
                 chosen[name] = shares
@@ -210,23 +211,37 @@ class NodeResources:
 
     def release(self, allocation: Allocation, *, pending: bool = False) -> None:
         """Give an allocation back; shares of removed devices and overdrafts are paid back."""
+        devices = self.devices
         for name, shares in allocation.devices.items():
-            devs = self.devices.get(name)
+            devs = devices.get(name)
             if devs is not None:
                 devs.give_back(shares)
         if pending:
             self.confirm(allocation)
         allocated = self.allocated
+        available = self.available
+        total = self.total
         for name, units in allocation.amounts.items():
-            left = allocated.get(name, 0) - units
+            held = allocated.get(name, 0)
+            left = held - units
             if left < 0:
-                held = allocated.get(name, 0)
                 raise ValueError(f"{name}: releasing {units} but only {held} held")
             if left:
                 allocated[name] = left
             else:
                 allocated.pop(name, None)
-            self._refresh(name)
+            devs = devices.get(name)
+            # _refresh(), inlined (on every release): free is the devices' free shares, or
+            # the total less what is held, never below zero (an overdraft is owed)
+            if devs is not None:
+                value = sum(devs.free.values())
+            else:
+                cap = total.get(name, 0)
+                value = cap - left if left < cap else 0
+            if value or name in total:
+                available[name] = value
+            else:
+                available.pop(name, None)
 
     def _refresh(self, name: str) -> None:
         devs = self.devices.get(name)

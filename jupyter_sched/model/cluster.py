@@ -16,6 +16,7 @@ every node.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -213,14 +214,13 @@ class BucketIndex:
     def iter(self, least: int, descending: bool = False) -> Iterator[str]:
         keys = self.keys
         start = bisect.bisect_left(keys, least)
-        buckets = self.buckets
-        # callers stop iterating before they change the index, so keys stay put meanwhile
+        # callers stop iterating before they change the index, so keys stay put meanwhile;
+        # chained iterators, not a generator: on every search, kept lean
         if descending:
-            for i in range(len(keys) - 1, start - 1, -1):
-                yield from buckets[keys[i]]
+            order = itertools.islice(reversed(keys), len(keys) - start)
         else:
-            for i in range(start, len(keys)):
-                yield from buckets[keys[i]]
+            order = itertools.islice(keys, start, None)
+        return itertools.chain.from_iterable(map(self.buckets.__getitem__, order))
 
 
 class Cluster:
@@ -294,22 +294,30 @@ class Cluster:
         for index, key in zip(self._indexes(), keys, strict=True):
             index.remove(node.name, key)
 
+    def may_hold(self, node: Node, demand: Demand) -> bool:
+        """Is ``node`` among :meth:`candidates` for ``demand`` (its indexed capacity)?"""
+        gpu = demand.gpu_units
+        keys = node.keys
+        if demand.gpu_memory or 0 < gpu < SCALE:
+            return keys[0] >= max(gpu, 1) * _TIE
+        if gpu:
+            return keys[1] >= gpu // SCALE
+        return keys[2] >= demand.cpu_units
+
     def candidates(self, demand: Demand, descending: bool = False) -> Iterator[Node]:
         """Nodes that may hold ``demand`` by the indexed capacity, tightest first (or loosest
         first with ``descending``). Callers still check the whole demand on each."""
         nodes = self.nodes
-        gpu = demand.get(GPU)
+        gpu = demand.gpu_units
         if demand.gpu_memory or 0 < gpu < SCALE:
             names = self.by_gpu_share.iter(max(gpu, 1) * _TIE, descending)
         elif gpu:
             names = self.by_whole_gpus.iter(gpu // SCALE, descending)
-        elif demand.get(CPU):
-            names = self.by_cpu.iter(demand.get(CPU), descending)
+        elif demand.cpu_units:
+            names = self.by_cpu.iter(demand.cpu_units, descending)
         else:
             ordered = list(nodes.values())
             if descending:
                 ordered.sort(key=lambda n: -n.keys[2])
-            yield from ordered
-            return
-        for name in names:
-            yield nodes[name]
+            return iter(ordered)
+        return map(nodes.__getitem__, names)

@@ -83,22 +83,27 @@ class DeviceSet:
             return self._view(allowed, held).choose(units, gpu_memory)
         if gpu_memory:
             return self._choose_memory(gpu_memory)
+        return self.pick(units)
+
+    def pick(self, units: int) -> dict[int, int] | None:
+        """:meth:`choose` for ``units`` with no limit on the devices (on every placement)."""
+        free = self.free
         if units >= SCALE:
             want, rest = divmod(units, SCALE)
             if rest:
                 return None  # 1.5 devices: shares of two devices are never combined
-            picked = []
-            for index in sorted(self.free):
-                if self.free[index] == SCALE:
-                    picked.append(index)
+            picked = {}
+            for index in sorted(free):
+                if free[index] == SCALE:
+                    picked[index] = SCALE
                     if len(picked) == want:
-                        return {i: SCALE for i in picked}
+                        return picked
             return None
         if units <= 0:
             return {}
         best = None
         best_free = SCALE + 1
-        for index, share in self.free.items():
+        for index, share in free.items():
             if units <= share < best_free or (share == best_free and index < best):
                 best, best_free = index, share
         return None if best is None else {best: units}
@@ -140,6 +145,16 @@ class DeviceSet:
 
     def give_back(self, shares: Mapping[int, int]) -> None:
         """Return what :meth:`take` took. Shares of removed devices pay back their loss."""
+        free = self.free
+        if not self._lost:  # nothing owed (the common case): straight back
+            for index, units in shares.items():
+                share = free.get(index)
+                if share is not None:
+                    if share + units > SCALE:
+                        raise ValueError(
+                            f"device {index} would be more than free: double release?")
+                    free[index] = share + units
+            return
         for index, units in shares.items():
             lost = self._lost.get(index)
             if lost is not None:

@@ -37,6 +37,7 @@ class Queue:
         "name",
         "parent",
         "priority",
+        "queued",
         "running",
         "state",
         "waiting",
@@ -65,6 +66,7 @@ class Queue:
         self.waiting: dict[str, int] = {}    # demand of its queued tasks (subtree)
         self.deserved: dict[str, int] = {}
         self.running = 0
+        self.queued = 0  # jobs waiting in this queue's classes (a gang is one job)
         # waiting jobs, grouped by class (priority and placement constraints): FIFO each
         self.classes: dict[tuple, deque] = {}
 
@@ -117,7 +119,7 @@ class Queue:
     def add_use(self, field: str, amounts: Iterable[tuple[str, int]], sign: int) -> None:
         """Add (sign=1) or take away (sign=-1) ``(name, units)`` pairs to ``allocated`` or
         ``waiting`` here and in every ancestor below root (root's share is never asked)."""
-        pairs = tuple(amounts)
+        pairs = amounts if isinstance(amounts, tuple) else tuple(amounts)
         q: Queue | None = self
         while q is not None and q.parent is not None:
             target = q.allocated if field == "allocated" else q.waiting
@@ -129,11 +131,10 @@ class Queue:
                     del target[name]
             q = q.parent
 
-    def start_use(self, waiting: Iterable[tuple[str, int]],
-                  allocated: Iterable[tuple[str, int]]) -> None:
-        """A waiting task of this queue starts: its demand leaves ``waiting``, what it got
-        joins ``allocated`` (one walk up the tree for both)."""
-        waiting, allocated = tuple(waiting), tuple(allocated)
+    def start_use(self, waiting: tuple[tuple[str, int], ...],
+                  allocated: Mapping[str, int]) -> None:
+        """A waiting task of this queue starts: its demand (``(name, units)`` pairs) leaves
+        ``waiting``, what it got joins ``allocated`` (one walk up the tree for both)."""
         q: Queue | None = self
         self.running += 1
         while q is not None and q.parent is not None:
@@ -145,8 +146,22 @@ class Queue:
                 else:
                     del target[name]
             target = q.allocated
-            for name, units in allocated:
+            for name, units in allocated.items():
                 target[name] = target.get(name, 0) + units
+            q = q.parent
+
+    def end_use(self, allocated: Mapping[str, int]) -> None:
+        """A running task of this queue ended: what it held leaves ``allocated``."""
+        q: Queue | None = self
+        self.running -= 1
+        while q is not None and q.parent is not None:
+            target = q.allocated
+            for name, units in allocated.items():
+                value = target[name] - units
+                if value:
+                    target[name] = value
+                else:
+                    del target[name]
             q = q.parent
 
     def __repr__(self) -> str:

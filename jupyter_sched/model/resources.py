@@ -140,10 +140,15 @@ class Demand:
     amounts: tuple[tuple[str, int], ...] = ()
     gpu_memory: int = 0
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+    # GPU and CPU units, read on every search of the node index: looked up once
+    gpu_units: int = field(default=0, init=False, repr=False, compare=False)
+    cpu_units: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # demands key the scheduler's caches: hash once, not at every lookup
         object.__setattr__(self, "_hash", hash((self.amounts, self.gpu_memory)))
+        object.__setattr__(self, "gpu_units", self.get(GPU))
+        object.__setattr__(self, "cpu_units", self.get(CPU))
 
     def __hash__(self) -> int:
         return self._hash

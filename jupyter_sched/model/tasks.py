@@ -119,7 +119,7 @@ class Gang:
     without walking its members at each one (cancelling a gang is linear in its size)."""
 
     __slots__ = ("members", "n_done", "n_ended", "n_failed", "reason", "seq", "spec", "started",
-                 "state")
+                 "state", "waiting")
 
     def __init__(self, spec: GangSpec, members: list[Task], seq: int) -> None:
         self.spec = spec
@@ -129,6 +129,7 @@ class Gang:
         self.reason = ""
         self.seq = seq
         self.n_ended = self.n_done = self.n_failed = 0
+        self.waiting = False  # counted among its queue's waiting jobs
 
     @property
     def name(self) -> str:
@@ -178,8 +179,8 @@ class Task:
         self.stopping: str | None = None
         self.stopping_since: float | None = None  # when that stop went out (core clock)
         self.started_at: float | None = None
-        # the scheduling class (priority and placement constraints), set by the core
-        self.klass: tuple = ()
+        # the scheduling class (priority and placement constraints) as the core numbers it
+        self.klass: int = -1
 
     @property
     def id(self) -> str:

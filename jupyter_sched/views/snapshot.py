@@ -11,12 +11,13 @@ docs/schema.md): plain numbers, GPU shares as floats, memory in bytes.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from ..model.quantity import SCALE, to_float, units_to_shares
 from ..model.resources import MEMORY, Demand, resources_to_json
-from ..model.tasks import ASSIGNED, INFEASIBLE, PENDING, QUEUED, RUNNING, STOPPING, TERMINAL
+from ..model.tasks import ASSIGNED, INFEASIBLE, QUEUED, RUNNING, STOPPING, TERMINAL
 
 if TYPE_CHECKING:
     from ..core.state import Core
@@ -141,24 +142,24 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     keeps them); ``live``: NVML readings by (node, device index)."""
     live = live or {}
     nodes = tuple(_node_view(node, live) for node in core.cluster.nodes.values())
-    running = tuple(task_view(t) for t in list(core.running.values())[:max_rows])
-    positions = core.queue_position() if core.tasks else {}
+    running = tuple(task_view(t) for t in itertools.islice(core.running.values(), max_rows))
+    # each queue's first max_rows jobs are enough for the first max_rows rows of all
+    positions = core.queue_position(max_rows)
     queued = sorted((core.tasks[i] for i in positions), key=lambda t: (positions[t.id], t.seq))
-    waiting = [task_view(t) for t in list(core.assigned.values())[:max_rows]]  # next of all
+    waiting = [task_view(t) for t in itertools.islice(core.assigned.values(), max_rows)]
     waiting += [task_view(t, positions[t.id]) for t in queued[:max_rows - len(waiting)]]
-    if len(waiting) < max_rows:
-        for jobs in core.infeasible.values():
-            for job in jobs:
-                for t in getattr(job, "members", [job]):
-                    if len(waiting) < max_rows and t.state == INFEASIBLE:
-                        waiting.append(task_view(t))
-    counts: dict[str, int] = {}
-    for t in core.tasks.values():
-        if t.state not in TERMINAL:
-            state = t.state if t.state != ASSIGNED else QUEUED
-            counts[state] = counts.get(state, 0) + 1
-    for state in (PENDING, QUEUED, INFEASIBLE, RUNNING):
-        counts.setdefault(state, 0)
+    for jobs in core.infeasible.values():
+        if len(waiting) >= max_rows:
+            break
+        for job in jobs.view():
+            for t in getattr(job, "members", (job,)):
+                if t.state == INFEASIBLE:
+                    waiting.append(task_view(t))
+            if len(waiting) >= max_rows:
+                del waiting[max_rows:]
+                break
+    counts = dict(core.counts)  # per state, kept by the core as tasks change state
+    counts[QUEUED] += counts.pop(ASSIGNED, 0)  # (sent ahead: still waiting, as shown)
     counts.update(core.ended)  # finished tasks may have been forgotten: count them all
     # newest first by when each ended (the runtime may learn of two ends in either order)
     ended = sorted(history or [], key=lambda t: (t.times[-1][1], t.seq), reverse=True)
@@ -189,14 +190,12 @@ def _node_view(node, live: dict) -> NodeView:
 
 
 def _queue_view(queue) -> QueueView:
-    waiting = sum(1 for fifo in queue.classes.values() for j in fifo
-                  if getattr(j, "state", QUEUED) == QUEUED)
     return QueueView(
         name=queue.name, parent=queue.parent.name if queue.parent else "",
         state=queue.state, weight=queue.weight, priority=queue.priority,
         capability=resources_to_json(queue.capability),
         allocated=resources_to_json(queue.allocated), deserved=resources_to_json(queue.deserved),
-        running=queue.running, waiting=waiting,
+        running=queue.running, waiting=queue.queued,
     )
 
 

@@ -30,13 +30,15 @@ def run(session: Session) -> None:
     queues = [q for q in core.queues.leaves() if q.classes and q.state != CLOSED]
     if not queues:
         return
-    if len(queues) > 1:
-        core.queues.compute_deserved(_cluster_totals(core))
-    heap = [(-q.priority, q.share(), q.name, q) for q in queues]
-    heapq.heapify(heap)
-    class_heaps = {q.name: _class_heap(q) for q in queues}
     alone = len(queues) == 1  # one queue: no shares to keep in order
-    capped = {q.name: any(p.capability for p in q.lineage()) for q in queues}
+    if alone:
+        heap = [(0, 0.0, queues[0].name, queues[0])]
+    else:
+        core.queues.compute_deserved(_cluster_totals(core))
+        heap = [(-q.priority, q.share(), q.name, q) for q in queues]
+        heapq.heapify(heap)
+    class_heaps = {q.name: _class_heap(q) for q in queues}
+    capped = {q.name: _capped(q) for q in queues}
     batch = core.policy == "binpack"
     while heap:
         _, _, name, queue = heap[0] if alone else heapq.heappop(heap)
@@ -70,6 +72,16 @@ def run(session: Session) -> None:
             heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
 
 
+def _capped(queue) -> bool:
+    """Has the queue or an ancestor a capability?"""
+    q = queue
+    while q is not None:
+        if q.capability:
+            return True
+        q = q.parent
+    return False
+
+
 def _say_held_elsewhere(core, job: Task | Gang) -> None:
     """A job that waits only for shares other processes hold says so in its reason."""
     members = job.members if isinstance(job, Gang) else [job]
@@ -85,21 +97,26 @@ def _place_run(session: Session, queue, key: tuple, classes: list, heap: list | 
     still first, the class still first in it). Binpack would choose that node again: every
     node before it in the index's order failed for this demand and has not changed since,
     and the node's own key only went down. Without reservations (holds need the full search)
-    and without a capability on the queue (each job is admitted on its own)."""
+    and without a capability on the queue (each job is admitted on its own). Nothing reads
+    the node index meanwhile, so the node is re-filed there once, after the run."""
     fifo = queue.classes[key]
     node = session.last
     core = session.core
+    placed = 0
     while not core.reservations:
         job = live_head(fifo)
         if job is None:
-            return
+            break
         if classes and classes[0] < (-job.spec.priority, job.seq):
-            return  # another class's head is older
+            break  # another class's head is older
         if heap and heap[0][:3] < (-queue.priority, queue.share(), queue.name):
-            return  # another queue is now less served
+            break  # another queue is now less served
         if not session.place_on(job, node):
-            return
+            break
         fifo.popleft()
+        placed += 1
+    if placed:
+        core.cluster.refresh(node)
 
 
 def try_place(session: Session, job: Task | Gang, easy: bool = False,

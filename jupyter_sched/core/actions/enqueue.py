@@ -28,12 +28,19 @@ def run(session: Session) -> None:
         _recheck(session, cache)
     pending, core.pending = core.pending, {}
     for job in pending.values():
-        members = job.members if isinstance(job, Gang) else [job]
-        if any(m.state != PENDING for m in members):
-            continue
-        reason = _why_not(session, job, cache)
-        for member in members:
-            fire(core, member, NEVER if reason else ADMIT, reason)
+        if type(job) is Task:  # the common case, kept lean: one task, its class's verdict cached
+            if job.state != PENDING:
+                continue
+            reason = cache.get((job.klass, job.spec.queue), False)
+            if reason is False:
+                reason = _why_not(session, job, cache)
+            fire(core, job, NEVER if reason else ADMIT, reason)
+        else:
+            if any(m.state != PENDING for m in job.members):
+                continue
+            reason = _why_not(session, job, cache)
+            for member in job.members:
+                fire(core, member, NEVER if reason else ADMIT, reason)
         if reason:
             core.list_infeasible(job)
         else:

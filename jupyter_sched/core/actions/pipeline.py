@@ -66,7 +66,7 @@ def _busy_slots(core, like: Task):
                 continue
             before = core.tasks[slot.task]
             spec = before.spec
-            if (before.klass is like.klass and spec.queue == like.spec.queue
+            if (before.klass == like.klass and spec.queue == like.spec.queue
                     and spec.family == like.spec.family and before.gang is None
                     and before.stopping is None and before.started_at is not None
                     and before.started_at >= horizon):

@@ -99,7 +99,10 @@ def _same_kind(spec: TaskSpec, found: tuple) -> TaskSpec:
     one does: one way to reach each other (MASTER_ADDR, MASTER_PORT) for the whole gang."""
     if spec.target != "any":
         return spec
-    return dataclasses.replace(spec, target="local" if found[2] is None else "engines")
+    # the constructor, not dataclasses.replace (which inspects the fields at each call)
+    return TaskSpec(spec.id, spec.demand, spec.name, spec.queue, spec.priority,
+                    "local" if found[2] is None else "engines", spec.node, spec.selector,
+                    spec.time_limit, spec.retries, spec.preemptible)
 
 
 def _commit(session: Session, statement: Statement, gang: Gang) -> bool:

@@ -12,7 +12,13 @@ from ...model.tasks import TaskSpec
 
 def node_passes(node: Node, spec: TaskSpec) -> bool:
     """The static filters: not drained, serves the target, matches the node name and labels."""
-    if node.cordoned or not node.serves(spec.target):
+    if node.cordoned:
+        return False
+    target = spec.target
+    if target == "any":  # serves(), inlined for the common target (on every node a search visits)
+        if not (node.threads or node.slots):
+            return False
+    elif not node.serves(target):
         return False
     if spec.node is not None and spec.node != node.name:
         return False
