@@ -137,3 +137,38 @@ def test_an_engine_dying_with_a_task_sent_ahead_retries_both_once(tmp_path):
         assert sched.inspect_core(attempts) == [(2, 1), (2, 1)]
         assert sched.inspect_core(lambda core: core.stale_reports) == 0
         assert sched.validation_errors == []
+
+
+def napper(path: str, seconds: float) -> int:
+    """Note the run, then sleep (an interrupt ends it)."""
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_cancelling_running_tasks_and_those_sent_ahead_together_keeps_the_engines(
+        cluster, tmp_path):
+    """Cancelled right after they were sent: an engine may not have begun its task yet (a
+    signal then would be lost), and may begin the one sent ahead before its abort lands.
+    Each is interrupted once its engine says it began it; no engine is killed."""
+    sched, executor = cluster
+    sched.pipeline = 5.0
+    pids = sorted(e.pid for e in executor.engines.values())
+    for k in range(2):
+        sched.submit(napper, str(tmp_path / f"warm{k}"), 0, target="engines").result(60)
+    for rnd in range(3):
+        paths = [tmp_path / f"r{rnd}-{k}" for k in range(4)]
+        hs = [sched.submit(napper, str(p), 30, target="engines") for p in paths]
+        # (a slot may still be freeing from the last round's cancels: what counts is that
+        # each one runs or is on its way, and some are on their way)
+        wait_for(lambda hs=hs: all(h.state == "running" or sent_ahead(sched, h) is not None
+                                   for h in hs) and any(sent_ahead(sched, h) for h in hs),
+                 20, "two tasks running, two sent ahead")
+        for h in hs:
+            h.cancel()
+        wait_for(lambda hs=hs: all(h.done() for h in hs), 20, "every task to end")
+        assert [h.state for h in hs] == ["cancelled"] * 4
+    time.sleep(1)
+    assert sorted(e.pid for e in executor.engines.values()) == pids  # none was killed
+    assert sched.submit(napper, str(tmp_path / "after"), 0, target="engines").result(30) in pids

@@ -377,17 +377,39 @@ def test_an_engine_dying_removes_its_slot_which_fails_its_task_as_lost(setup):
     assert runtime.events[-1] == ev.SlotRemoved("local", "e0", reason)
 
 
+BUSY = {"header": {"msg_type": "status"}, "content": {"execution_state": "busy"}}
+
+
 def test_stop_interrupts_and_reports_stopped_when_the_task_ends(setup):
     runtime, client, executor = setup
     client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
     executor.start(start(), record(fn=len))
     future = client.sent[-1][4]
+    for callback in future.iopub_callbacks:  # the engine began it
+        callback(BUSY)
     executor.stop("t1", "cancelled by the user")
     assert client.aborted == ["m1"]
     assert client.signals and client.signals[0][1] == [0]  # through the nanny: not this host
     future.set_result(reply("error", summary="KeyboardInterrupt"))
     assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
     assert "t1" not in runtime.outcomes
+
+
+def test_a_stop_before_the_engine_began_the_task_signals_only_once_it_begins(setup):
+    """A signal sent before the engine began the request would land outside the task (and be
+    lost, the task then running until its engine is killed): it waits for the engine's
+    "busy" for that request."""
+    runtime, client, executor = setup
+    client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
+    executor.start(start(), record(fn=len))
+    future = client.sent[-1][4]
+    executor.stop("t1", "cancelled by the user")
+    assert client.aborted == ["m1"] and client.signals == []
+    for callback in future.iopub_callbacks:
+        callback(BUSY)
+    assert len(client.signals) == 1 and client.signals[0][1] == [0]
+    future.set_result(reply("error", summary="KeyboardInterrupt"))
+    assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
 
 
 def test_a_gang_is_sent_once_rank_0s_host_named_a_port(setup):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sys
 import time
 import types
@@ -170,8 +171,7 @@ class DispatchMixin:
         relay = record.output is not None or record.work.output is not None
 
         def hook(future):  # before the request leaves: no reply or output can come earlier
-            if relay:
-                future.iopub_callbacks.append(lambda msg: self._relay(run, msg))
+            future.iopub_callbacks.append(lambda msg: self._iopub(run, msg, relay))
             future.add_done_callback(lambda f: self._replied(run, f))
 
         try:
@@ -202,11 +202,25 @@ class DispatchMixin:
             engine.task, engine.next = engine.next, None
             head = self._runs.get(engine.task) if engine.task is not None else None
             if head is not None and head.stopping is not None and head.future is not None:
-                self._interrupt(head)  # stopped while queued behind this one: it runs now
+                self._interrupt(head)  # stopped while queued behind this one
         elif engine.next == run.task:
             engine.next = None
 
     # -- what comes back --------------------------------------------------------------------------
+
+    def _iopub(self, run: _Run, msg: Mapping[str, Any], relay: bool) -> None:
+        """Client IO thread: the engine began the request (a stop that came before it is
+        signalled now: a signal sent earlier could land before the task, and be lost), or the
+        task's output (when relayed)."""
+        kind = msg["header"]["msg_type"]
+        if kind == "status" and msg["content"].get("execution_state") == "busy":
+            with self._lock:
+                run.began = True
+                if run.signal_due and not run.done:
+                    run.signal_due = False
+                    self._signal(run.engine, signal.SIGINT)
+        elif relay:
+            self._relay(run, msg)
 
     def _relay(self, run: _Run, msg: Mapping[str, Any]) -> None:
         """Client IO thread: the task's stdout/stderr, as it arrives."""

@@ -69,9 +69,11 @@ class FaultsMixin:
     def _interrupt(self, run: _Run) -> None:
         """Abort the request if still queued, interrupt it if running, and kill its engine if
         it has not stopped after ``stop_grace`` seconds (lock held)."""
-        engine = run.engine
         self._abort(run)
-        self._signal(engine, signal.SIGINT)
+        if run.began:
+            self._signal(run.engine, signal.SIGINT)
+        else:  # the engine may not have begun it: a signal now could miss it (dispatch._iopub)
+            run.signal_due = True
         run.timer = _timer(self.stop_grace, self._stop_overdue, run)
 
     def _abort(self, run: _Run) -> None:
@@ -81,6 +83,11 @@ class FaultsMixin:
     def _stop_overdue(self, run: _Run) -> None:
         with self._lock:
             if run.done or not run.engine.alive:
+                return
+            if run.signal_due:  # the engine never said it began it (iopub may drop under
+                run.signal_due = False  # load): signal now, and wait once more
+                self._signal(run.engine, signal.SIGINT)
+                run.timer = _timer(self.stop_grace, self._stop_overdue, run)
                 return
             log.warning("task %s ignored its interrupt for %gs; killing engine %d",
                         run.task, self.stop_grace, run.engine.eid)

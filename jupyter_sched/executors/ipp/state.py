@@ -48,6 +48,8 @@ class _Run:
     stopping: str | None = None
     done: bool = False
     printed: bool = False
+    began: bool = False  # its engine said it began it (iopub status "busy" for the request)
+    signal_due: bool = False  # stopped before it began: interrupt it when it begins
     timer: threading.Timer | None = None
 
 
