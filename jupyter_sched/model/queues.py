@@ -26,6 +26,16 @@ ROOT = "root"
 DEFAULT = "default"
 
 
+
+def _subtract(target: dict[str, int], pairs) -> None:
+    """Take ``(name, units)`` pairs from amounts that hold them (a name at 0 goes)."""
+    for name, units in pairs:
+        value = target[name] - units
+        if value:
+            target[name] = value
+        else:
+            del target[name]
+
 class Queue:
     __slots__ = (
         "allocated",
@@ -138,13 +148,7 @@ class Queue:
         q: Queue | None = self
         self.running += 1
         while q is not None and q.parent is not None:
-            target = q.waiting
-            for name, units in waiting:
-                value = target[name] - units
-                if value:
-                    target[name] = value
-                else:
-                    del target[name]
+            _subtract(q.waiting, waiting)
             target = q.allocated
             for name, units in allocated.items():
                 target[name] = target.get(name, 0) + units
@@ -154,14 +158,9 @@ class Queue:
         """A running task of this queue ended: what it held leaves ``allocated``."""
         q: Queue | None = self
         self.running -= 1
+        pairs = allocated.items()
         while q is not None and q.parent is not None:
-            target = q.allocated
-            for name, units in allocated.items():
-                value = target[name] - units
-                if value:
-                    target[name] = value
-                else:
-                    del target[name]
+            _subtract(q.allocated, pairs)
             q = q.parent
 
     def __repr__(self) -> str:
