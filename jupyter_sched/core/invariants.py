@@ -1,0 +1,82 @@
+"""The core's accounting invariants, checked as a whole (``Core.validate``; tests run it after
+every step): tasks, nodes, devices, slots, assigned tasks, queues' sums and kept counts."""
+
+from __future__ import annotations
+
+from ..model.cluster import Cluster
+from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL, Gang
+from .jobs import waits
+from .ledger import Ledger
+
+
+def check(self: Ledger) -> None:
+    """Check every accounting invariant (tests call this after each step)."""
+    held: dict[str, dict[str, int]] = {}
+    for task in self.tasks.values():
+        assert (task.state == RUNNING) == (task.id in self.running), task
+        assert task.stopping is None or task.state in (RUNNING, ASSIGNED), task
+        assert (task.state == ASSIGNED) == (task.id in self.assigned), task
+        if task.state == ASSIGNED:
+            slot = self.cluster.nodes[task.node].slots[task.slot]
+            assert slot.next == task.id and slot.task is not None, (task, slot.task)
+        if task.state == RUNNING:
+            assert task.allocation is not None and task.node in self.cluster.nodes, task
+            assert task.id in self.cluster.nodes[task.node].tasks, task
+            per = held.setdefault(task.node, {})
+            for name, units in task.allocation.amounts.items():
+                per[name] = per.get(name, 0) + units
+        else:
+            assert task.allocation is None, task
+    for name, held_there in self.elsewhere.items():
+        assert name in self.cluster.nodes, (name, held_there)
+        per = held.setdefault(name, {})
+        for res, units in held_there.applied.amounts.items():
+            per[res] = per.get(res, 0) + units
+            assert units <= sum(held_there.wanted.get(res, {}).values()), held_there
+    for node in self.cluster.nodes.values():
+        node.resources.validate()
+        assert node.resources.allocated == held.get(node.name, {}), (node, held)
+        assert all(self.tasks[t].node == node.name for t in node.tasks), node
+        busy = {s.id for s in node.slots.values() if s.task is not None}
+        assert busy.isdisjoint(node.free_slots) and busy | set(node.free_slots) == set(
+            node.slots), node
+        assert all(self.tasks[s.task].slot == s.id for s in node.slots.values()
+                   if s.task is not None), node
+        assert node.keys == Cluster._keys(node), node
+    _check_queues(self)
+
+def _check_queues(self: Ledger) -> None:
+    """Each queue's use is the sum of its running tasks' allocations, its waiting sum the
+    sum of its queued tasks' demands (its whole subtree's, below root)."""
+    allocated: dict[str, dict[str, int]] = {}
+    waiting: dict[str, dict[str, int]] = {}
+    running: dict[str, int] = {}
+    for task in self.tasks.values():
+        if task.state == RUNNING:
+            sums, pairs = allocated, task.allocation.amounts.items()
+            running[task.spec.queue] = running.get(task.spec.queue, 0) + 1
+        elif task.state == QUEUED:
+            sums, pairs = waiting, task.spec.demand.amounts
+        else:
+            continue
+        for q in self.queues[task.spec.queue].lineage():
+            per = sums.setdefault(q.name, {})
+            for name, units in pairs:
+                per[name] = per.get(name, 0) + units
+    counts = dict.fromkeys(self.counts, 0)
+    for task in self.tasks.values():
+        if task.state not in TERMINAL:
+            counts[task.state] += 1
+    assert counts == self.counts, (counts, self.counts)
+    for queue in self.queues.queues.values():
+        if queue.parent is None:
+            continue
+        for job in (j for fifo in queue.classes.values() for j in fifo):
+            if isinstance(job, Gang):  # the flag waits() reads, against what it stands for
+                assert job.waiting == (not job.started and all(
+                    m.state == QUEUED for m in job.members)), job.members
+        jobs = {j.seq for fifo in queue.classes.values() for j in fifo if waits(j)}
+        assert queue.queued == len(jobs), (queue, queue.queued, len(jobs))
+        assert queue.allocated == allocated.get(queue.name, {}), (queue, queue.allocated)
+        assert queue.waiting == waiting.get(queue.name, {}), (queue, queue.waiting)
+        assert queue.running == running.get(queue.name, 0), (queue, queue.running)
