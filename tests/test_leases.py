@@ -124,6 +124,33 @@ def test_take_all_is_all_or_nothing(ledger):
         (GPU, SCALE, "gang"), (OTHER, 4_000, "gang")]
 
 
+def test_an_exchange_gives_then_takes_each_all_or_nothing_in_one_transaction(ledger, path):
+    """Gives first (so their shares are free to the takes), then each take in order; a refused
+    take leaves the others be; the version before and after frame the exchange's own writes."""
+    old = ledger.take(GPU, 7_500, task="old")
+    pid, started = live_other_process()
+    theirs = write_lease(path, OTHER, 5_000, pid=pid, started=started)
+    before = ledger.version()
+    done = ledger.exchange([old.id, theirs], [("a", {GPU: 5_000}),
+                                              ("b", {GPU: 2_500, OTHER: 6_000}),
+                                              ("c", {GPU: 5_000}), ("d", {OTHER: 5_000})])
+    a, b, c, d = done.taken
+    assert [(lease.device, lease.units, lease.task) for lease in a] == [(GPU, 5_000, "a")]
+    assert not b and b.device == OTHER and b.free == 5_000  # and nothing of GPU was kept
+    assert [lease.units for lease in c] == [5_000]
+    assert [lease.task for lease in d] == ["d"]
+    assert (done.before, done.after) == (before, before + 4)  # 1 give, 3 takes
+    assert ledger.free_share(GPU) == 0
+    assert {lease.id for lease in ledger.held(OTHER)} == {theirs, d[0].id}  # theirs not given
+
+
+def test_an_exchange_checks_every_share_before_it_writes(ledger):
+    lease = ledger.take(GPU, 5_000)
+    with pytest.raises(ValueError, match="units=0 is not a share"):
+        ledger.exchange([lease.id], [("a", {GPU: 1}), ("b", {OTHER: 0})])
+    assert ledger.held() == [lease]
+
+
 @pytest.mark.parametrize("units", [0, -1, SCALE + 1, 0.5, "5000", True, None])
 def test_a_share_is_an_int_of_units(ledger, units):
     with pytest.raises(ValueError, match=r"units=.* is not a share of one device; give an int"):

@@ -99,16 +99,16 @@ def test_a_lost_race_requeues_the_attempt_without_a_retry(sched, path, monkeypat
     leases = sched._leases
     blind = threading.Event()
     blind.set()
-    real_poll, real_take = leases.poll, leases.take
+    real_poll, real_settle = leases.poll, leases.settle
     monkeypatch.setattr(leases, "poll", lambda *a: None if blind.is_set() else real_poll(*a))
 
-    def take(start):
-        refused = real_take(start)
+    def settle(ended, starts):
+        refused = real_settle(ended, starts)
         if refused:
             blind.clear()
         return refused
 
-    monkeypatch.setattr(leases, "take", take)
+    monkeypatch.setattr(leases, "settle", settle)
     lease = as_other_process(path, gpu_key(sched), 10000)
     h = sched.submit(lambda: "ran", resources="GPU=0.5")
     assert wait_for(lambda: not blind.is_set())
@@ -162,7 +162,7 @@ def test_a_ledger_that_breaks_later_loses_no_task(sched, path, monkeypatch, capl
     def broken(*args, **kwargs):
         raise runtime_leases.LedgerError("the disk went away")
 
-    monkeypatch.setattr(sched._leases.ledger, "take_all", broken)
+    monkeypatch.setattr(sched._leases.ledger, "exchange", broken)
     handles = [sched.submit(lambda i=i: i, resources="GPU=0.5") for i in range(3)]
     assert [h.result(WAIT) for h in handles] == [0, 1, 2]
     assert sched._leases is None
@@ -220,6 +220,45 @@ def test_memory_used_outside_every_scheduler_counts_as_held(path):
     assert leases.poll(0.1, waiting=True) is None  # nothing changed
     nvml._processes = [GpuProcess(1, None)]  # NVML cannot say: nothing is claimed
     assert leases.poll(SWEEP + 1, waiting=True).device_shares == {"GPU": {}}
+
+
+def test_a_step_settles_its_leases_in_one_exchange_and_its_own_writes_are_no_news(path):
+    """Ended attempts give back and starts take in one transaction; what this scheduler wrote
+    does not make it re-read the ledger, what another process wrote does (at once after a
+    refusal, else within ``READ`` seconds)."""
+    from jupyter_sched.core import events as ev
+
+    host = HostInfo("h", "boot", 4, 0, (GpuInfo(0, None, "", "declared", None, declared=True),))
+    leases = runtime_leases.HostLeases(Ledger(path), host, "local")
+    assert leases.poll(0.0, waiting=False) is None  # nothing held elsewhere: nothing to say
+    exchanges = []
+    real = leases.ledger.exchange
+    leases.ledger.exchange = lambda *a, **k: exchanges.append(a) or real(*a, **k)
+
+    def start(task, units):
+        return ev.Start(task, "local", None, {"GPU": {0: units}}, attempt=1)
+
+    assert leases.settle([], [start("a", 5_000), start("b", 5_000), start("c", 2_500)]) == {
+        "c": "0.25 of GPU 0 is not free (only 0 is): " + "; ".join(
+            lease.describe() for lease in leases.ledger.held())}
+    assert sorted(leases.tasks()) == ["a", "b"]
+    assert leases.settle(["a"], [start("c", 2_500)]) == {}
+    assert len(exchanges) == 2 and sorted(leases.tasks()) == ["b", "c"]
+    # after a refusal it reads at once, and tells the core again (here: nobody else holds any)
+    assert leases.poll(1.0, waiting=False).device_shares == {"GPU": {}}
+    assert leases.settle(["b"], []) == {}
+    read = leases.ledger.held
+    leases.ledger.held = lambda *a: pytest.fail("the leases read again for its own write")
+    assert leases.poll(1.0 + runtime_leases.READ, waiting=False) is None
+    leases.ledger.held = read
+    as_other_process(path, gpu_key_of(host), 5_000)
+    assert leases.poll(1.0 + runtime_leases.READ / 2, waiting=False) is None  # not yet read
+    held = leases.poll(1.0 + 3 * runtime_leases.READ, waiting=False)
+    assert held.device_shares == {"GPU": {0: 5_000}}
+
+
+def gpu_key_of(host, index=0):
+    return device_key(host.gpus[index], host.key)
 
 
 def test_a_scheduler_whose_thread_died_gives_its_leases_back(path):

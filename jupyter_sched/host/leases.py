@@ -50,7 +50,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -114,6 +114,17 @@ class Refusal:
 
     def __str__(self) -> str:
         return self.describe()
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """What :meth:`Ledger.exchange` did: per take, its leases or its :class:`Refusal`; the
+    ledger's :meth:`~Ledger.version` just before and just after (equal to ``before`` plus this
+    exchange's own changes, so a reader that had seen ``before`` knows nobody else wrote)."""
+
+    taken: list[tuple[Lease, ...] | Refusal]
+    before: int
+    after: int
 
 
 def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
@@ -192,27 +203,52 @@ class Ledger:
         """All of ``shares`` ({device: units}) or none: the leases in order, or the first
         device's :class:`Refusal`. For a task on several devices, which must not hold one
         while it waits for another. ``task`` is stored as text."""
-        for device, units in shares.items():
-            _check_share(device, units)
-        task = str(task)
+        return self.exchange((), [(task, shares)], label=label).taken[0]
+
+    def exchange(self, gives: Iterable[int], takes: Sequence[tuple[object, Mapping[str, int]]],
+                 *, label: str | None = None) -> Exchange:
+        """Give back the leases of ids ``gives`` (this process's; others are left alone), then
+        take each ``(task, {device: units})`` of ``takes`` all or nothing, in order, in one
+        transaction: a scheduler that ends and starts many tasks at once pays for one commit.
+        Each take gets its leases or the :class:`Refusal` of its first device that is short;
+        a refused take leaves the others be. Leases of ended holders of the devices taken
+        are taken back first."""
+        takes = [(str(task), dict(shares)) for task, shares in takes]
+        for _, shares in takes:
+            for device, units in shares.items():
+                _check_share(device, units)
         owner = self.owner
         if label is not None:
             owner = replace(owner, label=label)
         with self._transaction() as db:
-            held = self._sweep(db, list(shares), cached=True)
-            for device, units in shares.items():
-                holders = tuple(lease for lease in held if lease.device == device)
-                free = SCALE - sum(lease.units for lease in holders)
-                if units > free:
-                    return Refusal(device, units, free, holders)
+            before = _count(db)
+            db.executemany("DELETE FROM leases WHERE id = ? AND pid = ? AND started = ?",
+                           [(int(i), owner.pid, owner.started) for i in gives])
+            devices = sorted({device for _, shares in takes for device in shares})
+            used: dict[str, int] = dict.fromkeys(devices, 0)
+            held = self._sweep(db, devices, cached=True) if devices else []
+            for lease in held:
+                used[lease.device] += lease.units
             now = time.time()
-            taken = []
-            for device, units in shares.items():
-                row = (device, units, owner.uid, owner.user, owner.pid, owner.started,
-                       owner.host, owner.pidns, owner.label, task, now)
-                cursor = db.execute(_INSERT, row)
-                taken.append(Lease(cursor.lastrowid, device, units, owner, task, now))
-        return tuple(taken)
+            taken: list[tuple[Lease, ...] | Refusal] = []
+            for task, shares in takes:
+                short = next((d for d, units in shares.items() if units > SCALE - used[d]), None)
+                if short is not None:
+                    holders = tuple(lease for lease in held if lease.device == short)
+                    taken.append(Refusal(short, shares[short], SCALE - used[short], holders))
+                    continue
+                leases = []
+                for device, units in shares.items():
+                    row = (device, units, owner.uid, owner.user, owner.pid, owner.started,
+                           owner.host, owner.pidns, owner.label, task, now)
+                    lease = Lease(db.execute(_INSERT, row).lastrowid, device, units, owner,
+                                  task, now)
+                    leases.append(lease)
+                    held.append(lease)
+                    used[device] += units
+                taken.append(tuple(leases))
+            after = _count(db)
+        return Exchange(taken, before, after)
 
     def give(self, lease: Lease | int) -> bool:
         """Give ``lease`` (or the lease of that id) back: True, or False when it was already
@@ -268,7 +304,7 @@ class Ledger:
         """A number that changes whenever any process takes or gives a lease: poll it (it costs
         one small read) and re-read the leases only when it moved."""
         with self._reading() as db:
-            return int(db.execute("SELECT count FROM changes").fetchone()[0])
+            return _count(db)
 
     def alive(self, lease: Lease) -> bool:
         """False when ``lease``'s holder is known to have ended."""
@@ -360,6 +396,10 @@ class Ledger:
 # -- rows --------------------------------------------------------------------------------------
 
 
+def _count(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT count FROM changes").fetchone()[0])
+
+
 def _lease(row: tuple) -> Lease:
     lid, device, units, uid, user, pid, started, host, pidns, label, task, since = row
     return Lease(lid, device, units, Owner(uid, user, pid, started, host, pidns, label), task,
@@ -384,6 +424,6 @@ def _check_share(device: object, units: object) -> None:
 
 
 __all__ = [
-    "FORMAT", "LEASES_ENV", "Lease", "Ledger", "LedgerError", "NotYourLease", "Refusal",
+    "FORMAT", "LEASES_ENV", "Exchange", "Lease", "Ledger", "LedgerError", "NotYourLease", "Refusal",
     "device_key", "ledger_path", "short_device",
 ]

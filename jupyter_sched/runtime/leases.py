@@ -3,12 +3,15 @@
 Two kernels on one host each believe they own every GPU; the ledger is where they agree. The
 runtime thread:
 
-* reads the ledger's ``version()`` before every step (one small read) and, when it moved,
-  tells the core what *other* processes hold of the local node's GPUs (``HeldElsewhere``), so
-  the core places work only where the ledger will say yes;
+* reads the ledger's ``version()`` before a step (one small read; at most every ``READ``
+  seconds while steps follow each other, at once after a refusal) and, when it moved, tells
+  the core what *other* processes hold of the local node's GPUs (``HeldElsewhere``), so the
+  core places work only where the ledger will say yes;
 * takes the leases of a ``Start`` on the local node (kernel threads, engines of this host)
-  just before carrying it out, all or nothing. A refusal is a race with another kernel that
-  took its share after the last read: the attempt is reported ``Failed(unstarted=True)``, and
+  just before carrying it out, all or nothing; the leases of attempts that ended and those of
+  a step's starts are given and taken in one transaction (``settle``: a burst of short tasks
+  pays one commit a step, not two a task). A refusal is a race with another kernel that took
+  its share after the last read: the attempt is reported ``Failed(unstarted=True)``, and
   the core re-queues it without spending a retry, next to the fresh holdings;
 * gives a task's leases back when its attempt ends (every terminal or stopped report), and
   all of them at shutdown;
@@ -29,7 +32,7 @@ import math
 import os
 import sqlite3
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..core import events as ev
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 
 POLL = 0.25  # seconds between reads of the ledger's version while work waits for a GPU
 SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GPU
+READ = 0.02  # seconds between reads of the version while steps follow each other
 ERRORS = (LedgerError, sqlite3.Error, OSError)
 
 
@@ -99,6 +103,7 @@ class HostLeases:
         self._version: int | None = None
         self._sent: dict[int, int] | None = {}
         self._next_sweep = 0.0
+        self._next_read = 0.0
         self.set_host(host)
 
     @classmethod
@@ -127,20 +132,40 @@ class HostLeases:
         return {self._keys[i]: units for i, units in start.devices.get(GPU, {}).items()
                 if i in self._keys and units > 0}
 
+    def settle(self, ended: Iterable[str], starts: Iterable[ev.Start]) -> dict[str, str]:
+        """Give back the leases of the tasks ``ended`` (and of earlier attempts of ``starts``)
+        and take those of ``starts``, each all or nothing, in one transaction of the ledger.
+        Returns ``{task: reason}`` for the starts refused (another kernel holds the share)."""
+        gives = [lease.id for task in ended for lease in self._release(task)]
+        takes = []
+        for start in starts:
+            gives += [lease.id for lease in self._release(start.task, start.attempt)]
+            shares = self.shares(start)
+            if shares:
+                takes.append((start, shares))
+        if not gives and not takes:
+            return {}
+        done = self.ledger.exchange(gives, [(start.task, shares) for start, shares in takes])
+        if done.before == self._version:
+            self._version = done.after  # only our own changes since the last read
+        refused = {}
+        for (start, _), got in zip(takes, done.taken, strict=True):
+            if isinstance(got, Refusal):
+                refused[start.task] = self._refused(got)
+            else:
+                self._by_task[start.task] = (start.attempt, got)
+        return refused
+
     def take(self, start: ev.Start) -> str:
         """Take the leases of ``start``: "" when taken (or none are needed), else the reason of
         the refusal."""
-        shares = self.shares(start)
-        if not shares:
-            return ""
-        got = self.ledger.take_all(shares, task=start.task)
-        if isinstance(got, Refusal):
-            self._version = None  # someone took it since the last read: read again, and
-            self._sent = None     # tell the core even what it was told before
-            index = next((i for i, key in self._keys.items() if key == got.device), "?")
-            return got.describe(f"GPU {index}")
-        self._by_task[start.task] = (start.attempt, got)
-        return ""
+        return self.settle((), [start]).get(start.task, "")
+
+    def _refused(self, refusal: Refusal) -> str:
+        self._version = None  # someone took it since the last read: read again, and
+        self._sent = None     # tell the core even what it was told before
+        index = next((i for i, key in self._keys.items() if key == refusal.device), "?")
+        return refusal.describe(f"GPU {index}")
 
     def follow(self, start: ev.Start) -> None:
         """``start`` was sent ahead to run after ``start.after`` on its engine, on the same
@@ -151,16 +176,21 @@ class HostLeases:
     def give(self, task: str, attempt: int | None = None) -> None:
         """Give back the leases of ``task`` (of any attempt but ``attempt``, when given); the
         task sent ahead behind it, if any, takes them over instead."""
+        for lease in self._release(task, attempt):
+            self.ledger.give(lease)
+
+    def _release(self, task: str, attempt: int | None = None) -> tuple[Lease, ...]:
+        """Forget the leases of ``task`` (as :meth:`give` says) and return those to give back:
+        none when the task sent ahead behind it takes them over."""
         held = self._by_task.get(task)
         if held is None or held[0] == attempt:
-            return
+            return ()
         del self._by_task[task]
         successor = self._next.pop(task, None)
         if successor is not None and successor[0] not in self._by_task:
             self._by_task[successor[0]] = (successor[1], held[1])
-            return
-        for lease in held[1]:
-            self.ledger.give(lease)
+            return ()
+        return held[1]
 
     def holding(self, task: str) -> bool:
         return task in self._by_task
@@ -181,11 +211,15 @@ class HostLeases:
 
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
         """What others hold now, when it changed since the last call; sweeps for dead holders
-        every ``SWEEP`` seconds while ``waiting``."""
+        every ``SWEEP`` seconds while ``waiting``. Reads the version at most every ``READ``
+        seconds (a burst of steps reads it once), but at once after a refusal or a sweep."""
         if waiting and now >= self._next_sweep:
             self._next_sweep = now + SWEEP
             if self.ledger.sweep() or self.outside is not None:
                 self._version = None  # (outside use changes without the ledger's version)
+        if self._version is not None and now < self._next_read:
+            return None
+        self._next_read = now + READ
         version = self.ledger.version()
         if version == self._version:
             return None
@@ -260,5 +294,5 @@ def ledger_failed(err: BaseException) -> None:
     log.warning(_message(err))
 
 
-__all__ = ["ERRORS", "POLL", "SWEEP", "HostLeases", "OutsideUse", "default_path", "held_text",
-           "kernel_label", "ledger_failed", "open_host_leases"]
+__all__ = ["ERRORS", "POLL", "READ", "SWEEP", "HostLeases", "OutsideUse", "default_path",
+           "held_text", "kernel_label", "ledger_failed", "open_host_leases"]

@@ -132,6 +132,7 @@ class RuntimeLoop(Records):
         self._sync_all = False
         self._leases = None  # the host's lease ledger (runtime/leases.py), set by start()
         self._unleased: set[str] = set()  # tasks whose last start its lease refused
+        self._refused: dict[str, str] = {}
         # whether GPU work waits, as of the last step: executors read it from their threads
         # (engines' hosts are re-read only while it is true)
         self.gpu_work_waits = False
@@ -293,6 +294,7 @@ class RuntimeLoop(Records):
             instructions += self._apply(request, batch, touched)
             batch = []
 
+        self._settle_leases(instructions)
         for instruction in instructions:
             touched.add(instruction.task)
             self._carry_out(instruction)

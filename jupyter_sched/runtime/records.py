@@ -79,6 +79,7 @@ class Records:
         return self._records.get(task_id)
 
     _leases: host_leases.HostLeases | None
+    _refused: dict[str, str]  # task -> why its start in this step got no lease
 
     def _carry_out(self, instruction: Any) -> None:
         record = self._records.get(instruction.task)
@@ -130,11 +131,32 @@ class Records:
 
     # -- the host's leases ----------------------------------------------------------------------
 
+    def _settle_leases(self, instructions: list) -> None:
+        """Before a step's instructions are carried out: give back the leases of attempts that
+        ended (their records are synced after the instructions: a start must never be refused
+        by our own leases) and take those of the step's starts, in one transaction."""
+        leases, core = self._leases, self._core
+        self._refused = {}
+        if leases is None:
+            return
+        ended = [held for held in leases.tasks()
+                 if (task := core.tasks.get(held)) is None or task.state != RUNNING]
+        starts = [i for i in instructions if isinstance(i, ev.Start) and i.after is None]
+        if not ended and not starts:
+            return
+        for start in starts:
+            self._unleased.discard(start.task)
+        try:
+            self._refused = leases.settle(ended, starts)
+        except host_leases.ERRORS as err:
+            self._drop_leases(err)
+
     def _lease(self, start: ev.Start) -> bool:
-        """Take the host's leases of ``start``; False (and the attempt reported unstarted, to be
-        re-queued without a retry) when another kernel holds its share. A start sent ahead
-        takes the leases of the task before it when that one ends; it is not sent at all when
-        that one's start was refused (its engine would run it at once)."""
+        """Whether ``start`` got the host's leases (:meth:`_settle_leases` took them); False,
+        and the attempt reported unstarted, to be re-queued without a retry, when another
+        kernel holds its share. A start sent ahead takes the leases of the task before it when
+        that one ends; it is not sent at all when that one's start was refused (its engine
+        would run it at once)."""
         if start.after is not None:
             if start.after in self._unleased:
                 self._unleased.add(start.task)
@@ -143,19 +165,7 @@ class Records:
                 return False
             self._leases.follow(start)
             return True
-        self._unleased.discard(start.task)
-        try:
-            self._leases.give(start.task, start.attempt)  # an earlier attempt's, if still held
-            # attempts that ended in this very step give theirs back first (their records are
-            # synced after the instructions): a start must never be refused by our own leases
-            for held in self._leases.tasks():
-                task = self._core.tasks.get(held)
-                if held != start.task and (task is None or task.state != RUNNING):
-                    self._leases.give(held)
-            refused = self._leases.take(start)
-        except host_leases.ERRORS as err:
-            self._drop_leases(err)
-            return True
+        refused = self._refused.pop(start.task, "")
         if refused:
             self._unleased.add(start.task)
             if len(self._unleased) > 1024:
