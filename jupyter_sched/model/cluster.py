@@ -28,6 +28,8 @@ from .resources import CPU, GPU, Demand
 # the share index key is (largest free share) * _TIE + (total free share): _TIE must exceed the
 # most free share a node can have, so the largest share always decides first
 _TIE = MAX_DEVICES_PER_NODE * SCALE + 1
+# a share key at least this has a device entirely free
+_FULL = SCALE * _TIE
 
 LOCAL = "local"
 ENGINES = "engines"
@@ -249,27 +251,39 @@ class Cluster:
 
     def refresh(self, node: Node) -> None:
         """Re-file a node after its free capacity changed (only in the indexes whose key moved,
-        so a node keeps its place among equals). On every placement: kept lean."""
+        so a node keeps its place among equals). On every placement and release: kept lean,
+        ``_keys()`` and ``BucketIndex.move()`` inlined."""
         res = node.resources
         devs = res.devices.get(GPU)
         cpu = res.available.get(CPU, 0)
+        old_share, old_whole, old_cpu = node.keys
         if devs is None or not devs.free:
-            keys = share, whole, cpu = (0, 0, cpu)
-        else:  # _keys(), inlined
+            share = whole = 0
+        else:
             free = list(devs.free.values())
             share = max(free) * _TIE + sum(free)
-            whole = free.count(SCALE)
-            keys = (share, whole, cpu)
-        old = node.keys
-        if keys != old:
-            name = node.name
-            if share != old[0]:
-                self.by_gpu_share.move(name, old[0], share)
-            if whole != old[1]:
-                self.by_whole_gpus.move(name, old[1], whole)
-            if cpu != old[2]:
-                self.by_cpu.move(name, old[2], cpu)
-            node.keys = keys
+            whole = free.count(SCALE) if share >= _FULL else 0
+        if share == old_share and cpu == old_cpu and whole == old_whole:
+            return
+        node.keys = (share, whole, cpu)
+        name = node.name
+        for index, old, new in ((self.by_gpu_share, old_share, share),
+                                (self.by_whole_gpus, old_whole, whole),
+                                (self.by_cpu, old_cpu, cpu)):
+            if old == new:
+                continue
+            buckets = index.buckets
+            bucket = buckets[old]
+            del bucket[name]
+            if not bucket:
+                del buckets[old]
+                keys = index.keys
+                del keys[bisect.bisect_left(keys, old)]
+            bucket = buckets.get(new)
+            if bucket is None:
+                bucket = buckets[new] = {}
+                bisect.insort(index.keys, new)
+            bucket[name] = None
 
     def _indexes(self) -> tuple[BucketIndex, BucketIndex, BucketIndex]:
         return (self.by_gpu_share, self.by_whole_gpus, self.by_cpu)
