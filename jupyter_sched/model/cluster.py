@@ -28,8 +28,6 @@ from .resources import CPU, GPU, Demand
 # the share index key is (largest free share) * _TIE + (total free share): _TIE must exceed the
 # most free share a node can have, so the largest share always decides first
 _TIE = MAX_DEVICES_PER_NODE * SCALE + 1
-# a share key at least this has a device entirely free
-_FULL = SCALE * _TIE
 
 LOCAL = "local"
 ENGINES = "engines"
@@ -252,38 +250,29 @@ class Cluster:
     def refresh(self, node: Node) -> None:
         """Re-file a node after its free capacity changed (only in the indexes whose key moved,
         so a node keeps its place among equals). On every placement and release: kept lean,
-        ``_keys()`` and ``BucketIndex.move()`` inlined."""
+        ``_keys()`` inlined."""
         res = node.resources
         devs = res.devices.get(GPU)
         cpu = res.available.get(CPU, 0)
-        old_share, old_whole, old_cpu = node.keys
+        old_share, old_whole, old_cpu = keys = node.keys
         if devs is None or not devs.free:
             share = whole = 0
         else:
             free = list(devs.free.values())
-            share = max(free) * _TIE + sum(free)
-            whole = free.count(SCALE) if share >= _FULL else 0
-        if share == old_share and cpu == old_cpu and whole == old_whole:
-            return
-        node.keys = (share, whole, cpu)
-        name = node.name
-        for index, old, new in ((self.by_gpu_share, old_share, share),
-                                (self.by_whole_gpus, old_whole, whole),
-                                (self.by_cpu, old_cpu, cpu)):
-            if old == new:
-                continue
-            buckets = index.buckets
-            bucket = buckets[old]
-            del bucket[name]
-            if not bucket:
-                del buckets[old]
-                keys = index.keys
-                del keys[bisect.bisect_left(keys, old)]
-            bucket = buckets.get(new)
-            if bucket is None:
-                bucket = buckets[new] = {}
-                bisect.insort(index.keys, new)
-            bucket[name] = None
+            top = max(free)
+            share = top * _TIE + sum(free)
+            whole = free.count(SCALE) if top == SCALE else 0
+        if share != old_share:
+            self.by_gpu_share.move(node.name, old_share, share)
+            keys = None
+        if whole != old_whole:
+            self.by_whole_gpus.move(node.name, old_whole, whole)
+            keys = None
+        if cpu != old_cpu:
+            self.by_cpu.move(node.name, old_cpu, cpu)
+            keys = None
+        if keys is None:
+            node.keys = (share, whole, cpu)
 
     def _indexes(self) -> tuple[BucketIndex, BucketIndex, BucketIndex]:
         return (self.by_gpu_share, self.by_whole_gpus, self.by_cpu)

@@ -55,8 +55,7 @@ def run(session: Session) -> None:
         over = room = None
         if capped[name]:
             over, room = admit(queue, job)
-        placed = over is None and (session.place_task(job, False, room) if single
-                                   else place_gang(session, job, False, room))
+        placed = over is None and try_place(session, job, room=room)
         if placed:
             fifo = queue.classes[key]
             fifo.popleft()
