@@ -156,7 +156,7 @@ class Ledger:
             gpus = allocation.devices.get("GPU")
             if s.binding is None and gpus:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
-        queue = self.queues[spec.queue]
+        queue = self.queues.queues[spec.queue]  # (not through __getitem__: hot)
         queue.start_use(spec.demand.amounts, allocation.amounts)
         gang = task.gang
         if gang is None:
@@ -175,7 +175,7 @@ class Ledger:
         node = self.cluster.nodes.get(task.node)
         allocation = task.allocation
         spec = task.spec
-        if task.id in self.assigned:
+        if self.assigned and spec.id in self.assigned:
             self._unassign(task, node)
             return None
         successor = None
@@ -198,7 +198,7 @@ class Ledger:
                 else:
                     del self.preemptible_on[node.name]
         if allocation is not None:
-            self.queues[spec.queue].end_use(allocation.amounts)
+            self.queues.queues[spec.queue].end_use(allocation.amounts)
         self.running.pop(spec.id, None)
         task.allocation = None
         if successor is not None:
@@ -292,7 +292,7 @@ class Ledger:
             key, spec, demand = job_class(job)
             pairs = tuple(demand.items())
             job.waiting = True
-        queue = self.queues[spec.queue]
+        queue = self.queues.queues[spec.queue]
         fifo = queue.classes.get(key)
         if fifo is None:
             fifo = queue.classes[key] = deque()
@@ -311,7 +311,7 @@ class Ledger:
         leaves the pending or infeasible list (O(1), and once for all members of a gang).
         Queue FIFOs are cleaned lazily (:func:`.jobs.waits`)."""
         if task.state == QUEUED:
-            queue = self.queues[task.spec.queue]
+            queue = self.queues.queues[task.spec.queue]
             queue.add_use("waiting", task.spec.demand.amounts, -1)
             gang = task.gang
             if gang is None or gang.waiting:

@@ -142,12 +142,19 @@ class Session:
         reserved = self.reserved
         target = spec.target
         cpu = demand.cpu_units
+        # no name or labels asked for: node_passes() comes down to two looks (inlined)
+        plain = target == "any" and spec.node is None and not spec.selector
         for node in nodes:
             # the CPU first: the index went by GPUs, and a node whose CPUs are all taken
             # is passed over for the price of a look-up
             if cpu and node.resources.available.get(CPU, 0) < cpu:
                 continue
-            if (exclude and node.name in exclude) or not node_passes(node, spec):
+            if exclude and node.name in exclude:
+                continue
+            if plain:
+                if node.cordoned or not (node.threads or node.slots):
+                    continue
+            elif not node_passes(node, spec):
                 continue
             holds = reserved.get(node.name) if reserved else None
             if holds:

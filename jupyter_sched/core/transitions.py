@@ -158,7 +158,7 @@ def _place(led, task, placement: Placement) -> None:
     if task.spec.time_limit is not None:
         led.push_deadline(task)
     if gang is None:
-        start = ev.Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt)
+        start = ev.Start(task.spec.id, node.name, slot, allocation.devices, attempt=task.attempt)
     else:
         start = ev.Start(task.id, node.name, slot, allocation.devices, *gang,
                          attempt=task.attempt)

@@ -15,19 +15,36 @@ again): then ``available`` clamps at zero and the excess is paid back from the n
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 
 from .devices import DeviceSet
 from .quantity import SCALE, to_float, units_to_shares
 from .resources import GPU, Demand, format_amount
 
 
-@dataclass(frozen=True, slots=True)
 class Allocation:
-    """What one task holds on one node: amounts in units and, per device resource, shares."""
+    """What one task holds on one node: amounts in units and, per device resource, shares.
 
-    amounts: Mapping[str, int]
-    devices: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    Not changed once made; a plain class rather than a frozen dataclass because one is made
+    per placement (and per look at a node), where a frozen dataclass's constructor costs
+    twice as much."""
+
+    __slots__ = ("amounts", "devices")
+    __match_args__ = ("amounts", "devices")
+
+    def __init__(self, amounts: Mapping[str, int],
+                 devices: Mapping[str, Mapping[int, int]] | None = None) -> None:
+        self.amounts = amounts
+        self.devices = {} if devices is None else devices
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Allocation:
+            return NotImplemented
+        return self.amounts == other.amounts and self.devices == other.devices
+
+    __hash__ = None  # (its amounts are a mapping)
+
+    def __repr__(self) -> str:
+        return f"Allocation(amounts={self.amounts!r}, devices={self.devices!r})"
 
     def device_shares(self, name: str = GPU) -> dict[int, float]:
         """``{index: share}`` as plain numbers, e.g. ``{0: 0.5}``."""

@@ -249,27 +249,30 @@ class Cluster:
 
     def refresh(self, node: Node) -> None:
         """Re-file a node after its free capacity changed (only in the indexes whose key moved,
-        so a node keeps its place among equals). On every placement: kept lean."""
+        so a node keeps its place among equals). On every placement and release: kept lean,
+        ``_keys()`` inlined."""
         res = node.resources
         devs = res.devices.get(GPU)
         cpu = res.available.get(CPU, 0)
+        old_share, old_whole, old_cpu = keys = node.keys
         if devs is None or not devs.free:
-            keys = share, whole, cpu = (0, 0, cpu)
-        else:  # _keys(), inlined
+            share = whole = 0
+        else:
             free = list(devs.free.values())
-            share = max(free) * _TIE + sum(free)
-            whole = free.count(SCALE)
-            keys = (share, whole, cpu)
-        old = node.keys
-        if keys != old:
-            name = node.name
-            if share != old[0]:
-                self.by_gpu_share.move(name, old[0], share)
-            if whole != old[1]:
-                self.by_whole_gpus.move(name, old[1], whole)
-            if cpu != old[2]:
-                self.by_cpu.move(name, old[2], cpu)
-            node.keys = keys
+            top = max(free)
+            share = top * _TIE + sum(free)
+            whole = free.count(SCALE) if top == SCALE else 0
+        if share != old_share:
+            self.by_gpu_share.move(node.name, old_share, share)
+            keys = None
+        if whole != old_whole:
+            self.by_whole_gpus.move(node.name, old_whole, whole)
+            keys = None
+        if cpu != old_cpu:
+            self.by_cpu.move(node.name, old_cpu, cpu)
+            keys = None
+        if keys is None:
+            node.keys = (share, whole, cpu)
 
     def _indexes(self) -> tuple[BucketIndex, BucketIndex, BucketIndex]:
         return (self.by_gpu_share, self.by_whole_gpus, self.by_cpu)

@@ -27,7 +27,9 @@ from ..session import Session
 
 def run(session: Session) -> None:
     core = session.core
-    queues = [q for q in core.queues.leaves() if q.classes and q.state != CLOSED]
+    # the leaves with waiting work (root always has a child: ``default``)
+    queues = [q for q in core.queues.queues.values()
+              if q.classes and not q.children and q.state != CLOSED]
     if not queues:
         return
     alone = len(queues) == 1  # one queue: no shares to keep in order
@@ -48,14 +50,16 @@ def run(session: Session) -> None:
             if alone:
                 break
             continue
-        key = job_key(job)
+        single = type(job) is Task
+        key = job.klass if single else job_key(job)
         over = room = None
         if capped[name]:
             over, room = admit(queue, job)
         placed = over is None and try_place(session, job, room=room)
         if placed:
-            queue.classes[key].popleft()
-            if batch and not capped[name] and not isinstance(job, Gang):
+            fifo = queue.classes[key]
+            fifo.popleft()
+            if batch and single and fifo and not capped[name]:
                 _place_run(session, queue, key, classes, None if alone else heap)
             _push_class(classes, queue, key)
         else:

@@ -70,13 +70,17 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
         return False
     statement = Statement(session, room)
     used: list = []
+    # pack: the used nodes that may still hold a member. Members are alike and a statement
+    # only takes, so a used node that failed one member fails the rest: not asked again
+    open_used: list = []
     for member in members:
         found = None
         if strategy == "pack":
-            for node in used:
-                found = session.find(spec, gang.seq, easy, only=node, room=room)
+            while open_used:
+                found = session.find(spec, gang.seq, easy, only=open_used[0], room=room)
                 if found:
                     break
+                del open_used[0]
         exclude = frozenset(n.name for n in used) if strategy != "pack" else frozenset()
         if found is None:
             found = session.find(spec, gang.seq, easy, exclude=exclude, room=room)
@@ -88,6 +92,7 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
         spec = _same_kind(spec, found)
         if found[0] not in used:
             used.append(found[0])
+            open_used.append(found[0])
     if len(statement.proposals) >= need:
         return _commit(session, statement, gang)
     statement.discard()
