@@ -6,19 +6,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import pickle
 import sys
 import threading
+import types
 from concurrent.futures import Future
 
 import pytest
 from conftest_ipp import FakeRuntime
 from ipyparallel import error
+from ipyparallel.serialize import PrePickled
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors import context
 from jupyter_sched.executors.base import TaskRecord, Work
 from jupyter_sched.executors.ipp.carry import Packer, unpack
-from jupyter_sched.executors.ipp.dispatch import _may_send
+from jupyter_sched.executors.ipp.dispatch import _PICKLED_REFS, _may_send
 from jupyter_sched.executors.ipp.engines import probe
 from jupyter_sched.executors.ipp.executor import EngineLost, IppExecutor, RemoteTaskError
 from jupyter_sched.executors.ipp.faults import _exit_text, _remote_tb
@@ -171,6 +174,18 @@ class FakeFuture(Future):
         self.output = Future()
 
 
+def _unpickled(value):
+    """What the engine reads of an argument sent pickled (the wrapper: the kernel's own)."""
+    if not isinstance(value, PrePickled):
+        return value
+    for ref, pickled in _PICKLED_REFS.items():
+        if pickled is value:
+            return ref
+    value = pickle.loads(value.buffers[0])
+    known = (CALL, CELL, HOST_CALL)
+    return next((ref for ref in known if repr(ref) == repr(value)), value)
+
+
 class FakeClient:
     """Records requests; the test answers them."""
 
@@ -190,13 +205,17 @@ class FakeClient:
     def _build_targets(self, eid):
         return [str(eid).encode()], [eid]
 
+    session = types.SimpleNamespace(buffer_threshold=1024)
+
     def send_apply_request(self, socket, f, args, kwargs, ident=None, metadata=None,
                            message_future_hook=None, track=False):
         future = FakeFuture(f"m{len(self.sent)}")
         if message_future_hook is not None:
             message_future_hook(future)
-        self.sent.append((socket, f, list(args), dict(kwargs), future))
+        self.sent.append((socket, _unpickled(f), [_unpickled(a) for a in args], dict(kwargs),
+                          future))
         return future
+
 
     def abort(self, jobs, targets=None, block=None):
         self.aborted.append(jobs)
