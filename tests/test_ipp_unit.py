@@ -21,7 +21,7 @@ from jupyter_sched.core import events as ev
 from jupyter_sched.executors import context
 from jupyter_sched.executors.base import TaskRecord, Work
 from jupyter_sched.executors.ipp.carry import Packer, unpack
-from jupyter_sched.executors.ipp.dispatch import _PICKLED_REFS, _may_send
+from jupyter_sched.executors.ipp.dispatch import _may_send
 from jupyter_sched.executors.ipp.engines import probe
 from jupyter_sched.executors.ipp.executor import EngineLost, IppExecutor, RemoteTaskError
 from jupyter_sched.executors.ipp.faults import _exit_text, _remote_tb
@@ -38,6 +38,7 @@ from jupyter_sched.executors.ipp.on_engine import (
     engine_call,
     engine_cell,
 )
+from jupyter_sched.executors.ipp.requests import _PICKLED_REFS
 from jupyter_sched.host.discovery import discover_host
 from jupyter_sched.model.cluster import SlotSpec
 from jupyter_sched.model.tasks import TaskSpec

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import pickle
 import signal
 import sys
 import time
@@ -36,7 +35,8 @@ from ..base import TaskRecord
 from . import namespace as nsmod
 from .carry import Packer, unpack
 from .faults import EngineLost, RemoteTaskError, _engine_died, _remote_tb
-from .on_engine import ARGUMENTS, CALL, CELL, ERROR, FREE_PORT, FUNCTION, RESULT, Ref
+from .on_engine import ARGUMENTS, CALL, CELL, ERROR, FREE_PORT, FUNCTION, RESULT
+from .requests import send_apply
 from .state import _Engine, _Outbox, _Run, _timer
 
 log = logging.getLogger(__name__)
@@ -166,8 +166,7 @@ class DispatchMixin:
         if wait > 0:  # an interrupt meant for the engine's previous task may be on its way
             run.timer = _timer(wait, self._send_later, run)
             return
-        fn, args, kwargs = run.call
-        fn, args = _pickled_call(fn, args, self.client.session.buffer_threshold)
+        fn, args, _ = run.call
         run.call = None
         record = run.record
         relay = record.output is not None or record.work.output is not None
@@ -177,8 +176,7 @@ class DispatchMixin:
             future.add_done_callback(lambda f: self._replied(run, f))
 
         try:
-            run.future = self.client.send_apply_request(
-                engine.socket, fn, args, kwargs, ident=engine.ident, message_future_hook=hook)
+            run.future = send_apply(self.client, engine.socket, engine.ident, fn, args, hook)
         except Exception as err:
             self._forget(run)
             out.fail(run.task, err, f"could not send the task to engine {engine.eid}: "
@@ -370,33 +368,6 @@ class DispatchMixin:
         run.env.update(MASTER_ADDR=gang.address or "127.0.0.1", MASTER_PORT=str(gang.port),
                        LOCAL_RANK=str(same_host.index(run)))
         self._send(run, out)  # run.env is the meta's env: the engine sees the update
-
-
-_SMALL = frozenset({tuple, list, dict, str, bool, int, type(None), Ref})
-_PICKLED_REFS: dict[Ref, Any] = {}
-
-
-def _pickled_call(fn: Any, args: list, threshold: int) -> tuple[Any, list]:
-    """The request's wrapper and its small arguments pickled as they are, so that ipyparallel
-    sends them without canning them one by one (ten times the cost of the pickling): the
-    wrapper goes by name and is pickled once, the arguments before the stream hold only
-    plain values (the task's meta, a cell's code). Buffers, and a stream over ``threshold``
-    bytes, are left to ipyparallel, which sends them without copies. Pickled at the last
-    moment: a gang member's environment is completed just before it is sent."""
-    from ipyparallel.serialize import PrePickled
-    from ipyparallel.serialize.serialize import PICKLE_PROTOCOL  # what engines read
-
-    def pickled(value: Any) -> Any:
-        done = PrePickled.__new__(PrePickled)
-        done.buffers = [pickle.dumps(value, PICKLE_PROTOCOL)]
-        return done
-
-    if isinstance(fn, Ref):
-        if fn not in _PICKLED_REFS:
-            _PICKLED_REFS[fn] = pickled(fn)
-        fn = _PICKLED_REFS[fn]
-    return fn, [pickled(a) if type(a) in _SMALL or (type(a) is bytes and len(a) < threshold)
-                else a for a in args]
 
 
 def _may_send(namespace: Mapping[str, object], name: str) -> bool:
