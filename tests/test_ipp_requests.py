@@ -89,3 +89,15 @@ def test_a_reply_calls_back_once_done_and_refuses_a_second_answer():
     assert seen == [("early", error), ("second", error), ("late", error)] and reply.done()
     with pytest.raises(RuntimeError, match="already answered"):
         reply.set_result(1)
+
+
+def test_the_client_can_wait_on_replies_as_on_its_own_futures():
+    """``Client.wait()`` gathers the futures of outstanding requests with ``multi_future``."""
+    from ipyparallel.client.futures import multi_future
+
+    first, second = Reply("m1", {}), Reply("m2", {})
+    gathered = multi_future([first, second])
+    first.set_result(1)
+    assert not gathered.done()
+    second.set_result(2)
+    assert gathered.result() == [1, 2]
