@@ -101,3 +101,32 @@ def test_the_client_can_wait_on_replies_as_on_its_own_futures():
     assert not gathered.done()
     second.set_result(2)
     assert gathered.result() == [1, 2]
+
+
+def test_replies_to_these_requests_are_read_without_the_clients_metadata():
+    from ipyparallel.serialize import serialize_object
+
+    client = Client()
+    own = []
+    client._queue_handlers = {"apply_reply": own.append}
+    client._unwrap_exception = lambda content: RuntimeError(content["evalue"])
+    ok = send_apply(client, "socket", b"engine-0", CALL, [("t1",), b""], lambda f: None)
+    failed = send_apply(client, "socket", b"engine-0", CALL, [("t2",), b""], lambda f: None)
+
+    def reply(request, status, **content):
+        return {"parent_header": {"msg_id": request.msg_id}, "header": {},
+                "metadata": {"engine": "engine-0"}, "content": {"status": status, **content},
+                "buffers": serialize_object(("ok", {}, b"x"))}
+
+    handler = client._queue_handlers["apply_reply"]
+    handler(reply(ok, "ok"))
+    assert ok.result() == ("ok", {}, b"x") and not ok.output.done()  # its output may follow
+    assert ok.msg_id not in client.outstanding and client._outstanding_dict["engine-0"] == {
+        failed.msg_id}
+    handler(reply(failed, "error", evalue="lost"))
+    assert str(failed.result()) == "lost" and failed.output.done()  # no output comes
+    assert own == [] and client.metadata.keys() == {ok.msg_id}  # (failed: both done, cleared)
+    stranger = reply(ok, "ok")
+    stranger["parent_header"]["msg_id"] = "someone else's"
+    handler(stranger)
+    assert own == [stranger]  # the client's own handler reads what is not ours
