@@ -9,6 +9,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 import types
 from concurrent.futures import Future
 
@@ -413,6 +414,35 @@ def test_stop_interrupts_and_reports_stopped_when_the_task_ends(setup):
     future.set_result(reply("error", summary="KeyboardInterrupt"))
     assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
     assert "t1" not in runtime.outcomes
+
+
+def test_a_stopped_task_still_running_a_moment_later_is_interrupted_once_more(setup,
+                                                                             monkeypatch):
+    """An engine says it began a request before it catches SIGINT for it: an interrupt that
+    lands in between is lost, so it goes once more, unless a task that is to go on waits
+    behind it on the engine (the second signal could reach that one)."""
+    from jupyter_sched.executors.ipp import faults
+
+    monkeypatch.setattr(faults, "_RESIGNAL", 0.05)
+    runtime, client, executor = setup
+    client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
+    executor.start(start("t1"), record("t1", fn=len))
+    for callback in client.sent[-1][4].iopub_callbacks:
+        callback(BUSY)
+    executor.stop("t1", "cancelled by the user")
+    time.sleep(0.3)
+    assert len(client.signals) == 2
+    client.sent[-1][4].set_result(reply("error", summary="KeyboardInterrupt"))
+    assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
+    client.signals.clear()
+    time.sleep(0.3)  # (the engine's quiet time after a signal)
+    executor.start(start("t3"), record("t3", fn=len))
+    executor.start(start("t4", after="t3"), record("t4", fn=len))  # sent ahead, not stopped
+    for callback in client.sent[-2][4].iopub_callbacks:
+        callback(BUSY)
+    executor.stop("t3", "cancelled by the user")
+    time.sleep(0.3)
+    assert len(client.signals) == 1  # a second one could reach t4
 
 
 def test_a_stop_before_the_engine_began_the_task_signals_only_once_it_begins(setup):
