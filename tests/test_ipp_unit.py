@@ -6,13 +6,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import pickle
 import sys
 import threading
+import time
+import types
 from concurrent.futures import Future
 
 import pytest
 from conftest_ipp import FakeRuntime
 from ipyparallel import error
+from ipyparallel.serialize import PrePickled
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors import context
@@ -35,6 +39,7 @@ from jupyter_sched.executors.ipp.on_engine import (
     engine_call,
     engine_cell,
 )
+from jupyter_sched.executors.ipp.requests import _PICKLED_REFS
 from jupyter_sched.host.discovery import discover_host
 from jupyter_sched.model.cluster import SlotSpec
 from jupyter_sched.model.tasks import TaskSpec
@@ -171,6 +176,18 @@ class FakeFuture(Future):
         self.output = Future()
 
 
+def _unpickled(value):
+    """What the engine reads of an argument sent pickled (the wrapper: the kernel's own)."""
+    if not isinstance(value, PrePickled):
+        return value
+    for ref, pickled in _PICKLED_REFS.items():
+        if pickled is value:
+            return ref
+    value = pickle.loads(value.buffers[0])
+    known = (CALL, CELL, HOST_CALL)
+    return next((ref for ref in known if repr(ref) == repr(value)), value)
+
+
 class FakeClient:
     """Records requests; the test answers them."""
 
@@ -190,13 +207,17 @@ class FakeClient:
     def _build_targets(self, eid):
         return [str(eid).encode()], [eid]
 
+    session = types.SimpleNamespace(buffer_threshold=1024)
+
     def send_apply_request(self, socket, f, args, kwargs, ident=None, metadata=None,
                            message_future_hook=None, track=False):
         future = FakeFuture(f"m{len(self.sent)}")
         if message_future_hook is not None:
             message_future_hook(future)
-        self.sent.append((socket, f, list(args), dict(kwargs), future))
+        self.sent.append((socket, _unpickled(f), [_unpickled(a) for a in args], dict(kwargs),
+                          future))
         return future
+
 
     def abort(self, jobs, targets=None, block=None):
         self.aborted.append(jobs)
@@ -393,6 +414,35 @@ def test_stop_interrupts_and_reports_stopped_when_the_task_ends(setup):
     future.set_result(reply("error", summary="KeyboardInterrupt"))
     assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
     assert "t1" not in runtime.outcomes
+
+
+def test_a_stopped_task_still_running_a_moment_later_is_interrupted_once_more(setup,
+                                                                             monkeypatch):
+    """An engine says it began a request before it catches SIGINT for it: an interrupt that
+    lands in between is lost, so it goes once more, unless a task that is to go on waits
+    behind it on the engine (the second signal could reach that one)."""
+    from jupyter_sched.executors.ipp import faults
+
+    monkeypatch.setattr(faults, "_RESIGNAL", 0.05)
+    runtime, client, executor = setup
+    client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
+    executor.start(start("t1"), record("t1", fn=len))
+    for callback in client.sent[-1][4].iopub_callbacks:
+        callback(BUSY)
+    executor.stop("t1", "cancelled by the user")
+    time.sleep(0.3)
+    assert len(client.signals) == 2
+    client.sent[-1][4].set_result(reply("error", summary="KeyboardInterrupt"))
+    assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
+    client.signals.clear()
+    time.sleep(0.3)  # (the engine's quiet time after a signal)
+    executor.start(start("t3"), record("t3", fn=len))
+    executor.start(start("t4", after="t3"), record("t4", fn=len))  # sent ahead, not stopped
+    for callback in client.sent[-2][4].iopub_callbacks:
+        callback(BUSY)
+    executor.stop("t3", "cancelled by the user")
+    time.sleep(0.3)
+    assert len(client.signals) == 1  # a second one could reach t4
 
 
 def test_a_stop_before_the_engine_began_the_task_signals_only_once_it_begins(setup):

@@ -36,6 +36,7 @@ from . import namespace as nsmod
 from .carry import Packer, unpack
 from .faults import EngineLost, RemoteTaskError, _engine_died, _remote_tb
 from .on_engine import ARGUMENTS, CALL, CELL, ERROR, FREE_PORT, FUNCTION, RESULT
+from .requests import send_apply
 from .state import _Engine, _Outbox, _Run, _timer
 
 log = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ class DispatchMixin:
         if wait > 0:  # an interrupt meant for the engine's previous task may be on its way
             run.timer = _timer(wait, self._send_later, run)
             return
-        fn, args, kwargs = run.call
+        fn, args, _ = run.call
         run.call = None
         record = run.record
         relay = record.output is not None or record.work.output is not None
@@ -175,8 +176,7 @@ class DispatchMixin:
             future.add_done_callback(lambda f: self._replied(run, f))
 
         try:
-            run.future = self.client.send_apply_request(
-                engine.socket, fn, args, kwargs, ident=engine.ident, message_future_hook=hook)
+            run.future = send_apply(self.client, engine.socket, engine.ident, fn, args, hook)
         except Exception as err:
             self._forget(run)
             out.fail(run.task, err, f"could not send the task to engine {engine.eid}: "

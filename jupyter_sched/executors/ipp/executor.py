@@ -15,6 +15,7 @@ Getting engines::
   ``NodeAdded``/``SlotAdded``/``NodeUpdated`` events (:class:`.engines.HostMap`);
 * :mod:`.dispatch`: running a task on its slot's engine (environment, pushed names, output,
   outcome, names pulled back), and gangs (rank 0's engine names a port for all);
+* :mod:`.requests`: the apply request itself, with less than ``send_apply_request`` makes;
 * :mod:`.faults`: stopping a task (interrupt, then kill its engine), and engines that die or
   leave (their task fails with ``lost=True``; ``SlotRemoved``, ``NodeRemoved``);
 * :mod:`.leases`: GPU leases in the ledgers of engines' hosts, and MPS on engines.

@@ -28,6 +28,10 @@ from .state import _Engine, _Outbox, _Run, _timer
 log = logging.getLogger(__name__)
 
 _QUIET_AFTER_SIGNAL = 0.25  # seconds a SIGINT may take to reach an engine
+# seconds after an interrupt to send it once more: an engine says it began a request before it
+# catches SIGINT for it (ipykernel's handler hook comes after its busy status), and one that
+# lands in between is lost
+_RESIGNAL = 1.0
 _DEATH_WAIT = 0.5  # seconds to wait for an exit status before reporting a death without it
 
 
@@ -74,7 +78,8 @@ class FaultsMixin:
             self._signal(run.engine, signal.SIGINT)
         else:  # the engine may not have begun it: a signal now could miss it (dispatch._iopub)
             run.signal_due = True
-        run.timer = _timer(self.stop_grace, self._stop_overdue, run)
+        run.looked = self.stop_grace <= _RESIGNAL
+        run.timer = _timer(self.stop_grace if run.looked else _RESIGNAL, self._stop_overdue, run)
 
     def _abort(self, run: _Run) -> None:
         with contextlib.suppress(Exception):
@@ -84,6 +89,12 @@ class FaultsMixin:
         with self._lock:
             if run.done or not run.engine.alive:
                 return
+            if not run.looked:  # _RESIGNAL after the interrupt: once more if it may be lost
+                run.looked = True
+                if run.began and run.engine.task == run.task and self._stopping_behind(run):
+                    self._signal(run.engine, signal.SIGINT)
+                run.timer = _timer(self.stop_grace - _RESIGNAL, self._stop_overdue, run)
+                return
             if run.signal_due:  # the engine never said it began it (iopub may drop under
                 run.signal_due = False  # load): signal now, and wait once more
                 self._signal(run.engine, signal.SIGINT)
@@ -92,6 +103,12 @@ class FaultsMixin:
             log.warning("task %s ignored its interrupt for %gs; killing engine %d",
                         run.task, self.stop_grace, run.engine.eid)
             self._signal(run.engine, signal.SIGKILL)
+
+    def _stopping_behind(self, run: _Run) -> bool:
+        """No task that is to go on waits behind ``run`` on its engine: a late signal for
+        ``run`` cannot hit one (lock held)."""
+        behind = self._runs.get(run.engine.next) if run.engine.next is not None else None
+        return behind is None or behind.stopping is not None
 
     def _signal(self, engine: _Engine, signum: int) -> None:
         engine.quiet_until = time.monotonic() + _QUIET_AFTER_SIGNAL

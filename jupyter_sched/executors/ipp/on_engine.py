@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import pickle
 import sys
 import traceback
 from collections.abc import Callable
@@ -182,6 +183,30 @@ def describe_error(err: BaseException) -> tuple[str, str]:
     return text, summary
 
 
+_TARGETS: dict[tuple[str, str], Callable] = {}
+
+
+def _pickled_reply(reply: Any) -> Any:
+    """A task's reply with no buffers, pickled as it is: ipyparallel would can it item by item
+    first (ten times the cost of pickling it). The kernel reads the same tuple back. A reply
+    with buffers, or a big stream, is left to ipyparallel, which sends those without copies."""
+    if type(reply) is not tuple or len(reply) != 3 or type(reply[2]) is not bytes:
+        return reply
+    try:
+        from ipyparallel.serialize import PrePickled
+        from ipyparallel.serialize.serialize import MAX_BYTES, PICKLE_PROTOCOL
+    except ImportError:  # an ipyparallel without them: it cans the reply as before
+        return reply
+    if len(reply[2]) >= MAX_BYTES:
+        return reply
+    pickled = PrePickled.__new__(PrePickled)
+    try:
+        pickled.buffers = [pickle.dumps(reply, PICKLE_PROTOCOL)]
+    except Exception:  # ipyparallel says why it cannot go, as before
+        return reply
+    return pickled
+
+
 class Ref:
     """A function of this package, sent by name (ipyparallel would send its code each time)."""
 
@@ -192,9 +217,13 @@ class Ref:
         self.name = name
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        import importlib
+        key = (self.module, self.name)
+        target = _TARGETS.get(key)
+        if target is None:  # (import_module costs more than the rest of a tiny task's wrapper)
+            import importlib
 
-        return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
+            target = _TARGETS[key] = getattr(importlib.import_module(self.module), self.name)
+        return _pickled_reply(target(*args, **kwargs))
 
     def __reduce__(self) -> tuple:
         return (Ref, (self.module, self.name))

@@ -1,0 +1,132 @@
+"""Apply requests made without ``send_apply_request``: the client's tables, the light futures."""
+
+from __future__ import annotations
+
+import collections
+import pickle
+
+import pytest
+from ipyparallel.client.client import Metadata
+from ipyparallel.serialize import unpack_apply_message
+from jupyter_client.session import Session
+
+from jupyter_sched.executors.ipp.on_engine import CALL
+from jupyter_sched.executors.ipp.requests import Reply, send_apply
+
+
+class Loop:
+    def __init__(self):
+        self.calls = []
+
+    def add_callback(self, fn, *args, **kwargs):
+        self.calls.append((fn, args, kwargs))
+
+
+class Client:
+    """The tables ipyparallel's client keeps of its requests, and nothing else."""
+
+    def __init__(self):
+        self.session = Session(key=b"k")
+        self._io_loop = Loop()
+        self._closed = False
+        self._engines = {0: "engine-0"}
+        self._futures, self._output_futures, self.results = {}, {}, {}
+        self.metadata = collections.defaultdict(Metadata)
+        self.outstanding, self.history = set(), []
+        self._outstanding_dict = collections.defaultdict(set)
+
+
+def test_a_request_is_kept_as_the_client_keeps_its_own_until_both_futures_are_done():
+    client = Client()
+    hooked = []
+    meta = ("t1", "name", {"JUPYTER_SCHED_TASK": "t1"})
+    reply = send_apply(client, "socket", b"engine-0", CALL, [meta, b"stream"],
+                       lambda f: hooked.append((f, len(client._io_loop.calls))))
+    msg_id = reply.msg_id
+    assert hooked == [(reply, 0)]  # before the request leaves
+    assert client._futures[msg_id] is reply and client._output_futures[msg_id] is reply.output
+    assert msg_id in client.outstanding and client.history == [msg_id]
+    assert client._outstanding_dict["engine-0"] == {msg_id} and msg_id in client.metadata
+    ((send, (socket, _msg, *_), kwargs),) = client._io_loop.calls
+    assert send == client.session.send and socket == "socket" and kwargs["ident"] == b"engine-0"
+    f, args, kwargs = unpack_apply_message(kwargs["buffers"])  # as the engine reads it
+    assert repr(f) == repr(CALL) and list(args) == [meta, b"stream"] and kwargs == {}
+
+    client.results[msg_id] = 5
+    reply.set_result(5)
+    assert msg_id in client._futures  # the output may still come
+    reply.output.set_result(None)
+    assert msg_id not in client._futures and msg_id not in client._output_futures
+    assert msg_id not in client.results and msg_id not in client.metadata
+
+
+def test_a_client_without_the_tables_gets_send_apply_request():
+    sent = []
+
+    class Plain:
+        def send_apply_request(self, socket, f, args, kwargs, ident=None,
+                               message_future_hook=None):
+            sent.append((f, args))
+            return "future"
+
+    assert send_apply(Plain(), "socket", b"e", CALL, [("t1",), b"x" * 2000], print) == "future"
+    ((_, (meta, big)),) = sent
+    assert pickle.loads(meta.buffers[0]) == ("t1",)  # small: pickled as it is
+    assert big == b"x" * 2000  # a big stream is left to ipyparallel (sent without copies)
+
+
+def test_a_reply_calls_back_once_done_and_refuses_a_second_answer():
+    reply = Reply("m1", {})
+    seen = []
+    reply.add_done_callback(lambda f: seen.append(("early", f.result())))
+    reply.add_done_callback(lambda f: 1 / 0)  # a failing callback stops none of the others
+    reply.add_done_callback(lambda f: seen.append(("second", f.result())))
+    with pytest.raises(RuntimeError, match="no reply yet"):
+        reply.result()
+    error = KeyError("k")
+    reply.set_result(error)  # an exception is a result, as ipyparallel sets it
+    reply.add_done_callback(lambda f: seen.append(("late", f.result())))
+    assert seen == [("early", error), ("second", error), ("late", error)] and reply.done()
+    with pytest.raises(RuntimeError, match="already answered"):
+        reply.set_result(1)
+
+
+def test_the_client_can_wait_on_replies_as_on_its_own_futures():
+    """``Client.wait()`` gathers the futures of outstanding requests with ``multi_future``."""
+    from ipyparallel.client.futures import multi_future
+
+    first, second = Reply("m1", {}), Reply("m2", {})
+    gathered = multi_future([first, second])
+    first.set_result(1)
+    assert not gathered.done()
+    second.set_result(2)
+    assert gathered.result() == [1, 2]
+
+
+def test_replies_to_these_requests_are_read_without_the_clients_metadata():
+    from ipyparallel.serialize import serialize_object
+
+    client = Client()
+    own = []
+    client._queue_handlers = {"apply_reply": own.append}
+    client._unwrap_exception = lambda content: RuntimeError(content["evalue"])
+    ok = send_apply(client, "socket", b"engine-0", CALL, [("t1",), b""], lambda f: None)
+    failed = send_apply(client, "socket", b"engine-0", CALL, [("t2",), b""], lambda f: None)
+
+    def reply(request, status, **content):
+        return {"parent_header": {"msg_id": request.msg_id}, "header": {},
+                "metadata": {"engine": "engine-0"}, "content": {"status": status, **content},
+                "buffers": serialize_object(("ok", {}, b"x"))}
+
+    handler = client._queue_handlers["apply_reply"]
+    handler(reply(ok, "ok"))
+    assert ok.result() == ("ok", {}, b"x") and not ok.output.done()  # its output may follow
+    assert ok.msg_id not in client.outstanding and client._outstanding_dict["engine-0"] == {
+        failed.msg_id}
+    handler(reply(failed, "error", evalue="lost"))
+    assert str(failed.result()) == "lost" and failed.output.done()  # no output comes
+    assert own == [] and client.metadata.keys() == {ok.msg_id}  # (failed: both done, cleared)
+    stranger = reply(ok, "ok")
+    stranger["parent_header"]["msg_id"] = "someone else's"
+    handler(stranger)
+    assert own == [stranger]  # the client's own handler reads what is not ours
