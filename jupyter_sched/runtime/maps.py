@@ -421,13 +421,13 @@ class BatchedMap:
         if self._open == 0:  # before the futures: a waiter may look as soon as they resolve
             self._sched._maps.discard(self)
             self._values = []  # no chunk reads them any more: every item has ended
+        if self._progress is not None:  # before the futures too: a waiter sees the bar full
+            self._progress.add(len(settled))
         for item in settled:
             try:
                 item._settle()
             except Exception:
                 log.exception("resolving %s failed", item.id)
-        if self._progress is not None:
-            self._progress.add(len(settled))
 
     # -- cancelling -----------------------------------------------------------------------------
 
