@@ -212,7 +212,7 @@ def test_leases_lists_who_holds_what(capsys, tmp_path):
     assert lines[3].split()[:3] == ["declared", "GPU", "1"]
     assert lines[4].split()[4:6] == ["gone.ipynb", "t9"] and lines[4].endswith("no (ended)")
     assert lines[5] == ("1 lease of ended holders: `jupyter-sched leases --sweep` takes them "
-                        "back (so does the next take of their device)")
+                        "back (so does a take that needs their share)")
     assert len({line.index("0.") for line in lines[2:5]}) == 1  # the columns line up
 
 

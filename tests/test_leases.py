@@ -210,6 +210,14 @@ def test_a_reused_pid_does_not_keep_a_lease(ledger, path):
     assert lease and ledger.held(GPU) == [lease]
 
 
+def test_an_ended_holders_lease_goes_when_a_take_needs_its_share(ledger, path):
+    gone = write_lease(path, GPU, 5_000, started=holders.Owner.current().started - 100)
+    a = ledger.take(GPU, 5_000)  # room enough: the holders are not looked at
+    assert {lease.id for lease in ledger.held(GPU)} == {gone, a.id}
+    b = ledger.take(GPU, 5_000)  # short: the ended holder's lease is taken back first
+    assert b and ledger.held(GPU) == [a, b]
+
+
 def test_a_live_holder_keeps_its_lease(ledger, path):
     pid, started = live_other_process()
     write_lease(path, GPU, SCALE, pid=pid, started=started + 0.5)  # within the tolerance

@@ -22,8 +22,8 @@ def format_leases(leases: Sequence[tuple[Lease, bool]]) -> str:
     ended = sum(not alive for _, alive in leases)
     if ended:
         lines.append(f"{ended} lease{'' if ended == 1 else 's'} of ended holders: "
-                     f"`jupyter-sched leases --sweep` takes them back (so does the next take of "
-                     f"their device)")
+                     f"`jupyter-sched leases --sweep` takes them back (so does a take that needs "
+                     f"their share)")
     return "\n".join(lines)
 
 

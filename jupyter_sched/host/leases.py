@@ -28,8 +28,9 @@ writer).
 UUID for a real GPU, host key and index for a declared one.
 
 **Holders** (:class:`~.holders.Owner`) are processes, named by pid *and* start time. Leases of
-holders that have ended are taken back: by every ``take``, for the devices it touches, and by
-:meth:`Ledger.sweep` for all. Nobody gives back another user's lease while its holder lives.
+holders that have ended are taken back: by a ``take`` that finds its device short, for that
+device, and by :meth:`Ledger.sweep` for all. Nobody gives back another user's lease while its
+holder lives.
 
 **Where.** :func:`ledger_path`: one file per host in the directory the caller names (the Jupyter
 runtime directory, per user), or the file or directory ``$JUPYTER_SCHED_LEASES`` names. A
@@ -163,7 +164,7 @@ class Ledger:
     group-writable; None decides by the directory (group-writable directory: shared).
     ``timeout`` is how long a take waits for another process's transaction. A holder seen alive
     is not checked again for ``recheck`` seconds, which keeps takes cheap; an ended holder's
-    lease is taken back within that time by the next take on its device.
+    lease is taken back within that time by the next take its device is short for.
 
     Safe to share between threads; a forked child opens its own connection.
     """
@@ -176,7 +177,7 @@ class Ledger:
         self._owner = owner
         self._timeout = timeout
         self._recheck = recheck
-        self._seen_alive: dict[Owner, float] = {}
+        self._seen_alive: dict[tuple, float] = {}  # owner columns -> when seen alive
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -211,8 +212,8 @@ class Ledger:
         take each ``(task, {device: units})`` of ``takes`` all or nothing, in order, in one
         transaction: a scheduler that ends and starts many tasks at once pays for one commit.
         Each take gets its leases or the :class:`Refusal` of its first device that is short;
-        a refused take leaves the others be. Leases of ended holders of the devices taken
-        are taken back first."""
+        a refused take leaves the others be. A device short of a take's share first has the
+        leases of its ended holders taken back (free room needs no check of its holders)."""
         takes = [(str(task), dict(shares)) for task, shares in takes]
         for _, shares in takes:
             for device, units in shares.items():
@@ -224,27 +225,26 @@ class Ledger:
             before = _count(db)
             db.executemany("DELETE FROM leases WHERE id = ? AND pid = ? AND started = ?",
                            [(int(i), owner.pid, owner.started) for i in gives])
-            devices = sorted({device for _, shares in takes for device in shares})
-            used: dict[str, int] = dict.fromkeys(devices, 0)
-            held = self._sweep(db, devices, cached=True) if devices else []
-            for lease in held:
-                used[lease.device] += lease.units
+            used = self._used(db, sorted({d for _, shares in takes for d in shares}))
+            swept: set[str] = set()
             now = time.time()
             taken: list[tuple[Lease, ...] | Refusal] = []
             for task, shares in takes:
-                short = next((d for d, units in shares.items() if units > SCALE - used[d]), None)
+                short = _short(shares, used)
+                if short is not None and short not in swept:  # ended holders' leases go first
+                    swept.add(short)
+                    used[short] = sum(row[2] for row in self._sweep_rows(db, [short], True))
+                    short = _short(shares, used)
                 if short is not None:
-                    holders = tuple(lease for lease in held if lease.device == short)
+                    holders = tuple(_lease(row) for row in self._rows(db, [short]))
                     taken.append(Refusal(short, shares[short], SCALE - used[short], holders))
                     continue
                 leases = []
                 for device, units in shares.items():
                     row = (device, units, owner.uid, owner.user, owner.pid, owner.started,
                            owner.host, owner.pidns, owner.label, task, now)
-                    lease = Lease(db.execute(_INSERT, row).lastrowid, device, units, owner,
-                                  task, now)
-                    leases.append(lease)
-                    held.append(lease)
+                    lease_id = db.execute(_INSERT, row).lastrowid
+                    leases.append(Lease(lease_id, device, units, owner, task, now))
                     used[device] += units
                 taken.append(tuple(leases))
             after = _count(db)
@@ -330,18 +330,25 @@ class Ledger:
     def _sweep(self, db: sqlite3.Connection, devices: list[str] | None,
                cached: bool) -> list[Lease]:
         """Delete the leases of ended holders (of ``devices``, or all); return the others."""
+        return [_lease(row) for row in self._sweep_rows(db, devices, cached)]
+
+    def _sweep_rows(self, db: sqlite3.Connection, devices: list[str] | None,
+                    cached: bool) -> list[tuple]:
+        """:meth:`_sweep`, as the rows of the leases kept."""
         kept, ended = [], []
-        for lease in self._all(db, devices):
-            (kept if self._alive(lease.owner, cached) else ended).append(lease)
+        for row in self._rows(db, devices):
+            (kept if self._alive(row[3:10], cached) else ended).append(row)
         if ended:
-            db.executemany("DELETE FROM leases WHERE id = ?", [(lease.id,) for lease in ended])
+            db.executemany("DELETE FROM leases WHERE id = ?", [(row[0],) for row in ended])
         return kept
 
-    def _alive(self, owner: Owner, cached: bool) -> bool:
+    def _alive(self, owner: tuple, cached: bool) -> bool:
+        """Whether the holder of these owner columns still runs (seen so less than ``recheck``
+        seconds ago, when ``cached``)."""
         now = time.monotonic()
         if cached and now - self._seen_alive.get(owner, -1e9) < self._recheck:
             return True
-        alive = holder_alive(owner)
+        alive = holder_alive(Owner(*owner))
         if alive:
             if len(self._seen_alive) > 1024:
                 self._seen_alive.clear()
@@ -351,14 +358,25 @@ class Ledger:
         return alive
 
     @staticmethod
-    def _all(db: sqlite3.Connection, devices: list[str] | None = None) -> list[Lease]:
+    def _used(db: sqlite3.Connection, devices: list[str]) -> dict[str, int]:
+        """Units held of each of ``devices`` (ended holders' leases included)."""
+        marks = ", ".join("?" * len(devices))
+        used = dict.fromkeys(devices, 0)
+        used.update(db.execute(f"SELECT device, sum(units) FROM leases WHERE device IN ({marks}) "
+                               "GROUP BY device", devices))
+        return used
+
+    @classmethod
+    def _all(cls, db: sqlite3.Connection, devices: list[str] | None = None) -> list[Lease]:
+        return [_lease(row) for row in cls._rows(db, devices)]
+
+    @staticmethod
+    def _rows(db: sqlite3.Connection, devices: list[str] | None = None) -> list[tuple]:
         if devices is None:
-            rows = db.execute(f"SELECT {_COLUMNS} FROM leases ORDER BY id")
-        else:
-            marks = ", ".join("?" * len(devices))
-            rows = db.execute(f"SELECT {_COLUMNS} FROM leases WHERE device IN ({marks}) "
-                              "ORDER BY id", devices)
-        return [_lease(row) for row in rows]
+            return db.execute(f"SELECT {_COLUMNS} FROM leases ORDER BY id").fetchall()
+        marks = ", ".join("?" * len(devices))
+        return db.execute(f"SELECT {_COLUMNS} FROM leases WHERE device IN ({marks}) "
+                          "ORDER BY id", devices).fetchall()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -394,6 +412,11 @@ class Ledger:
 
 
 # -- rows --------------------------------------------------------------------------------------
+
+
+def _short(shares: Mapping[str, int], used: Mapping[str, int]) -> str | None:
+    """The first device of ``shares`` that has less free than wanted."""
+    return next((d for d, units in shares.items() if units > SCALE - used[d]), None)
 
 
 def _count(db: sqlite3.Connection) -> int:
