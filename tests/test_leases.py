@@ -144,6 +144,24 @@ def test_an_exchange_gives_then_takes_each_all_or_nothing_in_one_transaction(led
     assert {lease.id for lease in ledger.held(OTHER)} == {theirs, d[0].id}  # theirs not given
 
 
+def test_a_pass_hands_leases_over_as_they_are_and_a_lost_one_is_taken_anew(ledger, path):
+    a = ledger.take_all({GPU: 2_500, OTHER: 2_500}, task="a")
+    b = ledger.take(GPU, 5_000, task="b")
+    before = ledger.version()
+    done = ledger.exchange([], [], passes=[("c", a)])
+    (moved,) = done.passed
+    assert [(lease.id, lease.task) for lease in moved] == [(a[0].id, "c"), (a[1].id, "c")]
+    assert (done.before, done.after) == (before, before)  # nothing held changed hands
+    assert {(lease.id, lease.task) for lease in ledger.held()} == {
+        (a[0].id, "c"), (a[1].id, "c"), (b.id, "b")}
+    with Ledger(path) as another:
+        another.give(b)  # (a lease of this process, given back elsewhere)
+    done = ledger.exchange([], [], passes=[("d", (b,))])
+    (anew,) = done.passed
+    assert [(lease.device, lease.units, lease.task) for lease in anew] == [(GPU, 5_000, "d")]
+    assert anew[0].id != b.id and ledger.free_share(GPU) == 2_500
+
+
 def test_an_exchange_checks_every_share_before_it_writes(ledger):
     lease = ledger.take(GPU, 5_000)
     with pytest.raises(ValueError, match="units=0 is not a share"):

@@ -244,8 +244,14 @@ def test_a_step_settles_its_leases_in_one_exchange_and_its_own_writes_are_no_new
     assert sorted(leases.tasks()) == ["a", "b"]
     assert leases.settle(["a"], [start("c", 2_500)]) == {}
     assert len(exchanges) == 2 and sorted(leases.tasks()) == ["b", "c"]
+    assert leases.ledger.held()[-1].task == "c"
     # after a refusal it reads at once, and tells the core again (here: nobody else holds any)
     assert leases.poll(1.0, waiting=False).device_shares == {"GPU": {}}
+    version = leases.ledger.version()
+    assert leases.settle(["c"], [start("d", 2_500)]) == {}  # c's lease passes to d as it is
+    assert leases.ledger.version() == version and len(exchanges) == 3
+    assert [(lease.units, lease.task) for lease in leases.ledger.held()
+            if lease.task in ("c", "d")] == [(2_500, "d")]
     assert leases.settle(["b"], []) == {}
     read = leases.ledger.held
     leases.ledger.held = lambda *a: pytest.fail("the leases read again for its own write")

@@ -119,13 +119,15 @@ class Refusal:
 
 @dataclass(frozen=True, slots=True)
 class Exchange:
-    """What :meth:`Ledger.exchange` did: per take, its leases or its :class:`Refusal`; the
-    ledger's :meth:`~Ledger.version` just before and just after (equal to ``before`` plus this
-    exchange's own changes, so a reader that had seen ``before`` knows nobody else wrote)."""
+    """What :meth:`Ledger.exchange` did: per take (and per pass), its leases or its
+    :class:`Refusal`; the ledger's :meth:`~Ledger.version` just before and just after (equal
+    to ``before`` plus this exchange's own changes, so a reader that had seen ``before`` knows
+    nobody else wrote)."""
 
     taken: list[tuple[Lease, ...] | Refusal]
     before: int
     after: int
+    passed: list[tuple[Lease, ...] | Refusal] = field(default_factory=list)  # per pass
 
 
 def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
@@ -207,13 +209,18 @@ class Ledger:
         return self.exchange((), [(task, shares)], label=label).taken[0]
 
     def exchange(self, gives: Iterable[int], takes: Sequence[tuple[object, Mapping[str, int]]],
-                 *, label: str | None = None) -> Exchange:
+                 *, passes: Sequence[tuple[object, Sequence[Lease]]] = (),
+                 label: str | None = None) -> Exchange:
         """Give back the leases of ids ``gives`` (this process's; others are left alone), then
         take each ``(task, {device: units})`` of ``takes`` all or nothing, in order, in one
         transaction: a scheduler that ends and starts many tasks at once pays for one commit.
         Each take gets its leases or the :class:`Refusal` of its first device that is short;
         a refused take leaves the others be. A device short of a take's share first has the
-        leases of its ended holders taken back (free room needs no check of its holders)."""
+        leases of its ended holders taken back (free room needs no check of its holders).
+
+        ``passes``: ``(task, leases)``, this process's leases handed over to another of its
+        tasks as they are (what is held does not change, nor the version; only the task and
+        since); a pass whose leases are gone is given back and taken anew."""
         takes = [(str(task), dict(shares)) for task, shares in takes]
         for _, shares in takes:
             for device, units in shares.items():
@@ -221,13 +228,20 @@ class Ledger:
         owner = self.owner
         if label is not None:
             owner = replace(owner, label=label)
+        gives = [int(i) for i in gives]
         with self._transaction() as db:
             before = _count(db)
+            now = time.time()
+            passed = [self._pass(db, str(task), leases, owner, now) for task, leases in passes]
+            lost = [k for k, moved in enumerate(passed) if moved is None]
+            for k in lost:
+                gives += [lease.id for lease in passes[k][1]]
+                takes.append((str(passes[k][0]), {lease.device: lease.units
+                                                  for lease in passes[k][1]}))
             db.executemany("DELETE FROM leases WHERE id = ? AND pid = ? AND started = ?",
-                           [(int(i), owner.pid, owner.started) for i in gives])
+                           [(i, owner.pid, owner.started) for i in gives])
             used = self._used(db, sorted({d for _, shares in takes for d in shares}))
             swept: set[str] = set()
-            now = time.time()
             taken: list[tuple[Lease, ...] | Refusal] = []
             for task, shares in takes:
                 short = _short(shares, used)
@@ -248,7 +262,21 @@ class Ledger:
                     used[device] += units
                 taken.append(tuple(leases))
             after = _count(db)
-        return Exchange(taken, before, after)
+        for k, got in zip(lost, taken[len(taken) - len(lost):], strict=True):
+            passed[k] = got
+        return Exchange(taken[:len(taken) - len(lost)], before, after, passed)
+
+    @staticmethod
+    def _pass(db: sqlite3.Connection, task: str, leases: Sequence[Lease], owner: Owner,
+              now: float) -> tuple[Lease, ...] | None:
+        """Hand ``leases`` over to ``task``: the leases as they are now, or None when one of
+        them is gone (no longer held by this process)."""
+        for lease in leases:
+            if db.execute("UPDATE leases SET task = ?, since = ? WHERE id = ? AND pid = ? "
+                          "AND started = ?", (task, now, lease.id, owner.pid,
+                                              owner.started)).rowcount != 1:
+                return None
+        return tuple(replace(lease, task=task, since=now) for lease in leases)
 
     def give(self, lease: Lease | int) -> bool:
         """Give ``lease`` (or the lease of that id) back: True, or False when it was already

@@ -10,9 +10,10 @@ runtime thread:
 * takes the leases of a ``Start`` on the local node (kernel threads, engines of this host)
   just before carrying it out, all or nothing; the leases of attempts that ended and those of
   a step's starts are given and taken in one transaction (``settle``: a burst of short tasks
-  pays one commit a step, not two a task). A refusal is a race with another kernel that took
-  its share after the last read: the attempt is reported ``Failed(unstarted=True)``, and
-  the core re-queues it without spending a retry, next to the fresh holdings;
+  pays one commit a step, not two a task; a lease a start needs as it is passes to it). A
+  refusal is a race with another kernel that took its share after the last read: the attempt
+  is reported ``Failed(unstarted=True)``, and the core re-queues it without spending a retry,
+  next to the fresh holdings;
 * gives a task's leases back when its attempt ends (every terminal or stopped report), and
   all of them at shutdown;
 * while work waits for a GPU, wakes every ``POLL`` seconds to read the version, and sweeps
@@ -135,21 +136,35 @@ class HostLeases:
     def settle(self, ended: Iterable[str], starts: Iterable[ev.Start]) -> dict[str, str]:
         """Give back the leases of the tasks ``ended`` (and of earlier attempts of ``starts``)
         and take those of ``starts``, each all or nothing, in one transaction of the ledger.
+        Leases given back that a start needs as they are (the same shares of the same devices)
+        pass to it instead: a stream of like tasks changes nothing others need to read.
         Returns ``{task: reason}`` for the starts refused (another kernel holds the share)."""
-        gives = [lease.id for task in ended for lease in self._release(task)]
-        takes = []
+        starts = list(starts)
+        released = [leases for task in ended if (leases := self._release(task))]
+        released += [leases for start in starts
+                     if (leases := self._release(start.task, start.attempt))]
+        spare: dict[tuple, list[tuple[Lease, ...]]] = {}
+        for leases in released:
+            spare.setdefault(_shape((lease.device, lease.units) for lease in leases),
+                             []).append(leases)
+        takes, passes = [], []
         for start in starts:
-            gives += [lease.id for lease in self._release(start.task, start.attempt)]
             shares = self.shares(start)
             if shares:
-                takes.append((start, shares))
-        if not gives and not takes:
+                same = spare.get(_shape(shares.items()))
+                if same:
+                    passes.append((start, same.pop()))
+                else:
+                    takes.append((start, shares))
+        gives = [lease.id for group in spare.values() for leases in group for lease in leases]
+        if not gives and not takes and not passes:
             return {}
-        done = self.ledger.exchange(gives, [(start.task, shares) for start, shares in takes])
+        done = self.ledger.exchange(gives, [(start.task, shares) for start, shares in takes],
+                                    passes=[(start.task, leases) for start, leases in passes])
         if done.before == self._version:
             self._version = done.after  # only our own changes since the last read
         refused = {}
-        for (start, _), got in zip(takes, done.taken, strict=True):
+        for (start, _), got in zip(takes + passes, done.taken + done.passed, strict=True):
             if isinstance(got, Refusal):
                 refused[start.task] = self._refused(got)
             else:
@@ -250,6 +265,10 @@ class HostLeases:
             return None
         self._sent = units
         return ev.HeldElsewhere(self.node, {GPU: units}, reason)
+
+
+def _shape(shares: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(shares))
 
 
 def open_host_leases(sched, host: HostInfo, node: str) -> HostLeases | None:
