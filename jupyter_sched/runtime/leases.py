@@ -171,11 +171,6 @@ class HostLeases:
                 self._by_task[start.task] = (start.attempt, got)
         return refused
 
-    def take(self, start: ev.Start) -> str:
-        """Take the leases of ``start``: "" when taken (or none are needed), else the reason of
-        the refusal."""
-        return self.settle((), [start]).get(start.task, "")
-
     def _refused(self, refusal: Refusal) -> str:
         self._version = None  # someone took it since the last read: read again, and
         self._sent = None     # tell the core even what it was told before

@@ -91,7 +91,7 @@ class FaultsMixin:
                 return
             if not run.looked:  # _RESIGNAL after the interrupt: once more if it may be lost
                 run.looked = True
-                if run.began and run.engine.task == run.task and self._stopping_behind(run):
+                if run.began and run.engine.task == run.task and self._no_one_behind(run):
                     self._signal(run.engine, signal.SIGINT)
                 run.timer = _timer(self.stop_grace - _RESIGNAL, self._stop_overdue, run)
                 return
@@ -104,9 +104,9 @@ class FaultsMixin:
                         run.task, self.stop_grace, run.engine.eid)
             self._signal(run.engine, signal.SIGKILL)
 
-    def _stopping_behind(self, run: _Run) -> bool:
-        """No task that is to go on waits behind ``run`` on its engine: a late signal for
-        ``run`` cannot hit one (lock held)."""
+    def _no_one_behind(self, run: _Run) -> bool:
+        """Whether no task that is to go on waits behind ``run`` on its engine, so that a late
+        signal for ``run`` cannot hit one (lock held)."""
         behind = self._runs.get(run.engine.next) if run.engine.next is not None else None
         return behind is None or behind.stopping is not None
 
