@@ -328,7 +328,10 @@ class Simulation:
             self._leave(task_id)
         for before, start in list(self._parked.items()):
             if start.task == task_id and start.attempt == attempt:
-                del self._parked[before]  # aborted before its engine began it
+                del self._parked[before]  # aborted before its engine began it: the one
+                behind = self._parked.pop(task_id, None)  # behind it comes after `before`
+                if behind is not None:
+                    self._parked[before] = behind
         return ev.Stopped(task_id, attempt=attempt)  # (late, if the attempt already ended)
 
     def _note_refused(self, refusal: Refused) -> None:
@@ -340,8 +343,10 @@ class Simulation:
     def _carry_out(self, instruction: ev.Instruction) -> None:
         self.trace.append((self.now, instruction))
         if isinstance(instruction, ev.Start):
-            if instruction.after is not None and instruction.after in self._live:
-                self._parked[instruction.after] = instruction  # the engine's queue: next
+            after = instruction.after
+            if after is not None and (after in self._live or any(
+                    start.task == after for start in self._parked.values())):
+                self._parked[after] = instruction  # the engine's queue: next
                 return
             self._begin(instruction)
         else:  # Stop or Preempt: the simulated executor stops it after its stop delay

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jupyter_sched.core import events as ev
+from jupyter_sched.core.actions import pipeline
 from jupyter_sched.core.state import Core
 from jupyter_sched.model.tasks import TERMINAL
 from jupyter_sched.sim import Simulation
@@ -102,6 +103,95 @@ def test_a_node_lost_with_a_task_sent_ahead_retries_both_once():
     sim.run()
     assert [(s.task, s.after) for s in pipelined(sim)][:1] == [(ahead.id, running.id)]
     for t in (running, ahead):
+        core_task = sim.core.tasks[t.id]
+        assert t.state == "done" and core_task.failures == 1, core_task  # lost once each
+    assert sim.core.stale_reports == 0
+    _check_engines(sim)
+
+
+def longest_lines(sim: Simulation) -> list[int]:
+    """Run ``sim``; after each step, the most tasks assigned to one slot."""
+    seen, handle = [], sim.core.handle
+
+    def noting(*events):
+        try:
+            return handle(*events)
+        finally:
+            seen.append(max((len(s.ahead) for n in sim.core.cluster.nodes.values()
+                             for s in n.slots.values()), default=0))
+
+    sim.core.handle = noting
+    sim.run()
+    return seen
+
+
+@pytest.mark.parametrize(("duration", "deepest"), [(0.001, pipeline.AHEAD), (0.03, 3)])
+def test_a_backlog_lines_up_on_each_slot_as_deep_as_the_bound_allows(duration, deepest):
+    """Each slot gets a line of tasks, level by level, as many as fit in the bound (its
+    class's last run times the line's length), never more than ``AHEAD``; each task's
+    ``after`` is the one sent to that slot before it."""
+    sim = Simulation(pipeline=0.1)
+    sim.add_node("n", {"CPU": 2}, engines=2)
+    tasks = [sim.submit(duration=duration, resources={"CPU": 1}) for _ in range(80)]
+    assert max(longest_lines(sim)) == deepest
+    assert all(t.state == "done" and sim.core.tasks[t.id].attempt == 1 for t in tasks)
+    last: dict[str, str] = {}
+    for _, start in sim.trace:
+        if isinstance(start, ev.Start):
+            if start.after is not None:
+                assert start.after == last[start.slot], start
+            last[start.slot] = start.task
+    per_slot = [sum(1 for s in pipelined(sim) if s.slot == slot) for slot in last]
+    assert min(per_slot) >= 30, per_slot  # the backlog went through both slots' lines
+    _check_engines(sim)
+
+
+def test_a_line_behind_a_task_that_runs_long_is_taken_back_whole():
+    sim = Simulation(pipeline=0.1)
+    sim.add_node("n", {"CPU": 2}, engines=2)
+    sim.submit(duration=0.01, resources={"CPU": 1})
+    slow = sim.submit(duration=5.0, resources={"CPU": 1}, at=0.05)
+    sim.submit(duration=0.3, resources={"CPU": 1}, at=0.05, family="other")
+    behind = [sim.submit(duration=0.01, resources={"CPU": 1}, at=0.06) for _ in range(4)]
+    sim.run()
+    line = [(s.task, s.after) for s in pipelined(sim)][:4]  # (then again, on the other slot)
+    assert line == list(zip([t.id for t in behind], [slow.id] + [t.id for t in behind[:3]],
+                            strict=True))
+    for t in behind:
+        core_task = sim.core.tasks[t.id]
+        assert t.state == "done" and t.end < 1.0, (t, t.end)  # none waited out the 5 s
+        assert (core_task.attempt, core_task.failures, t.runs) == (2, 0, 1), core_task
+    _check_engines(sim)
+
+
+def test_a_cancelled_task_in_the_middle_of_a_line_never_runs_and_the_rest_run_once():
+    sim = Simulation(pipeline=1.0, stop_delay=0.05)
+    sim.add_node("n", {"CPU": 1}, engines=1)
+    sim.submit(duration=0.01, resources={"CPU": 1})
+    before = sim.submit(duration=0.5, resources={"CPU": 1}, at=0.02)
+    line = [sim.submit(duration=0.01, resources={"CPU": 1}, at=0.02) for _ in range(3)]
+    sim.cancel(line[1], at=0.1)
+    sim.run()
+    assert [(s.task, s.after) for s in pipelined(sim)] == [
+        (line[0].id, before.id), (line[1].id, line[0].id), (line[2].id, line[1].id)]
+    assert line[1].state == "cancelled" and line[1].runs == 0
+    for t in (before, line[0], line[2]):
+        assert t.state == "done" and t.runs == 1 and sim.core.tasks[t.id].attempt == 1
+    assert line[0].end <= line[2].start  # the engine ran the line in its order
+    _check_engines(sim)
+
+
+def test_a_node_lost_with_a_line_of_tasks_retries_each_once():
+    sim = Simulation(pipeline=1.0)
+    sim.add_node("n", {"CPU": 1}, engines=1)
+    sim.add_node("m", {"CPU": 1}, engines=1, at=0.5)
+    sim.submit(duration=0.01, resources={"CPU": 1})
+    tasks = [sim.submit(duration=0.1, resources={"CPU": 1}, retries=1, at=0.02)
+             for _ in range(4)]
+    sim.remove_node("n", at=0.05)
+    sim.run()
+    assert [s.after for s in pipelined(sim)][:3] == [t.id for t in tasks[:3]]
+    for t in tasks:
         core_task = sim.core.tasks[t.id]
         assert t.state == "done" and core_task.failures == 1, core_task  # lost once each
     assert sim.core.stale_reports == 0

@@ -111,6 +111,35 @@ def test_a_cancelled_task_sent_ahead_never_runs(cluster, tmp_path):
     assert stale == 0
 
 
+def test_a_line_sent_ahead_runs_on_its_engine_and_its_cancelled_middle_never_runs(
+        cluster, tmp_path):
+    """Six tasks behind two busy engines: three in each engine's queue, level by level. The
+    middle one of each line is cancelled: its engine skips it and runs the one behind it."""
+    sched, _ = cluster
+    sched.pipeline = 5.0
+    warm_up(sched, tmp_path)
+    busy = [sched.submit(marked, str(tmp_path / f"busy{k}"), 2.0, target="engines")
+            for k in range(2)]
+    wait_for(lambda: all(h.state == "running" for h in busy), 30, "both engines busy")
+    paths = [tmp_path / f"line{k}" for k in range(6)]
+    line = [sched.submit(marked, str(p), 0, target="engines") for p in paths]
+    wait_for(lambda: all(sent_ahead(sched, h) for h in line), 10, "the lines to be sent")
+    after = {h.id: sent_ahead(sched, h) for h in line}
+    assert {after[line[0].id], after[line[1].id]} == {h.id for h in busy}
+    assert [after[h.id] for h in line[2:]] == [h.id for h in line[:4]]
+    for h in line[2:4]:
+        assert h.cancel()
+    ran = {h.id: h.result(timeout=60) for h in busy + line[:2] + line[4:]}
+    wait_for(lambda: all(h.done() for h in line), 30, "the cancels to land")
+    assert [h.state for h in line[2:4]] == ["cancelled"] * 2
+    time.sleep(1)
+    assert [len(runs(p)) for p in paths] == [1, 1, 0, 0, 1, 1]
+    for h in line[:2] + line[4:]:  # on the engine of the busy task at the head of its line
+        head = after[line[line.index(h) % 2].id]
+        assert ran[h.id] == ran[head], (h.id, head)
+    assert sched.inspect_core(lambda core: core.stale_reports) == 0
+
+
 def test_an_engine_dying_with_a_task_sent_ahead_retries_both_once(tmp_path):
     with scheduler_with_engines(engines=2) as (sched, _):
         sched.debug_validate = True

@@ -18,7 +18,7 @@ def check(self: Ledger) -> None:
         assert (task.state == ASSIGNED) == (task.id in self.assigned), task
         if task.state == ASSIGNED:
             slot = self.cluster.nodes[task.node].slots[task.slot]
-            assert slot.next == task.id and slot.task is not None, (task, slot.task)
+            assert task.id in slot.ahead and slot.task is not None, (task, slot.task)
         if task.state == RUNNING:
             assert task.allocation is not None and task.node in self.cluster.nodes, task
             assert task.id in self.cluster.nodes[task.node].tasks, task
@@ -42,6 +42,8 @@ def check(self: Ledger) -> None:
             node.slots), node
         assert all(self.tasks[s.task].slot == s.id for s in node.slots.values()
                    if s.task is not None), node
+        assert all(self.assigned[t].slot == s.id and s.task is not None
+                   for s in node.slots.values() for t in s.ahead), node
         assert node.keys == Cluster._keys(node), node
     _check_queues(self)
 

@@ -182,8 +182,8 @@ class Ledger:
         if node is not None and allocation is not None:
             slot = node.slots.get(task.slot) if task.slot is not None else None
             node.tasks.pop(spec.id, None)
-            if slot is not None and slot.next is not None:
-                successor = self.tasks[slot.next]
+            if slot is not None and slot.ahead:
+                successor = self.tasks[slot.ahead[0]]
                 slot.task = None
             else:
                 node.resources.release(allocation)
@@ -210,20 +210,28 @@ class Ledger:
     # -- pipelining ---------------------------------------------------------------------------
 
     def assign(self, task: Task, node: Node, slot: str) -> None:
-        """``task`` is to run on ``slot`` after the slot's task; it holds nothing until then."""
+        """``task`` is to run on ``slot`` after the slot's task and the tasks assigned there
+        before it; it holds nothing until then."""
         s = node.slots[slot]
         task.node, task.slot = node.name, slot
-        s.next = task.id
+        s.ahead.append(task.id)
         self.assigned[task.id] = task
-        before = self.tasks[s.task]
-        heapq.heappush(self.overruns, (before.started_at + self.pipeline, task.seq, task.id,
-                                       task.attempt + 1))
+        if len(s.ahead) == 1:  # (the first of a slot's line stands for it: ``_look_at``)
+            self._look_at(task, self.tasks[s.task].started_at, 1)
+
+    def _look_at(self, task: Task, started_at: float, attempts: int) -> None:
+        """Look at ``task``'s slot again when the slot's task passes the pipelining bound."""
+        heapq.heappush(self.overruns, (started_at + self.pipeline, task.seq, task.id,
+                                       task.attempt + attempts))
 
     def _unassign(self, task: Task, node: Node | None) -> None:
         del self.assigned[task.id]
         slot = node.slots.get(task.slot) if node is not None else None
-        if slot is not None and slot.next == task.id:
-            slot.next = None
+        if slot is not None and task.id in slot.ahead:
+            first = slot.ahead[0] == task.id
+            slot.ahead.remove(task.id)
+            if first and slot.ahead and slot.task is not None:
+                self._look_at(self.tasks[slot.ahead[0]], self.tasks[slot.task].started_at, 0)
 
     def adopt(self, task: Task) -> None:
         """The hand-over: an assigned task holds its slot's allocation (still taken from the
@@ -231,9 +239,12 @@ class Ledger:
         node = self.cluster.nodes[task.node]
         allocation = task.allocation
         del self.assigned[task.id]
-        node.slots[task.slot].next = None
+        slot = node.slots[task.slot]
+        slot.ahead.remove(task.id)  # (the first in the slot's line)
         node.tasks[task.id] = None
-        node.slots[task.slot].task = task.id
+        slot.task = task.id
+        if slot.ahead:
+            self._look_at(self.tasks[slot.ahead[0]], self.now, 0)
         queue = self.queues[task.spec.queue]
         queue.add_use("allocated", allocation.amounts.items(), 1)  # (its demand left
         queue.running += 1                                          # ``waiting`` when assigned)

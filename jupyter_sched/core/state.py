@@ -281,8 +281,8 @@ class Core(Ledger):
         node = self.node(event.name)
         reason = event.reason or f"node {event.name!r} was lost"
         for slot in list(node.slots.values()):
-            if slot.next is not None:  # (before their slots' tasks: they take nothing over)
-                fire(self, self.tasks[slot.next], LOSE, reason)
+            for task_id in slot.ahead[::-1]:  # (before their slots' tasks: they take
+                fire(self, self.tasks[task_id], LOSE, reason)  # nothing over)
         for task_id in list(node.tasks):
             fire(self, self.tasks[task_id], LOSE, reason)
         self.elsewhere.pop(event.name, None)
@@ -331,8 +331,8 @@ class Core(Ledger):
         if slot is None:
             raise ValueError(f"node {event.node!r} has no engine slot {event.slot!r}")
         reason = event.reason or f"engine {event.slot} on {event.node!r} died"
-        for task_id in (slot.next, slot.task):  # (the next one first: it takes nothing over)
-            if task_id is not None:
+        for task_id in [*slot.ahead[::-1], slot.task]:  # (those assigned first, the last
+            if task_id is not None:                      # first: they take nothing over)
                 fire(self, self.tasks[task_id], LOSE, reason)
         del node.slots[event.slot]
         node.free_slots.pop(event.slot, None)

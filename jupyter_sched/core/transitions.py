@@ -166,14 +166,15 @@ def _place(led, task, placement: Placement) -> None:
 
 
 def _assign(led, task, placement: tuple) -> None:
-    """Sent ahead to ``slot``, after its task ``before``: a new attempt that holds nothing."""
-    node, slot, before = placement
+    """Sent ahead to ``slot``, to run on the devices of its task ``running`` after the task
+    ``after`` (that one, or the last task assigned there): a new attempt that holds nothing."""
+    node, slot, running, after = placement
     led.leave_waiting(task)
     led.assign(task, node, slot)
     task.attempt += 1
-    _enter(led, task, ASSIGNED, f"next on engine slot {slot!r}, after {before.id}")
-    led.emit(ev.Start(task.id, node.name, slot, before.allocation.devices,
-                      attempt=task.attempt, after=before.id))
+    _enter(led, task, ASSIGNED, f"next on engine slot {slot!r}, after {after}")
+    led.emit(ev.Start(task.id, node.name, slot, running.allocation.devices,
+                      attempt=task.attempt, after=after))
 
 
 def _release(led, task) -> None:

@@ -42,14 +42,15 @@ class SlotSpec:
 
 
 class Slot:
-    __slots__ = ("binding", "id", "next", "pinned", "task")
+    __slots__ = ("ahead", "binding", "id", "pinned", "task")
 
     def __init__(self, spec: SlotSpec) -> None:
         self.id = spec.id
         self.pinned = spec.pinned is not None
         self.binding: frozenset[int] | None = spec.pinned
         self.task: str | None = None
-        self.next: str | None = None  # the task assigned to run here after ``task``
+        # the tasks assigned to run here after ``task``, in the order the engine runs them
+        self.ahead: list[str] = []
 
     def can_use(self, devices: Mapping[int, int]) -> bool:
         return self.binding is None or all(i in self.binding for i in devices)

@@ -1,22 +1,27 @@
-"""Pipeline: send the next task of a backlog to a busy engine slot before the slot is free.
+"""Pipeline: send the next tasks of a backlog to a busy engine slot before the slot is free.
 
 An engine runs one task at a time; between two tasks it would sit idle for a round trip (its
-reply to the kernel, the cycle, the next request back). So, with ``Core.pipeline`` above 0:
+reply to the kernel, the cycle, the next request back), and an engine that gets its requests
+one at a time spends more on each than one that gets them in bursts. So, with
+``Core.pipeline`` above 0:
 
 * **Assign.** When the best waiting job of this cycle (the first in priority and age among
-  the jobs that could not be placed) is a single task, and a slot runs a task of the same
-  class, queue and family (the same demand, and the same function: ``TaskSpec.family``) that
-  is not being stopped and has run at most ``pipeline`` seconds, and the last run of that
-  class and family on a slot took at most ``pipeline`` seconds, the class's next tasks of
-  that family are *assigned* to such slots, one per slot: ``Start`` goes out now with
-  ``after`` naming the slot's task, and the engine's own queue runs it next.
+  the jobs that could not be placed) is a single task, and slots run tasks of the same class,
+  queue and family (the same demand, and the same function: ``TaskSpec.family``) that are
+  not being stopped and have run at most ``pipeline`` seconds, and the last run of that class
+  and family on a slot took at most ``pipeline`` seconds, the class's next tasks of that
+  family are *assigned* to such slots, level by level (each slot's first, then each one's
+  second...), up to a line of ``pipeline / last run`` tasks a slot, at least one and at most
+  :data:`AHEAD`. Each ``Start`` goes out now with ``after`` naming the task sent to that slot
+  before it, and the engine's own queue runs them in that order.
 * **Hold nothing until then.** An assigned task holds no resources; when the slot's task
-  ends, however it ends, its allocation and the slot pass to the assigned task (the hand-over
-  in :meth:`.ledger.Ledger.release`), so nothing else can take the share between the two and
-  no share is ever held idle.
+  ends, however it ends, its allocation and the slot pass to the first task of the line (the
+  hand-over in :meth:`.ledger.Ledger.release`), so nothing else can take the share between
+  the two and no share is ever held idle.
 * **Never behind a long one.** Once the slot's task has run past ``pipeline`` seconds, and a
-  free slot elsewhere could run the assigned task now, it is *revoked*: a ``Stop`` (the
-  executor aborts it on the engine), and it is queued again without spending a retry.
+  free slot elsewhere could run its assigned tasks now, the whole line is *revoked*: a
+  ``Stop`` each (the executor aborts them on the engine), and each is queued again without
+  spending a retry.
 
 Nothing is assigned while a job holds a reservation (it would be passed over at every
 hand-over) or when preemption is on (a victim's share must go to its preemptor).
@@ -31,6 +36,8 @@ from ..session import Session
 from ..transitions import ASSIGN, REVOKE, fire
 from .allocate import live_head
 
+AHEAD = 8  # the most tasks assigned to one slot at a time
+
 
 def run(session: Session) -> None:
     core = session.core
@@ -43,26 +50,33 @@ def run(session: Session) -> None:
         return
     queue = core.queues[best.spec.queue]
     fifo = queue.classes.get(best.klass)
-    if fifo is None or not best.spec.family or core.durations.get(
-            (queue.name, best.klass, best.spec.family), core.pipeline + 1) > core.pipeline:
+    took = core.durations.get((queue.name, best.klass, best.spec.family))
+    if fifo is None or not best.spec.family or took is None or took > core.pipeline:
         return
-    for node, slot, before in _busy_slots(core, best):
-        job = live_head(fifo)
-        if job is None or job.spec.family != best.spec.family:
-            return
-        fifo.popleft()
-        fire(core, job, ASSIGN, (node, slot.id, before))
+    depth = AHEAD if took * AHEAD <= core.pipeline else max(1, int(core.pipeline / took))
+    slots = list(_busy_slots(core, best, depth))
+    for level in range(depth):  # (level by level: a class's tasks spread over the slots)
+        for node, slot, running in slots:
+            if len(slot.ahead) > level:
+                continue
+            job = live_head(fifo)
+            if job is None or job.spec.family != best.spec.family:
+                return
+            fifo.popleft()
+            after = slot.ahead[-1] if slot.ahead else running.id
+            fire(core, job, ASSIGN, (node, slot.id, running, after))
 
 
-def _busy_slots(core, like: Task):
-    """Slots running a task of ``like``'s class and queue, with no next task, not being stopped,
-    that has run at most ``pipeline`` seconds, on a node that takes work."""
+def _busy_slots(core, like: Task, depth: int):
+    """Slots running a task of ``like``'s class and queue, with fewer than ``depth`` tasks
+    assigned, not being stopped, that has run at most ``pipeline`` seconds, on a node that
+    takes work."""
     horizon = core.now - core.pipeline
     for node in core.cluster.nodes.values():
         if not node.slots or node.cordoned:
             continue
         for slot in node.slots.values():
-            if slot.task is None or slot.next is not None:
+            if slot.task is None or len(slot.ahead) >= depth:
                 continue
             before = core.tasks[slot.task]
             spec = before.spec
@@ -74,17 +88,24 @@ def _busy_slots(core, like: Task):
 
 
 def _revoke_overruns(core) -> None:
-    """Take back assigned tasks whose slot's task ran past the bound, where a free slot could
-    run them now."""
+    """Take back the tasks assigned to a slot whose task ran past the bound, where a free slot
+    could run them now: all of them, the last first (each would wait behind that task)."""
     horizon = core.now - core.pipeline
+    seen = set()
     for task in list(core.assigned.values()):
-        if task.state != ASSIGNED or task.stopping is not None:
+        if task.state != ASSIGNED or task.stopping is not None or (task.node, task.slot) in seen:
             continue
-        before = core.tasks[core.cluster.nodes[task.node].slots[task.slot].task]
-        if before.started_at is not None and before.started_at < horizon and _free_slot_for(
-                core, task):
-            fire(core, task, REVOKE, f"taken back from engine slot {task.slot!r}: the task "
-                 f"before it there ({before.id}) ran longer than {core.pipeline:g}s")
+        seen.add((task.node, task.slot))
+        slot = core.cluster.nodes[task.node].slots[task.slot]
+        before = core.tasks[slot.task]
+        if before.started_at is None or before.started_at >= horizon \
+                or not _free_slot_for(core, task):
+            continue
+        for task_id in slot.ahead[::-1]:
+            behind = core.tasks[task_id]
+            if behind.state == ASSIGNED and behind.stopping is None:
+                fire(core, behind, REVOKE, f"taken back from engine slot {task.slot!r}: the "
+                     f"task running there ({before.id}) ran longer than {core.pipeline:g}s")
 
 
 def _free_slot_for(core, task: Task) -> bool:

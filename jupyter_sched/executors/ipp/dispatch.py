@@ -81,8 +81,8 @@ class DispatchMixin:
                     out.fail(start.task, err, f"{type(err).__name__}: {err}",
                              attempt=start.attempt)
                 else:
-                    if start.after is not None and engine.task == start.after:
-                        engine.next = start.task  # the engine's queue runs it after that one
+                    if start.after is not None and engine.task is not None:
+                        engine.behind.append(start.task)  # the engine's queue runs it next
                     else:
                         engine.task = start.task
                     self._runs[start.task] = run
@@ -199,12 +199,12 @@ class DispatchMixin:
             run.timer = None
         engine = run.engine
         if engine.task == run.task:
-            engine.task, engine.next = engine.next, None
+            engine.task = engine.behind.pop(0) if engine.behind else None
             head = self._runs.get(engine.task) if engine.task is not None else None
             if head is not None and head.stopping is not None and head.future is not None:
                 self._interrupt(head)  # stopped while queued behind this one
-        elif engine.next == run.task:
-            engine.next = None
+        elif run.task in engine.behind:
+            engine.behind.remove(run.task)
 
     # -- what comes back --------------------------------------------------------------------------
 

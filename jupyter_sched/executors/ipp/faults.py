@@ -107,8 +107,8 @@ class FaultsMixin:
     def _no_one_behind(self, run: _Run) -> bool:
         """Whether no task that is to go on waits behind ``run`` on its engine, so that a late
         signal for ``run`` cannot hit one (lock held)."""
-        behind = self._runs.get(run.engine.next) if run.engine.next is not None else None
-        return behind is None or behind.stopping is not None
+        return all(self._runs[task].stopping is not None for task in run.engine.behind
+                   if task in self._runs)
 
     def _signal(self, engine: _Engine, signum: int) -> None:
         engine.quiet_until = time.monotonic() + _QUIET_AFTER_SIGNAL

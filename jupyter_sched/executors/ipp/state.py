@@ -28,7 +28,8 @@ class _Engine:
     socket: Any = None
     ident: bytes = b""
     task: str | None = None  # the task it runs (or was sent last)
-    next: str | None = None  # a task sent ahead, queued on the engine behind ``task``
+    # tasks sent ahead, queued on the engine behind ``task``, in the order it runs them
+    behind: list[str] = field(default_factory=list)
     alive: bool = True
     quiet_until: float = 0.0
     exit_status: str | None = None
