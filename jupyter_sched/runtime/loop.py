@@ -253,7 +253,7 @@ class RuntimeLoop(Records):
             due.append(deadline + _DEADLINE_SLACK)
         if self._outputs:
             due.append(self._outputs[0][0] - self._t0)
-        if self._leases is not None and self._waits_for_gpu():
+        if self._leases is not None and self.gpu_work_waits:
             due.append(now + POLL)  # another kernel may give its share back
         if not due:
             return None
@@ -281,7 +281,7 @@ class RuntimeLoop(Records):
                 requests.append(_Request((item,)))
 
         now = self.now()
-        if self._leases is not None and (held := self._poll_leases(now, self._waits_for_gpu())):
+        if self._leases is not None and (held := self._poll_leases(now, self.gpu_work_waits)):
             requests.insert(0, _Request((held,)))  # what other kernels hold, when it changed
         touched = {e.task for e in plain}
         self._sync_all = False
@@ -299,7 +299,6 @@ class RuntimeLoop(Records):
             touched.add(instruction.task)
             self._carry_out(instruction)
         self._sync(touched)
-        self.gpu_work_waits = self._waits_for_gpu()
         for request in requests:
             self._answer(request)
         for call in calls:
@@ -307,6 +306,7 @@ class RuntimeLoop(Records):
                 call.reply.set_result(call.fn(core))
             except BaseException as exc:
                 call.reply.set_exception(exc)
+        self.gpu_work_waits = self._waits_for_gpu()  # (read until the next step's end)
         self._flush_outputs()
         if self.debug_validate:
             self._validate()

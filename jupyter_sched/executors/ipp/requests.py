@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import pickle
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ _TABLES = ("_futures", "_output_futures", "outstanding", "history", "_outstandin
            "metadata", "results", "_engines", "session", "_io_loop", "_closed")
 _SMALL = frozenset({tuple, list, dict, str, bool, int, type(None), Ref})
 _PICKLED_REFS: dict[Ref, Any] = {}
+_KEEPS_TABLES: weakref.WeakSet = weakref.WeakSet()  # clients that keep all of ``_TABLES``
 
 
 class Reply:
@@ -158,9 +160,11 @@ def send_apply(client: Any, socket: Any, ident: bytes, fn: Any, args: list,
     session = getattr(client, "session", None)
     threshold = getattr(session, "buffer_threshold", 1024)
     fn, args = pickled_call(fn, args, threshold)
-    if not all(hasattr(client, name) for name in _TABLES):
-        return client.send_apply_request(socket, fn, args, {}, ident=ident,
-                                         message_future_hook=hook)
+    if client not in _KEEPS_TABLES:
+        if not all(hasattr(client, name) for name in _TABLES):
+            return client.send_apply_request(socket, fn, args, {}, ident=ident,
+                                             message_future_hook=hook)
+        _KEEPS_TABLES.add(client)  # (checked once a client: each trait read costs)
     if client._closed:
         raise RuntimeError("the ipyparallel client's sockets are closed")
     ReplyReader.install(client)
