@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..model.allocation import EMPTY, Allocation
 from ..model.cluster import Cluster, Node
-from ..model.queues import QueueTree
+from ..model.queues import Queue, QueueTree
 from ..model.tasks import (
     ASSIGNED,
     CANCELLED,
@@ -285,6 +285,15 @@ class Ledger:
 
     def enter_waiting(self, job: Task | Gang) -> None:
         """Put a job (already QUEUED) in its queue's class FIFO."""
+        key, queue = self.count_waiting(job)
+        fifo = queue.classes.get(key)
+        if fifo is None:
+            fifo = queue.classes[key] = deque()
+        fifo.append(job)
+
+    def count_waiting(self, job: Task | Gang) -> tuple[int | tuple, Queue]:
+        """A job (already QUEUED) counts among its queue's waiting work, not yet filed in a
+        class FIFO: (its class key, its queue). Jobs placed at once are never filed."""
         if type(job) is Task:
             key, spec = job.klass, job.spec
             pairs = spec.demand.amounts
@@ -293,12 +302,9 @@ class Ledger:
             pairs = tuple(demand.items())
             job.waiting = True
         queue = self.queues.queues[spec.queue]
-        fifo = queue.classes.get(key)
-        if fifo is None:
-            fifo = queue.classes[key] = deque()
-        fifo.append(job)
         queue.queued += 1
         queue.add_use("waiting", pairs, 1)
+        return key, queue
 
     def list_infeasible(self, job: Task | Gang) -> None:
         jobs = self.infeasible.get(job_key(job))
