@@ -21,9 +21,10 @@ from ...model.queues import CLOSED, Queue
 from ...model.tasks import Task
 from ..jobs import job_spec
 from ..ledger import Ledger
+from ..plugins.gang import place_gang
 from ..session import Session
 from . import enqueue
-from .allocate import is_capped, try_place, unplaced
+from .allocate import is_capped, unplaced
 
 FEW = 16  # arrivals in one cycle
 
@@ -60,10 +61,12 @@ def run(session: Session, queue: Queue) -> None:
             admitted.sort(key=lambda pair: -job_spec(pair[1]).priority)  # (stable: by age)
     failed = session.failed
     for key, job in admitted:
-        if key in failed or not try_place(session, job):
-            fifo = queue.classes.get(key)
-            if fifo is None:
-                fifo = queue.classes[key] = deque()
-            fifo.append(job)
-            if key not in failed:
-                unplaced(session, job, key, True)
+        if key not in failed and (session.place_task(job) if type(job) is Task
+                                  else place_gang(session, job)):
+            continue
+        fifo = queue.classes.get(key)
+        if fifo is None:
+            fifo = queue.classes[key] = deque()
+        fifo.append(job)
+        if key not in failed:
+            unplaced(session, job, key, True)
