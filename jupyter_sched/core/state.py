@@ -180,7 +180,7 @@ class Core(Ledger):
             if len({(s.demand, s.target, s.node, s.selector, s.priority) for s in specs}) != 1:
                 raise ValueError(f"gang {gang_spec.name!r}: members must have one demand, "
                                  "target, selector and priority")
-        tasks = [self._new_task(spec) for spec in specs]
+        tasks = list(map(self._new_task, specs))
         job: Task | Gang = tasks[0]
         if gang_spec is not None:
             job = Gang(gang_spec, tasks, self.next_seq())
