@@ -49,7 +49,8 @@ def _stream(seed: int, policy: str, at_once: bool):
                 if rng.random() < 0.15:
                     specs = tuple(TaskSpec(f"t{n + k}", Demand.of({"GPU": U, "CPU": U}),
                                            priority=priority) for k in range(3))
-                    events.append(ev.Submit(specs, GangSpec(f"g{n}", 3)))
+                    least = rng.choice([None, 2])  # (with 2: it may start short)
+                    events.append(ev.Submit(specs, GangSpec(f"g{n}", 3, least)))
                 else:
                     specs = (TaskSpec(f"t{n}", demand, priority=priority),)
                     events.append(ev.Submit(specs))

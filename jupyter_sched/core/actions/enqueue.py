@@ -21,8 +21,8 @@ from ..transitions import ADMIT, NEVER, fire
 
 
 def run(session: Session, admitted: list | None = None) -> None:
-    """``admitted``: when given, admitted jobs are counted as waiting and listed there as
-    (class key, job), to be placed at once (:mod:`.arrivals`), instead of filed in FIFOs."""
+    """``admitted``: when given, admitted jobs are listed there, to be placed at once
+    (:mod:`.arrivals`), instead of counted as waiting and filed in their class FIFOs."""
     core = session.core
     cache = core.feasibility
     if core.nodes_changed:
@@ -48,7 +48,7 @@ def run(session: Session, admitted: list | None = None) -> None:
         elif admitted is None:
             core.enter_waiting(job)
         else:
-            admitted.append((core.count_waiting(job)[0], job))
+            admitted.append(job)
 
 
 def _why_not(session: Session, job: Task | Gang, cache: dict[tuple, str | None]) -> str | None:
