@@ -30,11 +30,11 @@ def _state(core: Core):
     return tasks, queues
 
 
-def _stream(seed: int, policy: str, at_once: bool):
+def _stream(seed: int, policy: str, at_once: bool, **options):
     """Work arriving a few submissions a call while random running tasks end, on a small
     cluster kept full (so some arrivals wait); every call's instructions, and the end state."""
     rng = random.Random(seed)
-    core = Core(policy=policy, reservation_after=3.0)
+    core = Core(policy=policy, **{"reservation_after": 3.0, **options})
     core.handle(*(ev.NodeAdded(f"n{i}", NodeResources({"CPU": 16 * U, "GPU": 4 * U}))
                   for i in range(6)))
     outs, running, n = [], [], 0
@@ -52,7 +52,9 @@ def _stream(seed: int, policy: str, at_once: bool):
                     least = rng.choice([None, 2])  # (with 2: it may start short)
                     events.append(ev.Submit(specs, GangSpec(f"g{n}", 3, least)))
                 else:
-                    specs = (TaskSpec(f"t{n}", demand, priority=priority),)
+                    specs = (TaskSpec(f"t{n}", demand, priority=priority,
+                                      time_limit=rng.choice([None, 2.0]),
+                                      preemptible=rng.random() < 0.3),)
                     events.append(ev.Submit(specs))
                 n += len(specs)
             rng.shuffle(events)
@@ -67,6 +69,15 @@ def test_a_stream_of_arrivals_decides_the_same_placed_at_once_or_not():
     for seed in range(3):
         for policy in ("binpack", "spread", "hybrid"):
             assert _stream(seed, policy, True) == _stream(seed, policy, False), (seed, policy)
+
+
+def test_arrivals_decide_the_same_with_reservations_backfill_and_preemption():
+    # reserved at once when they do not fit: later arrivals of the same cycle go around the
+    # holds, tasks with time limits backfill into them, and preemption stops for the rest
+    for seed in range(3):
+        options = {"reservation_after": 0.0, "preemption": seed != 1}
+        assert _stream(seed, "binpack", True, **options) == \
+            _stream(seed, "binpack", False, **options), seed
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
