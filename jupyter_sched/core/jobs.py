@@ -16,9 +16,9 @@ def job_class(job: Task | Gang) -> tuple[int | tuple, TaskSpec, dict[str, int]]:
     """(class key, spec, total demand) of a job (:func:`job_key`)."""
     if isinstance(job, Gang):
         spec = job.members[0].spec
-        waiting = [m for m in job.members if m.state in (QUEUED, INFEASIBLE, PENDING)]
-        demand = spec.demand.scaled(len(waiting)).as_dict()
-        return job_key(job), spec, demand
+        waiting = sum(1 for m in job.members if m.state in (QUEUED, INFEASIBLE, PENDING))
+        # (not Demand.scaled: a Demand hashes itself when made, and this one is only summed)
+        return job_key(job), spec, {k: v * waiting for k, v in spec.demand.amounts}
     spec = job.spec
     return job.klass, spec, spec.demand.as_dict()
 

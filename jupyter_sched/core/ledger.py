@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..model.allocation import EMPTY, Allocation
 from ..model.cluster import Cluster, Node
-from ..model.queues import QueueTree
+from ..model.queues import Queue, QueueTree
 from ..model.tasks import (
     ASSIGNED,
     CANCELLED,
@@ -112,6 +112,9 @@ class Ledger:
         self.durations: dict[tuple, float] = {}  # (queue, class) -> its last run on a slot
         # (when the task before it passes the bound, seq, task id, attempt): look again then
         self.overruns: list[tuple[float, int, str, int]] = []
+        # the job being placed straight from its arrival (:mod:`.actions.arrivals`): it was
+        # never counted among its queue's waiting work, so its start takes nothing from it
+        self.at_once: Task | Gang | None = None
         self._seq = 0
         self._out: list[ev.Instruction] = []
 
@@ -157,15 +160,18 @@ class Ledger:
             if s.binding is None and gpus:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
         queue = self.queues.queues[spec.queue]  # (not through __getitem__: hot)
-        queue.start_use(spec.demand.amounts, allocation.amounts)
         gang = task.gang
-        if gang is None:
-            queue.queued -= 1  # the job leaves its queue's waiting jobs
-            if spec.preemptible:
-                self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
-        elif gang.waiting:
-            queue.queued -= 1
-            gang.waiting = False
+        if (task if gang is None else gang) is self.at_once:
+            queue.start_use((), allocation.amounts)
+        else:
+            queue.start_use(spec.demand.amounts, allocation.amounts)
+            if gang is None:
+                queue.queued -= 1  # the job leaves its queue's waiting jobs
+            elif gang.waiting:
+                queue.queued -= 1
+                gang.waiting = False
+        if gang is None and spec.preemptible:
+            self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
         self.running[task_id] = task
 
     def release(self, task: Task) -> Task | None:
@@ -296,6 +302,15 @@ class Ledger:
 
     def enter_waiting(self, job: Task | Gang) -> None:
         """Put a job (already QUEUED) in its queue's class FIFO."""
+        key, queue = self.count_waiting(job)
+        fifo = queue.classes.get(key)
+        if fifo is None:
+            fifo = queue.classes[key] = deque()
+        fifo.append(job)
+
+    def count_waiting(self, job: Task | Gang) -> tuple[int | tuple, Queue]:
+        """A job (already QUEUED) counts among its queue's waiting work, not yet filed in a
+        class FIFO: (its class key, its queue). Jobs placed at once are never filed."""
         if type(job) is Task:
             key, spec = job.klass, job.spec
             pairs = spec.demand.amounts
@@ -304,12 +319,9 @@ class Ledger:
             pairs = tuple(demand.items())
             job.waiting = True
         queue = self.queues.queues[spec.queue]
-        fifo = queue.classes.get(key)
-        if fifo is None:
-            fifo = queue.classes[key] = deque()
-        fifo.append(job)
         queue.queued += 1
         queue.add_use("waiting", pairs, 1)
+        return key, queue
 
     def list_infeasible(self, job: Task | Gang) -> None:
         jobs = self.infeasible.get(job_key(job))

@@ -37,7 +37,7 @@ from .reservations import (
 from .transitions import GANG_SHORT, PLACE, fire
 
 
-@dataclass
+@dataclass(slots=True)
 class Proposal:
     task: Task
     node: Node

@@ -28,7 +28,7 @@ from ..model.queues import CLOSED, OPEN
 from ..model.tasks import ASSIGNED, PENDING, RUNNING, TERMINAL, Gang, Task, TaskSpec
 from . import events as ev
 from . import invariants
-from .actions import allocate, backfill, enqueue, pipeline, preempt
+from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
 from .jobs import in_order
 from .ledger import Ledger
 from .session import Session
@@ -126,8 +126,12 @@ class Core(Ledger):
                 or self.assigned or any(q.classes for q in self.queues.queues.values())):
             return  # nothing waits: no decision to make (the common case of a task ending)
         session = Session(self)
-        enqueue.run(session)
-        allocate.run(session)
+        queue = arrivals.queue_of(self)
+        if queue is not None:  # nothing waits: the arrivals are placed at once
+            arrivals.run(session, queue)
+        else:
+            enqueue.run(session)
+            allocate.run(session)
         backfill.run(session)
         if self.preemption:
             preempt.run(session)
@@ -176,7 +180,7 @@ class Core(Ledger):
             if len({(s.demand, s.target, s.node, s.selector, s.priority) for s in specs}) != 1:
                 raise ValueError(f"gang {gang_spec.name!r}: members must have one demand, "
                                  "target, selector and priority")
-        tasks = [self._new_task(spec) for spec in specs]
+        tasks = list(map(self._new_task, specs))
         job: Task | Gang = tasks[0]
         if gang_spec is not None:
             job = Gang(gang_spec, tasks, self.next_seq())

@@ -106,7 +106,6 @@ class NodeResources:
         available = self.available
         devices = self.devices
         chosen: dict[str, Mapping[int, int]] = {}
-        amounts: dict[str, int] = {}
         free = gpu_allowed is None and not gpu_held  # no limit on the devices
         for name, units in demand.amounts:
             if available.get(name, 0) < units:
@@ -118,16 +117,15 @@ class NodeResources:
                 if shares is None:
                     return None
                 chosen[name] = shares
-            amounts[name] = units
-        if demand.gpu_memory:
-            devs = devices.get(GPU)
-            shares = (devs.choose(gpu_memory=demand.gpu_memory, allowed=gpu_allowed,
-                                  held=gpu_held) if devs else None)
-            if shares is None:
-                return None
-            chosen[GPU] = shares
-            amounts[GPU] = sum(shares.values())
-        return Allocation(amounts, chosen)
+        if not demand.gpu_memory:
+            return Allocation(demand.units, chosen)
+        devs = devices.get(GPU)
+        shares = (devs.choose(gpu_memory=demand.gpu_memory, allowed=gpu_allowed,
+                              held=gpu_held) if devs else None)
+        if shares is None:
+            return None
+        chosen[GPU] = shares
+        return Allocation({**demand.units, GPU: sum(shares.values())}, chosen)
 
     def fits(self, demand: Demand) -> bool:
         return self.choose(demand) is not None

@@ -253,27 +253,29 @@ class Cluster:
         so a node keeps its place among equals). On every placement and release: kept lean,
         ``_keys()`` inlined."""
         res = node.resources
+        available = res.available
         devs = res.devices.get(GPU)
-        cpu = res.available.get(CPU, 0)
-        old_share, old_whole, old_cpu = keys = node.keys
+        cpu = available.get(CPU, 0)
+        old_share, old_whole, old_cpu = node.keys
         if devs is None or not devs.free:
             share = whole = 0
         else:
-            free = list(devs.free.values())
+            free = devs.free.values()
             top = max(free)
-            share = top * _TIE + sum(free)
-            whole = free.count(SCALE) if top == SCALE else 0
+            # (the sum of the free shares is the available GPU: NodeResources keeps them
+            # equal, and validate() checks it)
+            share = top * _TIE + available.get(GPU, 0)
+            whole = list(free).count(SCALE) if top == SCALE else 0
+        if share == old_share and whole == old_whole and cpu == old_cpu:
+            return
+        name = node.name
         if share != old_share:
-            self.by_gpu_share.move(node.name, old_share, share)
-            keys = None
+            self.by_gpu_share.move(name, old_share, share)
         if whole != old_whole:
-            self.by_whole_gpus.move(node.name, old_whole, whole)
-            keys = None
+            self.by_whole_gpus.move(name, old_whole, whole)
         if cpu != old_cpu:
-            self.by_cpu.move(node.name, old_cpu, cpu)
-            keys = None
-        if keys is None:
-            node.keys = (share, whole, cpu)
+            self.by_cpu.move(name, old_cpu, cpu)
+        node.keys = (share, whole, cpu)
 
     def _indexes(self) -> tuple[BucketIndex, BucketIndex, BucketIndex]:
         return (self.by_gpu_share, self.by_whole_gpus, self.by_cpu)

@@ -144,11 +144,13 @@ class Queue:
     def start_use(self, waiting: tuple[tuple[str, int], ...],
                   allocated: Mapping[str, int]) -> None:
         """A waiting task of this queue starts: its demand (``(name, units)`` pairs) leaves
-        ``waiting``, what it got joins ``allocated`` (one walk up the tree for both)."""
+        ``waiting``, what it got joins ``allocated`` (one walk up the tree for both). No
+        ``waiting`` for a task that never waited (placed as it arrived)."""
         q: Queue | None = self
         self.running += 1
         while q is not None and q.parent is not None:
-            _subtract(q.waiting, waiting)
+            if waiting:
+                _subtract(q.waiting, waiting)
             target = q.allocated
             for name, units in allocated.items():
                 target[name] = target.get(name, 0) + units

@@ -143,12 +143,16 @@ class Demand:
     # GPU and CPU units, read on every search of the node index: looked up once
     gpu_units: int = field(default=0, init=False, repr=False, compare=False)
     cpu_units: int = field(default=0, init=False, repr=False, compare=False)
+    # the amounts as a mapping, made once: the allocations of a demand without GPU memory all
+    # share it (an allocation is never changed; nothing may write to it)
+    units: Mapping[str, int] = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # demands key the scheduler's caches: hash once, not at every lookup
         object.__setattr__(self, "_hash", hash((self.amounts, self.gpu_memory)))
         object.__setattr__(self, "gpu_units", self.get(GPU))
         object.__setattr__(self, "cpu_units", self.get(CPU))
+        object.__setattr__(self, "units", dict(self.amounts))
 
     def __hash__(self) -> int:
         return self._hash

@@ -40,7 +40,7 @@ def run(session: Session) -> None:
         heap = [(-q.priority, q.share(), q.name, q) for q in queues]
         heapq.heapify(heap)
     class_heaps = {q.name: _class_heap(q) for q in queues}
-    capped = {q.name: _capped(q) for q in queues}
+    capped = {q.name: is_capped(q) for q in queues}
     batch = core.policy == "binpack"
     while heap:
         _, _, name, queue = heap[0] if alone else heapq.heappop(heap)
@@ -63,12 +63,7 @@ def run(session: Session) -> None:
                 _place_run(session, queue, key, classes, None if alone else heap)
             _push_class(classes, queue, key)
         else:
-            session.failed[key] = job
-            if over is None and core.elsewhere:
-                _say_held_elsewhere(core, job)
-            if over is None and session.waited_too_long(job) and job.seq not in core.reservations:
-                members = job.members if isinstance(job, Gang) else [job]
-                session.reserve(job, [m.spec for m in members])
+            unplaced(session, job, key, over is None)
         if alone:
             if not classes:
                 break
@@ -76,7 +71,20 @@ def run(session: Session) -> None:
             heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
 
 
-def _capped(queue) -> bool:
+def unplaced(session: Session, job: Task | Gang, key: int | tuple, admitted: bool) -> None:
+    """``job``, the head of class ``key``, did not fit: the class is skipped for the rest of
+    the cycle; a job its queue's capability ``admitted`` says why it waits, and gets a
+    reservation once it has waited too long."""
+    core = session.core
+    session.failed[key] = job
+    if admitted and core.elsewhere:
+        _say_held_elsewhere(core, job)
+    if admitted and session.waited_too_long(job) and job.seq not in core.reservations:
+        members = job.members if isinstance(job, Gang) else [job]
+        session.reserve(job, [m.spec for m in members])
+
+
+def is_capped(queue) -> bool:
     """Has the queue or an ancestor a capability?"""
     q = queue
     while q is not None:

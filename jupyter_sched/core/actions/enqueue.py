@@ -20,7 +20,9 @@ from ..session import Session
 from ..transitions import ADMIT, NEVER, fire
 
 
-def run(session: Session) -> None:
+def run(session: Session, admitted: list | None = None) -> None:
+    """``admitted``: when given, admitted jobs are listed there, to be placed at once
+    (:mod:`.arrivals`), instead of counted as waiting and filed in their class FIFOs."""
     core = session.core
     cache = core.feasibility
     if core.nodes_changed:
@@ -43,8 +45,10 @@ def run(session: Session) -> None:
                 fire(core, member, NEVER if reason else ADMIT, reason)
         if reason:
             core.list_infeasible(job)
-        else:
+        elif admitted is None:
             core.enter_waiting(job)
+        else:
+            admitted.append(job)
 
 
 def _why_not(session: Session, job: Task | Gang, cache: dict[tuple, str | None]) -> str | None:

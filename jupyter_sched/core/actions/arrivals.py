@@ -1,0 +1,89 @@
+"""Arrivals: when nothing waits, admit the newly submitted jobs and place them at once.
+
+A busy cluster's steady state is a few arrivals per cycle into queues where nothing waits.
+Enqueue then allocate would file each job in its class FIFO, build the class heap and take the
+job out again; here each admitted job is placed straight away, in the order allocate takes
+them (higher priority, then older) and with the same search, so the nodes, reasons and
+instructions are the same. A job placed so never enters its queue's waiting books (nothing
+reads them before the cycle ends): ``Ledger.at_once`` tells its start so. A job that does not
+fit is counted and filed in its FIFO as enqueue files it, and its class is skipped for the
+rest of the cycle as allocate skips it.
+
+Only where allocate's order is that simple: the new work all goes to one queue with no
+capability on it or above it, nothing waits in any queue, there is no reservation, no node
+change to re-check and no pipelining, and the arrivals are few (a large batch gains more from
+allocate's runs of one class on one node).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ...model.queues import CLOSED, Queue
+from ...model.tasks import Task
+from ..jobs import job_key, job_spec
+from ..ledger import Ledger
+from ..plugins.gang import place_gang
+from ..session import Session
+from . import enqueue
+from .allocate import is_capped, unplaced
+
+FEW = 16  # arrivals in one cycle
+
+
+def queue_of(core: Ledger) -> Queue | None:
+    """The queue that gets every pending job, when they may be placed at once; else None."""
+    pending = core.pending
+    if (not pending or len(pending) > FEW or core.nodes_changed or core.reservations
+            or core.assigned or core.pipeline):
+        return None
+    name = None
+    for job in pending.values():
+        spec = job.spec if type(job) is Task else job.members[0].spec
+        if name is None:
+            name = spec.queue
+        elif spec.queue != name:
+            return None
+    queues = core.queues.queues
+    queue = queues.get(name)
+    if queue is None or queue.state == CLOSED or is_capped(queue):
+        return None
+    if any(q.classes for q in queues.values()):
+        return None
+    return queue
+
+
+def run(session: Session, queue: Queue) -> None:
+    """Enqueue and allocate for the pending jobs, which all go to ``queue``."""
+    core = session.core
+    admitted: list = []
+    enqueue.run(session, admitted)
+    if len(admitted) > 1:
+        first = job_spec(admitted[0]).priority
+        if any(job_spec(job).priority != first for job in admitted):
+            admitted.sort(key=lambda job: -job_spec(job).priority)  # (stable: by age)
+    failed = session.failed
+    for job in admitted:
+        single = type(job) is Task
+        key = job.klass if single else job_key(job)
+        # a gang that may start with fewer members is counted as waiting first: the members
+        # left out leave the waiting books then (a job placed at once never enters them)
+        counted = not single and job.spec.min_members < job.spec.size
+        if key not in failed:
+            if counted:
+                core.count_waiting(job)
+            else:
+                core.at_once = job
+            try:
+                if session.place_task(job) if single else place_gang(session, job):
+                    continue
+            finally:
+                core.at_once = None
+        if not counted:
+            core.count_waiting(job)
+        fifo = queue.classes.get(key)
+        if fifo is None:
+            fifo = queue.classes[key] = deque()
+        fifo.append(job)
+        if key not in failed:
+            unplaced(session, job, key, True)
