@@ -7,6 +7,7 @@ import random
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
+from test_core_pipeline import backlog_sim, backlogs
 from test_sim_properties import play, scenarios
 
 from jupyter_sched.core import events as ev
@@ -86,5 +87,18 @@ def test_random_scenarios_decide_the_same_placed_at_once_or_not(scenario):
     with mock.patch.object(arrivals, "FEW", -1):
         slow, _, _ = play(scenario, check_each_step=False)
     fast, _, _ = play(scenario, check_each_step=False)
+    assert [(t, repr(i)) for t, i in fast.trace] == [(t, repr(i)) for t, i in slow.trace]
+    assert _state(fast.core) == _state(slow.core)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(backlogs())
+def test_pipelined_backlogs_decide_the_same_placed_at_once_or_not(backlog):
+    """With pipelining on: lines of assigned tasks, take-backs, cancels and lost nodes."""
+    with mock.patch.object(arrivals, "FEW", -1):
+        slow, _ = backlog_sim(backlog)
+        slow.run()
+    fast, _ = backlog_sim(backlog)
+    fast.run()
     assert [(t, repr(i)) for t, i in fast.trace] == [(t, repr(i)) for t, i in slow.trace]
     assert _state(fast.core) == _state(slow.core)

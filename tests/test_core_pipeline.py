@@ -234,9 +234,8 @@ def backlogs(draw):
     return nodes, tasks, cancels, losses, bound, stop_delay, preemption
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(backlogs())
-def test_pipelining_never_oversubscribes_and_every_task_ends_once(backlog):
+def backlog_sim(backlog) -> tuple[Simulation, list]:
+    """A simulation of ``backlog`` (not run yet), and its tasks."""
     nodes, tasks, cancels, losses, bound, stop_delay, preemption = backlog
     sim = Simulation(pipeline=bound, stop_delay=stop_delay, preemption=preemption)
     sim.add_queue("a", weight=2)
@@ -260,6 +259,13 @@ def test_pipelining_never_oversubscribes_and_every_task_ends_once(backlog):
             sim.remove_node(f"n{index}", at=at)
     for task in made:
         sim.cancel(task, at=30.0)
+    return sim, made
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(backlogs())
+def test_pipelining_never_oversubscribes_and_every_task_ends_once(backlog):
+    sim, made = backlog_sim(backlog)
     handle = sim.core.handle
 
     def checked(*events):
@@ -282,7 +288,7 @@ def test_pipelining_never_oversubscribes_and_every_task_ends_once(backlog):
         assert [s for s, _ in core_task.times if s in TERMINAL] == [core_task.state]
         assert started.get(task.id, 0) == core_task.attempt  # one Start per attempt
         assert task.runs <= core_task.attempt  # an engine ran each attempt at most once
-    if preemption:
+    if backlog[-1]:  # (preemption on)
         assert pipelined(sim) == []
     _check_engines(sim)
 

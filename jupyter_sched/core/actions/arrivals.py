@@ -35,7 +35,7 @@ def queue_of(core: Ledger) -> Queue | None:
     """The queue that gets every pending job, when they may be placed at once; else None."""
     pending = core.pending
     if (not pending or len(pending) > FEW or core.nodes_changed or core.reservations
-            or core.assigned or core.pipeline):
+            or core.assigned):
         return None
     name = None
     for job in pending.values():
