@@ -10,7 +10,7 @@ from ipyparallel.client.client import Metadata
 from ipyparallel.serialize import unpack_apply_message
 from jupyter_client.session import Session
 
-from jupyter_sched.executors.ipp.on_engine import CALL
+from jupyter_sched.executors.ipp.on_engine import CALL, Ref
 from jupyter_sched.executors.ipp.requests import Reply, send_apply
 
 
@@ -49,8 +49,12 @@ def test_a_request_is_kept_as_the_client_keeps_its_own_until_both_futures_are_do
     assert client._outstanding_dict["engine-0"] == {msg_id} and msg_id in client.metadata
     ((send, (socket, _msg, *_), kwargs),) = client._io_loop.calls
     assert send == client.session.send and socket == "socket" and kwargs["ident"] == b"engine-0"
-    f, args, kwargs = unpack_apply_message(kwargs["buffers"])  # as the engine reads it
-    assert repr(f) == repr(CALL) and list(args) == [meta, b"stream"] and kwargs == {}
+    buffers = kwargs["buffers"]
+    f, args, kwargs = unpack_apply_message(buffers)  # as the engine reads it
+    # small arguments travel as one frame (function, its info, the arguments: as a raw
+    # request of one argument), and the wrapper spreads them
+    assert len(buffers) == 3 and list(args) == [(meta, b"stream")] and kwargs == {}
+    assert repr(f) == repr(CALL) and f.spread and f == CALL.spreading() != CALL
 
     client.results[msg_id] = 5
     reply.set_result(5)
@@ -130,3 +134,21 @@ def test_replies_to_these_requests_are_read_without_the_clients_metadata():
     stranger["parent_header"]["msg_id"] = "someone else's"
     handler(stranger)
     assert own == [stranger]  # the client's own handler reads what is not ours
+
+
+def test_a_spreading_wrapper_calls_its_function_with_the_tuple_it_gets(monkeypatch):
+    from jupyter_sched.executors.ipp import on_engine
+
+    monkeypatch.setitem(on_engine._TARGETS, ("m", "f"), lambda *args, **kw: (args, kw))
+    assert Ref("m", "f").spreading()((1, "a"), k=2) == ((1, "a"), {"k": 2})
+    assert Ref("m", "f")((1, "a")) == (((1, "a"),), {})
+    assert pickle.loads(pickle.dumps(Ref("m", "f").spreading())) == Ref("m", "f", True)
+
+
+def test_big_arguments_keep_their_own_frames():
+    client = Client()
+    big = b"x" * 5000  # (past the client's buffer threshold: sent without a copy)
+    send_apply(client, "socket", b"engine-0", CALL, [("t1",), big], lambda f: None)
+    ((_, _, kwargs),) = client._io_loop.calls
+    f, args, _ = unpack_apply_message(kwargs["buffers"])
+    assert not f.spread and list(args) == [("t1",), big]

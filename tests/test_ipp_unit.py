@@ -36,6 +36,7 @@ from jupyter_sched.executors.ipp.on_engine import (
     FUNCTION,
     PROBE,
     RESULT,
+    Ref,
     engine_call,
     engine_cell,
 )
@@ -188,6 +189,13 @@ def _unpickled(value):
     return next((ref for ref in known if repr(ref) == repr(value)), value)
 
 
+def _known(value):
+    """The kernel's own wrapper for a copy of it."""
+    if isinstance(value, Ref):
+        return next((r for r in (CALL, CELL, HOST_CALL, FREE_PORT, PROBE) if r == value), value)
+    return value
+
+
 class FakeClient:
     """Records requests; the test answers them."""
 
@@ -214,8 +222,10 @@ class FakeClient:
         future = FakeFuture(f"m{len(self.sent)}")
         if message_future_hook is not None:
             message_future_hook(future)
-        self.sent.append((socket, _unpickled(f), [_unpickled(a) for a in args], dict(kwargs),
-                          future))
+        f, args = _unpickled(f), [_unpickled(a) for a in args]
+        if f.spread:  # (its small arguments came as one tuple: as the engine reads them)
+            f, (args,) = Ref(f.module, f.name), args
+        self.sent.append((socket, _known(f), [_known(a) for a in args], dict(kwargs), future))
         return future
 
 

@@ -208,13 +208,15 @@ def _pickled_reply(reply: Any) -> Any:
 
 
 class Ref:
-    """A function of this package, sent by name (ipyparallel would send its code each time)."""
+    """A function of this package, sent by name (ipyparallel would send its code each time).
+    ``spread``: called with one tuple, the arguments (one frame of the request for them all)."""
 
-    __slots__ = ("module", "name")
+    __slots__ = ("module", "name", "spread")
 
-    def __init__(self, module: str, name: str) -> None:
+    def __init__(self, module: str, name: str, spread: bool = False) -> None:
         self.module = module
         self.name = name
+        self.spread = spread
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         key = (self.module, self.name)
@@ -223,10 +225,22 @@ class Ref:
             import importlib
 
             target = _TARGETS[key] = getattr(importlib.import_module(self.module), self.name)
+        if self.spread:
+            (args,) = args
         return _pickled_reply(target(*args, **kwargs))
 
+    def spreading(self) -> Ref:
+        return Ref(self.module, self.name, True)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Ref and (self.module, self.name, self.spread) == (
+            other.module, other.name, other.spread)
+
+    def __hash__(self) -> int:
+        return hash((self.module, self.name, self.spread))
+
     def __reduce__(self) -> tuple:
-        return (Ref, (self.module, self.name))
+        return (Ref, (self.module, self.name, True) if self.spread else (self.module, self.name))
 
     def __repr__(self) -> str:
         return f"{self.module}.{self.name}"

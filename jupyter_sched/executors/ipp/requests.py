@@ -146,7 +146,9 @@ def pickled_call(fn: Any, args: list, threshold: int) -> tuple[Any, list]:
         return done
 
     if isinstance(fn, Ref):
-        if fn not in _PICKLED_REFS:
+        if all(type(a) in _SMALL or (type(a) is bytes and len(a) < threshold) for a in args):
+            fn, args = fn.spreading(), [tuple(args)]  # one frame for them all (as many as a
+        if fn not in _PICKLED_REFS:                   # raw request of one argument has)
             _PICKLED_REFS[fn] = pickled(fn)
         fn = _PICKLED_REFS[fn]
     return fn, [pickled(a) if type(a) in _SMALL or (type(a) is bytes and len(a) < threshold)
