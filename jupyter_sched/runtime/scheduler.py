@@ -79,7 +79,7 @@ class Scheduler(RuntimeLoop, Configurable):
     pipeline = Float(0.1, help=(
         "Send the next tasks of a backlog to a busy engine before it is free, when the last "
         "task of the same function there took at most this many seconds (as many as should "
-        "start within it, at most 8 an engine), so engines never idle between short tasks "
+        "start within it, at most 32 an engine), so engines never idle between short tasks "
         "(0: never).")).tag(config=True)
     default_queue = Unicode("default", help="The queue of tasks submitted without one."
                             ).tag(config=True)

@@ -36,7 +36,9 @@ from ..session import Session
 from ..transitions import ASSIGN, REVOKE, fire
 from .allocate import live_head
 
-AHEAD = 8  # the most tasks assigned to one slot at a time
+# the most tasks assigned to one slot at a time: enough for an engine to go on through a
+# stall of the kernel's threads (tens of milliseconds on a busy machine) without idling
+AHEAD = 32
 
 
 def run(session: Session) -> None:
