@@ -11,8 +11,10 @@ rest of the cycle as allocate skips it.
 
 Only where allocate's order is that simple: the new work all goes to one queue with no
 capability on it or above it, nothing waits in any queue, there is no reservation, no node
-change to re-check and no pipelining, and the arrivals are few (a large batch gains more from
-allocate's runs of one class on one node).
+change to re-check and no task assigned to an engine slot (pipelining may be on: an arrival
+that does not fit is filed as allocate files it, and the pipeline action sees it the same),
+and the arrivals are few (a large batch gains more from allocate's runs of one class on one
+node).
 """
 
 from __future__ import annotations
