@@ -9,7 +9,8 @@ reads them before the cycle ends): ``Ledger.at_once`` tells its start so. A job 
 fit is counted and filed in its FIFO as enqueue files it, and its class is skipped for the
 rest of the cycle as allocate skips it.
 
-Only where allocate's order is that simple: the new work all goes to one queue with no
+Only where allocate's order is that simple: the new work is single tasks (a gang's waiting
+flag and books stay allocate's), all going to one queue with no
 capability on it or above it, nothing waits in any queue, there is no reservation, no node
 change to re-check and no task assigned to an engine slot (pipelining may be on: an arrival
 that does not fit is filed as allocate files it, and the pipeline action sees it the same),
@@ -41,7 +42,9 @@ def queue_of(core: Ledger) -> Queue | None:
         return None
     name = None
     for job in pending.values():
-        spec = job.spec if type(job) is Task else job.members[0].spec
+        if type(job) is not Task:  # (a gang's waiting flag and books: allocate's path)
+            return None
+        spec = job.spec
         if name is None:
             name = spec.queue
         elif spec.queue != name:
