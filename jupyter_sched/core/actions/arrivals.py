@@ -24,9 +24,7 @@ from collections import deque
 
 from ...model.queues import CLOSED, Queue
 from ...model.tasks import Task
-from ..jobs import job_key, job_spec
 from ..ledger import Ledger
-from ..plugins.gang import place_gang
 from ..session import Session
 from . import enqueue
 from .allocate import is_capped, unplaced
@@ -59,36 +57,28 @@ def queue_of(core: Ledger) -> Queue | None:
 
 
 def run(session: Session, queue: Queue) -> None:
-    """Enqueue and allocate for the pending jobs, which all go to ``queue``."""
+    """Enqueue and allocate for the pending tasks, which all go to ``queue``."""
     core = session.core
     admitted: list = []
     enqueue.run(session, admitted)
     if len(admitted) > 1:
-        first = job_spec(admitted[0]).priority
-        if any(job_spec(job).priority != first for job in admitted):
-            admitted.sort(key=lambda job: -job_spec(job).priority)  # (stable: by age)
+        first = admitted[0].spec.priority
+        if any(task.spec.priority != first for task in admitted):
+            admitted.sort(key=lambda task: -task.spec.priority)  # (stable: by age)
     failed = session.failed
-    for job in admitted:
-        single = type(job) is Task
-        key = job.klass if single else job_key(job)
-        # a gang that may start with fewer members is counted as waiting first: the members
-        # left out leave the waiting books then (a job placed at once never enters them)
-        counted = not single and job.spec.min_members < job.spec.size
+    for task in admitted:
+        key = task.klass
         if key not in failed:
-            if counted:
-                core.count_waiting(job)
-            else:
-                core.at_once = job
+            core.at_once = task
             try:
-                if session.place_task(job) if single else place_gang(session, job):
+                if session.place_task(task):
                     continue
             finally:
                 core.at_once = None
-        if not counted:
-            core.count_waiting(job)
+        core.count_waiting(task)
         fifo = queue.classes.get(key)
         if fifo is None:
             fifo = queue.classes[key] = deque()
-        fifo.append(job)
+        fifo.append(task)
         if key not in failed:
-            unplaced(session, job, key, True)
+            unplaced(session, task, key, True)
