@@ -114,7 +114,7 @@ class Ledger:
         self.overruns: list[tuple[float, int, str, int]] = []
         # the job being placed straight from its arrival (:mod:`.actions.arrivals`): it was
         # never counted among its queue's waiting work, so its start takes nothing from it
-        self.at_once: Task | Gang | None = None
+        self.at_once: Task | None = None
         self._seq = 0
         self._out: list[ev.Instruction] = []
 
@@ -161,7 +161,7 @@ class Ledger:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
         queue = self.queues.queues[spec.queue]  # (not through __getitem__: hot)
         gang = task.gang
-        if (task if gang is None else gang) is self.at_once:
+        if task is self.at_once:  # (a single task: gangs are never placed at once)
             queue.start_use((), allocation.amounts)
         else:
             queue.start_use(spec.demand.amounts, allocation.amounts)
