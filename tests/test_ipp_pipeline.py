@@ -178,9 +178,9 @@ def napper(path: str, seconds: float) -> int:
 
 def test_cancelling_running_tasks_and_those_sent_ahead_together_keeps_the_engines(
         cluster, tmp_path):
-    """Cancelled right after they were sent: an engine may not have begun its task yet (a
-    signal then would be lost), and may begin the one sent ahead before its abort lands.
-    Each is interrupted once its engine says it began it; no engine is killed."""
+    """Cancelled right after they were sent: an engine may not have begun its task yet, and
+    may begin the one sent ahead before its abort lands. Each signal waits for the engine to
+    take the abort, and interrupts only an aborted request; no engine is killed."""
     sched, executor = cluster
     sched.pipeline = 5.0
     pids = sorted(e.pid for e in executor.engines.values())
@@ -201,3 +201,22 @@ def test_cancelling_running_tasks_and_those_sent_ahead_together_keeps_the_engine
     time.sleep(1)
     assert sorted(e.pid for e in executor.engines.values()) == pids  # none was killed
     assert sched.submit(napper, str(tmp_path / "after"), 0, target="engines").result(30) in pids
+
+
+def test_a_sigint_meant_for_another_request_does_not_interrupt_a_task(cluster, tmp_path):
+    """A stop's signal may land after its task ended, in the one behind it: on the engine only
+    an aborted request is interrupted. A task that was not stopped runs on to its end."""
+    sched, executor = cluster
+    path = tmp_path / "ran"
+    h = sched.submit(marked, str(path), 1.5, target="engines")
+    wait_for(lambda: runs(path), 30, "the task to begin")
+    (pid,) = runs(path)
+    os.kill(pid, signal.SIGINT)
+    assert h.result(timeout=30) == pid and h.state == "done"
+    assert pid in [e.pid for e in executor.engines.values()]
+    long = sched.submit(marked, str(tmp_path / "stopped"), 30, target="engines")
+    wait_for(lambda: runs(tmp_path / "stopped"), 30, "the second task to begin")
+    long.cancel()
+    wait_for(lambda: long.done(), 10, "the stopped task to end")  # its own stop interrupts it
+    assert long.state == "cancelled"
+    assert pid in [e.pid for e in executor.engines.values()]  # (none was killed)

@@ -206,6 +206,7 @@ class FakeClient:
         self.ids = []
         self.sent = []  # (engine id, function, args, kwargs, future)
         self.aborted = []
+        self.abort_replies = []  # a future per abort: the engine took it
         self.signals = []
         self.closed = False
 
@@ -231,6 +232,8 @@ class FakeClient:
 
     def abort(self, jobs, targets=None, block=None):
         self.aborted.append(jobs)
+        self.abort_replies.append(Future())
+        return self.abort_replies[-1]
 
     def send_signal(self, sig, targets=None, block=None):
         self.signals.append((sig, targets))
@@ -408,38 +411,46 @@ def test_an_engine_dying_removes_its_slot_which_fails_its_task_as_lost(setup):
     assert runtime.events[-1] == ev.SlotRemoved("local", "e0", reason)
 
 
-BUSY = {"header": {"msg_type": "status"}, "content": {"execution_state": "busy"}}
-
-
-def test_stop_interrupts_and_reports_stopped_when_the_task_ends(setup):
+def test_stop_interrupts_once_the_engine_took_the_abort_and_reports_stopped(setup):
+    """The signal waits for the engine to take the abort: on the engine, a SIGINT interrupts
+    only a request that was aborted (a task queued behind is safe from it)."""
     runtime, client, executor = setup
     client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
     executor.start(start(), record(fn=len))
     future = client.sent[-1][4]
-    for callback in future.iopub_callbacks:  # the engine began it
-        callback(BUSY)
     executor.stop("t1", "cancelled by the user")
-    assert client.aborted == ["m1"]
-    assert client.signals and client.signals[0][1] == [0]  # through the nanny: not this host
+    assert client.aborted == ["m1"] and client.signals == []
+    client.abort_replies[-1].set_result({"content": {"status": "ok"}})
+    assert len(client.signals) == 1 and client.signals[0][1] == [0]  # through the nanny
     future.set_result(reply("error", summary="KeyboardInterrupt"))
     assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
     assert "t1" not in runtime.outcomes
 
 
+def test_an_abort_taken_after_the_task_ended_signals_nothing(setup):
+    runtime, client, executor = setup
+    client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
+    executor.start(start(), record(fn=len))
+    executor.stop("t1", "cancelled by the user")
+    client.sent[-1][4].set_result(reply("ok", 3))  # it ended before the abort reached it
+    client.abort_replies[-1].set_result({"content": {"status": "ok"}})
+    assert client.signals == []
+    assert runtime.events[-1] == ev.Finished("t1", attempt=1)  # a success is a success
+
+
 def test_a_stopped_task_still_running_a_moment_later_is_interrupted_once_more(setup,
                                                                              monkeypatch):
-    """An engine says it began a request before it catches SIGINT for it: an interrupt that
-    lands in between is lost, so it goes once more, unless a task that is to go on waits
-    behind it on the engine (the second signal could reach that one)."""
+    """An engine ignores SIGINT until its kernel's handler hook for the request has run: an
+    interrupt that lands before is lost, so it goes once more (also when the engine never
+    said it took the abort)."""
     from jupyter_sched.executors.ipp import faults
 
     monkeypatch.setattr(faults, "_RESIGNAL", 0.05)
     runtime, client, executor = setup
     client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
     executor.start(start("t1"), record("t1", fn=len))
-    for callback in client.sent[-1][4].iopub_callbacks:
-        callback(BUSY)
     executor.stop("t1", "cancelled by the user")
+    client.abort_replies[-1].set_result({"content": {"status": "ok"}})
     time.sleep(0.3)
     assert len(client.signals) == 2
     client.sent[-1][4].set_result(reply("error", summary="KeyboardInterrupt"))
@@ -447,29 +458,9 @@ def test_a_stopped_task_still_running_a_moment_later_is_interrupted_once_more(se
     client.signals.clear()
     time.sleep(0.3)  # (the engine's quiet time after a signal)
     executor.start(start("t3"), record("t3", fn=len))
-    executor.start(start("t4", after="t3"), record("t4", fn=len))  # sent ahead, not stopped
-    for callback in client.sent[-2][4].iopub_callbacks:
-        callback(BUSY)
-    executor.stop("t3", "cancelled by the user")
+    executor.stop("t3", "cancelled by the user")  # its abort is never answered
     time.sleep(0.3)
-    assert len(client.signals) == 1  # a second one could reach t4
-
-
-def test_a_stop_before_the_engine_began_the_task_signals_only_once_it_begins(setup):
-    """A signal sent before the engine began the request would land outside the task (and be
-    lost, the task then running until its engine is killed): it waits for the engine's
-    "busy" for that request."""
-    runtime, client, executor = setup
-    client.register(0, report(host=dataclasses.replace(LOCAL, boot_id="elsewhere")))
-    executor.start(start(), record(fn=len))
-    future = client.sent[-1][4]
-    executor.stop("t1", "cancelled by the user")
-    assert client.aborted == ["m1"] and client.signals == []
-    for callback in future.iopub_callbacks:
-        callback(BUSY)
-    assert len(client.signals) == 1 and client.signals[0][1] == [0]
-    future.set_result(reply("error", summary="KeyboardInterrupt"))
-    assert runtime.events[-1] == ev.Stopped("t1", attempt=1)
+    assert len(client.signals) == 1
 
 
 def test_a_gang_is_sent_once_rank_0s_host_named_a_port(setup):

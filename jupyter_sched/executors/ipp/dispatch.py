@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import sys
 import time
 import types
@@ -172,7 +171,8 @@ class DispatchMixin:
         relay = record.output is not None or record.work.output is not None
 
         def hook(future):  # before the request leaves: no reply or output can come earlier
-            future.iopub_callbacks.append(lambda msg: self._iopub(run, msg, relay))
+            if relay:
+                future.iopub_callbacks.append(lambda msg: self._relay(run, msg))
             future.add_done_callback(lambda f: self._replied(run, f))
 
         try:
@@ -207,20 +207,6 @@ class DispatchMixin:
             engine.behind.remove(run.task)
 
     # -- what comes back --------------------------------------------------------------------------
-
-    def _iopub(self, run: _Run, msg: Mapping[str, Any], relay: bool) -> None:
-        """Client IO thread: the engine began the request (a stop that came before it is
-        signalled now: a signal sent earlier could land before the task, and be lost), or the
-        task's output (when relayed)."""
-        kind = msg["header"]["msg_type"]
-        if kind == "status" and msg["content"].get("execution_state") == "busy":
-            with self._lock:
-                run.began = True
-                if run.signal_due and not run.done:
-                    run.signal_due = False
-                    self._signal(run.engine, signal.SIGINT)
-        elif relay:
-            self._relay(run, msg)
 
     def _relay(self, run: _Run, msg: Mapping[str, Any]) -> None:
         """Client IO thread: the task's stdout/stderr, as it arrives."""

@@ -1,9 +1,12 @@
 """Stopping tasks on engines, and engines that go away; the errors a failed engine task gives.
 
-``stop`` aborts a queued request and interrupts a running one with SIGINT (os.kill on this host,
-the nanny elsewhere); a task still running ``stop_grace`` seconds later has its engine killed.
-After an interrupt, a new task waits until the signal cannot hit it (``_QUIET_AFTER_SIGNAL``):
-an idle engine ignores SIGINT.
+``stop`` aborts a request queued behind the engine's task. For the engine's task it aborts the
+request and, once the engine has taken the abort, sends SIGINT (os.kill on this host, the nanny
+elsewhere): on the engine a SIGINT interrupts only a request that was aborted, so a signal that
+lands in the task before or behind the one meant goes by. A task still running ``stop_grace``
+seconds later has its engine killed. After an interrupt, a new task waits until the signal
+cannot reach it (``_QUIET_AFTER_SIGNAL``): ipyparallel's own code around a task has no such
+guard, and an idle engine ignores SIGINT.
 
 An engine that dies (the nanny tells the controller at once; for engines we launched the
 launcher tells us too, with the exit status) removes its slot (``SlotRemoved``, and
@@ -28,9 +31,8 @@ from .state import _Engine, _Outbox, _Run, _timer
 log = logging.getLogger(__name__)
 
 _QUIET_AFTER_SIGNAL = 0.25  # seconds a SIGINT may take to reach an engine
-# seconds after an interrupt to send it once more: an engine says it began a request before it
-# catches SIGINT for it (ipykernel's handler hook comes after its busy status), and one that
-# lands in between is lost
+# seconds after an interrupt to send it once more: an engine ignores SIGINT until its kernel's
+# handler hook for the request has run, and a signal that lands before is lost
 _RESIGNAL = 1.0
 _DEATH_WAIT = 0.5  # seconds to wait for an exit status before reporting a death without it
 
@@ -71,19 +73,28 @@ class FaultsMixin:
         out.send()
 
     def _interrupt(self, run: _Run) -> None:
-        """Abort the request if still queued, interrupt it if running, and kill its engine if
-        it has not stopped after ``stop_grace`` seconds (lock held)."""
-        self._abort(run)
-        if run.began:
-            self._signal(run.engine, signal.SIGINT)
-        else:  # the engine may not have begun it: a signal now could miss it (dispatch._iopub)
-            run.signal_due = True
+        """Abort the request, interrupt it once the engine has taken the abort (it may run),
+        and kill its engine if it has not stopped after ``stop_grace`` seconds (lock held)."""
+        self._abort(run, then_interrupt=True)
         run.looked = self.stop_grace <= _RESIGNAL
         run.timer = _timer(self.stop_grace if run.looked else _RESIGNAL, self._stop_overdue, run)
 
-    def _abort(self, run: _Run) -> None:
-        with contextlib.suppress(Exception):
-            self.client.abort(run.future.msg_id, targets=[run.engine.eid], block=False)
+    def _abort(self, run: _Run, then_interrupt: bool = False) -> None:
+        """Abort the request (lock held). With ``then_interrupt``, signal its engine when the
+        engine has taken the abort: a signal interrupts only an aborted request
+        (``on_engine._own_interrupts``), so the request queued behind is safe from it."""
+        try:
+            taken = self.client.abort(run.future.msg_id, targets=[run.engine.eid], block=False)
+        except Exception as err:
+            log.debug("task %s: abort: %s", run.task, err)
+            return
+        if then_interrupt:
+            taken.add_done_callback(lambda _: self._abort_taken(run))
+
+    def _abort_taken(self, run: _Run) -> None:
+        with self._lock:
+            if not run.done or self._closed:
+                self._signal(run.engine, signal.SIGINT)
 
     def _stop_overdue(self, run: _Run) -> None:
         with self._lock:
@@ -91,24 +102,12 @@ class FaultsMixin:
                 return
             if not run.looked:  # _RESIGNAL after the interrupt: once more if it may be lost
                 run.looked = True
-                if run.began and run.engine.task == run.task and self._no_one_behind(run):
-                    self._signal(run.engine, signal.SIGINT)
-                run.timer = _timer(self.stop_grace - _RESIGNAL, self._stop_overdue, run)
-                return
-            if run.signal_due:  # the engine never said it began it (iopub may drop under
-                run.signal_due = False  # load): signal now, and wait once more
                 self._signal(run.engine, signal.SIGINT)
-                run.timer = _timer(self.stop_grace, self._stop_overdue, run)
+                run.timer = _timer(self.stop_grace - _RESIGNAL, self._stop_overdue, run)
                 return
             log.warning("task %s ignored its interrupt for %gs; killing engine %d",
                         run.task, self.stop_grace, run.engine.eid)
             self._signal(run.engine, signal.SIGKILL)
-
-    def _no_one_behind(self, run: _Run) -> bool:
-        """Whether no task that is to go on waits behind ``run`` on its engine, so that a late
-        signal for ``run`` cannot hit one (lock held)."""
-        return all(self._runs[task].stopping is not None for task in run.engine.behind
-                   if task in self._runs)
 
     def _signal(self, engine: _Engine, signum: int) -> None:
         engine.quiet_until = time.monotonic() + _QUIET_AFTER_SIGNAL

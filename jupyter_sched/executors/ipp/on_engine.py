@@ -17,6 +17,7 @@ import builtins
 import contextlib
 import os
 import pickle
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -159,11 +160,15 @@ def task_scope(meta: tuple):
             task_id, name, {"GPU": dict(gpus)} if gpus else {}, rank, world_size, dict(env),
             node, gang))
     outcome: list = []
+    handler = _own_interrupts()
     try:
         yield outcome
     except BaseException as err:  # KeyboardInterrupt too: the kernel decides what it means
         outcome[:] = ["error", err, *describe_error(err)]
     finally:
+        if handler is not None:
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signal.SIGINT, handler)
         if ctx is not None:
             ctx.leave(previous)
         for key, value in saved.items():
@@ -171,6 +176,33 @@ def task_scope(meta: tuple):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _own_interrupts() -> Any:
+    """Let only a SIGINT meant for this request interrupt it; the handler it replaces, or None.
+
+    The kernel stops a task by aborting its request and, once the engine has taken the abort,
+    signalling the engine. Tasks are queued on an engine one behind another, so a signal may
+    land in the task before or behind the one it was meant for: that one goes on. A request
+    is the one meant when its message id is among the kernel's aborted ones."""
+    try:
+        from IPython import get_ipython
+
+        kernel = get_ipython().kernel
+        aborted = kernel.aborted
+        msg_id = kernel.get_parent("shell")["header"]["msg_id"]
+    except Exception:  # not a kernel that keeps aborted ids: every SIGINT interrupts
+        return None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if msg_id in aborted:
+            aborted.discard(msg_id)
+            raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGINT, interrupt)
+    except (ValueError, TypeError):  # not the main thread
+        return None
 
 
 def describe_error(err: BaseException) -> tuple[str, str]:

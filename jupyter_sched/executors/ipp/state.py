@@ -49,8 +49,6 @@ class _Run:
     stopping: str | None = None
     done: bool = False
     printed: bool = False
-    began: bool = False  # its engine said it began it (iopub status "busy" for the request)
-    signal_due: bool = False  # stopped before it began: interrupt it when it begins
     looked: bool = False  # a stopped run was looked at again, a moment after its interrupt
     timer: threading.Timer | None = None
 
