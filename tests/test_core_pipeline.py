@@ -132,7 +132,7 @@ def test_a_backlog_lines_up_on_each_slot_as_deep_as_the_bound_allows(duration, d
     ``after`` is the one sent to that slot before it."""
     sim = Simulation(pipeline=0.1)
     sim.add_node("n", {"CPU": 2}, engines=2)
-    tasks = [sim.submit(duration=duration, resources={"CPU": 1}) for _ in range(80)]
+    tasks = [sim.submit(duration=duration, resources={"CPU": 1}) for _ in range(200)]
     assert max(longest_lines(sim)) == deepest
     assert all(t.state == "done" and sim.core.tasks[t.id].attempt == 1 for t in tasks)
     last: dict[str, str] = {}

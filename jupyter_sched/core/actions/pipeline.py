@@ -37,8 +37,9 @@ from ..transitions import ASSIGN, REVOKE, fire
 from .allocate import live_head
 
 # the most tasks assigned to one slot at a time: enough for an engine to go on through a
-# stall of the kernel's threads (tens of milliseconds on a busy machine) without idling
-AHEAD = 32
+# stall of the kernel's threads (tens of milliseconds on a busy machine) without idling, and
+# for the kernel and the controller to handle requests in bursts (docs/architecture.md)
+AHEAD = 64
 
 
 def run(session: Session) -> None:
