@@ -108,9 +108,9 @@ class Report:
             f"Every system below ran in this same run of `python benchmarks/peers.py` ({mode}, "
             f"{self.elapsed:.0f} s), one after another on the same machine. Sizes: "
             f"{a.calls} no-op calls a path (raw ipyparallel and jupyter_sched in alternating "
-            f"rounds of 10); {a.tasks:,} tiny tasks, best of {a.rounds} rounds; map of "
-            f"{a.items:,} items, once; {a.local:,} tasks a kind in kernel threads, best of "
-            f"{a.rounds}; makespans: median of {a.rounds} rounds unless said.", "",
+            f"rounds of 10); {a.tasks:,} tiny tasks, medians of {3 * a.rounds} alternating "
+            f"rounds; map of {a.items:,} items, once; {a.local:,} tasks a kind in kernel "
+            f"threads, best of {a.rounds}; makespans: median of {a.rounds} rounds unless said.", "",
             "![tasks/s, latency and makespan per system](peers.png)", ""]
 
     def markdown(self) -> str:
