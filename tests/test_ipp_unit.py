@@ -517,13 +517,16 @@ def test_a_gang_member_whose_rank_0_is_not_here_fails_unsent(setup):
 
 def test_close_fails_what_runs_and_removes_the_slots(setup):
     runtime, client, executor = setup
-    client.register(0, report())
+    client.register(0, report(pid=2**31 - 2))  # (no such process: signals go to the nanny)
     executor.start(start(), record(fn=len))
     executor.close()
     assert runtime.events[-2:] == [
         ev.Failed("t1", "engine 0 was closed", lost=True, attempt=1),
         ev.SlotRemoved("local", "e0", "the engines were closed"),
     ]
+    assert client.aborted == ["m1"] and client.signals == []
+    client.abort_replies[-1].set_result({"content": {"status": "ok"}})  # the engine took it:
+    assert len(client.signals) == 1  # its task is interrupted
     assert client.closed is False  # not its client
     assert client._registration_callbacks == []
 

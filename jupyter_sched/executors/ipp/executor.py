@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 from typing import Any
 
@@ -96,11 +95,8 @@ class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, Lease
                 self.client._registration_callbacks.remove(self._callback)
             for run in list(self._runs.values()):
                 self._forget(run)
-                if run.future is not None:
-                    with contextlib.suppress(Exception):
-                        self.client.abort(run.future.msg_id, targets=[run.engine.eid],
-                                          block=False)
-                    self._signal(run.engine, signal.SIGINT)
+                if run.future is not None:  # (interrupted once the engine took the abort)
+                    self._abort(run, then_interrupt=True)
                 if run.stopping is not None:
                     out.report(ev.Stopped(run.task, attempt=run.start.attempt))
                 else:
