@@ -262,7 +262,7 @@ class FakeClient:
 LOCAL = discover_host(declare="GPU=2")
 
 
-def report(visible=None, pid=4242, host=LOCAL):
+def report(visible=None, pid=2**31 - 2, host=LOCAL):  # (no such process)
     data = probe()
     data.update(host=host.to_json(), pid=pid, cuda_visible_devices=visible)
     return data
@@ -517,7 +517,7 @@ def test_a_gang_member_whose_rank_0_is_not_here_fails_unsent(setup):
 
 def test_close_fails_what_runs_and_removes_the_slots(setup):
     runtime, client, executor = setup
-    client.register(0, report(pid=2**31 - 2))  # (no such process: signals go to the nanny)
+    client.register(0, report())
     executor.start(start(), record(fn=len))
     executor.close()
     assert runtime.events[-2:] == [
