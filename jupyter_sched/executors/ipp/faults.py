@@ -92,7 +92,7 @@ class FaultsMixin:
             taken.add_done_callback(lambda _: self._abort_taken(run))
 
     def _abort_taken(self, run: _Run) -> None:
-        with self._lock:
+        with self._lock:  # (a closing executor has forgotten its runs: each is signalled)
             if not run.done or self._closed:
                 self._signal(run.engine, signal.SIGINT)
 
