@@ -483,11 +483,12 @@ def test_shrinking_cpu_below_use_clamps_available_and_pays_back_first():
     check(node)
     assert node.available[CPU] == 0
     assert node.owed(CPU) == 2 * SCALE
+    assert not node.even  # (releases pay back what is owed first)
     assert not node.fits(demand("CPU=0.0001"))
     assert node.shortfall(demand("CPU=1")) == "CPU: needs 1, has free 0"
     node.release(b)  # 3 back: 2 pay what is owed, 1 becomes available
     check(node)
-    assert node.owed(CPU) == 0
+    assert node.owed(CPU) == 0 and node.even
     assert node.available[CPU] == SCALE
     node.release(a)
     check(node)
@@ -550,14 +551,14 @@ def test_removing_a_gpu_that_holds_a_share():
     assert free(node) == {0: 0, 2: 1}
     assert node.total[GPU] == 2 * SCALE
     assert node.available[GPU] == SCALE
-    assert node.owed(GPU) == 5000
+    assert node.owed(GPU) == 5000 and not node.even
     assert 1 not in node.devices[GPU].memory
     # what is left works as usual; nothing can be placed on the lost device
     assert node.choose(demand("GPU=0.5")).devices == {GPU: {2: 5000}}
     node.release(share)
     check(node)
     assert free(node) == {0: 0, 2: 1}
-    assert node.owed(GPU) == 0
+    assert node.owed(GPU) == 0 and node.even  # paid back: releases go straight back again
     assert node.allocated == {GPU: SCALE}
     node.release(whole)
     check(node)
@@ -640,6 +641,12 @@ def test_validate_catches_broken_books():
     broken = node.copy()
     broken.load[CPU] = 2 * SCALE
     with pytest.raises(AssertionError):
+        broken.validate()
+    broken = node.copy()
+    broken.set_total(CPU, 0)  # a CPU held beyond the total: owed, so not even
+    broken.validate()
+    broken.even = True
+    with pytest.raises(AssertionError, match="owes, yet marked even"):
         broken.validate()
 
 

@@ -66,7 +66,7 @@ class NodeResources:
     {'GPU': {0: 5000}}
     """
 
-    __slots__ = ("allocated", "available", "devices", "load", "total")
+    __slots__ = ("allocated", "available", "devices", "even", "load", "total")
 
     def __init__(
         self,
@@ -91,6 +91,9 @@ class NodeResources:
         self.allocated: dict[str, int] = {}
         self.load: dict[str, int] = {}
         self.available: dict[str, int] = dict(self.total)
+        # nothing owed (no device lost while held, no total below what is held): a release
+        # then gives back exactly what was taken (the common case, kept lean)
+        self.even = not any(devs.lost for devs in self.devices.values())
 
     # -- feasibility ------------------------------------------------------------------------
 
@@ -226,6 +229,34 @@ class NodeResources:
 
     def release(self, allocation: Allocation, *, pending: bool = False) -> None:
         """Give an allocation back; shares of removed devices and overdrafts are paid back."""
+        if not self.even or pending:
+            self._release_owing(allocation, pending)
+            return
+        # nothing owed: every share and amount goes straight back (available stays the free
+        # shares' sum, or the total less what is held)
+        devices = self.devices
+        for name, shares in allocation.devices.items():
+            free = devices[name].free
+            for index, units in shares.items():
+                share = free[index] + units
+                if share > SCALE:
+                    raise ValueError(f"{name} device {index} would be more than free: "
+                                     "double release?")
+                free[index] = share
+        allocated = self.allocated
+        available = self.available
+        for name, units in allocation.amounts.items():
+            left = allocated.get(name, 0) - units
+            if left < 0:
+                raise ValueError(f"{name}: releasing {units} but only {left + units} held")
+            if left:
+                allocated[name] = left
+            else:
+                del allocated[name]
+            available[name] += units
+
+    def _release_owing(self, allocation: Allocation, pending: bool) -> None:
+        """:meth:`release` where something is owed (or the allocation was only promised)."""
         devices = self.devices
         for name, shares in allocation.devices.items():
             devs = devices.get(name)
@@ -246,8 +277,8 @@ class NodeResources:
             else:
                 allocated.pop(name, None)
             devs = devices.get(name)
-            # _refresh(), inlined (on every release): free is the devices' free shares, or
-            # the total less what is held, never below zero (an overdraft is owed)
+            # free is the devices' free shares, or the total less what is held, never below
+            # zero (an overdraft is owed)
             if devs is not None:
                 value = sum(devs.free.values())
             else:
@@ -257,6 +288,13 @@ class NodeResources:
                 available[name] = value
             else:
                 available.pop(name, None)
+        self._check_even()
+
+    def _check_even(self) -> None:
+        self.even = (not any(devs.lost for devs in self.devices.values())
+                     and all(self.allocated.get(name, 0) <= units
+                             for name, units in self.total.items())
+                     and all(name in self.total for name in self.allocated))
 
     def _refresh(self, name: str) -> None:
         devs = self.devices.get(name)
@@ -278,6 +316,7 @@ class NodeResources:
         else:
             self.total.pop(name, None)
         self._refresh(name)
+        self._check_even()
 
     def set_devices(
         self, name: str, memory: Mapping[int, int | None], declared: bool | None = None
@@ -301,6 +340,7 @@ class NodeResources:
         else:
             self.total.pop(name, None)
         self._refresh(name)
+        self._check_even()
 
     # -- checking ---------------------------------------------------------------------------
 
@@ -325,6 +365,9 @@ class NodeResources:
                 assert 0 <= share <= SCALE, (name, index, share)
             assert devs.total == self.total.get(name, 0), (name, devs.total, self.total)
             assert devs.available == self.available.get(name, 0), (name, devs.available)
+        if self.even:  # (a release then gives back exactly what was taken)
+            assert all(self.owed(name) == 0 for name in names), "owes, yet marked even"
+            assert all(name in self.total for name in self.allocated), "holds an unknown name"
 
     def copy(self) -> NodeResources:
         clone = NodeResources.__new__(NodeResources)
@@ -332,6 +375,7 @@ class NodeResources:
         clone.available = dict(self.available)
         clone.allocated = dict(self.allocated)
         clone.load = dict(self.load)
+        clone.even = self.even
         clone.devices = {name: devs.copy() for name, devs in self.devices.items()}
         return clone
 
