@@ -1,6 +1,6 @@
 """One scheduling cycle's session: placement, statements (propose/commit), reservations.
 
-Decisions are proposed into a :class:`Statement` — tentative takes counted as the node's load —
+Decisions are proposed into a :class:`Statement` — tentative takes from the node's books —
 and applied by ``commit``, which re-checks that each task is still waiting and its node still
 there before it starts anything; ``discard`` undoes the takes in reverse. A single task is a
 statement of one; a gang commits only with at least ``min`` members placed (Volcano's statement,
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from ..model.allocation import Allocation
 from ..model.cluster import Node
@@ -36,64 +35,80 @@ from .reservations import (
 )
 from .transitions import GANG_SHORT, PLACE, fire
 
-
-@dataclass(slots=True)
-class Proposal:
-    task: Task
-    node: Node
-    allocation: Allocation
-    slot: str | None
+# A tentative placement: (task, node, allocation, slot). A plain tuple: one per gang member.
+Proposal = tuple
 
 
 class Statement:
-    """Tentative placements, applied together or not at all."""
+    """Tentative placements, applied together or not at all.
+
+    A take is made on the node's books at once (so the next member's search sees it), but the
+    node is re-filed in the cluster's index once per statement, not once per member: when no
+    more members fit there, or when the statement commits or is discarded. Until then it
+    stands in the index with more room than it has; a search that reaches it checks it on its
+    live state, and a strategy that could pick it from the index re-files it first.
+    """
 
     def __init__(self, session: Session, room: Room | None = None) -> None:
         self.session = session
         self.room = room
         self.proposals: list[Proposal] = []
+        self._stale: dict[str, Node] = {}  # nodes taken from, not yet re-filed
 
     def take(self, task: Task, node: Node, allocation: Allocation, slot: str | None) -> None:
-        """Hold what ``find`` just chose on this state (counted as the node's load)."""
-        node.resources.take(allocation, pending=True, checked=True)
+        """Hold what ``find`` just chose on this state."""
+        node.resources.take(allocation, checked=True)
         if slot is not None:
             del node.free_slots[slot]
-        self.session.core.cluster.refresh(node)
+        self._stale[node.name] = node
         if self.room is not None:
             self.room.take(allocation.amounts)
-        self.proposals.append(Proposal(task, node, allocation, slot))
+        self.proposals.append((task, node, allocation, slot))
+
+    def refile(self, node: Node | None = None) -> None:
+        """Re-file ``node`` (None: every node taken from) in the cluster's index."""
+        stale = self._stale
+        if node is not None:
+            if stale.pop(node.name, None) is not None:
+                self.session.core.cluster.refresh(node)
+        elif stale:
+            refresh = self.session.core.cluster.refresh
+            for each in stale.values():
+                refresh(each)
+            stale.clear()
 
     def discard(self) -> None:
-        cluster = self.session.core.cluster
-        for p in reversed(self.proposals):
-            p.node.resources.release(p.allocation, pending=True)
-            if p.slot is not None:
-                p.node.free_slots[p.slot] = None
-            cluster.refresh(p.node)
+        for _, node, allocation, slot in reversed(self.proposals):
+            node.resources.release(allocation)
+            if slot is not None:
+                node.free_slots[slot] = None
+            self._stale[node.name] = node
             if self.room is not None:
-                self.room.take(p.allocation.amounts, -1)
+                self.room.take(allocation.amounts, -1)
         self.proposals.clear()
+        self.refile()
 
     def commit(self, gang: Gang | None = None) -> list[Task]:
         core = self.session.core
         nodes = core.cluster.nodes
-        if any(p.task.state != QUEUED or nodes.get(p.node.name) is not p.node
-               for p in self.proposals):
-            self.discard()  # the world moved under the proposal: nothing is applied
-            return []
+        proposals = self.proposals
+        for task, node, _, _ in proposals:
+            if task.state != QUEUED or nodes.get(node.name) is not node:
+                self.discard()  # the world moved under the proposal: nothing is applied
+                return []
+        self.refile()
         started = []
-        world = len(self.proposals)
-        master = self.proposals[0].node.name if self.proposals else None
-        for rank, p in enumerate(self.proposals):
-            p.node.resources.confirm(p.allocation)
-            if p.slot is not None:
-                p.node.free_slots[p.slot] = None  # binding the task takes the slot for good
+        world = len(proposals)
+        master = proposals[0][1].name if proposals else None
+        for rank, (task, node, allocation, slot) in enumerate(proposals):
+            if slot is not None:
+                node.free_slots[slot] = None  # binding the task takes the slot for good
             place = None
             if gang is not None:
-                p.task.rank, p.task.world_size = rank, world
+                task.rank, task.world_size = rank, world
                 place = (gang.name, rank, world, master)
-            fire(core, p.task, PLACE, (p.node, p.allocation, p.slot, place))
-            started.append(p.task)
+            fire(core, task, PLACE, (node, allocation, slot, place))
+            started.append(task)
         self.proposals.clear()
         return started
 

@@ -80,11 +80,12 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
                 found = session.find(spec, gang.seq, easy, only=open_used[0], room=room)
                 if found:
                     break
-                del open_used[0]
-        exclude = frozenset(n.name for n in used) if strategy != "pack" else frozenset()
+                statement.refile(open_used.pop(0))  # full: the index shows it as it is
+        exclude = frozenset(n.name for n in used) if strategy != "pack" else _NONE
         if found is None:
             found = session.find(spec, gang.seq, easy, exclude=exclude, room=room)
         if found is None and strategy == "spread":
+            statement.refile()  # (any node now: the index must show the used ones as they are)
             found = session.find(spec, gang.seq, easy, room=room)
         if found is None:
             continue
@@ -97,6 +98,9 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
         return _commit(session, statement, gang)
     statement.discard()
     return False
+
+
+_NONE: frozenset[str] = frozenset()
 
 
 def _same_kind(spec: TaskSpec, found: tuple) -> TaskSpec:
@@ -116,7 +120,8 @@ def _commit(session: Session, statement: Statement, gang: Gang) -> bool:
         return False
     gang.started = True
     gang.state = RUNNING
-    cancel_unplaced(session.core, gang, len(started))
+    if len(started) < len(gang.members):
+        cancel_unplaced(session.core, gang, len(started))
     session.release_reservation(gang.seq)
     return True
 
