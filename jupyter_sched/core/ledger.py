@@ -112,9 +112,10 @@ class Ledger:
         self.durations: dict[tuple, float] = {}  # (queue, class) -> its last run on a slot
         # (when the task before it passes the bound, seq, task id, attempt): look again then
         self.overruns: list[tuple[float, int, str, int]] = []
-        # the job being placed straight from its arrival (:mod:`.actions.arrivals`): it was
-        # never counted among its queue's waiting work, so its start takes nothing from it
-        self.at_once: Task | None = None
+        # the job (a task or a gang) being placed straight from its arrival
+        # (:mod:`.actions.arrivals`): it was never counted among its queue's waiting work, so
+        # its start takes nothing from it
+        self.at_once: Task | Gang | None = None
         self._seq = 0
         self._out: list[ev.Instruction] = []
 
@@ -161,8 +162,8 @@ class Ledger:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
         queue = self.queues.queues[spec.queue]  # (not through __getitem__: hot)
         gang = task.gang
-        if task is self.at_once:  # (a single task: gangs are never placed at once)
-            queue.start_use((), allocation.amounts)
+        if task is self.at_once or (gang is not None and gang is self.at_once):
+            queue.start_use((), allocation.amounts)  # (never counted as waiting)
         else:
             queue.start_use(spec.demand.amounts, allocation.amounts)
             if gang is None:

@@ -9,13 +9,13 @@ reads them before the cycle ends): ``Ledger.at_once`` tells its start so. A job 
 fit is counted and filed in its FIFO as enqueue files it, and its class is skipped for the
 rest of the cycle as allocate skips it.
 
-Only where allocate's order is that simple: the new work is single tasks (a gang's waiting
-flag and books stay allocate's), all going to one queue with no
-capability on it or above it, nothing waits in any queue, there is no reservation, no node
-change to re-check and no task assigned to an engine slot (pipelining may be on: an arrival
-that does not fit is filed as allocate files it, and the pipeline action sees it the same),
-and the arrivals are few (a large batch gains more from allocate's runs of one class on one
-node).
+Only where allocate's order is that simple: the new work is single tasks and gangs that start
+whole (``min`` equal to the size: no member is ever left behind waiting), all going to one
+queue with no capability on it or above it, nothing waits in any queue, there is no
+reservation, no node change to re-check and no task assigned to an engine slot (pipelining may
+be on: an arrival that does not fit is filed as allocate files it, and the pipeline action
+sees it the same), and the arrivals are few (a large batch gains more from allocate's runs of
+one class on one node).
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from collections import deque
 
 from ...model.queues import CLOSED, Queue
 from ...model.tasks import Task
+from ..jobs import job_key, job_spec
 from ..ledger import Ledger
+from ..plugins.gang import place_gang
 from ..session import Session
 from . import enqueue
 from .allocate import is_capped, unplaced
@@ -40,9 +42,12 @@ def queue_of(core: Ledger) -> Queue | None:
         return None
     name = None
     for job in pending.values():
-        if type(job) is not Task:  # (a gang's waiting flag and books: allocate's path)
-            return None
-        spec = job.spec
+        if type(job) is Task:
+            spec = job.spec
+        elif job.spec.min is not None and job.spec.min != job.spec.size:
+            return None  # (members left behind would wait: allocate's books)
+        else:
+            spec = job.members[0].spec
         if name is None:
             name = spec.queue
         elif spec.queue != name:
@@ -57,28 +62,29 @@ def queue_of(core: Ledger) -> Queue | None:
 
 
 def run(session: Session, queue: Queue) -> None:
-    """Enqueue and allocate for the pending tasks, which all go to ``queue``."""
+    """Enqueue and allocate for the pending jobs, which all go to ``queue``."""
     core = session.core
     admitted: list = []
     enqueue.run(session, admitted)
     if len(admitted) > 1:
-        first = admitted[0].spec.priority
-        if any(task.spec.priority != first for task in admitted):
-            admitted.sort(key=lambda task: -task.spec.priority)  # (stable: by age)
+        first = job_spec(admitted[0]).priority
+        if any(job_spec(job).priority != first for job in admitted):
+            admitted.sort(key=lambda job: -job_spec(job).priority)  # (stable: by age)
     failed = session.failed
-    for task in admitted:
-        key = task.klass
+    for job in admitted:
+        single = type(job) is Task
+        key = job.klass if single else job_key(job)
         if key not in failed:
-            core.at_once = task
+            core.at_once = job
             try:
-                if session.place_task(task):
+                if session.place_task(job) if single else place_gang(session, job):
                     continue
             finally:
                 core.at_once = None
-        core.count_waiting(task)
+        core.count_waiting(job)
         fifo = queue.classes.get(key)
         if fifo is None:
             fifo = queue.classes[key] = deque()
-        fifo.append(task)
+        fifo.append(job)
         if key not in failed:
-            unplaced(session, task, key, True)
+            unplaced(session, job, key, True)
