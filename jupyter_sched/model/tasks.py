@@ -62,6 +62,11 @@ class TaskSpec:
     family: str = ""
 
     def check(self) -> None:
+        if (type(self.id) is str and type(self.name) is str  # the common case, in one look
+                and len(self.id) <= MAX_NAME_LENGTH >= len(self.name) and self.target in TARGETS
+                and type(self.priority) is int and self.time_limit is None
+                and type(self.family) is str and type(self.retries) is int and self.retries >= 0):
+            return  # (once per task, on the core's hot path)
         if not (isinstance(self.id, str) and isinstance(self.name, str)
                 and len(self.id) <= MAX_NAME_LENGTH >= len(self.name)):
             check_name(self.id, "task id")  # (checked at once above: once per task, hot)
