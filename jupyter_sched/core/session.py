@@ -124,7 +124,7 @@ class Session:
         self._shadows: dict[int, float] = {}
         self.last: Node | None = None  # where the last single task was placed
         queues = core.queues
-        for seq, reservation in list(core.reservations.items()):
+        for seq, reservation in list(core.reservations.items()) if core.reservations else ():
             job = reservation.job
             queue = queues[job_spec(job).queue]
             # a reservation lives while its job waits in a queue that may start it

@@ -122,11 +122,16 @@ class Core(Ledger):
         return out
 
     def _cycle(self) -> None:
-        if not (self.pending or self.nodes_changed  # (infeasible work waits for node changes)
-                or self.assigned or any(q.classes for q in self.queues.queues.values())):
+        waiting = False  # (a loop, not any() over a generator: on every cycle)
+        for q in self.queues.queues.values():
+            if q.classes:
+                waiting = True
+                break
+        if not (waiting or self.pending or self.assigned
+                or self.nodes_changed):  # (infeasible work waits for node changes)
             return  # nothing waits: no decision to make (the common case of a task ending)
         session = Session(self)
-        queue = arrivals.queue_of(self)
+        queue = None if waiting else arrivals.queue_of(self)
         if queue is not None:  # nothing waits: the arrivals are placed at once
             arrivals.run(session, queue)
         else:

@@ -35,7 +35,8 @@ FEW = 16  # arrivals in one cycle
 
 
 def queue_of(core: Ledger) -> Queue | None:
-    """The queue that gets every pending job, when they may be placed at once; else None."""
+    """The queue that gets every pending job, when they may be placed at once; else None.
+    The caller has seen that no job waits in any queue."""
     pending = core.pending
     if (not pending or len(pending) > FEW or core.nodes_changed or core.reservations
             or core.assigned):
@@ -55,8 +56,6 @@ def queue_of(core: Ledger) -> Queue | None:
     queues = core.queues.queues
     queue = queues.get(name)
     if queue is None or queue.state == CLOSED or is_capped(queue):
-        return None
-    if any(q.classes for q in queues.values()):
         return None
     return queue
 
