@@ -222,7 +222,8 @@ class Session:
         found = self.find(task.spec, task.seq, easy, room=room)
         if found is None:
             return False
-        self._start(task, *found)
+        node, allocation, slot = found
+        self._start(task, node, allocation, slot)
         return True
 
     def place_on(self, task: Task, node: Node) -> bool:

@@ -46,6 +46,7 @@ from .transitions import (
 )
 
 POLICIES = ("binpack", "spread", "hybrid")
+_REPORTED = frozenset({RUNNING, ASSIGNED})  # the states an executor's report is about
 
 
 class Refused(ValueError):
@@ -262,8 +263,8 @@ class Core(Ledger):
         about any other attempt (or a task that no longer runs) it is stale: counted, and it
         changes nothing."""
         task = self.tasks.get(task_id)
-        if task is None or task.state not in (RUNNING, ASSIGNED) \
-                or attempt not in (None, task.attempt):
+        if task is None or task.state not in _REPORTED \
+                or (attempt is not None and attempt != task.attempt):
             self.stale_reports += 1
             return
         fire(self, task, stimulus, detail)

@@ -220,7 +220,9 @@ def _cancel_stopping(led, task, reason: str) -> None:
 def _done(led, task, _) -> None:
     if task.slot is not None and task.state == RUNNING:
         led.note_duration(task)
-    _release(led, task)
+    successor = led.release(task)  # (_release, inlined: on every success)
+    if successor is not None:
+        fire(led, successor, HANDOVER)
     task.stopping = task.stopping_since = None
     _enter(led, task, DONE)
 

@@ -198,19 +198,27 @@ class BucketIndex:
             del self.keys[bisect.bisect_left(self.keys, key)]
 
     def move(self, name: str, old: int, new: int) -> None:
-        # remove() and add() in one: on every placement and release, kept lean
-        buckets = self.buckets
-        bucket = buckets[old]
+        # remove() and add() in one (Cluster.refresh has it inlined)
+        bucket = self.buckets[old]
         del bucket[name]
         if not bucket:
-            del buckets[old]
-            keys = self.keys
-            del keys[bisect.bisect_left(keys, old)]
-        bucket = buckets.get(new)
+            self.drop(old)
+        bucket = self.buckets.get(new)
         if bucket is None:
-            bucket = buckets[new] = {}
-            bisect.insort(self.keys, new)
+            bucket = self.open(new)
         bucket[name] = None
+
+    def open(self, key: int) -> dict[str, None]:
+        """A new, empty bucket for ``key``."""
+        bucket = self.buckets[key] = {}
+        bisect.insort(self.keys, key)
+        return bucket
+
+    def drop(self, key: int) -> None:
+        """Remove ``key``'s bucket, which is empty."""
+        del self.buckets[key]
+        keys = self.keys
+        del keys[bisect.bisect_left(keys, key)]
 
     def iter(self, least: int, descending: bool = False) -> Iterator[str]:
         keys = self.keys
@@ -269,12 +277,32 @@ class Cluster:
         if share == old_share and whole == old_whole and cpu == old_cpu:
             return
         name = node.name
+        # BucketIndex.move, inlined for the share and CPU keys (they move at nearly every
+        # placement and release)
         if share != old_share:
-            self.by_gpu_share.move(name, old_share, share)
+            index = self.by_gpu_share
+            buckets = index.buckets
+            bucket = buckets[old_share]
+            del bucket[name]
+            if not bucket:
+                index.drop(old_share)
+            bucket = buckets.get(share)
+            if bucket is None:
+                bucket = index.open(share)
+            bucket[name] = None
         if whole != old_whole:
             self.by_whole_gpus.move(name, old_whole, whole)
         if cpu != old_cpu:
-            self.by_cpu.move(name, old_cpu, cpu)
+            index = self.by_cpu
+            buckets = index.buckets
+            bucket = buckets[old_cpu]
+            del bucket[name]
+            if not bucket:
+                index.drop(old_cpu)
+            bucket = buckets.get(cpu)
+            if bucket is None:
+                bucket = index.open(cpu)
+            bucket[name] = None
         node.keys = (share, whole, cpu)
 
     def _indexes(self) -> tuple[BucketIndex, BucketIndex, BucketIndex]:
