@@ -186,24 +186,24 @@ class BucketIndex:
     def add(self, name: str, key: int) -> None:
         bucket = self.buckets.get(key)
         if bucket is None:
-            bucket = self.buckets[key] = {}
-            bisect.insort(self.keys, key)
+            bucket = self.open(key)
         bucket[name] = None
 
     def remove(self, name: str, key: int) -> None:
         bucket = self.buckets[key]
         del bucket[name]
         if not bucket:
-            del self.buckets[key]
-            del self.keys[bisect.bisect_left(self.keys, key)]
+            self.drop(key)
 
     def move(self, name: str, old: int, new: int) -> None:
-        # remove() and add() in one (Cluster.refresh has it inlined)
-        bucket = self.buckets[old]
+        # remove() and add() in one, on every re-filing (Cluster.refresh has it inlined for
+        # the keys that move most)
+        buckets = self.buckets
+        bucket = buckets[old]
         del bucket[name]
         if not bucket:
             self.drop(old)
-        bucket = self.buckets.get(new)
+        bucket = buckets.get(new)
         if bucket is None:
             bucket = self.open(new)
         bucket[name] = None
