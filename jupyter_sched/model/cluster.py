@@ -196,8 +196,7 @@ class BucketIndex:
             self.drop(key)
 
     def move(self, name: str, old: int, new: int) -> None:
-        # remove() and add() in one, on every re-filing (Cluster.refresh has it inlined for
-        # the keys that move most)
+        # remove() and add() in one: on every placement and release, kept lean
         buckets = self.buckets
         bucket = buckets[old]
         del bucket[name]
@@ -277,32 +276,12 @@ class Cluster:
         if share == old_share and whole == old_whole and cpu == old_cpu:
             return
         name = node.name
-        # BucketIndex.move, inlined for the share and CPU keys (they move at nearly every
-        # placement and release)
         if share != old_share:
-            index = self.by_gpu_share
-            buckets = index.buckets
-            bucket = buckets[old_share]
-            del bucket[name]
-            if not bucket:
-                index.drop(old_share)
-            bucket = buckets.get(share)
-            if bucket is None:
-                bucket = index.open(share)
-            bucket[name] = None
+            self.by_gpu_share.move(name, old_share, share)
         if whole != old_whole:
             self.by_whole_gpus.move(name, old_whole, whole)
         if cpu != old_cpu:
-            index = self.by_cpu
-            buckets = index.buckets
-            bucket = buckets[old_cpu]
-            del bucket[name]
-            if not bucket:
-                index.drop(old_cpu)
-            bucket = buckets.get(cpu)
-            if bucket is None:
-                bucket = index.open(cpu)
-            bucket[name] = None
+            self.by_cpu.move(name, old_cpu, cpu)
         node.keys = (share, whole, cpu)
 
     def _indexes(self) -> tuple[BucketIndex, BucketIndex, BucketIndex]:
