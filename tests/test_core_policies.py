@@ -316,3 +316,17 @@ def test_a_twenty_thousand_member_gang_is_cancelled_in_the_simulator():
     sim.run()
     assert {t.state for t in gang} == {"cancelled"}
     assert members.members.walks <= 4
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread"])
+def test_ties_between_nodes_go_by_when_they_came_to_their_free_capacity(policy):
+    core = Core(policy=policy)
+    core.handle(*(ev.NodeAdded(f"n{i}", NodeResources({"CPU": 4 * U, "GPU": U}))
+                  for i in range(3)))
+    half = Demand.of({"GPU": U // 2})
+    starts = core.handle(ev.Submit((TaskSpec("a", half),)))
+    assert [i.node for i in starts] == ["n0"]  # all alike: the order they joined
+    core.handle(ev.Finished("a"))  # n0 is free again, filed after n1 and n2
+    starts = core.handle(ev.Submit((TaskSpec("b", half),)))
+    assert [i.node for i in starts] == ["n1"]
+    core.validate()

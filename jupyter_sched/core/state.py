@@ -4,7 +4,8 @@
 coalesced: a batch of twenty finishes is one cycle), and returns the instructions for the
 executors. Nothing here starts threads, does I/O or reads a clock: time comes in with ``Tick``.
 Same events in the same order give the same instructions. There is no randomness, so no seed:
-ties between nodes go by the order they joined, ties between jobs by the order of submission.
+ties between nodes go by the order in which they came to their present free capacity (the order
+they joined, until it first changes), ties between jobs by the order of submission.
 
 What an event does to a task is the transition table (:mod:`.transitions`); this module turns
 events into its stimuli, checks events before they change anything, and runs the cycle.

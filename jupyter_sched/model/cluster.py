@@ -291,7 +291,7 @@ class Cluster:
     def _keys(node: Node) -> tuple[int, int, int]:
         """(largest free share on one GPU, whole free GPUs, free CPU). The share key breaks
         ties by the node's total free GPU, so binpack finds the tightest node first and spread
-        the loosest; among equal keys nodes keep their order."""
+        the loosest; among equal keys nodes go by when they were filed under them."""
         res = node.resources
         devs = res.devices.get(GPU)
         if devs is None or not devs.free:
