@@ -23,7 +23,9 @@
    stays taken; gangs of one shape are one class, tried once a cycle): the two rates match.
 5. The memory of 100,000 queued tasks (tracemalloc) on a cluster that is full.
 
-Goals (docs/architecture.md): >= 50,000 placements/s at 1,000 nodes; cost per placement grows
+Goals (docs/architecture.md): >= 50,000 placements/s at 1,000 nodes in the steady state (the
+line "steady state at 1,000 nodes" prints it against the goal; the batch is printed beside it,
+for comparison, not as the goal); cost per placement grows
 sub-linearly with nodes and stays flat in the length of the queue and in the work passed
 through; < 200 MB for 100,000 queued tasks. What a snapshot costs with 100,000 queued:
 ``benchmarks/snapshot_cost.py``.
@@ -195,21 +197,7 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
         gc.disable()
     try:
         while started < through:
-            events: list = []
-            for _ in range(min(len(running), rng.randint(1, 3))):
-                k = rng.randrange(len(running))
-                running[k], running[-1] = running[-1], running[k]
-                task = running.pop()
-                gpus[0] -= demand_of.pop(task)
-                events.append(ev.Finished(task))
-                ended.append(task)
-            for _ in range(len(events)):  # as many tasks arrive as end, while the
-                if gpus[0] >= target:           # running and waiting work stays near 90%
-                    break
-                sub = _one_submission(rng, n, demand_of)
-                n += len(sub.tasks)
-                gpus[0] += sum(demand_of[spec.id] for spec in sub.tasks)
-                events.append(sub)
+            events, n = _next_call(rng, running, ended, demand_of, gpus, target, n)
             calls += 1
             if not collect and calls % 1_000 == 0:
                 gc.collect()  # untimed: garbage (gangs are cycles) must not pile up meanwhile
@@ -233,6 +221,30 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
     return {"nodes": nodes, "through": through, "cpu_rate": through / sum(cpu),
             "wall_rate": through / sum(wall), "first": first, "last": last,
             "ratio": last / first, "busy": _gpu_busy(core)}
+
+
+def _next_call(rng: random.Random, running: list[str], ended: list[str],
+               demand_of: dict[str, int], gpus: list[int], target: float, n: int
+               ) -> tuple[list, int]:
+    """One call's events: one to three random running tasks end, and as many tasks arrive
+    while the running and waiting work (``gpus``) stays near 90% (``target``); and the next
+    task number."""
+    events: list = []
+    for _ in range(min(len(running), rng.randint(1, 3))):
+        k = rng.randrange(len(running))
+        running[k], running[-1] = running[-1], running[k]
+        task = running.pop()
+        gpus[0] -= demand_of.pop(task)
+        events.append(ev.Finished(task))
+        ended.append(task)
+    for _ in range(len(events)):
+        if gpus[0] >= target:
+            break
+        sub = _one_submission(rng, n, demand_of)
+        n += len(sub.tasks)
+        gpus[0] += sum(demand_of[spec.id] for spec in sub.tasks)
+        events.append(sub)
+    return events, n
 
 
 def _hold_back(core: Core, nodes: int, backlog: int) -> int:
@@ -280,36 +292,17 @@ def queued_memory(count: int = 100_000) -> float:
     return used / 2**20
 
 
+GOAL = 50_000  # placements/s at 1,000 nodes, in the steady state (issue 13)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 10,000-node cluster")
     args = parser.parse_args()
     sizes = [100, 1_000] if args.quick else [100, 1_000, 10_000]
-    rows = [measure(n, repeat=1 if n >= 10_000 else 3) for n in sizes]
-    print(f"{'nodes':>7} {'placed':>8} {'placements/s':>13} {'us/placement':>13} "
-          f"{'refill/s':>10}")
-    for r in rows:
-        print(f"{r['nodes']:>7,} {r['placed']:>8,} {r['rate']:>13,.0f} {r['us_per']:>13.1f} "
-              f"{r['refill_rate']:>10,.0f}")
-    at_1k = next(r for r in rows if r["nodes"] == 1_000)
-    print(f"\nplacements/s at 1,000 nodes: {at_1k['rate']:,.0f} (goal >= 50,000: "
-          f"{at_1k['rate'] / 50_000:.2f}x)")
-    for a, b in itertools.pairwise(rows):
-        growth = b["us_per"] / a["us_per"]
-        scale = b["nodes"] / a["nodes"]
-        print(f"cost per placement {a['nodes']:,} -> {b['nodes']:,} nodes: x{growth:.2f} "
-              f"for x{scale:.0f} nodes (sub-linear: {growth < scale})")
-    print("\nsteady state (placements/s by CPU time; first and last tenth of the run):")
-    print(f"{'nodes':>7} {'through':>8} {'cpu/s':>9} {'wall/s':>9} {'first':>9} {'last':>9} "
-          f"{'last/first':>10} {'GPU busy':>9}")
+    _print_batches([measure(n, repeat=1 if n >= 10_000 else 3) for n in sizes])
     throughs = [20_000, 50_000] if args.quick else [20_000, 50_000, 100_000]
-    for nodes in sizes:
-        for through in throughs:
-            for collect in (False, True):
-                r = steady(nodes, through, collect=collect)
-                print(f"{nodes:>7,} {through:>8,} {r['cpu_rate']:>9,.0f} "
-                      f"{r['wall_rate']:>9,.0f} {r['first']:>9,.0f} {r['last']:>9,.0f} "
-                      f"{r['ratio']:>10.2f} {r['busy']:>9.0%}{'  gc on' if collect else ''}")
+    _print_steady(sizes, throughs)
     for backlog in (1, 10_000):
         r = steady(1_000, 20_000, backlog=backlog)
         print(f"  1,000 nodes, 20,000 through, {backlog:,} gangs waiting all along: "
@@ -320,6 +313,46 @@ def main() -> None:
           f"(last/first {r['ratio']:.2f})")
     mb = queued_memory()
     print(f"memory of 100,000 queued tasks: {mb:.1f} MB (goal < 200 MB: {200 / mb:.2f}x headroom)")
+
+
+def _print_batches(rows: list[dict]) -> None:
+    print("batch submitted at once into an empty cluster:")
+    print(f"{'nodes':>7} {'placed':>8} {'placements/s':>13} {'us/placement':>13} "
+          f"{'refill/s':>10}")
+    for r in rows:
+        print(f"{r['nodes']:>7,} {r['placed']:>8,} {r['rate']:>13,.0f} {r['us_per']:>13.1f} "
+              f"{r['refill_rate']:>10,.0f}")
+    at_1k = next(r for r in rows if r["nodes"] == 1_000)
+    print(f"batch at 1,000 nodes: {at_1k['rate']:,.0f}/s ({at_1k['rate'] / GOAL:.2f}x of "
+          f"{GOAL:,}; the goal is for the steady state, below)")
+    for a, b in itertools.pairwise(rows):
+        growth = b["us_per"] / a["us_per"]
+        scale = b["nodes"] / a["nodes"]
+        print(f"cost per placement {a['nodes']:,} -> {b['nodes']:,} nodes: x{growth:.2f} "
+              f"for x{scale:.0f} nodes (sub-linear: {growth < scale})")
+
+
+def _print_steady(sizes: list[int], throughs: list[int]) -> None:
+    print("\nsteady state (placements/s by CPU time; first and last tenth of the run):")
+    print(f"{'nodes':>7} {'through':>8} {'cpu/s':>9} {'wall/s':>9} {'first':>9} {'last':>9} "
+          f"{'last/first':>10} {'GPU busy':>9}")
+    rates: dict[int, float] = {}
+    for nodes in sizes:
+        for through in throughs:
+            for collect in (False, True):
+                r = steady(nodes, through, collect=collect)
+                if through == throughs[0] and not collect:
+                    rates[nodes] = r["cpu_rate"]
+                print(f"{nodes:>7,} {through:>8,} {r['cpu_rate']:>9,.0f} "
+                      f"{r['wall_rate']:>9,.0f} {r['first']:>9,.0f} {r['last']:>9,.0f} "
+                      f"{r['ratio']:>10.2f} {r['busy']:>9.0%}{'  gc on' if collect else ''}")
+    rate = rates[1_000]
+    print(f"steady state at 1,000 nodes, {throughs[0]:,} through: {rate:,.0f}/s "
+          f"(goal >= {GOAL:,}: {rate / GOAL:.2f}x, {'met' if rate >= GOAL else 'not met'})")
+    for a, b in itertools.pairwise(sizes):
+        growth = rates[a] / rates[b]
+        print(f"steady cost per placement {a:,} -> {b:,} nodes: x{growth:.2f} for "
+              f"x{b / a:.0f} nodes (sub-linear: {growth < b / a})")
 
 
 if __name__ == "__main__":
