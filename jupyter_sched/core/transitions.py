@@ -97,11 +97,9 @@ def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
     """Apply the rule for ``task``'s phase and ``stimulus``; ``detail`` is the rule's input
     (a reason, an error, a :data:`Placement`, the preempting task)."""
     start = task.state if task.stopping is None else STOPPING  # phase(), inlined (hot)
-    try:
-        rule = TABLE[start, stimulus]
-    except KeyError:
-        raise InvalidTransition(
-            f"{task.id}: nothing takes a task from {start} on {stimulus}") from None
+    rule = _ROWS[start].get(stimulus)
+    if rule is None:
+        raise InvalidTransition(f"{task.id}: nothing takes a task from {start} on {stimulus}")
     rule.apply(led, task, detail)
     end = task.state if task.stopping is None else STOPPING
     if end not in rule.to:
@@ -348,6 +346,19 @@ TABLE: dict[tuple[str, str], Rule] = {
 }
 """(phase, stimulus) -> rule. Reports (finished, failed, lost, stopped) reach only running and
 stopping tasks: about any other task, or another attempt, they are stale and change nothing."""
+
+
+
+def _by_row(table: dict[tuple[str, str], Rule]) -> dict[str, dict[str, Rule]]:
+    """``table`` by row, every phase present: phase -> stimulus -> rule."""
+    rows: dict[str, dict[str, Rule]] = {phase: {} for phase in (
+        PENDING, QUEUED, INFEASIBLE, ASSIGNED, RUNNING, STOPPING, DONE, FAILED, CANCELLED)}
+    for (phase, stimulus), rule in table.items():
+        rows[phase][stimulus] = rule
+    return rows
+
+
+_ROWS = _by_row(TABLE)  # what fire() looks up: no key tuple to build and hash
 
 
 def markdown() -> str:
