@@ -60,12 +60,13 @@ back on allocate's path (arrivals placed at once are single tasks only), four se
 nodes gave 30,460 / 30,864 / 31,086 / 31,085 placements/s, last tenth against first 0.93-1.10.
 Then, with gangs that start whole placed at once too, a gang's statement re-filing each node
 once instead of once per member, and releases that give back exactly what was taken when the
-node owes nothing: instructions per placement (cachegrind, a recorded stream of 10,027
-placements at 1,000 nodes replayed into ``handle`` alone) from 168,400 to 157,500 (-6.5%),
-and to 155,400 (-7.7%) with fewer calls on a task's finish;
-eight alternating rounds on another, slower machine (20,000 through, CPU time) gave a median
-of 29,465 placements/s against 25,841 before (x1.14; single rounds 20,900-29,300 before and
-25,000-36,600 after: the machine's noise is larger than the change). Still short of 50,000.
+node owes nothing, the instructions per placement (cachegrind, a recorded stream of 10,027
+placements at 1,000 nodes replayed into ``handle`` alone) went from 168,400 to 157,500
+(-6.5%); eight alternating rounds of that code on another, slower machine (20,000 through, CPU
+time) gave a median of 29,465 placements/s against 25,841 before (x1.14; single rounds
+20,900-29,300 before and 25,000-36,600 after: the machine's noise is larger than the change).
+Fewer calls on a task's finish took it to 155,400, and the transition table looked up by row
+to 154,600 (-8.2% in all). Still short of 50,000.
 """
 
 from __future__ import annotations
