@@ -348,7 +348,6 @@ TABLE: dict[tuple[str, str], Rule] = {
 stopping tasks: about any other task, or another attempt, they are stale and change nothing."""
 
 
-
 def _by_row(table: dict[tuple[str, str], Rule]) -> dict[str, dict[str, Rule]]:
     """``table`` by row, every phase present: phase -> stimulus -> rule."""
     rows: dict[str, dict[str, Rule]] = {phase: {} for phase in (

@@ -291,6 +291,7 @@ class NodeResources:
         self._check_even()
 
     def _check_even(self) -> None:
+        """Decide :attr:`even` again (after a change of totals or devices, or a pay-back)."""
         self.even = (not any(devs.lost for devs in self.devices.values())
                      and all(self.allocated.get(name, 0) <= units
                              for name, units in self.total.items())
