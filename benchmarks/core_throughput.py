@@ -66,7 +66,8 @@ placements at 1,000 nodes replayed into ``handle`` alone) went from 168,400 to 1
 time) gave a median of 29,465 placements/s against 25,841 before (x1.14; single rounds
 20,900-29,300 before and 25,000-36,600 after: the machine's noise is larger than the change).
 Fewer calls on a task's finish took it to 155,400, and the transition table looked up by row
-to 154,600 (-8.2% in all). Still short of 50,000.
+to 154,600; a success's release and a queue's end of use then went back through their shared
+helpers (one copy of each, for 0.5%): 155,400 (-7.7% in all). Still short of 50,000.
 """
 
 from __future__ import annotations

@@ -218,9 +218,7 @@ def _cancel_stopping(led, task, reason: str) -> None:
 def _done(led, task, _) -> None:
     if task.slot is not None and task.state == RUNNING:
         led.note_duration(task)
-    successor = led.release(task)  # (_release, inlined: on every success)
-    if successor is not None:
-        fire(led, successor, HANDOVER)
+    _release(led, task)
     task.stopping = task.stopping_since = None
     _enter(led, task, DONE)
 
@@ -349,11 +347,10 @@ stopping tasks: about any other task, or another attempt, they are stale and cha
 
 
 def _by_row(table: dict[tuple[str, str], Rule]) -> dict[str, dict[str, Rule]]:
-    """``table`` by row, every phase present: phase -> stimulus -> rule."""
-    rows: dict[str, dict[str, Rule]] = {phase: {} for phase in (
-        PENDING, QUEUED, INFEASIBLE, ASSIGNED, RUNNING, STOPPING, DONE, FAILED, CANCELLED)}
+    """``table`` by row: phase -> stimulus -> rule (every phase has a row in the table)."""
+    rows: dict[str, dict[str, Rule]] = {}
     for (phase, stimulus), rule in table.items():
-        rows[phase][stimulus] = rule
+        rows.setdefault(phase, {})[stimulus] = rule
     return rows
 
 

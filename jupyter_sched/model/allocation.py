@@ -93,7 +93,7 @@ class NodeResources:
         self.available: dict[str, int] = dict(self.total)
         # nothing owed (no device lost while held, no total below what is held): a release
         # then gives back exactly what was taken (the common case, kept lean)
-        self.even = not any(devs.lost for devs in self.devices.values())
+        self._check_even()
 
     # -- feasibility ------------------------------------------------------------------------
 
@@ -292,10 +292,7 @@ class NodeResources:
 
     def _check_even(self) -> None:
         """Decide :attr:`even` again (after a change of totals or devices, or a pay-back)."""
-        self.even = (not any(devs.lost for devs in self.devices.values())
-                     and all(self.allocated.get(name, 0) <= units
-                             for name, units in self.total.items())
-                     and all(name in self.total for name in self.allocated))
+        self.even = not any(self.owed(name) for name in (*self.allocated, *self.devices))
 
     def _refresh(self, name: str) -> None:
         devs = self.devices.get(name)
@@ -367,8 +364,7 @@ class NodeResources:
             assert devs.total == self.total.get(name, 0), (name, devs.total, self.total)
             assert devs.available == self.available.get(name, 0), (name, devs.available)
         if self.even:  # (a release then gives back exactly what was taken)
-            assert all(self.owed(name) == 0 for name in names), "owes, yet marked even"
-            assert all(name in self.total for name in self.allocated), "holds an unknown name"
+            assert not any(self.owed(name) for name in names), "owes, yet marked even"
 
     def copy(self) -> NodeResources:
         clone = NodeResources.__new__(NodeResources)

@@ -160,14 +160,9 @@ class Queue:
         """A running task of this queue ended: what it held leaves ``allocated``."""
         q: Queue | None = self
         self.running -= 1
+        pairs = allocated.items()
         while q is not None and q.parent is not None:
-            target = q.allocated  # (_subtract, inlined: on every end)
-            for name, units in allocated.items():
-                value = target[name] - units
-                if value:
-                    target[name] = value
-                else:
-                    del target[name]
+            _subtract(q.allocated, pairs)
             q = q.parent
 
     def __repr__(self) -> str:

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from ...model.cluster import Cluster
 
 
+_NONE: frozenset[str] = frozenset()  # no node excluded
+
+
 def place_gang(session: Session, gang: Gang, easy: bool = False,
                room: Room | None = None) -> bool:
     """Place a gang now; ``room``: its queue's capability left (None: no limit)."""
@@ -98,9 +101,6 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
         return _commit(session, statement, gang)
     statement.discard()
     return False
-
-
-_NONE: frozenset[str] = frozenset()
 
 
 def _same_kind(spec: TaskSpec, found: tuple) -> TaskSpec:
