@@ -197,6 +197,8 @@ BAD_INPUTS = [
     ("CPU=2,GPU", {}, ["'GPU'", "NAME=AMOUNT"]),
     ("GPU=  ", {}, ["'GPU='", "NAME=AMOUNT"]),
     (["GPU=1", 3], {}, ["resource 3", "NAME=AMOUNT"]),
+    (2, {}, ["resources 2", "a mapping, 'NAME=AMOUNT,...' or a list"]),
+    (0.5, {}, ["resources 0.5", "a mapping"]),
     # absurdly large
     ("CPU=1e20", {}, ["CPU='1e20'", "absurdly large"]),
     ({"CPU": 1e20}, {}, ["CPU=1e+20", "absurdly large"]),

@@ -211,7 +211,7 @@ class Start:
             return NotImplemented
         return self._values() == other._values()
 
-    __hash__ = None  # (devices is a mapping)
+    # (no __hash__: with __eq__ defined here, instances are unhashable; devices is a mapping)
 
     def __repr__(self) -> str:
         return "Start(" + ", ".join(f"{name}={getattr(self, name)!r}"

@@ -3,6 +3,8 @@ every step): tasks, nodes, devices, slots, assigned tasks, queues' sums and kept
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..model.cluster import Cluster
 from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL, Gang
 from .jobs import waits
@@ -17,6 +19,7 @@ def check(self: Ledger) -> None:
         assert task.stopping is None or task.state in (RUNNING, ASSIGNED), task
         assert (task.state == ASSIGNED) == (task.id in self.assigned), task
         if task.state == ASSIGNED:
+            assert task.node is not None and task.slot is not None, task
             slot = self.cluster.nodes[task.node].slots[task.slot]
             assert task.id in slot.ahead and slot.task is not None, (task, slot.task)
         if task.state == RUNNING:
@@ -53,8 +56,10 @@ def _check_queues(self: Ledger) -> None:
     allocated: dict[str, dict[str, int]] = {}
     waiting: dict[str, dict[str, int]] = {}
     running: dict[str, int] = {}
+    pairs: Iterable[tuple[str, int]]
     for task in self.tasks.values():
         if task.state == RUNNING:
+            assert task.allocation is not None, task
             sums, pairs = allocated, task.allocation.amounts.items()
             running[task.spec.queue] = running.get(task.spec.queue, 0) + 1
         elif task.state == QUEUED:

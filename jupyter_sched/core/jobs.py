@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
-from ..model.tasks import INFEASIBLE, PENDING, QUEUED, Gang, Task, TaskSpec
+from ..model.tasks import INFEASIBLE, PENDING, QUEUED, ClassKey, Gang, Task, TaskSpec
 
 
 def job_spec(job: Task | Gang) -> TaskSpec:
     return job.members[0].spec if isinstance(job, Gang) else job.spec
 
 
-def job_class(job: Task | Gang) -> tuple[int | tuple, TaskSpec, dict[str, int]]:
+def job_class(job: Task | Gang) -> tuple[ClassKey, TaskSpec, dict[str, int]]:
     """(class key, spec, total demand) of a job (:func:`job_key`)."""
     if isinstance(job, Gang):
         spec = job.members[0].spec
@@ -31,7 +32,7 @@ def waits(job: Task | Gang) -> bool:
     return job.state == QUEUED
 
 
-def job_key(job: Task | Gang) -> int | tuple:
+def job_key(job: Task | Gang) -> ClassKey:
     """The class a job waits in: tasks with one priority and constraints share a class, and
     so do gangs with one member class, size, minimum and strategy. Jobs of a class are
     interchangeable for placement: when the first fails, those behind it (younger, facing
@@ -73,3 +74,24 @@ def in_order(queue) -> Iterator[Task | Gang]:
                 break
         else:
             heapq.heappop(heap)
+
+
+Hold = tuple[dict[int, int], dict[str, int]]
+"""What a reservation keeps free on one node: GPU shares by device, and amounts."""
+
+
+@dataclass
+class Reservation:
+    """Resources held for ``job``: per node, the GPU shares nobody ranked after it may take
+    and the amounts that must stay free."""
+
+    seq: int
+    job: Task | Gang
+    nodes: dict[str, Hold] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """Order among jobs: higher priority, then older. A job ignores the reservations of
+        jobs ranked after it, so the first-ranked reservation is never blocked and two
+        reservations cannot wait on each other."""
+        return job_rank(self.job)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..model.allocation import EMPTY, Allocation
-from ..model.cluster import Cluster, Node
+from ..model.cluster import Cluster, Node, Slot
 from ..model.queues import Queue, QueueTree
 from ..model.tasks import (
     ASSIGNED,
@@ -27,11 +27,12 @@ from ..model.tasks import (
     PENDING,
     QUEUED,
     RUNNING,
+    ClassKey,
     Gang,
     Task,
 )
 from . import events as ev
-from .jobs import job_class, job_key
+from .jobs import Reservation, job_class, job_key
 
 
 @dataclass(slots=True)
@@ -91,8 +92,8 @@ class Ledger:
         self.tasks: dict[str, Task] = {}
         self.running: dict[str, Task] = {}
         self.pending: dict[int, Task | Gang] = {}   # submitted, not yet through enqueue
-        self.infeasible: dict[tuple, JobSet] = {}    # class key -> jobs nothing can host
-        self.reservations: dict[int, object] = {}    # job seq -> Reservation
+        self.infeasible: dict[ClassKey, JobSet] = {}    # class key -> jobs nothing can host
+        self.reservations: dict[int, Reservation] = {}    # job seq -> Reservation
         # (end of the time limit, task seq, task id, attempt): a deadline is an attempt's
         self.deadlines: list[tuple[float, int, str, int]] = []
         self.preemptible_on: dict[str, int] = {}     # node -> running preemptible tasks there
@@ -179,15 +180,18 @@ class Ledger:
         """Give back what a task holds: node resources, engine slot, its queue's count. A task
         assigned to run next on its slot takes the allocation and the slot over instead: it
         is returned, for the caller to hand them over (``transitions.HANDOVER``)."""
-        node = self.cluster.nodes.get(task.node)
+        name = task.node
+        assert name is not None, "released before it was bound"
+        node = self.cluster.nodes.get(name)
         allocation = task.allocation
         spec = task.spec
         if self.assigned and spec.id in self.assigned:
             self._unassign(task, node)
             return None
         successor = None
+        slot_id = task.slot
         if node is not None and allocation is not None:
-            slot = node.slots.get(task.slot) if task.slot is not None else None
+            slot = node.slots.get(slot_id) if slot_id is not None else None
             node.tasks.pop(spec.id, None)
             if slot is not None and slot.ahead:
                 successor = self.tasks[slot.ahead[0]]
@@ -196,7 +200,7 @@ class Ledger:
                 node.resources.release(allocation)
                 if slot is not None:
                     slot.task = None
-                    node.free_slots[task.slot] = None
+                    node.free_slots[slot.id] = None
                 self.cluster.refresh(node)
             if spec.preemptible and task.gang is None:
                 left = self.preemptible_on[node.name] - 1
@@ -224,7 +228,14 @@ class Ledger:
         s.ahead.append(task.id)
         self.assigned[task.id] = task
         if len(s.ahead) == 1:  # (the first of a slot's line stands for it: ``_look_at``)
-            self._look_at(task, self.tasks[s.task].started_at, 1)
+            self._look_at(task, self._started_at(s), 1)
+
+    def _started_at(self, slot: Slot) -> float:
+        """When the task on ``slot`` (which has one) started."""
+        assert slot.task is not None, f"slot {slot.id!r} runs no task"
+        started_at = self.tasks[slot.task].started_at
+        assert started_at is not None, f"task {slot.task!r} on slot {slot.id!r} never started"
+        return started_at
 
     def _look_at(self, task: Task, started_at: float, attempts: int) -> None:
         """Look at ``task``'s slot again when the slot's task passes the pipelining bound."""
@@ -233,18 +244,20 @@ class Ledger:
 
     def _unassign(self, task: Task, node: Node | None) -> None:
         del self.assigned[task.id]
-        slot = node.slots.get(task.slot) if node is not None else None
+        slot = node.slots.get(task.slot) if node is not None and task.slot is not None else None
         if slot is not None and task.id in slot.ahead:
             first = slot.ahead[0] == task.id
             slot.ahead.remove(task.id)
             if first and slot.ahead and slot.task is not None:
-                self._look_at(self.tasks[slot.ahead[0]], self.tasks[slot.task].started_at, 0)
+                self._look_at(self.tasks[slot.ahead[0]], self._started_at(slot), 0)
 
     def adopt(self, task: Task) -> None:
         """The hand-over: an assigned task holds its slot's allocation (still taken from the
         node; ``release`` of the slot's task put it on ``task.allocation``) and the slot."""
-        node = self.cluster.nodes[task.node]
         allocation = task.allocation
+        assert task.node is not None and task.slot is not None and allocation is not None, \
+            f"task {task.id!r} was adopted before it was assigned and handed over"
+        node = self.cluster.nodes[task.node]
         del self.assigned[task.id]
         slot = node.slots[task.slot]
         slot.ahead.remove(task.id)  # (the first in the slot's line)
@@ -276,14 +289,14 @@ class Ledger:
             node.resources.release(old.applied)
             if wanted is None:
                 wanted, reason = old.wanted, old.reason if reason is None else reason
-        wanted = {name: {int(i): int(u) for i, u in shares.items() if u > 0}
-                  for name, shares in (wanted or {}).items()}
-        wanted = {name: shares for name, shares in wanted.items() if shares}
-        if not wanted:
+        positive = {name: {int(i): int(u) for i, u in shares.items() if u > 0}
+                    for name, shares in (wanted or {}).items()}
+        kept = {name: shares for name, shares in positive.items() if shares}
+        if not kept:
             self.cluster.refresh(node)
             return
         devices: dict[str, dict[int, int]] = {}
-        for name, shares in wanted.items():
+        for name, shares in kept.items():
             devs = node.resources.devices.get(name)
             got = {} if devs is None else {
                 i: min(u, devs.free[i]) for i, u in shares.items() if devs.free.get(i, 0) > 0}
@@ -293,10 +306,12 @@ class Ledger:
                    if devices else EMPTY)
         node.resources.take(applied, checked=True)
         self.cluster.refresh(node)
-        self.elsewhere[node.name] = Elsewhere(wanted, applied, reason or "")
+        self.elsewhere[node.name] = Elsewhere(kept, applied, reason or "")
 
     def push_deadline(self, task: Task) -> None:
-        end = self.now + task.spec.time_limit
+        limit = task.spec.time_limit
+        assert limit is not None, f"task {task.id!r} has no time limit"
+        end = self.now + limit
         heapq.heappush(self.deadlines, (end, task.seq, task.id, task.attempt))
 
     # -- waiting ------------------------------------------------------------------------------
@@ -309,10 +324,11 @@ class Ledger:
             fifo = queue.classes[key] = deque()
         fifo.append(job)
 
-    def count_waiting(self, job: Task | Gang) -> tuple[int | tuple, Queue]:
+    def count_waiting(self, job: Task | Gang) -> tuple[ClassKey, Queue]:
         """A job (already QUEUED) counts among its queue's waiting work, not yet filed in a
         class FIFO: (its class key, its queue). Jobs placed at once are never filed."""
-        if type(job) is Task:
+        key: ClassKey
+        if isinstance(job, Task):
             key, spec = job.klass, job.spec
             pairs = spec.demand.amounts
         else:

@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..model.quantity import SCALE
 from ..model.resources import GPU, Demand, gpu_memory_share
-from ..model.tasks import Gang, Task
-from .jobs import job_rank
+from .jobs import Hold, Reservation
 
 if TYPE_CHECKING:
     from ..model.allocation import NodeResources
     from ..model.cluster import Node
     from .ledger import Ledger
-
-Hold = tuple[dict[int, int], dict[str, int]]
-"""What a reservation keeps free on one node: GPU shares by device, and amounts."""
-
 
 def merge_holds(holds: Iterable[Hold]) -> Hold:
     devices: dict[int, int] = {}
@@ -37,23 +31,6 @@ def merge_holds(holds: Iterable[Hold]) -> Hold:
         for k, v in amounts.items():
             scalars[k] = scalars.get(k, 0) + v
     return devices, scalars
-
-
-@dataclass
-class Reservation:
-    """Resources held for ``job``: per node, the GPU shares nobody ranked after it may take
-    and the amounts that must stay free."""
-
-    seq: int
-    job: Task | Gang
-    nodes: dict[str, Hold] = field(default_factory=dict)
-
-    @property
-    def rank(self) -> tuple[int, int]:
-        """Order among jobs: higher priority, then older. A job ignores the reservations of
-        jobs ranked after it, so the first-ranked reservation is never blocked and two
-        reservations cannot wait on each other."""
-        return job_rank(self.job)
 
 
 def hold_on(node: Node, demand: Demand, busy: list[Hold],
@@ -101,7 +78,7 @@ def usable_devices(node: Node, target: str) -> list[frozenset[int] | None]:
     bindings = {slot.binding for slot in node.slots.values()}
     if None in bindings or not bindings:
         return [None]
-    return sorted(bindings, key=sorted)
+    return sorted(bindings, key=lambda binding: sorted(binding or ()))
 
 
 def shadow_time(led: Ledger, reservation: Reservation) -> float:
@@ -134,6 +111,7 @@ def _node_shadow(led: Ledger, node: Node, hold: Hold) -> float:
     for end, _, task in ends:
         if end == math.inf:
             return math.inf
+        assert task.allocation is not None, f"task {task.id!r} runs here and holds nothing"
         model.release(task.allocation)
         if _holds_fit(model, hold):
             return max(end, led.now)

@@ -13,13 +13,13 @@ the transition table (:func:`.transitions.fire`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ..model.allocation import Allocation
 from ..model.cluster import Node
 from ..model.queues import CLOSED
 from ..model.resources import CPU, GPU
-from ..model.tasks import QUEUED, Gang, Task, TaskSpec
+from ..model.tasks import QUEUED, ClassKey, Gang, Task, TaskSpec
 from .jobs import job_spec, waits
 from .ledger import Ledger
 from .plugins import nodeorder
@@ -36,7 +36,7 @@ from .reservations import (
 from .transitions import GANG_SHORT, PLACE, fire
 
 # A tentative placement: (task, node, allocation, slot). A plain tuple: one per gang member.
-Proposal = tuple
+Proposal = tuple[Task, Node, Allocation, "str | None"]
 
 
 class Statement:
@@ -118,7 +118,7 @@ class Session:
 
     def __init__(self, core: Ledger) -> None:
         self.core = core
-        self.failed: dict[tuple, Task | Gang] = {}
+        self.failed: dict[ClassKey, Task | Gang] = {}
         self.reserved: dict[str, dict[int, Hold]] = {}
         self.ranks: dict[int, tuple[int, int]] = {}
         self._shadows: dict[int, float] = {}
@@ -149,7 +149,7 @@ class Session:
         if only is not None:
             if not core.cluster.may_hold(only, demand):
                 return None
-            nodes = (only,)
+            nodes: Iterable[Node] = (only,)
         elif core.policy == "binpack":
             nodes = core.cluster.candidates(demand)
         else:
@@ -264,7 +264,7 @@ class Session:
         reservation = Reservation(job.seq, job)
         spec = specs[0]
         strategy = job.spec.strategy if isinstance(job, Gang) else "pack"
-        nodes = self._reservable(spec)
+        nodes: Iterable[Node] = self._reservable(spec)
         if len(specs) > 1 or strategy == "strict-pack":
             nodes = list(nodes)  # walked once per member
         # strict-pack holds every member on one node; the others go member by member

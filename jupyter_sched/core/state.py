@@ -16,6 +16,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Callable
+from typing import Any
 
 from ..model.cluster import Node
 from ..model.limits import (
@@ -30,6 +32,7 @@ from ..model.tasks import ASSIGNED, PENDING, RUNNING, TERMINAL, Gang, Task, Task
 from . import events as ev
 from . import invariants
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
+from .errors import InvalidTransition, Refused
 from .jobs import in_order
 from .ledger import Ledger
 from .session import Session
@@ -42,35 +45,11 @@ from .transitions import (
     STOPPED,
     TIMEOUT,
     UNSTARTED,
-    InvalidTransition,
     fire,
 )
 
 POLICIES = ("binpack", "spread", "hybrid")
 _REPORTED = frozenset({RUNNING, ASSIGNED})  # the states an executor's report is about
-
-
-class Refused(ValueError):
-    """Events of a batch that the core refused, each before it changed anything; the rest of
-    the batch was applied and the cycle ran. ``refused``: (event, error) pairs.
-
-    The instructions that the call produced are delivered exactly once: :meth:`take` hands
-    them over now; a caller that does not take them gets them from its next ``handle``.
-    """
-
-    def __init__(self, refused: list[tuple[object, ValueError]], core: Core,
-                 out: list[ev.Instruction]) -> None:
-        super().__init__("; ".join(str(error) for _, error in refused))
-        self.refused = refused
-        self._core = core
-        self._out = out
-
-    def take(self) -> list[ev.Instruction]:
-        core = self._core
-        if core._held is not self._out:
-            return []  # a later handle returned them already
-        core._held = None
-        return self._out
 
 
 class Core(Ledger):
@@ -103,15 +82,16 @@ class Core(Ledger):
         before it changes anything; the other events of the batch are applied and the cycle
         runs, then :class:`Refused` (a ``ValueError``) is raised, carrying the instructions.
         """
+        handlers = _HANDLERS
         for event in events:
-            if type(event) not in self._handlers:
+            if type(event) not in handlers:
                 raise TypeError(f"the core does not handle {event!r}")
         if self._held is not None:  # a refused batch's instructions nobody took
             self._out[:0], self._held = self._held, None
-        refused = []
+        refused: list[tuple[object, ValueError]] = []
         for event in events:
             try:
-                self._handlers[type(event)](self, event)
+                handlers[type(event)](self, event)
             except ValueError as error:
                 refused.append((event, error))
         if self._dirty:
@@ -121,6 +101,13 @@ class Core(Ledger):
         if refused:
             self._held = out
             raise Refused(refused, self, out)
+        return out
+
+    def take_held(self, out: list[ev.Instruction]) -> list[ev.Instruction]:
+        """A refused batch's instructions ``out``, if no later ``handle`` returned them."""
+        if self._held is not out:
+            return []
+        self._held = None
         return out
 
     def _cycle(self) -> None:
@@ -367,15 +354,6 @@ class Core(Ledger):
         self.hold_elsewhere(node, event.device_shares, event.reason)
         self._dirty = True  # less held elsewhere: waiting work may fit now
 
-    _handlers = {
-        ev.Tick: _on_tick, ev.Submit: _on_submit, ev.Cancel: _on_cancel,
-        ev.Finished: _on_finished, ev.Failed: _on_failed, ev.Stopped: _on_stopped,
-        ev.NodeAdded: _on_node_added, ev.NodeRemoved: _on_node_removed,
-        ev.NodeUpdated: _on_node_updated, ev.SlotAdded: _on_slot_added,
-        ev.SlotRemoved: _on_slot_removed, ev.QueueSet: _on_queue_set,
-        ev.HeldElsewhere: _on_held_elsewhere,
-    }
-
     def _drop_reservations_on(self, node_name: str) -> None:
         for seq, reservation in list(self.reservations.items()):
             if node_name in reservation.nodes:
@@ -453,3 +431,14 @@ class Core(Ledger):
 
 
 __all__ = ["CLOSED", "POLICIES", "Core", "InvalidTransition", "Refused"]
+
+
+# what each event does: a table after the class (its methods, looked up once)
+_HANDLERS: dict[type, Callable[[Core, Any], None]] = {
+    ev.Tick: Core._on_tick, ev.Submit: Core._on_submit, ev.Cancel: Core._on_cancel,
+    ev.Finished: Core._on_finished, ev.Failed: Core._on_failed, ev.Stopped: Core._on_stopped,
+    ev.NodeAdded: Core._on_node_added, ev.NodeRemoved: Core._on_node_removed,
+    ev.NodeUpdated: Core._on_node_updated, ev.SlotAdded: Core._on_slot_added,
+    ev.SlotRemoved: Core._on_slot_removed, ev.QueueSet: Core._on_queue_set,
+    ev.HeldElsewhere: Core._on_held_elsewhere,
+}

@@ -42,6 +42,7 @@ from ..model.tasks import (
     Task,
 )
 from . import events as ev
+from .errors import InvalidTransition
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -69,10 +70,6 @@ REVOKE = "revoke"            # pipeline took it back (its slot's task ran long, 
 # why a stop is out (Task.stopping)
 BY_CANCEL, BY_TIMEOUT, BY_GANG, BY_PREEMPT = "cancel", "timeout", "gang", "preempt"
 BY_REVOKE = "revoke"
-
-
-class InvalidTransition(RuntimeError):
-    pass
 
 
 # Where a task starts: (node, allocation, slot, gang), gang None or (gang name, rank, world

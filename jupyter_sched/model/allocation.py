@@ -41,7 +41,7 @@ class Allocation:
             return NotImplemented
         return self.amounts == other.amounts and self.devices == other.devices
 
-    __hash__ = None  # (its amounts are a mapping)
+    # (no __hash__: with __eq__ defined here, instances are unhashable; amounts is a mapping)
 
     def __repr__(self) -> str:
         return f"Allocation(amounts={self.amounts!r}, devices={self.devices!r})"
@@ -174,9 +174,10 @@ class NodeResources:
                         f"{'has' if ever else 'has free'} {format_amount(name, have)}")
         if demand.gpu_memory:
             devs = self.devices.get(GPU)
-            fits = devs and devs.choose(gpu_memory=demand.gpu_memory)
             if ever:
                 fits = self.could_ever_fit(Demand((), demand.gpu_memory))
+            else:
+                fits = devs is not None and devs.choose(gpu_memory=demand.gpu_memory) is not None
             if not fits:
                 return (f"GPU memory: needs {format_amount('memory', demand.gpu_memory * SCALE)} "
                         "on one device; no device here has it"
@@ -367,7 +368,7 @@ class NodeResources:
             assert not any(self.owed(name) for name in names), "owes, yet marked even"
 
     def copy(self) -> NodeResources:
-        clone = NodeResources.__new__(NodeResources)
+        clone = NodeResources({})
         clone.total = dict(self.total)
         clone.available = dict(self.available)
         clone.allocated = dict(self.allocated)

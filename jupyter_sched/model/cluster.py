@@ -138,7 +138,10 @@ class Node:
         bindings = {slots[s].binding for s in self.free_slots}
         if gpus < SCALE:
             # one device: the best fit among every device some free engine can use
-            allowed = None if None in bindings else frozenset().union(*bindings)
+            allowed: frozenset[int] | None = None
+            if None not in bindings:
+                allowed = frozenset(i for binding in bindings if binding is not None
+                                    for i in binding)
             allocation = resources.choose(demand, allowed, gpu_held)
             if allocation is None:
                 return None
@@ -202,10 +205,10 @@ class BucketIndex:
         del bucket[name]
         if not bucket:
             self.drop(old)
-        bucket = buckets.get(new)
-        if bucket is None:
-            bucket = self.open(new)
-        bucket[name] = None
+        target = buckets.get(new)
+        if target is None:
+            target = self.open(new)
+        target[name] = None
 
     def open(self, key: int) -> dict[str, None]:
         """A new, empty bucket for ``key``."""

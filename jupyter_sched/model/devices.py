@@ -101,16 +101,16 @@ class DeviceSet:
             return None
         if units <= 0:
             return {}
-        best = None
+        best = 0  # (read only once a share equals best_free: after one was found)
         best_free = SCALE + 1
         for index, share in free.items():
             if units <= share < best_free or (share == best_free and index < best):
                 best, best_free = index, share
-        return None if best is None else {best: units}
+        return None if best_free > SCALE else {best: units}
 
     def _view(self, allowed: Collection[int] | None, held: Mapping[int, int] | None
               ) -> DeviceSet:
-        view = DeviceSet.__new__(DeviceSet)
+        view = DeviceSet()
         held = held or {}
         view.free = {i: s - held.get(i, 0) for i, s in self.free.items()
                      if (allowed is None or i in allowed) and s > held.get(i, 0)}
@@ -121,7 +121,7 @@ class DeviceSet:
 
     def _choose_memory(self, gpu_memory: int) -> dict[int, int] | None:
         """Best fit by what would be left: the smallest leftover, ties to the lowest index."""
-        best = None
+        best = 0  # (read only once a leftover equals best_left: after one was found)
         best_left = SCALE + 1
         best_need = 0
         for index, share in self.free.items():
@@ -131,7 +131,7 @@ class DeviceSet:
             left = share - need
             if left < best_left or (left == best_left and index < best):
                 best, best_left, best_need = index, left, need
-        return None if best is None else {best: best_need}
+        return None if best_left > SCALE else {best: best_need}
 
     # -- changing ---------------------------------------------------------------------------
 
@@ -192,7 +192,7 @@ class DeviceSet:
         self.memory.pop(index, None)
 
     def copy(self) -> DeviceSet:
-        clone = DeviceSet.__new__(DeviceSet)
+        clone = DeviceSet()
         clone.free = dict(self.free)
         clone.memory = dict(self.memory)
         clone.declared = self.declared

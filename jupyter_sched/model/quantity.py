@@ -185,6 +185,7 @@ class Quantity:
     """
 
     __slots__ = ("units",)
+    units: int
 
     def __init__(self, value: object = 0, name: str = "amount") -> None:
         self.units = value.units if isinstance(value, Quantity) else to_units(value, name)

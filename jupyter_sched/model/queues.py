@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from .limits import check_name
 from .quantity import to_float
 from .resources import format_amount
+
+if TYPE_CHECKING:
+    from .tasks import ClassKey
 
 OPEN = "open"
 CLOSED = "closed"
@@ -78,11 +82,12 @@ class Queue:
         self.running = 0
         self.queued = 0  # jobs waiting in this queue's classes (a gang is one job)
         # waiting jobs, grouped by class (priority and placement constraints): FIFO each
-        self.classes: dict[tuple, deque] = {}
+        self.classes: dict[ClassKey, deque] = {}
 
     def lineage(self) -> list[Queue]:
         """This queue and its ancestors, up to (not including) root."""
-        out, q = [], self
+        out: list[Queue] = []
+        q: Queue | None = self
         while q is not None and q.name != ROOT:
             out.append(q)
             q = q.parent
@@ -245,6 +250,7 @@ class QueueTree:
     def _move(queue: Queue, parent: Queue) -> None:
         """Re-parent ``queue``: its subtree's use leaves the old ancestors, joins the new."""
         old = queue.parent
+        assert old is not None, "the root queue has no parent to leave"
         for field in ("allocated", "waiting"):
             amounts = tuple(getattr(queue, field).items())
             old.add_use(field, amounts, -1)

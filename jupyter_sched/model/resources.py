@@ -87,8 +87,13 @@ def _pairs(spec: object) -> list[tuple[str, object]]:
         return []
     if isinstance(spec, Mapping):
         return list(spec.items())
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    pairs = []
+    if isinstance(spec, str):
+        items: list[object] = list(spec.split(","))
+    elif isinstance(spec, Iterable):
+        items = list(spec)
+    else:
+        raise ValueError(f"resources {spec!r} must be a mapping, 'NAME=AMOUNT,...' or a list")
+    pairs: list[tuple[str, object]] = []
     for item in items:
         if not isinstance(item, str):
             raise ValueError(f"resource {item!r} must be written NAME=AMOUNT, e.g. 'GPU=0.5'")
@@ -145,7 +150,8 @@ class Demand:
     cpu_units: int = field(default=0, init=False, repr=False, compare=False)
     # the amounts as a mapping, made once: the allocations of a demand without GPU memory all
     # share it (an allocation is never changed; nothing may write to it)
-    units: Mapping[str, int] = field(default=None, init=False, repr=False, compare=False)
+    units: Mapping[str, int] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False)
 
     def __post_init__(self) -> None:
         # demands key the scheduler's caches: hash once, not at every lookup

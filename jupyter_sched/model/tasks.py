@@ -18,6 +18,7 @@ every task ends in exactly one terminal state. The transitions are one table:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import final
 
 from .allocation import Allocation
 from .limits import MAX_GANG_SIZE, MAX_NAME_LENGTH, check_count, check_name, check_seconds
@@ -39,6 +40,9 @@ TERMINAL = frozenset({DONE, FAILED, CANCELLED})
 WAITING = frozenset({PENDING, QUEUED, INFEASIBLE})
 
 TARGETS = ("any", "local", "engines")
+
+ClassKey = int | tuple
+"""The class a job waits in: a task's class number, or a gang's key (``jobs.job_key``)."""
 STRATEGIES = ("pack", "spread", "strict-pack", "strict-spread")
 
 
@@ -117,6 +121,7 @@ class GangSpec:
             )
 
 
+@final
 class Gang:
     """A gang in the core: its members and whether it is still alive.
 
@@ -141,6 +146,7 @@ class Gang:
         return self.spec.name
 
 
+@final
 class Task:
     """One task's life in the core. Mutated only by the core's transitions."""
 

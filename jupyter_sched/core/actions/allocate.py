@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 
 from ...model.queues import CLOSED
-from ...model.tasks import QUEUED, Gang, Task
+from ...model.tasks import QUEUED, ClassKey, Gang, Task
 from ..jobs import job_key, job_spec, waits
 from ..plugins.capability import Room, admit
 from ..plugins.gang import place_gang
@@ -71,7 +71,7 @@ def run(session: Session) -> None:
             heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
 
 
-def unplaced(session: Session, job: Task | Gang, key: int | tuple, admitted: bool) -> None:
+def unplaced(session: Session, job: Task | Gang, key: ClassKey, admitted: bool) -> None:
     """``job``, the head of class ``key``, did not fit: the class is skipped for the rest of
     the cycle; a job its queue's capability ``admitted`` says why it waits, and gets a
     reservation once it has waited too long."""
@@ -103,7 +103,7 @@ def _say_held_elsewhere(core, job: Task | Gang) -> None:
             member.reason = reason
 
 
-def _place_run(session: Session, queue, key: tuple, classes: list, heap: list | None) -> None:
+def _place_run(session: Session, queue, key: ClassKey, classes: list, heap: list | None) -> None:
     """After a task of class ``key`` was placed, place the class's next tasks on the same
     node while it holds them and they are what the loop would pick next anyway (its queue
     still first, the class still first in it). Binpack would choose that node again: every
@@ -113,6 +113,7 @@ def _place_run(session: Session, queue, key: tuple, classes: list, heap: list | 
     the node index meanwhile, so the node is re-filed there once, after the run."""
     fifo = queue.classes[key]
     node = session.last
+    assert node is not None, "a run follows a task placed on a node"
     core = session.core
     placed = 0
     while not core.reservations:
@@ -159,7 +160,7 @@ def _class_heap(queue) -> list:
     return heap
 
 
-def _push_class(classes: list, queue, key: tuple) -> None:
+def _push_class(classes: list, queue, key: ClassKey) -> None:
     fifo = queue.classes.get(key)
     head = live_head(fifo) if fifo is not None else None
     if head is None:

@@ -53,8 +53,9 @@ def queue_of(core: Ledger) -> Queue | None:
             name = spec.queue
         elif spec.queue != name:
             return None
-    queues = core.queues.queues
-    queue = queues.get(name)
+    if name is None:
+        return None
+    queue = core.queues.queues.get(name)
     if queue is None or queue.state == CLOSED or is_capped(queue):
         return None
     return queue
@@ -76,10 +77,11 @@ def run(session: Session, queue: Queue) -> None:
         if key not in failed:
             core.at_once = job
             try:
-                if session.place_task(job) if single else place_gang(session, job):
-                    continue
+                placed = session.place_task(job) if single else place_gang(session, job)
             finally:
                 core.at_once = None
+            if placed:
+                continue
         core.count_waiting(job)
         fifo = queue.classes.get(key)
         if fifo is None:

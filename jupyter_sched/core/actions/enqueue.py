@@ -53,6 +53,7 @@ def run(session: Session, admitted: list | None = None) -> None:
 
 def _why_not(session: Session, job: Task | Gang, cache: dict[tuple, str | None]) -> str | None:
     core = session.core
+    key: tuple
     if isinstance(job, Gang):
         spec = job.members[0].spec
         queue = core.queues[spec.queue]

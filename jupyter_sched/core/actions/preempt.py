@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from ...model.allocation import Allocation
+from ...model.cluster import Node
 from ...model.resources import GPU
 from ...model.tasks import QUEUED, Gang, Task
 from ..jobs import job_spec
@@ -41,7 +43,7 @@ def run(session: Session) -> None:
             if not node_passes(node, job.spec):
                 continue
             victims, placement = _victims(session, job, node)
-            if victims:
+            if victims and placement is not None:
                 for victim in victims:
                     fire(core, victim, PREEMPT, job)
                 allocation = placement[0]
@@ -53,7 +55,8 @@ def run(session: Session) -> None:
                 break
 
 
-def _victims(session: Session, task: Task, node) -> tuple[list[Task], tuple | None]:
+def _victims(session: Session, task: Task, node: Node
+             ) -> tuple[list[Task], tuple[Allocation, str | None] | None]:
     core = session.core
     candidates = [
         core.tasks[t] for t in node.tasks
@@ -77,11 +80,13 @@ def _victims(session: Session, task: Task, node) -> tuple[list[Task], tuple | No
     return chosen, _fits_without(node, task, chosen)
 
 
-def _fits_without(node, task: Task, victims: list[Task]):
+def _fits_without(node: Node, task: Task, victims: list[Task]
+                  ) -> tuple[Allocation, str | None] | None:
     """Where ``task`` would go on ``node`` once ``victims`` released (None: nowhere)."""
     model = node.resources.copy()
     free_slots = dict(node.free_slots)
     for victim in victims:
+        assert victim.allocation is not None, f"victim {victim.id!r} runs and holds nothing"
         model.release(victim.allocation)
         if victim.slot is not None:
             free_slots[victim.slot] = None

@@ -166,8 +166,8 @@ def _fits_empty(node: Node, spec: TaskSpec, limit: int) -> int:
     placed one by one on an empty copy, so engines count with the devices they can see (a
     pinned engine only ever runs on its devices; a floating one bound by a task stays bound)."""
     model = Node(node.name, empty_model(node), node.labels, node.kind, node.threads)
-    for slot_id, slot in node.slots.items():
-        model.add_slot(SlotSpec(slot_id, slot.binding))
+    for slot in node.slots.values():
+        model.add_slot(SlotSpec(slot.id, slot.binding))
     count = 0
     while count < limit:
         got = model.place(spec.demand, spec.target)
