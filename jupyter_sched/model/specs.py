@@ -1,0 +1,91 @@
+"""What a submission asks for: a task's spec and a gang's, as the shells build them.
+
+These are where user input enters the core, so they stay plain Python classes (the core's
+compiled modules would refuse a wrong type with a bare TypeError): :meth:`TaskSpec.check` and
+:meth:`GangSpec.check` turn any bad value into a ValueError that names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .limits import MAX_GANG_SIZE, MAX_NAME_LENGTH, check_count, check_name, check_seconds
+from .resources import Demand
+
+TARGETS = ("any", "local", "engines")
+STRATEGIES = ("pack", "spread", "strict-pack", "strict-spread")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """What a submission asks for. Built by the shells; checked by :meth:`check`."""
+
+    id: str
+    demand: Demand = field(default_factory=Demand)
+    name: str = ""
+    queue: str = "default"
+    priority: int = 0
+    target: str = "any"
+    node: str | None = None
+    selector: tuple[tuple[str, str], ...] = ()
+    time_limit: float | None = None
+    retries: int = 0
+    preemptible: bool = False
+    # what it runs (a function's qualified name): tasks of one family are expected to take
+    # about as long as each other, which pipelining relies on; "" is a family of one
+    family: str = ""
+
+    def check(self) -> None:
+        if (type(self.id) is str and type(self.name) is str  # the common case, in one look
+                and len(self.id) <= MAX_NAME_LENGTH >= len(self.name) and self.target in TARGETS
+                and type(self.priority) is int and self.time_limit is None
+                and type(self.family) is str and type(self.retries) is int and self.retries >= 0):
+            return  # (once per task, on the core's hot path)
+        if not (isinstance(self.id, str) and isinstance(self.name, str)
+                and len(self.id) <= MAX_NAME_LENGTH >= len(self.name)):
+            check_name(self.id, "task id")  # (checked at once above: once per task, hot)
+            check_name(self.name, "task name")
+        if self.target not in TARGETS:
+            raise ValueError(f"target {self.target!r} is not one of {', '.join(TARGETS)}")
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise ValueError(f"priority {self.priority!r} must be a whole number")
+        if self.time_limit is not None:
+            check_seconds(self.time_limit, "time limit", zero=False)
+        if not isinstance(self.family, str):
+            raise ValueError(f"family {self.family!r} must be a string")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ValueError(f"retries {self.retries!r} must be a whole number, 0 or more")
+
+    @property
+    def constraint_key(self) -> tuple:
+        """Everything besides priority that decides where it may run: tasks with equal keys are
+        interchangeable for placement, so the scheduler caches work per key."""
+        return (self.demand, self.target, self.node, self.selector)
+
+
+@dataclass(frozen=True, slots=True)
+class GangSpec:
+    """``size`` members with one demand, started together when at least ``min`` are placed."""
+
+    name: str
+    size: int
+    min: int | None = None
+    strategy: str = "pack"
+
+    @property
+    def min_members(self) -> int:
+        return self.size if self.min is None else self.min
+
+    def check(self) -> None:
+        check_name(self.name, "gang name")
+        if not isinstance(self.size, int) or self.size < 1:
+            raise ValueError(f"gang {self.name!r}: size {self.size!r} must be a whole number >= 1")
+        check_count(self.size, MAX_GANG_SIZE, f"gang {self.name!r}: size")
+        if not 1 <= self.min_members <= self.size:
+            raise ValueError(
+                f"gang {self.name!r}: min {self.min!r} must be between 1 and the size {self.size}"
+            )
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"gang strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}"
+            )
