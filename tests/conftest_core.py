@@ -13,18 +13,39 @@ from jupyter_sched.model.tasks import TaskSpec
 U = SCALE
 
 
+class Watched:
+    """A core whose ``handle`` goes through ``around(handle, *events)`` (and any other method
+    named in ``methods``, through its function the same way); everything else reads and
+    writes the core itself. A wrapper, not a patched method: the core's classes may be
+    compiled, and then their methods cannot be replaced."""
+
+    def __init__(self, core: Core, around=None, **methods) -> None:
+        if around is not None:
+            methods["handle"] = around
+        object.__setattr__(self, "_core", core)
+        object.__setattr__(self, "_methods", methods)
+
+    def __getattr__(self, name):
+        method = getattr(self._core, name)
+        around = self._methods.get(name)
+        if around is None:
+            return method
+        return lambda *args: around(method, *args)
+
+    def __setattr__(self, name, value):
+        setattr(self._core, name, value)
+
+
 def validating(core: Core) -> Core:
     """``core``, validated after every ``handle`` (also one that refuses an event)."""
-    handle = core.handle
 
-    def checked(*events):
+    def checked(handle, *events):
         try:
             return handle(*events)
         finally:
             core.validate()
 
-    core.handle = checked
-    return core
+    return Watched(core, checked)
 
 
 def node(name="n", gpus=2, cpus=8, **kw):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from conftest_core import Watched, validating
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -111,16 +112,16 @@ def test_a_node_lost_with_a_task_sent_ahead_retries_both_once():
 
 def longest_lines(sim: Simulation) -> list[int]:
     """Run ``sim``; after each step, the most tasks assigned to one slot."""
-    seen, handle = [], sim.core.handle
+    seen = []
 
-    def noting(*events):
+    def noting(handle, *events):
         try:
             return handle(*events)
         finally:
             seen.append(max((len(s.ahead) for n in sim.core.cluster.nodes.values()
                              for s in n.slots.values()), default=0))
 
-    sim.core.handle = noting
+    sim.core = Watched(sim.core, noting)
     sim.run()
     return seen
 
@@ -266,15 +267,7 @@ def backlog_sim(backlog) -> tuple[Simulation, list]:
 @given(backlogs())
 def test_pipelining_never_oversubscribes_and_every_task_ends_once(backlog):
     sim, made = backlog_sim(backlog)
-    handle = sim.core.handle
-
-    def checked(*events):
-        try:
-            return handle(*events)
-        finally:
-            sim.core.validate()
-
-    sim.core.handle = checked
+    sim.core = validating(sim.core)
     sim.run()
     core = sim.core
     assert core.assigned == {} and core.running == {}

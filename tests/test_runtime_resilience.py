@@ -12,6 +12,7 @@ import threading
 import tracemalloc
 
 import pytest
+from conftest_core import Watched
 
 from jupyter_sched.runtime import instance
 from jupyter_sched.runtime.scheduler import Scheduler
@@ -29,17 +30,15 @@ def sched():
 
 
 def test_a_step_that_raises_answers_its_caller_and_the_next_request_is_served(sched):
-    core = sched._core
-    real = core.handle
     calls = {"n": 0}
 
-    def broken_once(*events):
+    def broken_once(handle, *events):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("injected bug")
-        return real(*events)
+        return handle(*events)
 
-    core.handle = broken_once
+    sched._core = Watched(sched._core, broken_once)
     with pytest.raises((RuntimeError, ValueError)) as info:
         sched.submit(lambda: 1, resources={"CPU": 1}).result(WAIT)
     assert "injected bug" in str(info.value)
@@ -48,17 +47,15 @@ def test_a_step_that_raises_answers_its_caller_and_the_next_request_is_served(sc
 
 
 def test_a_failing_wake_up_computation_does_not_stop_the_thread(sched):
-    core = sched._core
-    real = core.next_deadline
     failures = {"n": 0}
 
-    def overflowing():
+    def overflowing(next_deadline):
         if failures["n"] < 2:
             failures["n"] += 1
             raise OverflowError("timestamp out of range for platform time_t")
-        return real()
+        return next_deadline()
 
-    core.next_deadline = overflowing
+    sched._core = Watched(sched._core, next_deadline=overflowing)
     with pytest.raises(RuntimeError, match="OverflowError"):  # the step it broke says why
         sched.submit(lambda: None).result(WAIT)
     assert sched.alive

@@ -9,6 +9,7 @@ preemption, plus one) at the end.
 
 from __future__ import annotations
 
+from conftest_core import Watched
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -76,16 +77,15 @@ class Checked:
         self.sim = sim
         self.cancelled_at: dict[str, float] = {}  # task -> when a Cancel first named it
         self.succeeded: dict[str, int] = {}  # task -> the attempt that reported success
-        handle = sim.core.handle
 
-        def checked(*events):
+        def checked(handle, *events):
             self._note(events)
             try:
                 return handle(*events)
             finally:
                 self.check()
 
-        sim.core.handle = checked
+        sim.core = Watched(sim.core, checked)
 
     def _note(self, events) -> None:
         core = self.sim.core

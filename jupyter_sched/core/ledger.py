@@ -105,6 +105,7 @@ class Ledger:
         self.counts: dict[str, int] = {PENDING: 0, QUEUED: 0, INFEASIBLE: 0, ASSIGNED: 0,
                                        RUNNING: 0}
         self.stale_reports = 0  # executor reports about attempts that were no longer current
+        self.placed_on_arrival = 0  # jobs placed as they came, never filed as waiting
         self.elsewhere: dict[str, Elsewhere] = {}  # node -> shares other processes hold
         # pipelining (:mod:`.actions.pipeline`): off at 0, else the seconds a task of a class
         # may be expected to take for the next one to be sent ahead to its engine slot

@@ -57,17 +57,23 @@ class Core(Ledger):
 
     def __init__(
         self,
-        policy: str = "binpack",
-        reservation_after: float = 1.0,
-        preemption: bool = False,
-        hybrid_threshold: float = 0.8,
-        pipeline: float = 0.0,
+        policy: object = "binpack",
+        reservation_after: object = 1.0,
+        preemption: object = False,
+        hybrid_threshold: object = 0.8,
+        pipeline: object = 0.0,
     ) -> None:
-        if policy not in POLICIES:
+        # (parameters are objects: what a caller passes is checked here, each bad value named)
+        if not isinstance(policy, str) or policy not in POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
-        if reservation_after != math.inf:  # (infinite: never reserve)
-            check_seconds(reservation_after, "reservation_after")
-        super().__init__(policy, reservation_after, preemption, hybrid_threshold)
+        after = math.inf if reservation_after == math.inf else (  # (infinite: never reserve)
+            check_seconds(reservation_after, "reservation_after"))
+        if not isinstance(preemption, bool):
+            raise ValueError(f"preemption {preemption!r} must be True or False")
+        if isinstance(hybrid_threshold, bool) or not isinstance(hybrid_threshold, (int, float)) \
+                or not 0 <= hybrid_threshold <= 1:
+            raise ValueError(f"hybrid_threshold {hybrid_threshold!r} must be a number from 0 to 1")
+        super().__init__(policy, after, preemption, float(hybrid_threshold))
         self.pipeline = check_seconds(pipeline, "pipeline")
         self._klasses: dict[tuple, int] = {}
         self._held: list[ev.Instruction] | None = None

@@ -171,7 +171,7 @@ class DeviceSet:
                     raise ValueError(f"device {index} would be more than free: double release?")
                 self.free[index] += units
 
-    def add(self, index: int, memory: int | None = None) -> None:
+    def add(self, index: int | str, memory: int | None = None) -> None:
         """Add a device (or bring a lost one back, still holding what its tasks hold)."""
         index = int(index)
         if index in self.free:

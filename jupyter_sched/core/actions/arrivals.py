@@ -81,6 +81,7 @@ def run(session: Session, queue: Queue) -> None:
             finally:
                 core.at_once = None
             if placed:
+                core.placed_on_arrival += 1
                 continue
         core.count_waiting(job)
         fifo = queue.classes.get(key)
