@@ -77,7 +77,7 @@ def test_redeclared_devices_keep_what_others_hold(core):
 
 @pytest.mark.parametrize("event, message", [
     (held({0: U + 1}), "from 0 to"),
-    (held({0: 0.5}), "give an int"),
+    (held({0: 0.5}), "device_shares must be .* whole units"),
     (ev.HeldElsewhere("nope", {}, ""), "not registered"),
 ])
 def test_bad_holdings_are_refused(core, event, message):

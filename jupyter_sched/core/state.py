@@ -33,6 +33,7 @@ from . import events as ev
 from . import invariants
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
 from .errors import InvalidTransition, Refused
+from .intake import check
 from .jobs import in_order
 from .ledger import Ledger
 from .session import Session
@@ -97,6 +98,7 @@ class Core(Ledger):
         refused: list[tuple[object, ValueError]] = []
         for event in events:
             try:
+                check(event)  # (every field of its type, before a handler reads one)
                 handlers[type(event)](self, event)
             except ValueError as error:
                 refused.append((event, error))
@@ -169,8 +171,8 @@ class Core(Ledger):
         if event.on_closed not in ev.ON_CLOSED:
             raise ValueError(f"on_closed={event.on_closed!r} is not one of "
                              f"{', '.join(ev.ON_CLOSED)}")
+        self._check_specs(specs)  # (first: a spec's queue is then a string)
         queue = self.queues.check_submit(specs[0].queue, open_only=event.on_closed == "refuse")
-        self._check_specs(specs)
         gang_spec = event.gang
         if gang_spec is not None:
             gang_spec.check()
@@ -297,7 +299,9 @@ class Core(Ledger):
 
     def _on_node_updated(self, event: ev.NodeUpdated) -> None:
         node = self.node(event.name)
-        for name in event.totals or {}:  # check all before changing anything
+        for name, units in (event.totals or {}).items():  # check all before changing anything
+            if units < 0:
+                raise ValueError(f"{name}={units} on {event.name!r}: a total is 0 or more units")
             if name in node.resources.devices and name not in (event.devices or {}):
                 raise ValueError(f"{name} on {event.name!r} is counted per device; "
                                  "give its devices instead of a total")

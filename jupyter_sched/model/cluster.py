@@ -18,12 +18,12 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 from .allocation import Allocation, NodeResources
 from .limits import MAX_DEVICES_PER_NODE
 from .quantity import SCALE
 from .resources import CPU, GPU, Demand
+from .specs import SlotSpec as SlotSpec
 
 # the share index key is (largest free share) * _TIE + (total free share): _TIE must exceed the
 # most free share a node can have, so the largest share always decides first
@@ -31,14 +31,6 @@ _TIE = MAX_DEVICES_PER_NODE * SCALE + 1
 
 LOCAL = "local"
 ENGINES = "engines"
-
-
-@dataclass(frozen=True, slots=True)
-class SlotSpec:
-    """An engine as a node offers it: its id, and the GPU indices it is pinned to (if any)."""
-
-    id: str
-    pinned: frozenset[int] | None = None
 
 
 class Slot:

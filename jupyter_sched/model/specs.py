@@ -1,4 +1,4 @@
-"""What a submission asks for: a task's spec and a gang's, as the shells build them.
+"""What the shells build: a task's spec, a gang's, and an engine slot's.
 
 These are where user input enters the core, so they stay plain Python classes (the core's
 compiled modules would refuse a wrong type with a bare TypeError): :meth:`TaskSpec.check` and
@@ -39,7 +39,9 @@ class TaskSpec:
         if (type(self.id) is str and type(self.name) is str  # the common case, in one look
                 and len(self.id) <= MAX_NAME_LENGTH >= len(self.name) and self.target in TARGETS
                 and type(self.priority) is int and self.time_limit is None
-                and type(self.family) is str and type(self.retries) is int and self.retries >= 0):
+                and type(self.family) is str and type(self.retries) is int and self.retries >= 0
+                and type(self.demand) is Demand and type(self.queue) is str
+                and type(self.preemptible) is bool and self.node is None and not self.selector):
             return  # (once per task, on the core's hot path)
         if not (isinstance(self.id, str) and isinstance(self.name, str)
                 and len(self.id) <= MAX_NAME_LENGTH >= len(self.name)):
@@ -55,6 +57,19 @@ class TaskSpec:
             raise ValueError(f"family {self.family!r} must be a string")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ValueError(f"retries {self.retries!r} must be a whole number, 0 or more")
+        if not isinstance(self.demand, Demand):
+            raise ValueError(f"demand {self.demand!r} must be a Demand (Demand.parse(...))")
+        if not isinstance(self.queue, str):
+            raise ValueError(f"queue {self.queue!r} must be a queue's name, a string")
+        if not isinstance(self.preemptible, bool):
+            raise ValueError(f"preemptible {self.preemptible!r} must be True or False")
+        if self.node is not None and not isinstance(self.node, str):
+            raise ValueError(f"node {self.node!r} must be a node's name, a string, or None")
+        if type(self.selector) is not tuple or not all(
+                type(pair) is tuple and len(pair) == 2 and all(isinstance(s, str) for s in pair)
+                for pair in self.selector):
+            raise ValueError(f"selector {self.selector!r} must be a tuple of (label, value) "
+                             "pairs of strings")
 
     @property
     def constraint_key(self) -> tuple:
@@ -78,14 +93,24 @@ class GangSpec:
 
     def check(self) -> None:
         check_name(self.name, "gang name")
-        if not isinstance(self.size, int) or self.size < 1:
+        if type(self.size) is not int or self.size < 1:
             raise ValueError(f"gang {self.name!r}: size {self.size!r} must be a whole number >= 1")
         check_count(self.size, MAX_GANG_SIZE, f"gang {self.name!r}: size")
+        if self.min is not None and type(self.min) is not int:
+            raise ValueError(f"gang {self.name!r}: min {self.min!r} must be a whole number")
         if not 1 <= self.min_members <= self.size:
             raise ValueError(
                 f"gang {self.name!r}: min {self.min!r} must be between 1 and the size {self.size}"
             )
-        if self.strategy not in STRATEGIES:
+        if not isinstance(self.strategy, str) or self.strategy not in STRATEGIES:
             raise ValueError(
                 f"gang strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class SlotSpec:
+    """An engine as a node offers it: its id, and the GPU indices it is pinned to (if any)."""
+
+    id: str
+    pinned: frozenset[int] | None = None

@@ -1,0 +1,126 @@
+"""What each event's fields must be, checked before the core reads any of them.
+
+The core's compiled modules read an event's fields as the types its class declares; a value
+of another type would stop them with a bare TypeError, maybe halfway through a change. So
+``check(event)`` looks at every field first and refuses the event with a ValueError that
+names the event, the field, the value and what it must be. A plain module: it stays
+interpreted, like the events themselves.
+
+Only types are checked here; what a value means (a known task, a finite time, a share from 0
+to 1) is the handler's to check, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..model.allocation import NodeResources
+from ..model.specs import GangSpec, SlotSpec, TaskSpec
+from . import events as ev
+
+NoneType = type(None)
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int  # (not bool: True is no count)
+
+
+def _is_number(value: object) -> bool:
+    return type(value) is int or type(value) is float
+
+
+def _mapping_of(key: Callable[[object], bool], value: Callable[[object], bool]
+                ) -> Callable[[object], bool]:
+    def ok(mapping: object) -> bool:
+        return isinstance(mapping, Mapping) and all(
+            key(k) and value(v) for k, v in mapping.items())
+    return ok
+
+
+def _tuple_of(cls: type) -> Callable[[object], bool]:
+    return lambda items: type(items) is tuple and all(type(i) is cls for i in items)
+
+
+def _is_slot(slot: object) -> bool:
+    return type(slot) is SlotSpec and type(slot.id) is str and (
+        slot.pinned is None or (type(slot.pinned) is frozenset
+                                and all(_is_int(i) for i in slot.pinned)))
+
+
+def _is_str(value: object) -> bool:
+    return type(value) is str
+
+
+def _optional(test: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda value: value is None or test(value)
+
+
+# what each kind of field must be: exact types (looked up at once) or a test, and in words
+_EXACT: dict[str, tuple[type, ...]] = {
+    "str": (str,), "str?": (str, NoneType), "int?": (int, NoneType), "bool": (bool,),
+    "bool?": (bool, NoneType), "gang?": (GangSpec, NoneType), "resources": (NodeResources,),
+    "number": (int, float),
+}
+_TESTS: dict[str, Callable[[object], bool]] = {
+    "specs": _tuple_of(TaskSpec),
+    "slots": lambda slots: type(slots) is tuple and all(map(_is_slot, slots)),
+    "slot": _is_slot,
+    "labels": _mapping_of(_is_str, _is_str),
+    "labels?": _optional(_mapping_of(_is_str, _is_str)),
+    "amounts?": _optional(_mapping_of(_is_str, _is_int)),
+    "devices?": _optional(_mapping_of(_is_str, _mapping_of(_is_int, _optional(_is_int)))),
+    "shares": _mapping_of(_is_str, _mapping_of(_is_int, _is_int)),
+}
+_WORDS = {
+    "str": "a string", "str?": "a string or None", "int?": "a whole number or None",
+    "bool": "True or False", "bool?": "True, False or None", "gang?": "a GangSpec or None",
+    "resources": "a NodeResources", "number": "a number", "specs": "a tuple of TaskSpec",
+    "slots": "a tuple of SlotSpec (a string id, pinned a frozenset of device indices or None)",
+    "slot": "a SlotSpec (a string id, pinned a frozenset of device indices or None)",
+    "labels": "a mapping of strings to strings",
+    "labels?": "a mapping of strings to strings, or None",
+    "amounts?": "a mapping of resource names to whole numbers of units, or None",
+    "devices?": "a mapping of resource names to {device index: memory in bytes or None}, "
+                "or None",
+    "shares": "a mapping of resource names to {device index: whole units}",
+}
+
+FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
+    ev.Submit: (("tasks", "specs"), ("gang", "gang?"), ("on_closed", "str")),
+    ev.Cancel: (("task", "str"), ("reason", "str")),
+    ev.Finished: (("task", "str"), ("attempt", "int?")),
+    ev.Failed: (("task", "str"), ("error", "str"), ("lost", "bool"), ("attempt", "int?"),
+                ("unstarted", "bool")),
+    ev.Stopped: (("task", "str"), ("attempt", "int?")),
+    ev.NodeAdded: (("name", "str"), ("resources", "resources"), ("labels", "labels"),
+                   ("kind", "str"), ("threads", "bool"), ("slots", "slots")),
+    ev.NodeRemoved: (("name", "str"), ("reason", "str")),
+    ev.NodeUpdated: (("name", "str"), ("totals", "amounts?"), ("devices", "devices?"),
+                     ("labels", "labels?"), ("cordoned", "bool?"), ("declared", "bool?")),
+    ev.SlotAdded: (("node", "str"), ("slot", "slot")),
+    ev.SlotRemoved: (("node", "str"), ("slot", "str"), ("reason", "str")),
+    ev.QueueSet: (("name", "str"), ("parent", "str?"), ("weight", "int?"),
+                  ("capability", "amounts?"), ("guarantee", "amounts?"), ("priority", "int?"),
+                  ("state", "str?")),
+    ev.HeldElsewhere: (("node", "str"), ("device_shares", "shares"), ("reason", "str")),
+    ev.Tick: (("now", "number"),),
+}
+"""Each event's fields and their kinds, in the order they are checked."""
+
+# (resolved once: the kinds of each event's fields as exact types or tests)
+_PLAN = {cls: tuple((name, _EXACT.get(kind), _TESTS.get(kind), kind) for name, kind in fields)
+         for cls, fields in FIELDS.items()}
+
+
+def check(event: object) -> None:
+    """Refuse ``event`` (ValueError) unless each field is of its kind (:data:`FIELDS`).
+    On every event the core handles: a field of an exact kind costs one look."""
+    for name, exact, test, kind in _PLAN[type(event)]:
+        value = getattr(event, name)
+        if exact is not None:
+            if type(value) in exact:
+                continue
+        elif test(value):
+            continue
+        raise ValueError(f"{type(event).__name__}({name}={value!r}): {name} must be "
+                         f"{_WORDS[kind]}")
