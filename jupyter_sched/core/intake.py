@@ -108,7 +108,8 @@ FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
 """Each event's fields and their kinds, in the order they are checked."""
 
 # (resolved once: the kinds of each event's fields as exact types or tests)
-_PLAN = {cls: tuple((name, _EXACT.get(kind), _TESTS.get(kind), kind) for name, kind in fields)
+_PLAN = {cls: tuple((name, _EXACT.get(kind), _TESTS.get(kind, _is_str), kind)
+                     for name, kind in fields)
          for cls, fields in FIELDS.items()}
 
 
