@@ -41,7 +41,7 @@ class TaskSpec:
                 and type(self.priority) is int and self.time_limit is None
                 and type(self.family) is str and type(self.retries) is int and self.retries >= 0
                 and type(self.demand) is Demand and type(self.queue) is str
-                and type(self.preemptible) is bool and self.node is None and not self.selector):
+                and type(self.preemptible) is bool and self.node is None and self.selector == ()):
             return  # (once per task, on the core's hot path)
         if not (isinstance(self.id, str) and isinstance(self.name, str)
                 and len(self.id) <= MAX_NAME_LENGTH >= len(self.name)):
