@@ -80,6 +80,7 @@ import time
 import tracemalloc
 
 from jupyter_sched.core import events as ev
+from jupyter_sched.core import state
 from jupyter_sched.core.state import Core
 from jupyter_sched.model.allocation import NodeResources
 from jupyter_sched.model.quantity import SCALE
@@ -301,6 +302,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 10,000-node cluster")
     args = parser.parse_args()
+    print("core:", "plain Python (built with JUPYTER_SCHED_PURE=1)"
+          if state.__file__.endswith(".py") else "compiled with mypyc")
     sizes = [100, 1_000] if args.quick else [100, 1_000, 10_000]
     _print_batches([measure(n, repeat=1 if n >= 10_000 else 3) for n in sizes])
     throughs = [20_000, 50_000] if args.quick else [20_000, 50_000, 100_000]
