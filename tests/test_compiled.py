@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -53,11 +52,3 @@ def test_what_users_give_the_core_stays_interpreted():
                  "jupyter_sched/model/limits.py"):
         assert path not in COMPILE
         assert _module(path).__file__.endswith(".py"), path
-
-
-@pytest.mark.skipif(os.environ.get("JUPYTER_SCHED_PURE", "") not in ("", "0"),
-                    reason="built as plain Python on purpose")
-def test_the_core_is_compiled_when_a_compiler_was_there():
-    assert all(_compiled(p) for p in COMPILE), (
-        "the core is not compiled: run `pip install -e .` (it compiles the core with mypyc; "
-        "JUPYTER_SCHED_PURE=1 skips that)")
