@@ -309,9 +309,8 @@ class Ledger:
         self.cluster.refresh(node)
         self.elsewhere[node.name] = Elsewhere(kept, applied, reason or "")
 
-    def push_deadline(self, task: Task) -> None:
-        limit = task.spec.time_limit
-        assert limit is not None, f"task {task.id!r} has no time limit"
+    def push_deadline(self, task: Task, limit: float) -> None:
+        """``task`` started now with a time limit of ``limit`` seconds."""
         end = self.now + limit
         heapq.heappush(self.deadlines, (end, task.seq, task.id, task.attempt))
 
@@ -329,7 +328,7 @@ class Ledger:
         """A job (already QUEUED) counts among its queue's waiting work, not yet filed in a
         class FIFO: (its class key, its queue). Jobs placed at once are never filed."""
         key: ClassKey
-        if isinstance(job, Task):
+        if type(job) is Task:  # (Task is final: the other branch is a Gang)
             key, spec = job.klass, job.spec
             pairs = spec.demand.amounts
         else:

@@ -150,8 +150,9 @@ def _place(led, task, placement: Placement) -> None:
     task.attempt += 1
     task.started_at = led.now
     _enter(led, task, RUNNING)
-    if task.spec.time_limit is not None:
-        led.push_deadline(task)
+    limit = task.spec.time_limit
+    if limit is not None:
+        led.push_deadline(task, limit)
     if gang is None:
         start = ev.Start(task.spec.id, node.name, slot, allocation.devices, attempt=task.attempt)
     else:
@@ -187,8 +188,9 @@ def _hand_over(led, task, _) -> None:
     # (being stopped, cancelled or revoked, it may run all the same: it holds the share until
     # its executor reports, and keeps the stop's reason)
     _enter(led, task, RUNNING, task.reason if task.stopping is not None else "")
-    if task.spec.time_limit is not None:
-        led.push_deadline(task)
+    limit = task.spec.time_limit
+    if limit is not None:
+        led.push_deadline(task, limit)
 
 
 def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:
