@@ -5,8 +5,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..model.tasks import INFEASIBLE, PENDING, QUEUED, ClassKey, Gang, Task, TaskSpec
+
+if TYPE_CHECKING:
+    from ..model.queues import Queue
 
 
 def job_spec(job: Task | Gang) -> TaskSpec:
@@ -48,7 +52,7 @@ def job_rank(job: Task | Gang) -> tuple[int, int]:
     return (-job_spec(job).priority, job.seq)
 
 
-def in_order(queue) -> Iterator[Task | Gang]:
+def in_order(queue: Queue) -> Iterator[Task | Gang]:
     """A queue's waiting jobs in the order allocate takes them: its classes' FIFOs merged by
     their heads' rank (higher priority, then older). Lazy: past one look at each class's head,
     the first jobs cost what they are, not what the whole queue holds (a view shows the first

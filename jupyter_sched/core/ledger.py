@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..model.allocation import EMPTY, Allocation
@@ -30,6 +30,7 @@ from ..model.tasks import (
     ClassKey,
     Gang,
     Task,
+    TaskSpec,
 )
 from . import events as ev
 from .jobs import Reservation, job_class, job_key
@@ -63,10 +64,10 @@ class JobSet:
     def first(self) -> Task | Gang:
         return next(iter(self._jobs.values()))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Task | Gang]:
         return iter(list(self._jobs.values()))  # a copy: callers may move jobs meanwhile
 
-    def view(self):
+    def view(self) -> Iterator[Task | Gang]:
         """The jobs in order, not copied: for readers that change nothing meanwhile."""
         return iter(self._jobs.values())
 
@@ -128,7 +129,8 @@ class Ledger:
     def emit(self, instruction: ev.Instruction) -> None:
         self._out.append(instruction)
 
-    def held_elsewhere_reason(self, spec, passes) -> str:
+    def held_elsewhere_reason(self, spec: TaskSpec,
+                              passes: Callable[[Node, TaskSpec], bool]) -> str:
         """The reason of the shares held elsewhere that alone keep ``spec`` from starting now
         on a node ``passes(node, spec)`` accepts, or ""."""
         for name, held in self.elsewhere.items():

@@ -139,11 +139,13 @@ class Session:
 
     def find(self, spec: TaskSpec, job_seq: int, easy: bool = False,
              exclude: frozenset[str] = frozenset(), only: Node | None = None,
-             room: Room | None = None) -> tuple[Node, Allocation, str | None] | None:
+             room: Room | None = None, target: str | None = None
+             ) -> tuple[Node, Allocation, str | None] | None:
         """The node, allocation and slot for one task now, or None. Changes nothing.
 
         ``room``: its queue's capability left; an allocation it does not admit is passed
-        over (with GPU memory requests, another device may need a smaller share)."""
+        over (with GPU memory requests, another device may need a smaller share).
+        ``target``: narrower than the spec's (a gang's members run where its first does)."""
         core = self.core
         demand = spec.demand
         if only is not None:
@@ -155,7 +157,8 @@ class Session:
         else:
             nodes = nodeorder.candidates(core.cluster, demand, core.policy, core.hybrid_threshold)
         reserved = self.reserved
-        target = spec.target
+        if target is None:
+            target = spec.target
         cpu = demand.cpu_units
         # no name or labels asked for: node_passes() comes down to two looks (inlined)
         plain = target == "any" and spec.node is None and not spec.selector
@@ -169,19 +172,19 @@ class Session:
             if plain:
                 if node.cordoned or not (node.threads or node.slots):
                     continue
-            elif not node_passes(node, spec):
+            elif not node_passes(node, spec, target):
                 continue
             holds = reserved.get(node.name) if reserved else None
             if holds:
                 lent = self._lent(spec, holds) if easy else ()
-                got = self._place_around(node, spec, job_seq, holds, lent)
+                got = self._place_around(node, spec, target, job_seq, holds, lent)
             else:
                 got = node.place(demand, target)
             if got is not None and (room is None or room.admits(got[0].amounts)):
                 return node, got[0], got[1]
         return None
 
-    def _place_around(self, node: Node, spec: TaskSpec, job_seq: int,
+    def _place_around(self, node: Node, spec: TaskSpec, target: str, job_seq: int,
                       holds: dict[int, Hold], lent: frozenset[int] | tuple = ()
                       ) -> tuple[Allocation, str | None] | None:
         """Place on a node with reservations, leaving alone what jobs ranked before this one
@@ -191,9 +194,9 @@ class Session:
         others = [hold for seq, hold in holds.items()
                   if seq != job_seq and ranks[seq] < mine and seq not in lent]
         if not others:
-            return node.place(spec.demand, spec.target)
+            return node.place(spec.demand, target)
         held, scalars = merge_holds(others)
-        got = node.place(spec.demand, spec.target, held)
+        got = node.place(spec.demand, target, held)
         if got is None:
             return None
         available = node.resources.available
@@ -298,8 +301,8 @@ class Session:
             if node_passes(node, spec) and node.resources.could_ever_fit(demand):
                 yield node
 
-    def _plan_holds(self, job, spec: TaskSpec, members: int, nodes,
-                    distinct: bool) -> dict[str, list] | None:
+    def _plan_holds(self, job: Task | Gang, spec: TaskSpec, members: int,
+                    nodes: Iterable[Node], distinct: bool) -> dict[str, list[Hold]] | None:
         taken: dict[str, list[Hold]] = {}
         for _ in range(members):
             for node in nodes:

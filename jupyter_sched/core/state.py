@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..model.cluster import Node
@@ -254,7 +254,7 @@ class Core(Ledger):
     def _on_stopped(self, event: ev.Stopped) -> None:
         self._report(event.task, event.attempt, STOPPED, "stopped by its executor")
 
-    def _report(self, task_id: str, attempt: int | None, stimulus: str, detail) -> None:
+    def _report(self, task_id: str, attempt: int | None, stimulus: str, detail: str | None) -> None:
         """An executor's report: about the task's current attempt, it goes through the table;
         about any other attempt (or a task that no longer runs) it is stale: counted, and it
         changes nothing."""
@@ -410,7 +410,7 @@ class Core(Ledger):
             heapq.heappop(deadlines)  # that attempt ended (or is being stopped) already
         return None
 
-    def forget(self, task_ids) -> None:
+    def forget(self, task_ids: Iterable[str]) -> None:
         """Drop finished tasks from memory (the shells keep their own history)."""
         for task_id in task_ids:
             task = self.tasks.get(task_id)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..model.tasks import (
     ASSIGNED,
@@ -49,27 +49,30 @@ if TYPE_CHECKING:
 
 
 # stimuli: what happens to a task
-ADMIT = "admit"              # enqueue: its queue and some node could hold it some day
-NEVER = "never"              # enqueue: no node (or its queue's capability) could ever hold it
-REJECT = "reject"            # submitted with on_closed="cancel" to a queue that is not open
-PLACE = "place"              # allocate or backfill placed it
-CANCEL = "cancel"            # the user's Cancel
-FINISH = "finished"          # Finished, for its current attempt
-FAIL = "failed"              # Failed, for its current attempt
-LOSE = "lost"                # Failed(lost=True), or its node or engine went away
-STOPPED = "stopped"          # Stopped, for its current attempt
-UNSTARTED = "unstarted"      # Failed(unstarted=True): its attempt never began (lease refused)
-TIMEOUT = "timeout"          # a Tick past its current attempt's time limit
-PREEMPT = "preempt"          # preempt chose it as a victim
-GANG_FAILED = "gang-failed"  # another member of its gang failed
-GANG_SHORT = "gang-short"    # its gang started with fewer members than its size, not it
-ASSIGN = "assign"            # pipeline sent it ahead to a busy engine slot of its class
-HANDOVER = "handover"        # the task before it on its slot ended: it takes over its share
-REVOKE = "revoke"            # pipeline took it back (its slot's task ran long, a slot is free)
+ADMIT: Final = "admit"             # enqueue: its queue and some node could hold it some day
+NEVER: Final = "never"             # enqueue: no node (or its queue's capability) could ever hold it
+REJECT: Final = "reject"           # submitted with on_closed="cancel" to a queue that is not open
+PLACE: Final = "place"             # allocate or backfill placed it
+CANCEL: Final = "cancel"           # the user's Cancel
+FINISH: Final = "finished"         # Finished, for its current attempt
+FAIL: Final = "failed"             # Failed, for its current attempt
+LOSE: Final = "lost"               # Failed(lost=True), or its node or engine went away
+STOPPED: Final = "stopped"         # Stopped, for its current attempt
+UNSTARTED: Final = "unstarted"     # Failed(unstarted=True): the attempt never began (lease refused)
+TIMEOUT: Final = "timeout"         # a Tick past its current attempt's time limit
+PREEMPT: Final = "preempt"         # preempt chose it as a victim
+GANG_FAILED: Final = "gang-failed" # another member of its gang failed
+GANG_SHORT: Final = "gang-short"   # its gang started with fewer members than its size, not it
+ASSIGN: Final = "assign"           # pipeline sent it ahead to a busy engine slot of its class
+HANDOVER: Final = "handover"       # the task before it on its slot ended: it takes over its share
+REVOKE: Final = "revoke"           # pipeline took it back: its slot's task ran long, a slot is free
 
 # why a stop is out (Task.stopping)
-BY_CANCEL, BY_TIMEOUT, BY_GANG, BY_PREEMPT = "cancel", "timeout", "gang", "preempt"
-BY_REVOKE = "revoke"
+BY_CANCEL: Final = "cancel"
+BY_TIMEOUT: Final = "timeout"
+BY_GANG: Final = "gang"
+BY_PREEMPT: Final = "preempt"
+BY_REVOKE: Final = "revoke"
 
 
 # Where a task starts: (node, allocation, slot, gang), gang None or (gang name, rank, world
@@ -130,21 +133,21 @@ def _member_ended(gang: Gang, state: str) -> None:
             DONE if gang.n_done == gang.n_ended else CANCELLED)
 
 
-def _admit(led, task, _) -> None:
+def _admit(led: Ledger, task: Task, _: object) -> None:
     _enter(led, task, QUEUED)
 
 
-def _never(led, task, reason: str) -> None:
+def _never(led: Ledger, task: Task, reason: str) -> None:
     led.leave_waiting(task)
     _enter(led, task, INFEASIBLE, reason)
 
 
-def _cancel_waiting(led, task, reason: str) -> None:
+def _cancel_waiting(led: Ledger, task: Task, reason: str) -> None:
     led.leave_waiting(task)
     _enter(led, task, CANCELLED, reason)
 
 
-def _place(led, task, placement: Placement) -> None:
+def _place(led: Ledger, task: Task, placement: Placement) -> None:
     node, allocation, slot, gang = placement
     led.bind(task, node, allocation, slot)
     task.attempt += 1
@@ -156,12 +159,13 @@ def _place(led, task, placement: Placement) -> None:
     if gang is None:
         start = ev.Start(task.spec.id, node.name, slot, allocation.devices, attempt=task.attempt)
     else:
-        start = ev.Start(task.id, node.name, slot, allocation.devices, *gang,
-                         attempt=task.attempt)
+        name, rank, world_size, master = gang
+        start = ev.Start(task.id, node.name, slot, allocation.devices, name, rank, world_size,
+                         master, attempt=task.attempt)
     led.emit(start)
 
 
-def _assign(led, task, placement: tuple) -> None:
+def _assign(led: Ledger, task: Task, placement: tuple) -> None:
     """Sent ahead to ``slot``, to run on the devices of its task ``running`` after the task
     ``after`` (that one, or the last task assigned there): a new attempt that holds nothing."""
     node, slot, running, after = placement
@@ -173,14 +177,14 @@ def _assign(led, task, placement: tuple) -> None:
                       attempt=task.attempt, after=after))
 
 
-def _release(led, task) -> None:
+def _release(led: Ledger, task: Task) -> None:
     """Give back what ``task`` holds; a task assigned to its slot takes it over."""
     successor = led.release(task)
     if successor is not None:
         fire(led, successor, HANDOVER)
 
 
-def _hand_over(led, task, _) -> None:
+def _hand_over(led: Ledger, task: Task, _: object) -> None:
     """Its slot's task ended: it holds that task's allocation from now on (nothing between
     could take it), and starts its time limit."""
     led.adopt(task)
@@ -194,27 +198,27 @@ def _hand_over(led, task, _) -> None:
 
 
 def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:
-    def stop(led, task, reason: str) -> None:
+    def stop(led: Ledger, task: Task, reason: str) -> None:
         task.stopping, task.stopping_since = how, led.now
         task.reason = reason
         led.emit(ev.Stop(task.id, reason, task.attempt))
     return stop
 
 
-def _preempt(led, task, by: Task) -> None:
+def _preempt(led: Ledger, task: Task, by: Task) -> None:
     task.stopping, task.stopping_since = BY_PREEMPT, led.now
     task.reason = f"preempted by {by.id}"
     led.emit(ev.Preempt(task.id, by.id, task.attempt))
 
 
-def _cancel_stopping(led, task, reason: str) -> None:
+def _cancel_stopping(led: Ledger, task: Task, reason: str) -> None:
     if task.stopping in (BY_PREEMPT, BY_REVOKE):  # it would be re-queued: the user wants
         # it over
         task.stopping = BY_CANCEL
         task.reason = reason
 
 
-def _done(led, task, _) -> None:
+def _done(led: Ledger, task: Task, _: object) -> None:
     if task.slot is not None and task.state == RUNNING:
         led.note_duration(task)
     _release(led, task)
@@ -222,7 +226,7 @@ def _done(led, task, _) -> None:
     _enter(led, task, DONE)
 
 
-def _fail(led, task, error: str) -> None:
+def _fail(led: Ledger, task: Task, error: str) -> None:
     _release(led, task)
     task.failures += 1
     gang = task.gang
@@ -239,7 +243,7 @@ def _fail(led, task, error: str) -> None:
                 fire(led, member, GANG_FAILED, why)
 
 
-def _unstarted(led, task, error: str) -> None:
+def _unstarted(led: Ledger, task: Task, error: str) -> None:
     if task.gang is not None:  # its gang's other members began: a gang is not re-queued
         _fail(led, task, error)
         return
@@ -247,7 +251,7 @@ def _unstarted(led, task, error: str) -> None:
     _requeue(led, task, error)
 
 
-def _end_stopping(led, task, _) -> None:
+def _end_stopping(led: Ledger, task: Task, _: object) -> None:
     """The attempt ended while a stop was out (and not with a success): the stop decides."""
     how = task.stopping
     _release(led, task)
@@ -263,13 +267,13 @@ def _end_stopping(led, task, _) -> None:
         _enter(led, task, CANCELLED, task.reason or "cancelled")
 
 
-def _requeue(led, task, reason: str) -> None:
+def _requeue(led: Ledger, task: Task, reason: str) -> None:
     task.node = task.slot = None
     _enter(led, task, QUEUED, reason)
     led.enter_waiting(task)
 
 
-def _nothing(led, task, _) -> None:
+def _nothing(led: Ledger, task: Task, _: object) -> None:
     pass
 
 

@@ -31,8 +31,8 @@ class Allocation:
     __slots__ = ("amounts", "devices")
     __match_args__ = ("amounts", "devices")
 
-    def __init__(self, amounts: Mapping[str, int],
-                 devices: Mapping[str, Mapping[int, int]] | None = None) -> None:
+    def __init__(self, amounts: dict[str, int],
+                 devices: dict[str, dict[int, int]] | None = None) -> None:
         self.amounts = amounts
         self.devices = {} if devices is None else devices
 
@@ -108,7 +108,7 @@ class NodeResources:
         """
         available = self.available
         devices = self.devices
-        chosen: dict[str, Mapping[int, int]] = {}
+        chosen: dict[str, dict[int, int]] = {}
         free = gpu_allowed is None and not gpu_held  # no limit on the devices
         for name, units in demand.amounts:
             if available.get(name, 0) < units:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator, Mapping
+from typing import Final
 
 from .allocation import Allocation, NodeResources
 from .limits import MAX_DEVICES_PER_NODE
@@ -27,10 +28,10 @@ from .specs import SlotSpec as SlotSpec
 
 # the share index key is (largest free share) * _TIE + (total free share): _TIE must exceed the
 # most free share a node can have, so the largest share always decides first
-_TIE = MAX_DEVICES_PER_NODE * SCALE + 1
+_TIE: Final = MAX_DEVICES_PER_NODE * SCALE + 1
 
-LOCAL = "local"
-ENGINES = "engines"
+LOCAL: Final = "local"
+ENGINES: Final = "engines"
 
 
 class Slot:
@@ -262,12 +263,10 @@ class Cluster:
         if devs is None or not devs.free:
             share = whole = 0
         else:
-            free = devs.free.values()
-            top = max(free)
+            top, whole = devs.top_and_whole()
             # (the sum of the free shares is the available GPU: NodeResources keeps them
             # equal, and validate() checks it)
             share = top * _TIE + available.get(GPU, 0)
-            whole = list(free).count(SCALE) if top == SCALE else 0
         if share == old_share and whole == old_whole and cpu == old_cpu:
             return
         name = node.name
@@ -291,8 +290,8 @@ class Cluster:
         devs = res.devices.get(GPU)
         if devs is None or not devs.free:
             return (0, 0, res.available.get(CPU, 0))
-        free = list(devs.free.values())
-        return (max(free) * _TIE + sum(free), free.count(SCALE), res.available.get(CPU, 0))
+        top, whole = devs.top_and_whole()
+        return (top * _TIE + sum(devs.free.values()), whole, res.available.get(CPU, 0))
 
     def _index(self, node: Node, keys: tuple[int, int, int]) -> None:
         for index, key in zip(self._indexes(), keys, strict=True):
@@ -318,14 +317,25 @@ class Cluster:
         nodes = self.nodes
         gpu = demand.gpu_units
         if demand.gpu_memory or 0 < gpu < SCALE:
-            names = self.by_gpu_share.iter(max(gpu, 1) * _TIE, descending)
-        elif gpu:
-            names = self.by_whole_gpus.iter(gpu // SCALE, descending)
-        elif demand.cpu_units:
-            names = self.by_cpu.iter(demand.cpu_units, descending)
-        else:
-            ordered = list(nodes.values())
-            if descending:
-                ordered.sort(key=lambda n: -n.keys[2])
-            return iter(ordered)
-        return map(nodes.__getitem__, names)
+            return self._walk(self.by_gpu_share, max(gpu, 1) * _TIE, descending)
+        if gpu:
+            return self._walk(self.by_whole_gpus, gpu // SCALE, descending)
+        if demand.cpu_units:
+            return self._walk(self.by_cpu, demand.cpu_units, descending)
+        ordered = list(nodes.values())
+        if descending:
+            ordered.sort(key=lambda n: -n.keys[2])
+        return iter(ordered)
+
+    def _walk(self, index: BucketIndex, least: int, descending: bool) -> Iterator[Node]:
+        """The nodes filed in ``index`` under a key of at least ``least``, smallest key first
+        (or largest first). Callers stop before they change the index: it stays put meanwhile.
+        On every search: the index read in place, one step a node."""
+        nodes = self.nodes
+        keys = index.keys
+        buckets = index.buckets
+        start = bisect.bisect_left(keys, least)
+        order = range(len(keys) - 1, start - 1, -1) if descending else range(start, len(keys))
+        for i in order:
+            for name in buckets[keys[i]]:
+                yield nodes[name]

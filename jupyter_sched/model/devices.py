@@ -68,6 +68,17 @@ class DeviceSet:
         """The largest free share on one device (0 with no devices)."""
         return max(self.free.values(), default=0)
 
+    def top_and_whole(self) -> tuple[int, int]:
+        """The largest free share on one device and how many devices are entirely free, in one
+        pass (the node index's keys, read on every placement and release)."""
+        top = whole = 0
+        for share in self.free.values():
+            if share > top:
+                top = share
+            if share == SCALE:
+                whole += 1
+        return top, whole
+
     # -- choosing ---------------------------------------------------------------------------
 
     def choose(

@@ -9,19 +9,20 @@ changes.
 from __future__ import annotations
 
 import math
+from typing import Final
 
-MAX_DEVICES_PER_NODE = 4_096
+MAX_DEVICES_PER_NODE: Final = 4_096
 """Devices of one resource on one node. The node index keys a node by its free GPU share
 (``cluster._TIE``), which needs the sum of a node's free shares to stay below a bound."""
 
-MAX_GANG_SIZE = 100_000
+MAX_GANG_SIZE: Final = 100_000
 """Members of one gang. Each member is a task the core walks once per event that touches the
 gang, so the cost of a gang event grows with its size, linearly."""
 
-MAX_SECONDS = 10 * 365.25 * 24 * 3600
+MAX_SECONDS: Final = 10 * 365.25 * 24 * 3600
 """Ten years: the longest time limit, duration or scheduled time (``at=``) in seconds."""
 
-MAX_NAME_LENGTH = 256
+MAX_NAME_LENGTH: Final = 256
 """Characters in a task id or name, a queue, node, engine slot or gang name."""
 
 

@@ -14,14 +14,15 @@ import re
 from collections.abc import Mapping
 from fractions import Fraction
 from functools import total_ordering
+from typing import Final
 
-SCALE = 10_000
+SCALE: Final = 10_000
 """Units in one whole: a quantity of 1 is 10,000 units (Ray's precision)."""
 
-MAX_COUNT = 10**9
+MAX_COUNT: Final = 10**9
 """The largest amount of a counted resource (CPU, GPU, custom) anyone can mean."""
 
-MAX_BYTES = 2**60
+MAX_BYTES: Final = 2**60
 """The largest byte amount (1 EiB) anyone can mean."""
 
 _SIZE_SUFFIXES = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .limits import check_name
 from .quantity import to_float
@@ -22,16 +22,16 @@ from .resources import format_amount
 if TYPE_CHECKING:
     from .tasks import ClassKey
 
-OPEN = "open"
-CLOSED = "closed"
-DRAINING = "draining"
+OPEN: Final = "open"
+CLOSED: Final = "closed"
+DRAINING: Final = "draining"
 QUEUE_STATES = (OPEN, CLOSED, DRAINING)
-ROOT = "root"
-DEFAULT = "default"
+ROOT: Final = "root"
+DEFAULT: Final = "default"
 
 
 
-def _subtract(target: dict[str, int], pairs) -> None:
+def _subtract(target: dict[str, int], pairs: Iterable[tuple[str, int]]) -> None:
     """Take ``(name, units)`` pairs from amounts that hold them (a name at 0 goes)."""
     for name, units in pairs:
         value = target[name] - units
@@ -147,7 +147,7 @@ class Queue:
             q = q.parent
 
     def start_use(self, waiting: tuple[tuple[str, int], ...],
-                  allocated: Mapping[str, int]) -> None:
+                  allocated: dict[str, int]) -> None:
         """A waiting task of this queue starts: its demand (``(name, units)`` pairs) leaves
         ``waiting``, what it got joins ``allocated`` (one walk up the tree for both). No
         ``waiting`` for a task that never waited (placed as it arrived)."""
@@ -161,7 +161,7 @@ class Queue:
                 target[name] = target.get(name, 0) + units
             q = q.parent
 
-    def end_use(self, allocated: Mapping[str, int]) -> None:
+    def end_use(self, allocated: dict[str, int]) -> None:
         """A running task of this queue ended: what it held leaves ``allocated``."""
         q: Queue | None = self
         self.running -= 1

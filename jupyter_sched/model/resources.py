@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from .quantity import (
     MAX_BYTES,
@@ -30,9 +31,9 @@ from .quantity import (
     to_units,
 )
 
-CPU = "CPU"
-GPU = "GPU"
-MEMORY = "memory"
+CPU: Final = "CPU"
+GPU: Final = "GPU"
+MEMORY: Final = "memory"
 
 UNIT_INSTANCE = frozenset({GPU})
 """Resources that come as devices by default; nodes may declare more (see ``DeviceSet``)."""
@@ -150,8 +151,8 @@ class Demand:
     cpu_units: int = field(default=0, init=False, repr=False, compare=False)
     # the amounts as a mapping, made once: the allocations of a demand without GPU memory all
     # share it (an allocation is never changed; nothing may write to it)
-    units: Mapping[str, int] = field(default_factory=dict, init=False, repr=False,
-                                     compare=False)
+    units: dict[str, int] = field(default_factory=dict, init=False, repr=False,
+                                  compare=False)
 
     def __post_init__(self) -> None:
         # demands key the scheduler's caches: hash once, not at every lookup

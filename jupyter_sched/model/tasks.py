@@ -17,7 +17,7 @@ every task ends in exactly one terminal state. The transitions are one table:
 
 from __future__ import annotations
 
-from typing import final
+from typing import Final, final
 
 from .allocation import Allocation
 from .specs import STRATEGIES as STRATEGIES
@@ -25,17 +25,17 @@ from .specs import TARGETS as TARGETS
 from .specs import GangSpec as GangSpec
 from .specs import TaskSpec as TaskSpec
 
-PENDING = "pending"
-QUEUED = "queued"
-INFEASIBLE = "infeasible"
-RUNNING = "running"
-DONE = "done"
-FAILED = "failed"
-CANCELLED = "cancelled"
-STOPPING = "stopping"  # not a state of its own: a running task whose stop is out, as shown
+PENDING: Final = "pending"
+QUEUED: Final = "queued"
+INFEASIBLE: Final = "infeasible"
+RUNNING: Final = "running"
+DONE: Final = "done"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+STOPPING: Final = "stopping"  # not a state of its own: a running task whose stop is out, as shown
 # sent ahead to a busy engine slot, to run there when the slot's task ends, and holding nothing
 # until then (its predecessor's allocation is handed to it): shown as ``queued`` outside
-ASSIGNED = "assigned"
+ASSIGNED: Final = "assigned"
 
 TERMINAL = frozenset({DONE, FAILED, CANCELLED})
 WAITING = frozenset({PENDING, QUEUED, INFEASIBLE})

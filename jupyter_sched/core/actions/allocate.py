@@ -15,14 +15,21 @@
 from __future__ import annotations
 
 import heapq
+from collections import deque
+from typing import TYPE_CHECKING
 
-from ...model.queues import CLOSED
+from ...model.queues import CLOSED, Queue
 from ...model.tasks import QUEUED, ClassKey, Gang, Task
 from ..jobs import job_key, job_spec, waits
 from ..plugins.capability import Room, admit
 from ..plugins.gang import place_gang
 from ..plugins.predicates import node_passes
 from ..session import Session
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+
+ClassHeap = list[tuple[int, int, ClassKey]]  # a queue's classes by their heads' rank
 
 
 def run(session: Session) -> None:
@@ -51,7 +58,7 @@ def run(session: Session) -> None:
                 break
             continue
         single = type(job) is Task
-        key = job.klass if single else job_key(job)
+        key = job.klass if type(job) is Task else job_key(job)
         over = room = None
         if capped[name]:
             over, room = admit(queue, job)
@@ -84,7 +91,7 @@ def unplaced(session: Session, job: Task | Gang, key: ClassKey, admitted: bool) 
         session.reserve(job, [m.spec for m in members])
 
 
-def is_capped(queue) -> bool:
+def is_capped(queue: Queue | None) -> bool:
     """Has the queue or an ancestor a capability?"""
     q = queue
     while q is not None:
@@ -94,7 +101,7 @@ def is_capped(queue) -> bool:
     return False
 
 
-def _say_held_elsewhere(core, job: Task | Gang) -> None:
+def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
     """A job that waits only for shares other processes hold says so in its reason."""
     members = job.members if isinstance(job, Gang) else [job]
     reason = core.held_elsewhere_reason(members[0].spec, node_passes)
@@ -103,7 +110,8 @@ def _say_held_elsewhere(core, job: Task | Gang) -> None:
             member.reason = reason
 
 
-def _place_run(session: Session, queue, key: ClassKey, classes: list, heap: list | None) -> None:
+def _place_run(session: Session, queue: Queue, key: ClassKey, classes: ClassHeap,
+               heap: list[tuple[int, float, str, Queue]] | None) -> None:
     """After a task of class ``key`` was placed, place the class's next tasks on the same
     node while it holds them and they are what the loop would pick next anyway (its queue
     still first, the class still first in it). Binpack would choose that node again: every
@@ -118,7 +126,7 @@ def _place_run(session: Session, queue, key: ClassKey, classes: list, heap: list
     placed = 0
     while not core.reservations:
         job = live_head(fifo)
-        if job is None:
+        if type(job) is not Task:  # (None: the class has no more waiting work)
             break
         if classes and classes[0] < (-job.spec.priority, job.seq):
             break  # another class's head is older
@@ -140,7 +148,7 @@ def try_place(session: Session, job: Task | Gang, easy: bool = False,
     return session.place_task(job, easy, room)
 
 
-def live_head(fifo):
+def live_head(fifo: deque[Task | Gang]) -> Task | Gang | None:
     """The first job of a class FIFO that still waits; cancelled or started jobs before it are
     dropped (FIFOs are cleaned lazily)."""
     while fifo:
@@ -150,8 +158,8 @@ def live_head(fifo):
     return None
 
 
-def _class_heap(queue) -> list:
-    heap = []
+def _class_heap(queue: Queue) -> ClassHeap:
+    heap: ClassHeap = []
     for key, fifo in queue.classes.items():
         head = live_head(fifo)
         if head is not None:
@@ -160,7 +168,7 @@ def _class_heap(queue) -> list:
     return heap
 
 
-def _push_class(classes: list, queue, key: ClassKey) -> None:
+def _push_class(classes: ClassHeap, queue: Queue, key: ClassKey) -> None:
     fifo = queue.classes.get(key)
     head = live_head(fifo) if fifo is not None else None
     if head is None:
@@ -169,7 +177,8 @@ def _push_class(classes: list, queue, key: ClassKey) -> None:
     heapq.heappush(classes, (-job_spec(head).priority, head.seq, key))
 
 
-def _next_job(queue, classes: list, session: Session):
+def _next_job(queue: Queue, classes: ClassHeap,
+              session: Session) -> Task | Gang | None:
     while classes:
         _, _, key = heapq.heappop(classes)
         fifo = queue.classes.get(key)
@@ -183,7 +192,7 @@ def _next_job(queue, classes: list, session: Session):
     return None
 
 
-def _cluster_totals(core) -> dict[str, int]:
+def _cluster_totals(core: Ledger) -> dict[str, int]:
     totals: dict[str, int] = {}
     for node in core.cluster.nodes.values():
         for name, units in node.resources.total.items():

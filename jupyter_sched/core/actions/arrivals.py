@@ -21,6 +21,7 @@ one class on one node).
 from __future__ import annotations
 
 from collections import deque
+from typing import Final
 
 from ...model.queues import CLOSED, Queue
 from ...model.tasks import Task
@@ -31,7 +32,7 @@ from ..session import Session
 from . import enqueue
 from .allocate import is_capped, unplaced
 
-FEW = 16  # arrivals in one cycle
+FEW: Final = 16  # arrivals in one cycle
 
 
 def queue_of(core: Ledger) -> Queue | None:

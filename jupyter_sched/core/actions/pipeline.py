@@ -29,6 +29,10 @@ hand-over) or when preemption is on (a victim's share must go to its preemptor).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+from ...model.cluster import Node, Slot
 from ...model.tasks import ASSIGNED, QUEUED, Gang, Task
 from ..jobs import job_rank, job_spec
 from ..plugins.predicates import node_passes
@@ -36,10 +40,13 @@ from ..session import Session
 from ..transitions import ASSIGN, REVOKE, fire
 from .allocate import live_head
 
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+
 # the most tasks assigned to one slot at a time: enough for an engine to go on through a
 # stall of the kernel's threads (tens of milliseconds on a busy machine) without idling, and
 # for the kernel and the controller to handle requests in bursts (docs/architecture.md)
-AHEAD = 64
+AHEAD: Final = 64
 
 
 def run(session: Session) -> None:
@@ -63,14 +70,14 @@ def run(session: Session) -> None:
             if len(slot.ahead) > level:
                 continue
             job = live_head(fifo)
-            if job is None or job.spec.family != best.spec.family:
+            if type(job) is not Task or job.spec.family != best.spec.family:
                 return
             fifo.popleft()
             after = slot.ahead[-1] if slot.ahead else running.id
             fire(core, job, ASSIGN, (node, slot.id, running, after))
 
 
-def _busy_slots(core, like: Task, depth: int):
+def _busy_slots(core: Ledger, like: Task, depth: int) -> Iterator[tuple[Node, Slot, Task]]:
     """Slots running a task of ``like``'s class and queue, with fewer than ``depth`` tasks
     assigned, not being stopped, that has run at most ``pipeline`` seconds, on a node that
     takes work."""
@@ -90,7 +97,7 @@ def _busy_slots(core, like: Task, depth: int):
                 yield node, slot, before
 
 
-def _revoke_overruns(core) -> None:
+def _revoke_overruns(core: Ledger) -> None:
     """Take back the tasks assigned to a slot whose task ran past the bound, where a free slot
     could run them now: all of them, the last first (each would wait behind that task)."""
     horizon = core.now - core.pipeline
@@ -98,8 +105,10 @@ def _revoke_overruns(core) -> None:
     for task in list(core.assigned.values()):
         if task.state != ASSIGNED or task.stopping is not None or (task.node, task.slot) in seen:
             continue
+        assert task.node is not None and task.slot is not None, "an assigned task has its slot"
         seen.add((task.node, task.slot))
         slot = core.cluster.nodes[task.node].slots[task.slot]
+        assert slot.task is not None, "a slot with a task assigned runs one"
         before = core.tasks[slot.task]
         if before.started_at is None or before.started_at >= horizon \
                 or not _free_slot_for(core, task):
@@ -111,7 +120,7 @@ def _revoke_overruns(core) -> None:
                      f"task running there ({before.id}) ran longer than {core.pipeline:g}s")
 
 
-def _free_slot_for(core, task: Task) -> bool:
+def _free_slot_for(core: Ledger, task: Task) -> bool:
     spec = job_spec(task)
     for node in core.cluster.nodes.values():
         if node.free_slots and not node.cordoned and node_passes(node, spec) \

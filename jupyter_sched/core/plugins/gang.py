@@ -60,13 +60,14 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
             if not node_passes(node, spec):
                 continue
             statement = Statement(session, room)
-            member_spec = spec
+            target = spec.target
             for member in members:
-                found = session.find(member_spec, gang.seq, easy, only=node, room=room)
+                found = session.find(spec, gang.seq, easy, only=node, room=room, target=target)
                 if found is None:
                     break
-                statement.take(member, *found)
-                member_spec = _same_kind(member_spec, found)
+                at, allocation, slot = found
+                statement.take(member, at, allocation, slot)
+                target = _same_kind(target, slot)
             if len(statement.proposals) >= need:
                 return _commit(session, statement, gang)
             statement.discard()
@@ -76,42 +77,43 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
     # pack: the used nodes that may still hold a member. Members are alike and a statement
     # only takes, so a used node that failed one member fails the rest: not asked again
     open_used: list = []
+    target = spec.target
     for member in members:
         found = None
         if strategy == "pack":
             while open_used:
-                found = session.find(spec, gang.seq, easy, only=open_used[0], room=room)
+                found = session.find(spec, gang.seq, easy, only=open_used[0], room=room,
+                                     target=target)
                 if found:
                     break
                 statement.refile(open_used.pop(0))  # full: the index shows it as it is
         exclude = frozenset(n.name for n in used) if strategy != "pack" else _NONE
         if found is None:
-            found = session.find(spec, gang.seq, easy, exclude=exclude, room=room)
+            found = session.find(spec, gang.seq, easy, exclude=exclude, room=room,
+                                 target=target)
         if found is None and strategy == "spread":
             statement.refile()  # (any node now: the index must show the used ones as they are)
-            found = session.find(spec, gang.seq, easy, room=room)
+            found = session.find(spec, gang.seq, easy, room=room, target=target)
         if found is None:
             continue
-        statement.take(member, *found)
-        spec = _same_kind(spec, found)
-        if found[0] not in used:
-            used.append(found[0])
-            open_used.append(found[0])
+        node, allocation, slot = found
+        statement.take(member, node, allocation, slot)
+        target = _same_kind(target, slot)
+        if node not in used:
+            used.append(node)
+            open_used.append(node)
     if len(statement.proposals) >= need:
         return _commit(session, statement, gang)
     statement.discard()
     return False
 
 
-def _same_kind(spec: TaskSpec, found: tuple) -> TaskSpec:
+def _same_kind(target: str, slot: str | None) -> str:
     """Members of one gang run all in kernel threads or all on engines, as the first placed
     one does: one way to reach each other (MASTER_ADDR, MASTER_PORT) for the whole gang."""
-    if spec.target != "any":
-        return spec
-    # the constructor, not dataclasses.replace (which inspects the fields at each call)
-    return TaskSpec(spec.id, spec.demand, spec.name, spec.queue, spec.priority,
-                    "local" if found[2] is None else "engines", spec.node, spec.selector,
-                    spec.time_limit, spec.retries, spec.preemptible)
+    if target != "any":
+        return target
+    return "local" if slot is None else "engines"
 
 
 def _commit(session: Session, statement: Statement, gang: Gang) -> bool:

@@ -10,11 +10,13 @@ from ...model.resources import GPU
 from ...model.tasks import TaskSpec
 
 
-def node_passes(node: Node, spec: TaskSpec) -> bool:
-    """The static filters: not drained, serves the target, matches the node name and labels."""
+def node_passes(node: Node, spec: TaskSpec, target: str | None = None) -> bool:
+    """The static filters: not drained, serves the target (``spec``'s, or a narrower one),
+    matches the node name and labels."""
     if node.cordoned:
         return False
-    target = spec.target
+    if target is None:
+        target = spec.target
     if target == "any":  # serves(), inlined for the common target (on every node a search visits)
         if not (node.threads or node.slots):
             return False
