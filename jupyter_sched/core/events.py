@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ..model.allocation import NodeResources
 from ..model.cluster import SlotSpec
 from ..model.tasks import GangSpec, TaskSpec
+from .start import Start
 
 # -- events ---------------------------------------------------------------------------------
 
@@ -167,58 +168,6 @@ Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved
          | SlotAdded | SlotRemoved | QueueSet | HeldElsewhere | Tick)
 
 # -- instructions ---------------------------------------------------------------------------
-
-
-class Start:
-    """Run attempt ``attempt`` of a task on a node: in a kernel thread (``slot`` None) or on
-    engine ``slot``. The core always gives the attempt (the default serves instructions built
-    by hand in tests).
-
-    Not changed once made, like the other events and instructions; a plain class rather than a
-    frozen dataclass because the core makes one per placement, and a frozen dataclass's
-    constructor costs several times as much."""
-
-    __slots__ = ("after", "attempt", "devices", "gang", "master_node", "node", "rank", "slot",
-                 "task", "world_size")
-    __match_args__ = ("task", "node", "slot", "devices", "gang", "rank", "world_size",
-                      "master_node")
-    _FIELDS = ("task", "node", "slot", "devices", "gang", "rank", "world_size", "master_node",
-               "attempt", "after")
-
-    def __init__(self, task: str, node: str, slot: str | None,
-                 devices: Mapping[str, Mapping[int, int]], gang: str | None = None,
-                 rank: int | None = None, world_size: int | None = None,
-                 master_node: str | None = None, *, attempt: int = 1,
-                 after: str | None = None) -> None:
-        self.task = task
-        self.node = node
-        self.slot = slot
-        self.devices = devices
-        self.gang = gang
-        self.rank = rank
-        self.world_size = world_size
-        self.master_node = master_node
-        self.attempt = attempt
-        # pipelined: send it now, to run on ``slot`` when task ``after`` ends there (the
-        # engine's own queue keeps the order); it holds ``devices`` (``after``'s) only from then
-        self.after = after
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, name) for name in self._FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Start:
-            return NotImplemented
-        return self._values() == other._values()
-
-    # (no __hash__: with __eq__ defined here, instances are unhashable; devices is a mapping)
-
-    def __repr__(self) -> str:
-        return "Start(" + ", ".join(f"{name}={getattr(self, name)!r}"
-                                    for name in self._FIELDS) + ")"
-
-    def gpu_indices(self) -> list[int]:
-        return sorted(self.devices.get("GPU", {}))
 
 
 @dataclass(frozen=True, slots=True)

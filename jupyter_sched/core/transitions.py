@@ -43,6 +43,7 @@ from ..model.tasks import (
 )
 from . import events as ev
 from .errors import InvalidTransition
+from .start import Start
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -157,10 +158,10 @@ def _place(led: Ledger, task: Task, placement: Placement) -> None:
     if limit is not None:
         led.push_deadline(task, limit)
     if gang is None:
-        start = ev.Start(task.spec.id, node.name, slot, allocation.devices, attempt=task.attempt)
+        start = Start(task.spec.id, node.name, slot, allocation.devices, attempt=task.attempt)
     else:
         name, rank, world_size, master = gang
-        start = ev.Start(task.id, node.name, slot, allocation.devices, name, rank, world_size,
+        start = Start(task.id, node.name, slot, allocation.devices, name, rank, world_size,
                          master, attempt=task.attempt)
     led.emit(start)
 
@@ -173,7 +174,7 @@ def _assign(led: Ledger, task: Task, placement: tuple) -> None:
     led.assign(task, node, slot)
     task.attempt += 1
     _enter(led, task, ASSIGNED, f"next on engine slot {slot!r}, after {after}")
-    led.emit(ev.Start(task.id, node.name, slot, running.allocation.devices,
+    led.emit(Start(task.id, node.name, slot, running.allocation.devices,
                       attempt=task.attempt, after=after))
 
 

@@ -15,6 +15,7 @@ again): then ``available`` clamps at zero and the excess is paid back from the n
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from typing import ClassVar
 
 from .devices import DeviceSet
 from .quantity import SCALE, to_float, units_to_shares
@@ -29,7 +30,7 @@ class Allocation:
     twice as much."""
 
     __slots__ = ("amounts", "devices")
-    __match_args__ = ("amounts", "devices")
+    __match_args__: ClassVar[tuple[str, ...]] = ("amounts", "devices")
 
     def __init__(self, amounts: dict[str, int],
                  devices: dict[str, dict[int, int]] | None = None) -> None:
