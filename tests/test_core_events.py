@@ -8,6 +8,7 @@ from conftest_core import U, node, submit, task, validating
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core, InvalidTransition
 from jupyter_sched.core.transitions import ADMIT, fire
+from jupyter_sched.model.allocation import Allocation
 from jupyter_sched.model.cluster import SlotSpec
 from jupyter_sched.model.tasks import GangSpec
 
@@ -202,3 +203,22 @@ def test_a_queue_guarantee_above_its_capability_is_refused_and_changes_nothing()
     with pytest.raises(ValueError, match=r"more than its capability GPU=0\.5"):
         core.handle(ev.QueueSet("q", None, None, parse_resources("GPU=0.5"), None, None, None))
     assert core.queues.queues["q"].capability == parse_resources("GPU=2")
+
+
+def test_a_start_and_an_allocation_match_by_position():
+    """Compiled classes keep ``__match_args__`` a class attribute (a ClassVar), so ``match``
+    takes them apart by position as it does plain classes."""
+    start = ev.Start("t1", "n1", "e0", {"GPU": {0: 5000}}, attempt=2)
+    match start:
+        case ev.Start(task, node, slot, devices):
+            assert (task, node, slot, devices) == ("t1", "n1", "e0", {"GPU": {0: 5000}})
+        case _:
+            pytest.fail("a Start did not match its own class")
+    assert start == ev.Start("t1", "n1", "e0", {"GPU": {0: 5000}}, attempt=2)
+    assert start != ev.Start("t1", "n1", "e0", {"GPU": {0: 5000}}, attempt=3)
+    assert "attempt=2" in repr(start) and start.gpu_indices() == [0]
+    match Allocation({"GPU": 5000}, {"GPU": {1: 5000}}):
+        case Allocation(amounts, devices):
+            assert amounts == {"GPU": 5000} and devices == {"GPU": {1: 5000}}
+        case _:
+            pytest.fail("an Allocation did not match its own class")
