@@ -152,7 +152,7 @@ class Ledger:
         """The bookkeeping of a start: the task holds ``allocation`` (already taken from the
         node) and ``slot``, and its queue counts it."""
         spec = task.spec
-        task_id = spec.id
+        task_id = task.id
         task.node = node.name
         task.slot = slot
         task.allocation = allocation
@@ -164,7 +164,7 @@ class Ledger:
             gpus = allocation.devices.get("GPU")
             if s.binding is None and gpus:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
-        queue = self.queues.queues[spec.queue]  # (not through __getitem__: hot)
+        queue = self.queues.queues[task.queue]  # (not through __getitem__: hot)
         gang = task.gang
         if task is self.at_once or (gang is not None and gang is self.at_once):
             queue.start_use((), allocation.amounts)  # (never counted as waiting)
@@ -175,7 +175,7 @@ class Ledger:
             elif gang.waiting:
                 queue.queued -= 1
                 gang.waiting = False
-        if gang is None and spec.preemptible:
+        if gang is None and task.preemptible:
             self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
         self.running[task_id] = task
 
@@ -187,15 +187,14 @@ class Ledger:
         assert name is not None, "released before it was bound"
         node = self.cluster.nodes.get(name)
         allocation = task.allocation
-        spec = task.spec
-        if self.assigned and spec.id in self.assigned:
+        if self.assigned and task.id in self.assigned:
             self._unassign(task, node)
             return None
         successor = None
         slot_id = task.slot
         if node is not None and allocation is not None:
             slot = node.slots.get(slot_id) if slot_id is not None else None
-            node.tasks.pop(spec.id, None)
+            node.tasks.pop(task.id, None)
             if slot is not None and slot.ahead:
                 successor = self.tasks[slot.ahead[0]]
                 slot.task = None
@@ -205,15 +204,15 @@ class Ledger:
                     slot.task = None
                     node.free_slots[slot.id] = None
                 self.cluster.refresh(node)
-            if spec.preemptible and task.gang is None:
+            if task.preemptible and task.gang is None:
                 left = self.preemptible_on[node.name] - 1
                 if left:
                     self.preemptible_on[node.name] = left
                 else:
                     del self.preemptible_on[node.name]
         if allocation is not None:
-            self.queues.queues[spec.queue].end_use(allocation.amounts)
-        self.running.pop(spec.id, None)
+            self.queues.queues[task.queue].end_use(allocation.amounts)
+        self.running.pop(task.id, None)
         task.allocation = None
         if successor is not None:
             successor.allocation = allocation  # (``adopt`` takes it from here)
@@ -268,17 +267,17 @@ class Ledger:
         slot.task = task.id
         if slot.ahead:
             self._look_at(self.tasks[slot.ahead[0]], self.now, 0)
-        queue = self.queues[task.spec.queue]
+        queue = self.queues[task.queue]
         queue.add_use("allocated", allocation.amounts.items(), 1)  # (its demand left
         queue.running += 1                                          # ``waiting`` when assigned)
         self.running[task.id] = task
-        if task.spec.preemptible and task.gang is None:
+        if task.preemptible and task.gang is None:
             self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
 
     def note_duration(self, task: Task) -> None:
         """A task on an engine slot finished: how long its class takes (for pipelining)."""
         if self.pipeline and task.started_at is not None:
-            self.durations[task.spec.queue, task.klass, task.spec.family] = \
+            self.durations[task.queue, task.klass, task.spec.family] = \
                 self.now - task.started_at
 
     # -- held by other processes --------------------------------------------------------------
@@ -331,13 +330,14 @@ class Ledger:
         class FIFO: (its class key, its queue). Jobs placed at once are never filed."""
         key: ClassKey
         if type(job) is Task:  # (Task is final: the other branch is a Gang)
-            key, spec = job.klass, job.spec
-            pairs = spec.demand.amounts
+            key, name = job.klass, job.queue
+            pairs = job.spec.demand.amounts
         else:
             key, spec, demand = job_class(job)
+            name = spec.queue
             pairs = tuple(demand.items())
             job.waiting = True
-        queue = self.queues.queues[spec.queue]
+        queue = self.queues.queues[name]
         queue.queued += 1
         queue.add_use("waiting", pairs, 1)
         return key, queue
@@ -353,7 +353,7 @@ class Ledger:
         leaves the pending or infeasible list (O(1), and once for all members of a gang).
         Queue FIFOs are cleaned lazily (:func:`.jobs.waits`)."""
         if task.state == QUEUED:
-            queue = self.queues.queues[task.spec.queue]
+            queue = self.queues.queues[task.queue]
             queue.add_use("waiting", task.spec.demand.amounts, -1)
             gang = task.gang
             if gang is None or gang.waiting:

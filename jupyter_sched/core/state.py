@@ -182,7 +182,7 @@ class Core(Ledger):
             if len({(s.demand, s.target, s.node, s.selector, s.priority) for s in specs}) != 1:
                 raise ValueError(f"gang {gang_spec.name!r}: members must have one demand, "
                                  "target, selector and priority")
-        tasks = list(map(self._new_task, specs))
+        tasks = [self._new_task(spec) for spec in specs]
         job: Task | Gang = tasks[0]
         if gang_spec is not None:
             job = Gang(gang_spec, tasks, self.next_seq())
@@ -229,12 +229,12 @@ class Core(Ledger):
         # a class is a small int: its key (a demand, constraints) is hashed once per task here,
         # not at every lookup of the class's FIFO, feasibility or failure
         klasses = self._klasses
-        klass = (spec.priority, spec.demand, spec.target, spec.node, spec.selector)
+        klass = (task.priority, spec.demand, spec.target, spec.node, spec.selector)
         number = klasses.get(klass)
         if number is None:
             number = klasses[klass] = len(klasses)
         task.klass = number
-        self.tasks[spec.id] = task
+        self.tasks[task.id] = task
         self.counts[PENDING] += 1
         return task
 

@@ -158,7 +158,7 @@ def _place(led: Ledger, task: Task, placement: Placement) -> None:
     if limit is not None:
         led.push_deadline(task, limit)
     if gang is None:
-        start = Start(task.spec.id, node.name, slot, allocation.devices, attempt=task.attempt)
+        start = Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt)
     else:
         name, rank, world_size, master = gang
         start = Start(task.id, node.name, slot, allocation.devices, name, rank, world_size,

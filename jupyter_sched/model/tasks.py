@@ -78,9 +78,13 @@ class Task:
         "attempt",
         "failures",
         "gang",
+        "id",
         "klass",
         "node",
+        "preemptible",
         "preemptions",
+        "priority",
+        "queue",
         "rank",
         "reason",
         "seq",
@@ -96,6 +100,12 @@ class Task:
 
     def __init__(self, spec: TaskSpec, seq: int, now: float) -> None:
         self.spec = spec
+        # the spec's fields the core reads most, copied once (the spec is frozen, and a read
+        # from it is a look-up by name; these are read at a fixed offset)
+        self.id: str = spec.id
+        self.queue: str = spec.queue
+        self.priority: int = spec.priority
+        self.preemptible: bool = spec.preemptible
         self.seq = seq
         self.state = PENDING
         self.reason = ""
@@ -115,10 +125,6 @@ class Task:
         self.started_at: float | None = None
         # the scheduling class (priority and placement constraints) as the core numbers it
         self.klass: int = -1
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
 
     @property
     def submitted_at(self) -> float:

@@ -128,7 +128,7 @@ def _place_run(session: Session, queue: Queue, key: ClassKey, classes: ClassHeap
         job = live_head(fifo)
         if type(job) is not Task:  # (None: the class has no more waiting work)
             break
-        if classes and classes[0] < (-job.spec.priority, job.seq):
+        if classes and classes[0] < (-job.priority, job.seq):
             break  # another class's head is older
         if heap and heap[0][:3] < (-queue.priority, queue.share(), queue.name):
             break  # another queue is now less served

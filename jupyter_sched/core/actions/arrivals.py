@@ -45,14 +45,14 @@ def queue_of(core: Ledger) -> Queue | None:
     name = None
     for job in pending.values():
         if type(job) is Task:
-            spec = job.spec
+            queue_name = job.queue
         elif job.spec.min is not None and job.spec.min != job.spec.size:
             return None  # (members left behind would wait: allocate's books)
         else:
-            spec = job.members[0].spec
+            queue_name = job.members[0].queue
         if name is None:
-            name = spec.queue
-        elif spec.queue != name:
+            name = queue_name
+        elif queue_name != name:
             return None
     if name is None:
         return None

@@ -33,7 +33,7 @@ def run(session: Session, admitted: list | None = None) -> None:
         if type(job) is Task:  # the common case, kept lean: one task, its class's verdict cached
             if job.state != PENDING:
                 continue
-            reason = cache.get((job.klass, job.spec.queue), False)
+            reason = cache.get((job.klass, job.queue), False)
             if reason is False:
                 reason = _why_not(session, job, cache)
             fire(core, job, NEVER if reason else ADMIT, reason)
@@ -64,9 +64,9 @@ def _why_not(session: Session, job: Task | Gang, cache: dict[tuple, str | None])
                           or why_gang_never(core.cluster, job))
         return cache[key]
     spec = job.spec
-    key = (job.klass, spec.queue)
+    key = (job.klass, job.queue)
     if key not in cache:
-        queue = core.queues[spec.queue]
+        queue = core.queues[job.queue]
         demand = spec.demand.as_dict()
         cache[key] = (queue.within_capability_ever(demand)
                       or why_memory_never(queue, core.cluster, spec)

@@ -58,7 +58,7 @@ def run(session: Session) -> None:
     best = min(session.failed.values(), key=job_rank)
     if isinstance(best, Gang) or best.state != QUEUED:
         return
-    queue = core.queues[best.spec.queue]
+    queue = core.queues[best.queue]
     fifo = queue.classes.get(best.klass)
     took = core.durations.get((queue.name, best.klass, best.spec.family))
     if fifo is None or not best.spec.family or took is None or took > core.pipeline:
@@ -90,7 +90,7 @@ def _busy_slots(core: Ledger, like: Task, depth: int) -> Iterator[tuple[Node, Sl
                 continue
             before = core.tasks[slot.task]
             spec = before.spec
-            if (before.klass == like.klass and spec.queue == like.spec.queue
+            if (before.klass == like.klass and spec.queue == like.queue
                     and spec.family == like.spec.family and before.gang is None
                     and before.stopping is None and before.started_at is not None
                     and before.started_at >= horizon):

@@ -37,7 +37,7 @@ def run(session: Session) -> None:
                             key=lambda kv: (-job_spec(kv[1]).priority, kv[1].seq)):
         if isinstance(job, Gang) or job.state != QUEUED or job.seq in core.reservations:
             continue
-        if admit(core.queues[job.spec.queue], job)[0] is not None:
+        if admit(core.queues[job.queue], job)[0] is not None:
             continue
         for node in nodes:
             if not node_passes(node, job.spec):
@@ -61,11 +61,11 @@ def _victims(session: Session, task: Task, node: Node
     candidates = [
         core.tasks[t] for t in node.tasks
         if core.tasks[t].spec.preemptible and core.tasks[t].gang is None
-        and core.tasks[t].spec.priority < task.spec.priority and core.tasks[t].stopping is None
+        and core.tasks[t].spec.priority < task.priority and core.tasks[t].stopping is None
     ]
     if not candidates:
         return [], None
-    candidates.sort(key=lambda t: (t.spec.priority, -(t.started_at or 0.0), -t.seq))
+    candidates.sort(key=lambda t: (t.priority, -(t.started_at or 0.0), -t.seq))
     chosen: list[Task] = []
     for victim in candidates:
         chosen.append(victim)
