@@ -16,7 +16,6 @@ A gang runs all in kernel threads or all on engines, so its members have one way
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from ...model.cluster import Node, SlotSpec
@@ -42,42 +41,29 @@ def place_gang(session: Session, gang: Gang, easy: bool = False,
         fits = room.copies(spec.demand.as_dict())
         if fits is not None:
             members = members[:fits]  # the queue's capability has room for no more
-    if _place(session, gang, members, need, spec, easy, room):
-        return True
-    if spec.target != "any":
-        return False
+    placed, found = _place(session, gang, members, need, spec, spec.target, easy, room)
+    if placed or not found or spec.target != "any":
+        return placed  # (no room for one member anywhere: none on engines or threads only)
     # the first member's place decided threads or engines for all: try each way explicitly
-    return any(_place(session, gang, members, need, dataclasses.replace(spec, target=kind),
-                      easy, room) for kind in ("engines", "local"))
+    return any(_place(session, gang, members, need, spec, kind, easy, room)[0]
+               for kind in ("engines", "local"))
 
 
 def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpec,
-           easy: bool, room: Room | None) -> bool:
+           kind: str, easy: bool, room: Room | None) -> tuple[bool, bool]:
+    """Place ``need`` or more of ``members`` now (all or nothing); ``kind``: the target they
+    go to (the spec's, or a narrower one). Whether they were placed, and whether any member
+    found room. Members are alike and a statement only takes: once one finds no room, no
+    later one would."""
     strategy = gang.spec.strategy
-    core = session.core
     if strategy == "strict-pack":
-        for node in list(core.cluster.nodes.values()):
-            if not node_passes(node, spec):
-                continue
-            statement = Statement(session, room)
-            target = spec.target
-            for member in members:
-                found = session.find(spec, gang.seq, easy, only=node, room=room, target=target)
-                if found is None:
-                    break
-                at, allocation, slot = found
-                statement.take(member, at, allocation, slot)
-                target = _same_kind(target, slot)
-            if len(statement.proposals) >= need:
-                return _commit(session, statement, gang)
-            statement.discard()
-        return False
+        return _place_on_one_node(session, gang, members, need, spec, kind, easy, room)
     statement = Statement(session, room)
     used: list = []
     # pack: the used nodes that may still hold a member. Members are alike and a statement
     # only takes, so a used node that failed one member fails the rest: not asked again
     open_used: list = []
-    target = spec.target
+    target = kind
     for member in members:
         found = None
         if strategy == "pack":
@@ -95,7 +81,7 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
             statement.refile()  # (any node now: the index must show the used ones as they are)
             found = session.find(spec, gang.seq, easy, room=room, target=target)
         if found is None:
-            continue
+            break
         node, allocation, slot = found
         statement.take(member, node, allocation, slot)
         target = _same_kind(target, slot)
@@ -103,9 +89,34 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
             used.append(node)
             open_used.append(node)
     if len(statement.proposals) >= need:
-        return _commit(session, statement, gang)
+        return _commit(session, statement, gang), True
+    found_any = bool(statement.proposals)
     statement.discard()
-    return False
+    return False, found_any
+
+
+def _place_on_one_node(session: Session, gang: Gang, members: list, need: int,
+                       spec: TaskSpec, kind: str, easy: bool, room: Room | None
+                       ) -> tuple[bool, bool]:
+    """strict-pack: ``need`` or more members on one node, the first that holds them."""
+    found_any = False
+    for node in list(session.core.cluster.nodes.values()):
+        if not node_passes(node, spec, kind):
+            continue
+        statement = Statement(session, room)
+        target = kind
+        for member in members:
+            found = session.find(spec, gang.seq, easy, only=node, room=room, target=target)
+            if found is None:
+                break
+            at, allocation, slot = found
+            statement.take(member, at, allocation, slot)
+            target = _same_kind(target, slot)
+        found_any = found_any or bool(statement.proposals)
+        if len(statement.proposals) >= need:
+            return _commit(session, statement, gang), True
+        statement.discard()
+    return False, found_any
 
 
 def _same_kind(target: str, slot: str | None) -> str:
