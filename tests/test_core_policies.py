@@ -330,3 +330,22 @@ def test_ties_between_nodes_go_by_when_they_came_to_their_free_capacity(policy):
     starts = core.handle(ev.Submit((TaskSpec("b", half),)))
     assert [i.node for i in starts] == ["n1"]
     core.validate()
+
+
+def test_a_pinned_task_goes_to_its_node_alone():
+    """A task with ``node=`` is placed there, not on the node the policy would pick (binpack
+    prefers the tighter one); it waits while its node is full and starts there when room
+    frees; a node that could never hold it makes it infeasible, naming the shortfall."""
+    core = validating(Core(policy="binpack"))
+    core.handle(node("tight", gpus=1), node("loose", gpus=4))
+    out = core.handle(submit(task("a", 0.5, node="loose")), submit(task("b", 0.5)))
+    where = {i.task: i.node for i in out if isinstance(i, ev.Start)}
+    assert where == {"a": "loose", "b": "tight"}
+    out = core.handle(submit(task("c", 1, node="tight")))
+    assert not [i for i in out if isinstance(i, ev.Start)]
+    assert core.tasks["c"].state == "queued"
+    out = core.handle(ev.Finished("b"))
+    assert [(i.task, i.node) for i in out if isinstance(i, ev.Start)] == [("c", "tight")]
+    core.handle(submit(task("d", 2, node="tight")))
+    assert core.tasks["d"].state == "infeasible"
+    assert "GPU" in core.tasks["d"].reason and "tight" in core.tasks["d"].reason

@@ -148,6 +148,10 @@ class Session:
         ``target``: narrower than the spec's (a gang's members run where its first does)."""
         core = self.core
         demand = spec.demand
+        if only is None and spec.node is not None:  # pinned: its node, not a walk to it
+            only = core.cluster.nodes.get(spec.node)
+            if only is None:
+                return None
         if only is not None:
             if not core.cluster.may_hold(only, demand):
                 return None

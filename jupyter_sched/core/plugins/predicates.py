@@ -43,7 +43,11 @@ def why_never(cluster: Cluster, spec: TaskSpec) -> str | None:
     resource and the best node's shortfall."""
     if not cluster.nodes:
         return "no node is registered yet"
-    matching = [n for n in cluster.nodes.values() if node_passes(n, spec)]
+    if spec.node is not None:  # pinned: its node alone (no walk over the cluster per class)
+        pinned = cluster.nodes.get(spec.node)
+        matching = [pinned] if pinned is not None and node_passes(pinned, spec) else []
+    else:
+        matching = [n for n in cluster.nodes.values() if node_passes(n, spec)]
     if not matching:
         return _no_match(cluster, spec)
     best = None
