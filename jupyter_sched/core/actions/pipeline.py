@@ -90,7 +90,7 @@ def _busy_slots(core: Ledger, like: Task, depth: int) -> Iterator[tuple[Node, Sl
                 continue
             before = core.tasks[slot.task]
             spec = before.spec
-            if (before.klass == like.klass and spec.queue == like.queue
+            if (before.klass == like.klass and before.queue == like.queue
                     and spec.family == like.spec.family and before.gang is None
                     and before.stopping is None and before.started_at is not None
                     and before.started_at >= horizon):

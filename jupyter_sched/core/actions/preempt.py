@@ -60,8 +60,8 @@ def _victims(session: Session, task: Task, node: Node
     core = session.core
     candidates = [
         core.tasks[t] for t in node.tasks
-        if core.tasks[t].spec.preemptible and core.tasks[t].gang is None
-        and core.tasks[t].spec.priority < task.priority and core.tasks[t].stopping is None
+        if core.tasks[t].preemptible and core.tasks[t].gang is None
+        and core.tasks[t].priority < task.priority and core.tasks[t].stopping is None
     ]
     if not candidates:
         return [], None
