@@ -84,8 +84,9 @@ by name), module constants Final (they were looked up in the module's dict at ea
 allocations' amounts typed as dicts, the node index walked by a compiled generator, the hot
 spec fields copied onto the Task, Start compiled; and a gang's kinds tried by target instead
 of copying its spec, with no search for a member after one found no room. The recorded stream
-went from 113,300 to 78,600 instructions per placement (-31%); the same at 1,000 nodes with one
-gang waiting all along, from 145,700 to 94,700 (95,100 with 10,000 gangs: flat in the backlog).
+went from 113,300 to 78,800-79,100 instructions per placement (-30%; the count moves by 0.4%
+from run to run); the same at 1,000 nodes with one gang waiting all along, from 145,700 to
+94,400 (94,800 with 10,000 gangs: flat in the backlog).
 Three alternating rounds against the code before (CPU time, 1,000 nodes, 20,000 through,
 median of seeds 0, 1 and 2): before 48,400 / 42,000 / 50,800, after 58,300 / 57,200 / 56,400
 placements/s. A task pinned to each of 10,000 nodes: 7.5 s to 0.21 s (it walked the index).
