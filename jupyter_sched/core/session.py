@@ -294,14 +294,14 @@ class Session:
         node index (already in order), so a reservation does not sort the whole cluster."""
         cluster = self.core.cluster
         demand = spec.demand
+        nodes: Iterable[Node]
         if demand.get(GPU) or demand.gpu_memory:
-            index, nodes = cluster.by_gpu_share, None
+            nodes = cluster.walk(cluster.by_gpu_share, 0, descending=True)
         elif demand.get(CPU):
-            index, nodes = cluster.by_cpu, None
+            nodes = cluster.walk(cluster.by_cpu, 0, descending=True)
         else:
-            index, nodes = None, cluster.nodes.values()
-        names = index.iter(0, descending=True) if index is not None else ()
-        for node in nodes if nodes is not None else (cluster.nodes[n] for n in names):
+            nodes = cluster.nodes.values()
+        for node in nodes:
             if node_passes(node, spec) and node.resources.could_ever_fit(demand):
                 yield node
 

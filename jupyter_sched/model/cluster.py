@@ -16,7 +16,6 @@ every node.
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Iterator, Mapping
 from typing import Final
 
@@ -170,8 +169,8 @@ class Node:
 
 
 class BucketIndex:
-    """Node names in buckets by an integer key, keys kept sorted: ``iter(k)`` yields the nodes
-    whose key is at least ``k``, smallest key first (or largest first)."""
+    """Node names in buckets by an integer key, keys kept sorted (:meth:`Cluster.walk` reads
+    them in order)."""
 
     __slots__ = ("buckets", "keys")
 
@@ -214,17 +213,6 @@ class BucketIndex:
         del self.buckets[key]
         keys = self.keys
         del keys[bisect.bisect_left(keys, key)]
-
-    def iter(self, least: int, descending: bool = False) -> Iterator[str]:
-        keys = self.keys
-        start = bisect.bisect_left(keys, least)
-        # callers stop iterating before they change the index, so keys stay put meanwhile;
-        # chained iterators, not a generator: on every search, kept lean
-        if descending:
-            order = itertools.islice(reversed(keys), len(keys) - start)
-        else:
-            order = itertools.islice(keys, start, None)
-        return itertools.chain.from_iterable(map(self.buckets.__getitem__, order))
 
 
 class Cluster:
@@ -317,17 +305,17 @@ class Cluster:
         nodes = self.nodes
         gpu = demand.gpu_units
         if demand.gpu_memory or 0 < gpu < SCALE:
-            return self._walk(self.by_gpu_share, max(gpu, 1) * _TIE, descending)
+            return self.walk(self.by_gpu_share, max(gpu, 1) * _TIE, descending)
         if gpu:
-            return self._walk(self.by_whole_gpus, gpu // SCALE, descending)
+            return self.walk(self.by_whole_gpus, gpu // SCALE, descending)
         if demand.cpu_units:
-            return self._walk(self.by_cpu, demand.cpu_units, descending)
+            return self.walk(self.by_cpu, demand.cpu_units, descending)
         ordered = list(nodes.values())
         if descending:
             ordered.sort(key=lambda n: -n.keys[2])
         return iter(ordered)
 
-    def _walk(self, index: BucketIndex, least: int, descending: bool) -> Iterator[Node]:
+    def walk(self, index: BucketIndex, least: int, descending: bool = False) -> Iterator[Node]:
         """The nodes filed in ``index`` under a key of at least ``least``, smallest key first
         (or largest first). Callers stop before they change the index: it stays put meanwhile.
         On every search: the index read in place, one step a node."""

@@ -62,11 +62,11 @@ class DeviceSet:
 
     def whole_free(self) -> int:
         """How many devices are entirely free."""
-        return sum(1 for share in self.free.values() if share == SCALE)
+        return self.top_and_whole()[1]
 
     def max_free(self) -> int:
         """The largest free share on one device (0 with no devices)."""
-        return max(self.free.values(), default=0)
+        return self.top_and_whole()[0]
 
     def top_and_whole(self) -> tuple[int, int]:
         """The largest free share on one device and how many devices are entirely free, in one
