@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -69,6 +70,12 @@ def sleeper(marker: str) -> None:
 
 
 def double(x: int) -> int:
+    return 2 * x
+
+
+def double_when(go: str, x: int) -> int:
+    while not os.path.exists(go):
+        time.sleep(0.01)
     return 2 * x
 
 
@@ -189,6 +196,32 @@ def test_a_functions_output_is_captured(pinned):
     assert h.result(timeout=30) == 7
     assert h.stdout == "working on 7\n"
     assert h.stderr == "careful\n"
+
+
+def test_an_engine_result_is_in_hand_before_the_scheduler_thread_takes_its_report(pinned,
+                                                                                   tmp_path):
+    sched, _ = pinned
+    go = tmp_path / "go"
+    h = sched.submit(double_when, str(go), 21, target="engines")
+    while h.state != "running":
+        time.sleep(0.01)
+    inside, gate = threading.Event(), threading.Event()
+
+    def hold(_core):
+        inside.set()
+        gate.wait(30)
+
+    holder = threading.Thread(target=sched._on_runtime, args=(hold,))
+    holder.start()
+    try:
+        assert inside.wait(30)
+        go.touch()
+        assert h.result(timeout=30) == 42
+        assert h._record.state == "running"  # the scheduler's thread is still held
+    finally:
+        gate.set()
+        holder.join(30)
+    assert h.state == "done" and h.ended is not None and sched.history[0] is h
 
 
 def test_explicit_push_and_pull(pinned):

@@ -411,6 +411,35 @@ def test_an_engine_dying_removes_its_slot_which_fails_its_task_as_lost(setup):
     assert runtime.events[-1] == ev.SlotRemoved("local", "e0", reason)
 
 
+def test_a_success_is_reported_before_its_engine_is_said_gone(setup):
+    """The Finished is queued under the executor's lock: an engine's death told meanwhile
+    waits for it, so the core never loses a task whose result came back (its handle may
+    already hold that result)."""
+    runtime, client, executor = setup
+    client.register(0, report())
+    executor.start(start(), record(fn=len))
+    inside, release = threading.Event(), threading.Event()
+    plain = runtime.report
+
+    def report_slowly(event):
+        if isinstance(event, ev.Finished):
+            inside.set()
+            release.wait(10)
+        plain(event)
+
+    runtime.report = report_slowly
+    answer = threading.Thread(target=client.sent[-1][4].set_result, args=(reply("ok", 7),))
+    answer.start()
+    assert inside.wait(10)
+    gone = threading.Thread(target=client.unregister, args=(0,))
+    gone.start()
+    gone.join(0.2)  # it waits for the lock
+    release.set()
+    answer.join(10)
+    gone.join(10)
+    assert [type(e).__name__ for e in runtime.events[-2:]] == ["Finished", "SlotRemoved"]
+
+
 def test_stop_interrupts_once_the_engine_took_the_abort_and_reports_stopped(setup):
     """The signal waits for the engine to take the abort: on the engine, a SIGINT interrupts
     only a request that was aborted (a task queued behind is safe from it)."""

@@ -15,13 +15,22 @@ none: a time limit, a lost engine, a failed gang), ``cancelled`` cancels the fut
 ``result()`` raises ``concurrent.futures.CancelledError``. Times (``submitted``, ``started``,
 ``ended``) are on the scheduler's clock, like the snapshot's; ``scheduler.wall(t)`` turns them
 into ``time.time()`` values.
+
+A success is quicker: the executor's thread that reports it hands the result to the handle
+right after queueing the report (``_resolve_early``), so ``result()`` returns without waiting
+for the scheduler's thread to take the report. The report is queued first: whatever the caller
+does next reaches the scheduler after it. Until that thread has recorded the end, the handle
+says ``done`` and its other properties first wait for that step (``_live``); done callbacks run
+in that step, on the scheduler's thread, as for every other end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import CANCELLED as _CANCELLED
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED
 from concurrent.futures._base import FINISHED as _FINISHED
@@ -34,6 +43,8 @@ from ..views import display
 if TYPE_CHECKING:
     from ..executors.base import TaskRecord
 
+log = logging.getLogger(__name__)
+
 
 class Scheduler(Protocol):
     """What a handle asks of the scheduler that made it (the scheduler imports the handles,
@@ -44,6 +55,8 @@ class Scheduler(Protocol):
     def snapshot(self, fresh: bool = False) -> Any: ...
 
     def _cancel_ids(self, ids: list[str], reason: str = ...) -> bool: ...
+
+    def _catch_up(self) -> None: ...
 
 
 class TaskFailed(RuntimeError):
@@ -68,6 +81,7 @@ class _LightFuture(Future):
         self._exception = None
         self._waiters: list = []
         self._done_callbacks: list = []
+        self._early = False  # resolved by _resolve_early; its callbacks are not run yet
 
     @property
     def _condition(self) -> threading.Condition:
@@ -84,30 +98,72 @@ class _LightFuture(Future):
         return self._state in (_FINISHED, _CANCELLED, _CANCELLED_AND_NOTIFIED)
 
     def _resolve_unwatched(self, state: str, result: Any = None,
-                           exception: BaseException | None = None) -> bool:
+                           exception: BaseException | None = None) -> bool | None:
         """Settle a future nobody has waited on without making its Condition (a cancelled
         queue of 100,000 would otherwise grow by ~100 MB of locks as it ends). Waiters make the
-        Condition under ``_MAKING`` first, so holding it here means there are none."""
+        Condition under ``_MAKING`` first, so holding it here means there are none.
+
+        True: settled here; False: it was settled already; None: it has waiters (settle it
+        under its Condition)."""
         with _MAKING:
             if self._lazy_condition is not None:
+                return None
+            if self._state != _PENDING:
                 return False
-            if self._state == _PENDING:
-                self._state, self._result, self._exception = state, result, exception
+            self._state, self._result, self._exception = state, result, exception
         self._invoke_callbacks()
         return True
 
     def _resolve_as(self, state: str, result: Any = None,
                     error: BaseException | None = None) -> None:
-        """Resolve as ``state`` ended: done (``result``), failed (``error``) or cancelled."""
+        """Resolve as ``state`` ended: done (``result``), failed (``error``) or cancelled;
+        nothing if it is resolved already (by ``_resolve_early`` on another thread)."""
         if state == DONE:
-            if not self._resolve_unwatched(_FINISHED, result=result):
-                self.set_result(result)
+            if self._resolve_unwatched(_FINISHED, result=result) is None:
+                with contextlib.suppress(InvalidStateError):
+                    self.set_result(result)
         elif state == FAILED:
-            if not self._resolve_unwatched(_FINISHED, exception=error):
-                self.set_exception(error)
-        elif not self._resolve_unwatched(_CANCELLED_AND_NOTIFIED):
-            Future.cancel(self)
+            if self._resolve_unwatched(_FINISHED, exception=error) is None:
+                with contextlib.suppress(InvalidStateError):
+                    self.set_exception(error)
+        elif self._resolve_unwatched(_CANCELLED_AND_NOTIFIED) is None and Future.cancel(self):
             self.set_running_or_notify_cancel()
+
+    def _resolve_early(self, result: Any) -> None:
+        """Done with ``result``, from the thread that just queued the task's ``Finished``:
+        waiters wake now; done callbacks wait for the scheduler's thread (``_callbacks_due``),
+        so that none runs inside an executor's lock or before the end is recorded."""
+        with _MAKING:
+            condition = self._lazy_condition
+            if condition is None:
+                if self._state == _PENDING:
+                    self._state, self._result, self._early = _FINISHED, result, True
+                return
+        with condition:
+            if self._state != _PENDING:
+                return
+            self._state, self._result, self._early = _FINISHED, result, True
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            condition.notify_all()
+
+    def add_done_callback(self, fn: Any) -> None:
+        """As ``Future.add_done_callback``; on a handle resolved early, the callback waits
+        with the others for the step that records the end (on the scheduler's thread)."""
+        with _MAKING:
+            if self._early:
+                self._done_callbacks.append(fn)
+                return
+        super().add_done_callback(fn)
+
+    def _callbacks_due(self) -> bool:
+        """On the scheduler's thread, once the end is recorded: run the done callbacks of an
+        early resolution (True), once."""
+        with _MAKING:
+            due, self._early = self._early, False
+        if due:
+            self._invoke_callbacks()
+        return due
 
 
 _MAKING = threading.Lock()
@@ -150,10 +206,20 @@ class TaskHandle(_LightFuture):
     # -- where it is ------------------------------------------------------------------------
 
     @property
+    def _live(self) -> TaskRecord:
+        """The record, once the scheduler's thread has recorded what the handle knows: a
+        handle resolved early waits for that step first (at once on that thread itself)."""
+        if self._early:
+            self._scheduler._catch_up()
+        return self._record
+
+    @property
     def state(self) -> str:
         """As the core sees it, and ``stopping`` for a running task whose stop (cancel, time
         limit, preemption) is out but not yet confirmed by its executor."""
-        record = self._record
+        record = self._live
+        if self._early:  # (read on the scheduler's thread before it took the report)
+            return DONE
         if record.state == RUNNING and record.stopping_since is not None:
             return STOPPING
         return record.state
@@ -161,35 +227,35 @@ class TaskHandle(_LightFuture):
     @property
     def stopping_since(self) -> float | None:
         """When the stop of a ``stopping`` task went out (the scheduler's clock)."""
-        return self._record.stopping_since if self._record.state == RUNNING else None
+        return self._live.stopping_since if self.state == STOPPING else None
 
     @property
     def reason(self) -> str:
-        return self._record.reason
+        return self._live.reason
 
     @property
     def node(self) -> str | None:
-        return self._record.node
+        return self._live.node
 
     @property
     def slot(self) -> str | None:
-        return self._record.slot
+        return self._live.slot
 
     @property
     def devices(self) -> dict[str, dict[int, float]]:
-        return self._record.devices
+        return self._live.devices
 
     @property
     def rank(self) -> int | None:
-        return self._record.rank
+        return self._live.rank
 
     @property
     def world_size(self) -> int | None:
-        return self._record.world_size
+        return self._live.world_size
 
     @property
     def env(self) -> dict[str, str]:
-        return dict(self._record.env)
+        return dict(self._live.env)
 
     @property
     def position(self) -> int | None:
@@ -203,30 +269,31 @@ class TaskHandle(_LightFuture):
 
     @property
     def submitted(self) -> float | None:
-        return self._record.submitted
+        return self._live.submitted
 
     @property
     def started(self) -> float | None:
-        return self._record.started
+        return self._live.started
 
     @property
     def ended(self) -> float | None:
-        return self._record.ended
+        return self._live.ended
 
     @property
     def duration(self) -> float | None:
         """Seconds it ran (so far, while running)."""
-        started = self._record.started
+        record = self._live
+        started = record.started
         if started is None:
             return None
-        ended = self._record.ended
+        ended = record.ended
         return (ended if ended is not None else self._scheduler.now()) - started
 
     # -- what it did ------------------------------------------------------------------------
 
     @property
     def traceback(self) -> str:
-        return self._record.traceback
+        return self._live.traceback
 
     @property
     def error(self) -> str | None:
@@ -241,18 +308,18 @@ class TaskHandle(_LightFuture):
 
     @property
     def stdout(self) -> str:
-        output = self._record.output
+        output = self._live.output
         return output.text("stdout") if output is not None else ""
 
     @property
     def stderr(self) -> str:
-        output = self._record.output
+        output = self._live.output
         return output.text("stderr") if output is not None else ""
 
     @property
     def displays(self) -> list[dict]:
         """Display bundles the task published (``{"data": ..., "metadata": ...}``)."""
-        output = self._record.output
+        output = self._live.output
         return list(getattr(output, "displays", ()))
 
     @property
@@ -273,15 +340,23 @@ class TaskHandle(_LightFuture):
         return self._scheduler._cancel_ids([self.id])
 
     def running(self) -> bool:
-        return self._record.state == RUNNING
+        return self.state in (RUNNING, STOPPING)
 
     def __await__(self):
         return asyncio.wrap_future(self).__await__()
 
     def _settle(self) -> None:
-        """Resolve the future from the record (the scheduler's thread, once, when terminal)."""
+        """Resolve the future from the record (the scheduler's thread, once, when terminal),
+        or run the done callbacks of an early resolution."""
         record = self._record
-        if self.done() or record.state not in TERMINAL:
+        if record.state not in TERMINAL:
+            return
+        if self._callbacks_due():
+            if record.state != DONE:  # the core took no report before this one's: never
+                log.error("task %s resolved done from its reply, then %s", record.id,
+                          record.state)
+            return
+        if self.done():
             return
         error = _failure(record) if record.state == FAILED else None
         self._resolve_as(record.state, record.result, error)

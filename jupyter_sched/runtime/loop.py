@@ -24,6 +24,7 @@ and keeps the settings, the life cycle and the public methods.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import itertools
@@ -42,6 +43,7 @@ from ..core.state import Refused
 from ..executors.base import Executor, TaskRecord
 from ..executors.local.output import TaskOutput
 from ..model.resources import GPU
+from ..model.tasks import CANCELLED, DONE
 from ..views import snapshot as snapshots
 from .leases import POLL
 from .records import HISTORY, Records
@@ -64,6 +66,10 @@ _NODE_EVENTS = (ev.NodeAdded, ev.NodeRemoved, ev.NodeUpdated, ev.SlotAdded, ev.S
                 ev.QueueSet)
 _STOP = object()
 _WAKE = object()
+
+
+def _nothing(_core: Core) -> None:
+    return None
 
 
 @dataclasses.dataclass(eq=False)
@@ -186,6 +192,14 @@ class RuntimeLoop(Records):
             except FutureTimeout:
                 if self._thread is None or not self._thread.is_alive():
                     raise self._gone() from None
+
+    def _catch_up(self) -> None:
+        """Return once the runtime thread has handled what was queued before this call (at
+        once on that thread, or when it no longer runs)."""
+        if threading.current_thread() is self._thread or not self.alive:
+            return
+        with contextlib.suppress(RuntimeError):  # (it stopped meanwhile)
+            self._on_runtime(_nothing)
 
     def _output_pending(self, output: TaskOutput) -> None:
         self._queue.put(_Flush(output))
@@ -430,8 +444,11 @@ class RuntimeLoop(Records):
                 log.exception("closing %r failed", executor)
         self._close_leases()
         for record in list(self._live_records.values()):
-            record.state, record.reason = "cancelled", "the scheduler shut down"
             handle = self._handles.get(record.id)
+            if handle is not None and handle._early:  # its Finished came after the STOP
+                record.state, record.reason = DONE, ""
+            else:
+                record.state, record.reason = CANCELLED, "the scheduler shut down"
             if handle is not None:
                 handle._settle()
         self._live_records.clear()

@@ -51,8 +51,21 @@ class Records:
 
     def report(self, event: ev.Event) -> None:
         """An executor's fact (``Finished``, ``Failed``, ``Stopped``, node and slot changes).
-        Thread-safe; returns at once."""
+        Thread-safe; returns at once.
+
+        A ``Finished`` about the task's current attempt also resolves its handle, here, once
+        the report is queued: the core takes every such report (a success is a success, even
+        with a stop out), so the handle can say so before the scheduler's thread has read it.
+        An executor queues its reports in the order it decided them, under its lock, so that
+        nothing it says later (an engine's slot gone) reaches the core before this one."""
         self._queue.put(event)
+        if type(event) is ev.Finished:
+            record = self._records.get(event.task)
+            start = record.start if record is not None else None
+            if start is not None and event.attempt is not None and start.attempt == event.attempt:
+                handle = self._handles.get(event.task)
+                if handle is not None:
+                    handle._resolve_early(record.result)
 
     def complete(self, task_id: str, result: Any = None, error: BaseException | None = None,
                  traceback_text: str = "", attempt: int | None = None) -> None:

@@ -369,7 +369,9 @@ class Scheduler(RuntimeLoop, Configurable):
 
     @property
     def history(self) -> list[TaskHandle]:
-        """Finished tasks, newest first (the last ``HISTORY``)."""
+        """Finished tasks, newest first (the last ``HISTORY``), as of every report queued
+        before this call (a handle resolved from its reply is in it)."""
+        self._catch_up()
         return list(self._history_handles)
 
     def snapshot(self, fresh: bool = False) -> snapshots.Snapshot:

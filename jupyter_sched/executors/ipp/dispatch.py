@@ -35,6 +35,7 @@ from . import namespace as nsmod
 from .carry import Packer, unpack
 from .faults import EngineLost, RemoteTaskError, _engine_died, _remote_tb
 from .on_engine import ARGUMENTS, CALL, CELL, ERROR, FREE_PORT, FUNCTION, RESULT
+from .on_host import REFUSED
 from .requests import send_apply
 from .state import _Engine, _Outbox, _Run, _timer
 
@@ -236,36 +237,40 @@ class DispatchMixin:
         self._finish(run, reply)
 
     def _finish(self, run: _Run, reply: Any) -> None:
+        """The call's end, reported once: what came back is read first, then the run leaves
+        the tables and its report is queued, both under the lock, so that no later report of
+        ours (its engine's slot gone, which would lose the task) reaches the core before it."""
         if isinstance(reply, BaseException) and _engine_died(reply):
             self._engine_lost(run.engine, "died")
             return
+        if run.done:  # (the output's end and its time limit may both call this)
+            return
+        outcome = reply if isinstance(reply, BaseException) else _read_reply(run, reply)
         with self._lock:
             if run.done:
                 return
             self._forget(run)
-        self._settle(run, reply)
+            self._settle(run, outcome)
 
-    def _settle(self, run: _Run, reply: Any) -> None:
-        """Outcome and event for a finished call (no lock held)."""
+    def _settle(self, run: _Run, outcome: Any) -> None:
+        """Outcome and event for a finished call (lock held): ``outcome`` is the client's
+        exception, or what :func:`_read_reply` read of the reply."""
         runtime, task_id, attempt = self.runtime, run.task, run.start.attempt
-        if isinstance(reply, BaseException):  # aborted, or ipyparallel could not run it
+        if isinstance(outcome, BaseException):  # aborted, or ipyparallel could not run it
             if run.stopping is not None:
                 runtime.report(ev.Stopped(task_id, attempt=attempt))
                 return
-            summary = f"{type(reply).__name__}: {reply}"
-            runtime.complete(task_id, error=reply, traceback_text=_remote_tb(reply),
+            summary = f"{type(outcome).__name__}: {outcome}"
+            runtime.complete(task_id, error=outcome, traceback_text=_remote_tb(outcome),
                              attempt=attempt)
             runtime.report(ev.Failed(task_id, summary, attempt=attempt))
             return
-        status, head, data, *buffers = reply
+        status, head, entries, unreadable = outcome
         if self._host_reply(run, status, head):  # its host's lease refused: it never ran
             return
-        work = run.record.work
-        try:
-            entries, _ = unpack(data, buffers, _home(work), known=run.sent)
-        except Exception as err:
+        if unreadable is not None:
             summary = (f"what engine {run.engine.eid} sent back cannot be read here: "
-                       f"{type(err).__name__}: {err}")
+                       f"{type(unreadable).__name__}: {unreadable}")
             runtime.complete(task_id, error=RemoteTaskError(summary), attempt=attempt)
             runtime.report(ev.Failed(task_id, summary, attempt=attempt))
             return
@@ -359,6 +364,19 @@ class DispatchMixin:
 def _may_send(namespace: Mapping[str, object], name: str) -> bool:
     """Whether a notebook global that a function or class of a task reads goes with it."""
     return not nsmod.is_hidden(name, namespace)
+
+
+def _read_reply(run: _Run, reply: tuple) -> tuple:
+    """``(status, head, entries, error)`` of an engine's reply: its values unpacked (no lock
+    held: a result may be large), or why they could not be."""
+    status, head, data, *buffers = reply
+    if status == REFUSED:  # (its host's lease was refused: nothing ran, nothing came back)
+        return status, head, {}, None
+    try:
+        entries, _ = unpack(data, buffers, _home(run.record.work), known=run.sent)
+    except Exception as err:
+        return status, head, None, err
+    return status, head, entries, None
 
 
 def _home(work: Any) -> dict:
