@@ -146,9 +146,10 @@ class Node:
         return None
 
     def _pick_slot(self, devices: Mapping[int, int] | None) -> str:
-        """A free slot for the devices: bound ones first, so floating engines stay open."""
+        """A free slot for the devices: bound ones first, so floating engines stay open; among
+        those alike, the one freed last (its engine is the warmest: awake, caches fresh)."""
         floating = None
-        for slot_id in self.free_slots:
+        for slot_id in reversed(self.free_slots):
             slot = self.slots[slot_id]
             if slot.binding is None:
                 if floating is None:
