@@ -219,6 +219,11 @@ class HostLeases:
 
     # -- what others hold -----------------------------------------------------------------------
 
+    @property
+    def unread(self) -> bool:
+        """Others' holdings are to be read again (never read, a refusal, new device keys)."""
+        return self._version is None
+
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
         """What others hold now, when it changed since the last call; sweeps for dead holders
         every ``SWEEP`` seconds while ``waiting``. Reads the version at most every ``READ``

@@ -7,7 +7,6 @@ thread runs it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -109,7 +108,7 @@ class Records:
                 output = TaskOutput(work.parent, self._publisher, sink=work.output,
                                     on_pending=self._output_pending)
                 record.output = output
-                record.work = dataclasses.replace(work, output=output.write)
+                record.work = work.with_output(output.write)
             if record.start is not None:  # started again: keep where the last run was
                 record.keep_run(task.times)
             record.start = instruction
@@ -265,8 +264,7 @@ class Records:
     def _ended(self, record: TaskRecord, task: Any) -> None:
         del self._live_records[record.id]
         self._history_tasks.appendleft(task)
-        record.work = dataclasses.replace(record.work, fn=None, args=(), kwargs={},
-                                          namespace=None)
+        record.work = record.work.spent()
         handle = self._handles.get(record.id)
         if handle is not None:
             self._history_handles.appendleft(handle)
