@@ -98,9 +98,10 @@ class _Flush:
 
 
 def _asks_for_gpu(requests: list[_Request]) -> bool:
-    """Whether a request submits GPU work. Other kernels' holdings are read only for steps
-    that may place some (GPU work waits, or arrives) or after a refusal; a GPU task re-queued
-    by its failure may be placed on a stale view, and a refusal then reads them again."""
+    """Whether a request submits GPU work. Other kernels' holdings are read for steps that
+    may place some (GPU work waits, or arrives), after a refusal, and while someone looks
+    (subscribers, a fresh snapshot); a GPU task re-queued by its failure may be placed on a
+    stale view, and a refusal then reads them again."""
     return any(spec.demand.gpu_units or spec.demand.gpu_memory
                for request in requests for event in request.events
                if isinstance(event, ev.Submit) for spec in event.tasks)
@@ -305,8 +306,10 @@ class RuntimeLoop(Records):
 
         now = self.now()
         leases = self._leases
-        if leases is not None and (self.gpu_work_waits or leases.unread or _asks_for_gpu(
-                requests)) and (held := self._poll_leases(now, self.gpu_work_waits)):
+        if leases is not None and (
+                self.gpu_work_waits or leases.unread or self._observers or calls
+                or _asks_for_gpu(requests)) and (
+                held := self._poll_leases(now, self.gpu_work_waits)):
             requests.insert(0, _Request((held,)))  # what other kernels hold, when it changed
         touched = {e.task for e in plain}
         self._sync_all = False
