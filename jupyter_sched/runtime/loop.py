@@ -98,10 +98,7 @@ class _Flush:
 
 
 def _asks_for_gpu(requests: list[_Request]) -> bool:
-    """Whether a request submits GPU work. Other kernels' holdings are read for steps that
-    may place some (GPU work waits, or arrives), after a refusal, and while someone looks
-    (subscribers, a fresh snapshot); a GPU task re-queued by its failure may be placed on a
-    stale view, and a refusal then reads them again."""
+    """Whether a request submits GPU work."""
     return any(spec.demand.gpu_units or spec.demand.gpu_memory
                for request in requests for event in request.events
                if isinstance(event, ev.Submit) for spec in event.tasks)
@@ -305,10 +302,7 @@ class RuntimeLoop(Records):
                 requests.append(_Request((item,)))
 
         now = self.now()
-        leases = self._leases
-        if leases is not None and (
-                self.gpu_work_waits or leases.unread or self._observers or calls
-                or _asks_for_gpu(requests)) and (
+        if self._reads_holdings(requests, calls) and (
                 held := self._poll_leases(now, self.gpu_work_waits)):
             requests.insert(0, _Request((held,)))  # what other kernels hold, when it changed
         touched = {e.task for e in plain}
@@ -346,6 +340,16 @@ class RuntimeLoop(Records):
                 now - self._last_publish >= self.update_interval):
             self._publish()
         return stop
+
+    def _reads_holdings(self, requests: list[_Request], calls: list[_Call]) -> bool:
+        """Whether this step reads what other kernels hold: when it may place GPU work (GPU
+        work waits, or arrives), after a refusal, and while someone looks (subscribers, a fresh
+        snapshot). A GPU task re-queued by its failure may be placed on a stale view; a
+        refusal then reads it again."""
+        leases = self._leases
+        return leases is not None and bool(
+            self.gpu_work_waits or leases.unread or self._observers or calls
+            or _asks_for_gpu(requests))
 
     def _waits_for_gpu(self) -> bool:
         return any(q.waiting.get(GPU) for q in self._core.queues.leaves())
