@@ -102,8 +102,8 @@ def test_a_lost_race_requeues_the_attempt_without_a_retry(sched, path, monkeypat
     real_poll, real_settle = leases.poll, leases.settle
     monkeypatch.setattr(leases, "poll", lambda *a: None if blind.is_set() else real_poll(*a))
 
-    def settle(ended, starts):
-        refused = real_settle(ended, starts)
+    def settle(ended, starts, now):
+        refused = real_settle(ended, starts, now)
         if refused:
             blind.clear()
         return refused
@@ -238,21 +238,22 @@ def test_a_step_settles_its_leases_in_one_exchange_and_its_own_writes_are_no_new
     def start(task, units):
         return ev.Start(task, "local", None, {"GPU": {0: units}}, attempt=1)
 
-    assert leases.settle([], [start("a", 5_000), start("b", 5_000), start("c", 2_500)]) == {
+    assert leases.settle([], [start("a", 5_000), start("b", 5_000), start("c", 2_500)], 0.0) == {
         "c": "0.25 of GPU 0 is not free (only 0 is): " + "; ".join(
             lease.describe() for lease in leases.ledger.held())}
     assert sorted(leases.tasks()) == ["a", "b"]
-    assert leases.settle(["a"], [start("c", 2_500)]) == {}
+    assert leases.settle(["a"], [start("c", 2_500)], 0.0) == {}
     assert len(exchanges) == 2 and sorted(leases.tasks()) == ["b", "c"]
     assert leases.ledger.held()[-1].task == "c"
     # after a refusal it reads at once, and tells the core again (here: nobody else holds any)
     assert leases.poll(1.0, waiting=False).device_shares == {"GPU": {}}
     version = leases.ledger.version()
-    assert leases.settle(["c"], [start("d", 2_500)]) == {}  # c's lease passes to d as it is
-    assert leases.ledger.version() == version and len(exchanges) == 3
-    assert [(lease.units, lease.task) for lease in leases.ledger.held()
-            if lease.task in ("c", "d")] == [(2_500, "d")]
-    assert leases.settle(["b"], []) == {}
+    assert leases.settle(["c"], [start("d", 2_500)], 1.0) == {}  # c's lease passes to d as it is
+    assert leases.ledger.version() == version and len(exchanges) == 2  # written later
+    assert sorted(leases.tasks()) == ["b", "d"] and leases.label_due == 1.0 + runtime_leases.LABEL
+    assert leases.settle(["b"], [], 1.5) == {}  # the give writes the pass too
+    assert len(exchanges) == 3 and leases.label_due is None
+    assert [(lease.units, lease.task) for lease in leases.ledger.held()] == [(2_500, "d")]
     read = leases.ledger.held
     leases.ledger.held = lambda *a: pytest.fail("the leases read again for its own write")
     assert leases.poll(1.0 + runtime_leases.READ, waiting=False) is None
@@ -261,6 +262,61 @@ def test_a_step_settles_its_leases_in_one_exchange_and_its_own_writes_are_no_new
     assert leases.poll(1.0 + runtime_leases.READ / 2, waiting=False) is None  # not yet read
     held = leases.poll(1.0 + 3 * runtime_leases.READ, waiting=False)
     assert held.device_shares == {"GPU": {0: 5_000}}
+
+
+def test_a_lease_passed_on_is_named_for_its_new_task_by_the_label_time(path, caplog):
+    """A step that only passes leases on writes nothing; the ledger learns the new holder at
+    the latest ``LABEL`` seconds later, for a pass in a step as for a task sent ahead on an
+    engine; a pass whose lease was removed behind this process's back is taken anew."""
+    from jupyter_sched.core import events as ev
+
+    host = HostInfo("h", "boot", 4, 0, (GpuInfo(0, None, "", "declared", None, declared=True),))
+    leases = runtime_leases.HostLeases(Ledger(path), host, "local")
+    label = runtime_leases.LABEL
+
+    def start(task, after=None):
+        return ev.Start(task, "local", None, {"GPU": {0: 5_000}}, attempt=1, after=after)
+
+    def named():
+        return sorted(lease.task for lease in leases.ledger.held())
+
+    assert leases.settle([], [start("a"), start("b")], 10.0) == {}
+    assert leases.settle(["a"], [start("c")], 10.5) == {} and named() == ["a", "b"]
+    assert leases.settle([], [], 10.5 + label / 2) == {} and named() == ["a", "b"]
+    assert leases.settle([], [], 10.5 + label) == {} and named() == ["b", "c"]
+    assert leases.label_due is None
+    leases.follow(start("d", after="b"))  # d runs after b on b's engine, on b's shares
+    assert leases.settle(["b"], [], 12.0) == {} and leases.tasks() == ["c", "d"]
+    assert named() == ["b", "c"] and leases.label_due == 12.0 + label
+    with Ledger(path) as other:  # b's lease removed behind this process's back
+        other.give(next(lease for lease in other.held() if lease.task == "b"))
+    assert leases.settle([], [], 12.0 + label) == {} and named() == ["c", "d"]
+    # and when it cannot be taken anew, the task runs on without it, with a warning
+    assert leases.settle(["d"], [start("e")], 20.0) == {}
+    with Ledger(path) as other:
+        other.give(next(lease for lease in other.held() if lease.task == "d"))
+    as_other_process(path, gpu_key_of(host), 5_000)
+    assert leases.settle([], [], 20.0 + label) == {} and leases.tasks() == ["c"]
+    assert "e runs without its GPU lease" in caplog.text
+
+
+def test_the_runtime_names_a_task_given_a_passed_lease_without_a_step_of_its_own(sched, path):
+    """A long task that took over a short one's lease is named in the ledger within
+    ``LABEL`` seconds, though nothing else happens in the scheduler."""
+    go, gate = threading.Event(), threading.Event()
+    try:
+        first = sched.submit(go.wait, WAIT, resources={"GPU": 1}, name="short")
+        second = sched.submit(gate.wait, WAIT, resources={"GPU": 1}, name="long")
+        assert wait_for(lambda: (first.state, second.state) == ("running", "queued"))
+        go.set()
+        first.result(WAIT)
+        with Ledger(path) as ledger:  # (asking the scheduler anything would make a step)
+            assert wait_for(lambda: [lease.task for lease in ledger.held()] == [second.id],
+                            timeout=runtime_leases.LABEL + WAIT)
+        assert second.state == "running"
+    finally:
+        go.set()
+        gate.set()
 
 
 def gpu_key_of(host, index=0):

@@ -10,7 +10,8 @@ runtime thread:
 * takes the leases of a ``Start`` on the local node (kernel threads, engines of this host)
   just before carrying it out, all or nothing; the leases of attempts that ended and those of
   a step's starts are given and taken in one transaction (``settle``: a burst of short tasks
-  pays one commit a step, not two a task; a lease a start needs as it is passes to it). A
+  pays at most one commit a step, not two a task; a lease a start needs as it is passes to
+  it, and the ledger learns the lease's new task within ``LABEL`` seconds). A
   refusal is a race with another kernel that took its share after the last read: the attempt
   is reported ``Failed(unstarted=True)``, and the core re-queues it without spending a retry,
   next to the fresh holdings;
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 POLL = 0.25  # seconds between reads of the ledger's version while work waits for a GPU
 SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GPU
 READ = 0.02  # seconds between reads of the version while steps follow each other
+LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
 ERRORS = (LedgerError, sqlite3.Error, OSError)
 
 
@@ -101,6 +103,9 @@ class HostLeases:
         self._keys: dict[int, str] = {}
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
         self._next: dict[str, tuple[str, int]] = {}  # task -> the one sent ahead behind it
+        self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
+        self.label_due: float | None = None  # when the ledger is to learn of them at the latest
+        self._now = 0.0  # the last time a step said (``settle``, ``poll``)
         self._version: int | None = None
         self._sent: dict[int, int] | None = {}
         self._next_sweep = 0.0
@@ -133,12 +138,17 @@ class HostLeases:
         return {self._keys[i]: units for i, units in start.devices.get(GPU, {}).items()
                 if i in self._keys and units > 0}
 
-    def settle(self, ended: Iterable[str], starts: Iterable[ev.Start]) -> dict[str, str]:
+    def settle(self, ended: Iterable[str], starts: Iterable[ev.Start],
+               now: float) -> dict[str, str]:
         """Give back the leases of the tasks ``ended`` (and of earlier attempts of ``starts``)
         and take those of ``starts``, each all or nothing, in one transaction of the ledger.
         Leases given back that a start needs as they are (the same shares of the same devices)
-        pass to it instead: a stream of like tasks changes nothing others need to read.
-        Returns ``{task: reason}`` for the starts refused (another kernel holds the share)."""
+        pass to it instead; a step that only passes writes nothing: a stream of like tasks
+        changes nothing others need to read. The ledger learns which task holds a lease passed
+        on with the next transaction, at the latest ``LABEL`` seconds (of ``now``) after the
+        pass (:attr:`label_due`). Returns ``{task: reason}`` for the starts refused (another
+        kernel holds the share)."""
+        self._now = now
         starts = list(starts)
         released = [leases for task in ended if (leases := self._release(task))]
         released += [leases for start in starts
@@ -147,29 +157,55 @@ class HostLeases:
         for leases in released:
             spare.setdefault(_shape((lease.device, lease.units) for lease in leases),
                              []).append(leases)
-        takes, passes = [], []
+        takes = []
         for start in starts:
             shares = self.shares(start)
             if shares:
                 same = spare.get(_shape(shares.items()))
                 if same:
-                    passes.append((start, same.pop()))
+                    self._hand_over(start.task, start.attempt, same.pop())
                 else:
                     takes.append((start, shares))
         gives = [lease.id for group in spare.values() for leases in group for lease in leases]
-        if not gives and not takes and not passes:
+        due = self.label_due is not None and now >= self.label_due
+        if not gives and not takes and not due:
             return {}
+        passes = list(self._unlabelled.items())
+        self._unlabelled.clear()
+        self.label_due = None
         done = self.ledger.exchange(gives, [(start.task, shares) for start, shares in takes],
-                                    passes=[(start.task, leases) for start, leases in passes])
+                                    passes=passes)
         if done.before == self._version:
             self._version = done.after  # only our own changes since the last read
+        for (task, _), got in zip(passes, done.passed, strict=True):
+            self._labelled(task, got)
         refused = {}
-        for (start, _), got in zip(takes + passes, done.taken + done.passed, strict=True):
+        for (start, _), got in zip(takes, done.taken, strict=True):
             if isinstance(got, Refusal):
                 refused[start.task] = self._refused(got)
             else:
                 self._by_task[start.task] = (start.attempt, got)
         return refused
+
+    def _hand_over(self, task: str, attempt: int, leases: tuple[Lease, ...]) -> None:
+        """``task`` holds ``leases`` from now on; the ledger learns it within ``LABEL``
+        seconds."""
+        self._by_task[task] = (attempt, leases)
+        self._unlabelled[task] = leases
+        if self.label_due is None:
+            self.label_due = self._now + LABEL
+
+    def _labelled(self, task: str, got: tuple[Lease, ...] | Refusal) -> None:
+        """The ledger now names ``task`` on its leases; a pass whose leases were gone (taken
+        from the ledger behind this process's back) was taken anew, or refused: the task runs
+        on without a lease."""
+        attempt = self._by_task[task][0]
+        if isinstance(got, Refusal):
+            del self._by_task[task]
+            log.warning("%s runs without its GPU lease, which was removed from the ledger "
+                        "and could not be taken again: %s", task, self._refused(got))
+        else:
+            self._by_task[task] = (attempt, got)
 
     def _refused(self, refusal: Refusal) -> str:
         self._version = None  # someone took it since the last read: read again, and
@@ -196,9 +232,10 @@ class HostLeases:
         if held is None or held[0] == attempt:
             return ()
         del self._by_task[task]
+        self._unlabelled.pop(task, None)
         successor = self._next.pop(task, None)
         if successor is not None and successor[0] not in self._by_task:
-            self._by_task[successor[0]] = (successor[1], held[1])
+            self._hand_over(successor[0], successor[1], held[1])
             return ()
         return held[1]
 
@@ -228,6 +265,7 @@ class HostLeases:
         """What others hold now, when it changed since the last call; sweeps for dead holders
         every ``SWEEP`` seconds while ``waiting``. Reads the version at most every ``READ``
         seconds (a burst of steps reads it once), but at once after a refusal or a sweep."""
+        self._now = now
         if waiting and now >= self._next_sweep:
             self._next_sweep = now + SWEEP
             if self.ledger.sweep() or self.outside is not None:

@@ -274,8 +274,11 @@ class RuntimeLoop(Records):
             due.append(deadline + _DEADLINE_SLACK)
         if self._outputs:
             due.append(self._outputs[0][0] - self._t0)
-        if self._leases is not None and self.gpu_work_waits:
-            due.append(now + POLL)  # another kernel may give its share back
+        if self._leases is not None:
+            if self.gpu_work_waits:
+                due.append(now + POLL)  # another kernel may give its share back
+            if self._leases.label_due is not None:
+                due.append(self._leases.label_due)  # the ledger learns who holds a lease
         if not due:
             return None
         return min(_MAX_WAIT, max(0.0, min(due) - now))
@@ -316,7 +319,7 @@ class RuntimeLoop(Records):
             instructions += self._apply(request, batch, touched)
             batch = []
 
-        self._settle_leases(instructions)
+        self._settle_leases(instructions, now)
         for instruction in instructions:
             touched.add(instruction.task)
             self._carry_out(instruction)

@@ -143,10 +143,11 @@ class Records:
 
     # -- the host's leases ----------------------------------------------------------------------
 
-    def _settle_leases(self, instructions: list) -> None:
+    def _settle_leases(self, instructions: list, now: float) -> None:
         """Before a step's instructions are carried out: give back the leases of attempts that
         ended (their records are synced after the instructions: a start must never be refused
-        by our own leases) and take those of the step's starts, in one transaction."""
+        by our own leases) and take those of the step's starts, in one transaction (when one is
+        due: a step that only passes leases on writes none, :meth:`HostLeases.settle`)."""
         leases, core = self._leases, self._core
         self._refused = {}
         if leases is None:
@@ -154,12 +155,12 @@ class Records:
         ended = [held for held in leases.tasks()
                  if (task := core.tasks.get(held)) is None or task.state != RUNNING]
         starts = [i for i in instructions if isinstance(i, ev.Start) and i.after is None]
-        if not ended and not starts:
+        if not ended and not starts and (leases.label_due is None or now < leases.label_due):
             return
         for start in starts:
             self._unleased.discard(start.task)
         try:
-            self._refused = leases.settle(ended, starts)
+            self._refused = leases.settle(ended, starts, now)
         except host_leases.ERRORS as err:
             self._drop_leases(err)
 
