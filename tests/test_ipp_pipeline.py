@@ -140,6 +140,25 @@ def test_a_line_sent_ahead_runs_on_its_engine_and_its_cancelled_middle_never_run
     assert sched.inspect_core(lambda core: core.stale_reports) == 0
 
 
+def test_a_task_sent_ahead_says_running_once_it_took_over_its_slot(cluster, tmp_path):
+    """Nothing is sent when it takes over (its engine began it on its own): the record follows
+    the task before it, which ended."""
+    sched, _ = cluster
+    sched.pipeline = 5.0
+    warm_up(sched, tmp_path)
+    busy = [sched.submit(marked, str(tmp_path / f"busy{k}"), 0.5, target="engines")
+            for k in range(2)]
+    wait_for(lambda: all(h.state == "running" for h in busy), 30, "both engines busy")
+    path = tmp_path / "ahead"
+    ahead = sched.submit(marked, str(path), 3.0, target="engines")
+    wait_for(lambda: sent_ahead(sched, ahead) in {h.id for h in busy}, 10,
+             "the task to be sent ahead")
+    assert ahead.state == "queued"
+    wait_for(lambda: runs(path), 30, "its engine to begin it")
+    wait_for(lambda: ahead.state == "running", 5, "its handle to say it runs")
+    assert ahead.result(timeout=60) == runs(path)[0]
+
+
 def test_an_engine_dying_with_a_task_sent_ahead_retries_both_once(tmp_path):
     with scheduler_with_engines(engines=2) as (sched, _):
         sched.debug_validate = True

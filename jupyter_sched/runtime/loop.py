@@ -145,6 +145,7 @@ class RuntimeLoop(Records):
         self._sync_all = False
         self._leases = None  # the host's lease ledger (runtime/leases.py), set by start()
         self._unleased: set[str] = set()  # tasks whose last start its lease refused
+        self._behind: dict[str, str] = {}  # task -> the task sent ahead behind it
         self._refused: dict[str, str] = {}
         # whether GPU work waits, as of the last step: executors read it from their threads
         # (engines' hosts are re-read only while it is true)

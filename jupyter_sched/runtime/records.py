@@ -102,6 +102,8 @@ class Records:
             if self._leases is not None and not self._lease(instruction):
                 return
             ahead = instruction.after is not None  # sent ahead: it starts when `after` ends
+            if ahead:
+                self._behind[instruction.after] = instruction.task  # synced as that one ends
             task = self._core.tasks[instruction.task]
             if record.output is None:
                 work = record.work
@@ -244,11 +246,17 @@ class Records:
                 gangs.add(id(task.gang))
                 ids.update(m.id for m in task.gang.members)
         ended = []
-        for task_id in ids:
+        order = list(ids)
+        for task_id in order:  # (grows: a task that took over an ended one's slot is synced)
             record = self._live_records.get(task_id)
             task = core.tasks.get(task_id)
             if record is None or task is None:
                 continue
+            if task.state != RUNNING and task.state != ASSIGNED and task_id in self._behind:
+                successor = self._behind.pop(task_id)
+                if successor not in ids:
+                    ids.add(successor)
+                    order.append(successor)
             self._give_leases(task_id, task)
             record.state, record.reason = task.state, task.reason
             if task.state == ASSIGNED:  # (sent ahead: queued, as far as anyone outside sees)
