@@ -85,7 +85,9 @@ def test_engine_call_sets_the_environment_for_the_call_only(monkeypatch):
     seen = SEEN
     out = call(meta(env={"JUPYTER_SCHED_TASK": "t1", "RANK": "1"}, gpus=((0, 0.5),)),
                task, 1, y=2)
-    assert read(out) == ("ok", {"notes": [], "printed": False}, {RESULT: 3})
+    status, head, entries = read(out)
+    assert 0 < head.pop("seconds") < 60  # how long the call took (bundles are sized by it)
+    assert (status, head, entries) == ("ok", {"notes": [], "printed": False}, {RESULT: 3})
     assert seen["rank"] == "1" and seen["task"] == "t1"
     assert seen["current"].id == "t1" and seen["current"].devices == {"GPU": {0: 0.5}}
     assert "RANK" not in os.environ and os.environ["JUPYTER_SCHED_TASK"] == "before"

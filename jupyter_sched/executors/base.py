@@ -134,6 +134,10 @@ class Executor(ABC):
     def close(self) -> None:
         """Abort everything still running and join this executor's threads."""
 
+    def end_step(self) -> None:  # noqa: B027 (most executors have nothing to do)
+        """The runtime's step has carried out its ``Start``s for this executor (it may have
+        held some, to send them together)."""
+
 
 def device_shares(start: Start) -> dict[str, dict[int, float]]:
     """``Start.devices`` in units -> shares as floats: ``{"GPU": {0: 0.5}}``."""

@@ -321,9 +321,13 @@ class RuntimeLoop(Records):
             batch = []
 
         self._settle_leases(instructions, now)
-        for instruction in instructions:
-            touched.add(instruction.task)
-            self._carry_out(instruction)
+        try:
+            for instruction in instructions:
+                touched.add(instruction.task)
+                self._carry_out(instruction)
+        finally:  # (an executor may hold starts to send them together)
+            if instructions:
+                self._end_step(instructions)
         self._sync(touched)
         for request in requests:
             self._answer(request)

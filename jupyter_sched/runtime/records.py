@@ -143,6 +143,16 @@ class Records:
             except Exception:
                 log.exception("could not stop %s", instruction.task)
 
+    def _end_step(self, instructions: list) -> None:
+        """Tell the executors that started tasks in this step that its starts are out."""
+        executors = {id(e): e for i in instructions if isinstance(i, ev.Start)
+                     and (e := self._executor_for(i)) is not None}
+        for executor in executors.values():
+            try:
+                executor.end_step()
+            except Exception:
+                log.exception("%r could not end its step", executor)
+
     # -- the host's leases ----------------------------------------------------------------------
 
     def _settle_leases(self, instructions: list, now: float) -> None:

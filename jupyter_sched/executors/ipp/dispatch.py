@@ -87,7 +87,7 @@ class DispatchMixin:
                         engine.task = start.task
                     self._runs[start.task] = run
                     if start.gang is None:
-                        self._send(run, out)
+                        self._send_or_hold(run, out)  # (.bundles)
                     else:
                         self._join_gang(run, out)
         out.send()
@@ -250,6 +250,8 @@ class DispatchMixin:
             if run.done:
                 return
             self._forget(run)
+            if not isinstance(outcome, BaseException) and isinstance(outcome[1], dict):
+                self._learn(run, outcome[1].get("seconds"))
             self._settle(run, outcome)
 
     def _settle(self, run: _Run, outcome: Any) -> None:

@@ -15,6 +15,7 @@ Getting engines::
   ``NodeAdded``/``SlotAdded``/``NodeUpdated`` events (:class:`.engines.HostMap`);
 * :mod:`.dispatch`: running a task on its slot's engine (environment, pushed names, output,
   outcome, names pulled back), and gangs (rank 0's engine names a port for all);
+* :mod:`.bundles`: the tasks sent ahead to one engine in one step, as one request;
 * :mod:`.requests`: the apply request itself, with less than ``send_apply_request`` makes;
 * :mod:`.faults`: stopping a task (interrupt, then kill its engine), and engines that die or
   leave (their task fails with ``lost=True``; ``SlotRemoved``, ``NodeRemoved``);
@@ -32,6 +33,7 @@ from typing import Any
 
 from ...core import events as ev
 from ..base import Executor
+from .bundles import BundlesMixin
 from .cluster import (
     ClusterControl,
     ClusterInUse,
@@ -50,8 +52,8 @@ from .state import _Engine, _Outbox, _Run
 log = logging.getLogger(__name__)
 
 
-class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, LeasesMixin,
-                  Executor):
+class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, BundlesMixin, FaultsMixin,
+                  LeasesMixin, Executor):
     """Runs tasks on ipyparallel engines; see the module docstring.
 
     ``cluster`` is the ``ipp.Cluster`` of ``client``'s engines, if known (``start_cluster``
@@ -73,6 +75,7 @@ class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, FaultsMixin, Lease
         self._by_slot: dict[str, _Engine] = {}
         self._runs: dict[str, _Run] = {}
         self._gangs: dict[str, _Gang] = {}
+        self._family_seconds: dict[str, float] = {}  # a family's last run on an engine
         self._probing: dict[int, Any] = {}
         self._closed = False
         self._init_leases()

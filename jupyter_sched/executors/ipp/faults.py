@@ -84,7 +84,8 @@ class FaultsMixin:
         engine has taken the abort: a signal interrupts only an aborted request
         (``on_engine._own_interrupts``), so the request queued behind is safe from it."""
         try:
-            taken = self.client.abort(run.future.msg_id, targets=[run.engine.eid], block=False)
+            taken = self.client.abort(run.request or run.future.msg_id,
+                                      targets=[run.engine.eid], block=False)
         except Exception as err:
             log.debug("task %s: abort: %s", run.task, err)
             return

@@ -19,6 +19,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -38,18 +39,65 @@ def engine_call(meta: tuple, data: bytes, /, *buffers: Any) -> tuple:
     """Run the function in the stream with its arguments as task ``meta`` (on the engine).
     A notebook function's globals are a namespace of its own holding the notebook globals
     that came with it."""
+    began = time.perf_counter()
+    with noticing_output() as printed:
+        reply = _call(meta, data, buffers)
+    reply[1].update(printed=printed[0], seconds=time.perf_counter() - began)
+    return reply
+
+
+def engine_bundle(calls: tuple, /) -> Any:
+    """Run the tasks of one request one after another, each as :func:`engine_call` runs it
+    (on the engine): ``calls`` holds ``(request, meta, data)`` per task, ``request`` the id
+    the kernel aborts it by. The reply holds one reply per task, in order: ``engine_call``'s,
+    with what the task printed kept apart in ``head["output"]`` (``[(stream, text)]``: the
+    kernel writes it to the task), or ``("aborted",)`` for a task stopped before its turn.
+
+    A SIGINT interrupts only the task whose request was aborted, as for a task of its own;
+    between tasks it is dropped (it was meant for one that has ended)."""
+    aborted = _aborted()
+    try:
+        previous = signal.signal(signal.SIGINT, _dropped)
+    except (ValueError, TypeError):  # not the main thread
+        previous = None
+    replies: list[tuple] = []
+    try:
+        for request, meta, data in calls:
+            if request in aborted:
+                aborted.discard(request)
+                replies.append(("aborted",))
+                continue
+            began = time.perf_counter()
+            try:
+                with keeping_output() as output:
+                    reply = _call(meta, data, (), request)
+            except KeyboardInterrupt:  # its interrupt came as its scope ended
+                replies.append(("aborted",))
+                continue
+            reply[1].update(output=output, seconds=time.perf_counter() - began)
+            replies.append(reply)
+    finally:
+        if previous is not None:
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signal.SIGINT, previous)
+    return _pickled_bundle(tuple(replies))
+
+
+def _call(meta: tuple, data: bytes, buffers: tuple, request: str | None = None) -> tuple:
     from jupyter_sched.executors.ipp import carry
 
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     origins: dict = {}
-    with noticing_output() as printed, task_scope(meta) as outcome:
+    with task_scope(meta, request) as outcome:
         entries, origins = carry.unpack(data, buffers, namespace)
         fn, (args, kwargs) = entries.pop(FUNCTION), entries.pop(ARGUMENTS)
         namespace.update(entries)
         outcome[:] = ["ok", fn(*args, **kwargs)]
-    reply = _reply(outcome, origins, {}, cell=False)
-    reply[1]["printed"] = printed[0]
-    return reply
+    return _reply(outcome, origins, {}, cell=False)
+
+
+def _dropped(signum: int, frame: Any) -> None:
+    """A SIGINT between the tasks of a bundle: meant for one that has ended."""
 
 
 def engine_cell(meta: tuple, code: str, pull: tuple | None, explicit: bool, data: bytes,
@@ -147,8 +195,40 @@ def noticing_output():
 
 
 @contextlib.contextmanager
-def task_scope(meta: tuple):
-    """Environment and ``current_task()`` for one call; an exception becomes the outcome."""
+def keeping_output():
+    """What the call writes to stdout and stderr, kept (``[(stream name, text)]``) instead of
+    sent: the task is one of a bundle, whose output would all come as the bundle's."""
+    kept: list[tuple[str, str]] = []
+    patched = []
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        if stream is None or any(stream is other for other in patched):
+            continue
+
+        def keep(text: str, _name: str = name) -> int:
+            if text:
+                if kept and kept[-1][0] == _name:
+                    kept[-1] = (_name, kept[-1][1] + text)
+                else:
+                    kept.append((_name, text))
+            return len(text)
+
+        try:
+            stream.write = keep
+        except (AttributeError, TypeError):
+            continue
+        patched.append(stream)
+    try:
+        yield kept
+    finally:
+        for stream in patched:
+            with contextlib.suppress(AttributeError, TypeError):
+                del stream.write
+
+
+@contextlib.contextmanager
+def task_scope(meta: tuple, request: str | None = None):
+    """Environment and ``current_task()`` for one call; an exception becomes the outcome.
+    ``request``: the id its stop aborts (default: the request's message id)."""
     task_id, name, env, gpus, rank, world_size, gang, node = meta
     saved = {k: os.environ.get(k) for k in env if k != "CUDA_VISIBLE_DEVICES"}
     os.environ.update(env)  # CUDA_VISIBLE_DEVICES stays: CUDA reads it once per process
@@ -160,7 +240,7 @@ def task_scope(meta: tuple):
             task_id, name, {"GPU": dict(gpus)} if gpus else {}, rank, world_size, dict(env),
             node, gang))
     outcome: list = []
-    handler = _own_interrupts()
+    handler = _own_interrupts(request)
     try:
         yield outcome
     except BaseException as err:  # KeyboardInterrupt too: the kernel decides what it means
@@ -178,19 +258,20 @@ def task_scope(meta: tuple):
                 os.environ[key] = value
 
 
-def _own_interrupts() -> Any:
+def _own_interrupts(request: str | None = None) -> Any:
     """Let only a SIGINT meant for this request interrupt it; the handler it replaces, or None.
 
     The kernel stops a task by aborting its request and, once the engine has taken the abort,
     signalling the engine. Tasks are queued on an engine one behind another, so a signal may
     land in the task before or behind the one it was meant for: that one goes on. A request
-    is the one meant when its message id is among the kernel's aborted ones."""
+    is the one meant when its id (``request``, default its message id) is among the kernel's
+    aborted ones."""
     try:
         from IPython import get_ipython
 
         kernel = get_ipython().kernel
         aborted = kernel.aborted
-        msg_id = kernel.get_parent("shell")["header"]["msg_id"]
+        msg_id = request or kernel.get_parent("shell")["header"]["msg_id"]
     except Exception:  # not a kernel that keeps aborted ids: every SIGINT interrupts
         return None
 
@@ -203,6 +284,17 @@ def _own_interrupts() -> Any:
         return signal.signal(signal.SIGINT, interrupt)
     except (ValueError, TypeError):  # not the main thread
         return None
+
+
+def _aborted() -> set:
+    """The engine kernel's aborted request ids (an empty set where it keeps none)."""
+    try:
+        from IPython import get_ipython
+
+        aborted = get_ipython().kernel.aborted
+    except Exception:
+        return set()
+    return aborted if isinstance(aborted, set) else set()
 
 
 def describe_error(err: BaseException) -> tuple[str, str]:
@@ -236,6 +328,25 @@ def _pickled_reply(reply: Any) -> Any:
         pickled.buffers = [pickle.dumps(reply, PICKLE_PROTOCOL)]
     except Exception:  # ipyparallel says why it cannot go, as before
         return reply
+    return pickled
+
+
+def _pickled_bundle(replies: tuple) -> Any:
+    """A bundle's replies pickled as they are, as :func:`_pickled_reply` does for one (left
+    to ipyparallel when one has buffers)."""
+    if not all(type(r) is tuple and (len(r) == 1 or (len(r) == 3 and type(r[2]) is bytes))
+               for r in replies):
+        return replies
+    try:
+        from ipyparallel.serialize import PrePickled
+        from ipyparallel.serialize.serialize import PICKLE_PROTOCOL
+    except ImportError:
+        return replies
+    pickled = PrePickled.__new__(PrePickled)
+    try:
+        pickled.buffers = [pickle.dumps(replies, PICKLE_PROTOCOL)]
+    except Exception:
+        return replies
     return pickled
 
 
@@ -279,6 +390,7 @@ class Ref:
 
 
 CALL = Ref(__name__, "engine_call")
+BUNDLE = Ref(__name__, "engine_bundle")
 CELL = Ref(__name__, "engine_cell")
 PROBE = Ref("jupyter_sched.executors.ipp.engines", "probe")
 FREE_PORT = Ref("jupyter_sched.executors.ipp.engines", "free_port")

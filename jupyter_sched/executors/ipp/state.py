@@ -30,6 +30,7 @@ class _Engine:
     task: str | None = None  # the task it runs (or was sent last)
     # tasks sent ahead, queued on the engine behind ``task``, in the order it runs them
     behind: list[str] = field(default_factory=list)
+    bundle: list[_Run] = field(default_factory=list)  # held to go in one request (.bundles)
     alive: bool = True
     quiet_until: float = 0.0
     exit_status: str | None = None
@@ -46,6 +47,7 @@ class _Run:
     call: tuple | None = None  # (function, args, kwargs) until sent
     sent: dict[int, object] = field(default_factory=dict)  # what went by value, by token
     future: Any = None
+    request: str | None = None  # the id its stop aborts, in a bundle (else its message id)
     stopping: str | None = None
     done: bool = False
     printed: bool = False
