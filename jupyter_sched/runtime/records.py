@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import events as ev
 from ..executors.base import Executor, TaskRecord, device_shares
 from ..executors.local.output import TaskOutput
+from ..model.resources import GPU
 from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL
 from . import leases as host_leases
 
@@ -144,9 +145,10 @@ class Records:
                 log.exception("could not stop %s", instruction.task)
 
     def _end_step(self, instructions: list) -> None:
-        """Tell the executors that started tasks in this step that its starts are out."""
+        """Tell the executors that were sent tasks ahead in this step that its starts are out
+        (they may hold those, to send them together)."""
         executors = {id(e): e for i in instructions if isinstance(i, ev.Start)
-                     and (e := self._executor_for(i)) is not None}
+                     and i.after is not None and (e := self._executor_for(i)) is not None}
         for executor in executors.values():
             try:
                 executor.end_step()
@@ -166,7 +168,8 @@ class Records:
             return
         ended = [held for held in leases.tasks()
                  if (task := core.tasks.get(held)) is None or task.state != RUNNING]
-        starts = [i for i in instructions if isinstance(i, ev.Start) and i.after is None]
+        starts = [i for i in instructions  # (only GPU shares take leases)
+                  if isinstance(i, ev.Start) and i.after is None and i.devices.get(GPU)]
         if not ended and not starts and (leases.label_due is None or now < leases.label_due):
             return
         for start in starts:

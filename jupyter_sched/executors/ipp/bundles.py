@@ -47,12 +47,14 @@ class BundlesMixin:
         engine = run.engine
         seconds = self._bundles_by(run)
         if seconds is None:
-            self._send_bundle(engine, out)
+            if engine.bundle:
+                self._send_bundle(engine, out)
             self._send(run, out)
             return
         if seconds * (len(engine.bundle) + 1) > BUNDLE_SECONDS:
             self._send_bundle(engine, out)
         engine.bundle.append(run)
+        self._holding.add(engine.eid)
 
     def _bundles_by(self, run: _Run) -> float | None:
         """The last run of ``run``'s family, when ``run`` may go in a bundle; else None."""
@@ -79,9 +81,11 @@ class BundlesMixin:
         """The runtime's step has carried out its starts: send the bundles it made."""
         out = _Outbox(self.runtime)
         with self._lock:
-            for engine in self._engines.values():
-                if engine.bundle:
+            for eid in self._holding:
+                engine = self._engines.get(eid)
+                if engine is not None and engine.bundle:
                     self._send_bundle(engine, out)
+            self._holding.clear()
         out.send()
 
     def _send_bundle(self, engine: _Engine, out: _Outbox) -> None:

@@ -76,6 +76,7 @@ class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, BundlesMixin, Faul
         self._runs: dict[str, _Run] = {}
         self._gangs: dict[str, _Gang] = {}
         self._family_seconds: dict[str, float] = {}  # a family's last run on an engine
+        self._holding: set[int] = set()  # engines with runs held for a bundle (.bundles)
         self._probing: dict[int, Any] = {}
         self._closed = False
         self._init_leases()
