@@ -68,6 +68,21 @@ def warm_up(sched, tmp_path: Path, fn=marked) -> None:
         sched.submit(fn, str(tmp_path / f"warm{k}"), 0, target="engines").result(timeout=60)
 
 
+def one_sent_ahead(sched, tmp_path: Path, busy_for: float, path: Path, seconds: float):
+    """Both engines busy for ``busy_for`` seconds, and a task (``marked(path, seconds)``) sent
+    ahead to one of them: the busy tasks and that one, still queued."""
+    sched.pipeline = 5.0
+    warm_up(sched, tmp_path)
+    busy = [sched.submit(marked, str(tmp_path / f"busy{k}"), busy_for, target="engines")
+            for k in range(2)]
+    wait_for(lambda: all(h.state == "running" for h in busy), 30, "both engines busy")
+    ahead = sched.submit(marked, str(path), seconds, target="engines")
+    wait_for(lambda: sent_ahead(sched, ahead) in {h.id for h in busy}, 10,
+             "the task to be sent ahead")
+    assert ahead.state == "queued"  # sent to its engine, yet waiting there
+    return busy, ahead
+
+
 # -- tests ---------------------------------------------------------------------------------------
 
 
@@ -90,16 +105,8 @@ def test_short_tasks_never_wait_behind_a_long_one_with_another_engine_free(clust
 
 def test_a_cancelled_task_sent_ahead_never_runs(cluster, tmp_path):
     sched, _ = cluster
-    sched.pipeline = 5.0
-    warm_up(sched, tmp_path)
-    busy = [sched.submit(marked, str(tmp_path / f"busy{k}"), 2.5, target="engines")
-            for k in range(2)]
-    wait_for(lambda: all(h.state == "running" for h in busy), 30, "both engines busy")
     path = tmp_path / "ahead"
-    ahead = sched.submit(marked, str(path), 0, target="engines")
-    wait_for(lambda: sent_ahead(sched, ahead) in {h.id for h in busy}, 10,
-             "the task to be sent ahead")
-    assert ahead.state == "queued"  # sent to its engine, yet waiting there
+    busy, ahead = one_sent_ahead(sched, tmp_path, 2.5, path, 0)
     assert ahead.cancel()
     for h in busy:
         h.result(timeout=60)
@@ -144,16 +151,8 @@ def test_a_task_sent_ahead_says_running_once_it_took_over_its_slot(cluster, tmp_
     """Nothing is sent when it takes over (its engine began it on its own): the record follows
     the task before it, which ended."""
     sched, _ = cluster
-    sched.pipeline = 5.0
-    warm_up(sched, tmp_path)
-    busy = [sched.submit(marked, str(tmp_path / f"busy{k}"), 0.5, target="engines")
-            for k in range(2)]
-    wait_for(lambda: all(h.state == "running" for h in busy), 30, "both engines busy")
     path = tmp_path / "ahead"
-    ahead = sched.submit(marked, str(path), 3.0, target="engines")
-    wait_for(lambda: sent_ahead(sched, ahead) in {h.id for h in busy}, 10,
-             "the task to be sent ahead")
-    assert ahead.state == "queued"
+    _, ahead = one_sent_ahead(sched, tmp_path, 0.5, path, 3.0)
     wait_for(lambda: runs(path), 30, "its engine to begin it")
     wait_for(lambda: ahead.state == "running", 5, "its handle to say it runs")
     assert ahead.result(timeout=60) == runs(path)[0]

@@ -320,14 +320,7 @@ class RuntimeLoop(Records):
             instructions += self._apply(request, batch, touched)
             batch = []
 
-        self._settle_leases(instructions, now)
-        try:
-            for instruction in instructions:
-                touched.add(instruction.task)
-                self._carry_out(instruction)
-        finally:  # (an executor may hold starts to send them together)
-            if instructions:
-                self._end_step(instructions)
+        self._carry_out_all(instructions, now, touched)
         self._sync(touched)
         for request in requests:
             self._answer(request)

@@ -144,6 +144,18 @@ class Records:
             except Exception:
                 log.exception("could not stop %s", instruction.task)
 
+    def _carry_out_all(self, instructions: list, now: float, touched: set) -> None:
+        """A step's instructions: the host's leases first, then each in order; the executors
+        that were sent tasks ahead are told when all are out."""
+        self._settle_leases(instructions, now)
+        try:
+            for instruction in instructions:
+                touched.add(instruction.task)
+                self._carry_out(instruction)
+        finally:  # (an executor may hold starts to send them together)
+            if instructions:
+                self._end_step(instructions)
+
     def _end_step(self, instructions: list) -> None:
         """Tell the executors that were sent tasks ahead in this step that its starts are out
         (they may hold those, to send them together)."""

@@ -170,28 +170,16 @@ def noticing_output():
     """Whether the call wrote to stdout or stderr (a list of one flag): the kernel then waits
     for its last lines, which travel apart from the reply and may come after it."""
     wrote = [False]
-    patched = []
-    for stream in {id(s): s for s in (sys.stdout, sys.stderr) if s is not None}.values():
-        write = getattr(stream, "write", None)
-        if write is None:
-            continue
 
-        def noting(text: str, _write: Callable = write) -> Any:
+    def noting(name: str, write: Callable) -> Callable:
+        def note(text: str) -> Any:
             if text:
                 wrote[0] = True
-            return _write(text)
+            return write(text)
+        return note
 
-        try:
-            stream.write = noting  # the stream object stays: isinstance checks still hold
-        except (AttributeError, TypeError):
-            continue
-        patched.append(stream)
-    try:
+    with _writes_through(noting):
         yield wrote
-    finally:
-        for stream in patched:
-            with contextlib.suppress(AttributeError, TypeError):
-                del stream.write
 
 
 @contextlib.contextmanager
@@ -199,26 +187,37 @@ def keeping_output():
     """What the call writes to stdout and stderr, kept (``[(stream name, text)]``) instead of
     sent: the task is one of a bundle, whose output would all come as the bundle's."""
     kept: list[tuple[str, str]] = []
-    patched = []
-    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-        if stream is None or any(stream is other for other in patched):
-            continue
 
-        def keep(text: str, _name: str = name) -> int:
+    def keeping(name: str, write: Callable) -> Callable:
+        def keep(text: str) -> int:
             if text:
-                if kept and kept[-1][0] == _name:
-                    kept[-1] = (_name, kept[-1][1] + text)
+                if kept and kept[-1][0] == name:
+                    kept[-1] = (name, kept[-1][1] + text)
                 else:
-                    kept.append((_name, text))
+                    kept.append((name, text))
             return len(text)
+        return keep
 
+    with _writes_through(keeping):
+        yield kept
+
+
+@contextlib.contextmanager
+def _writes_through(make: Callable[[str, Callable], Callable]):
+    """While in it, ``sys.stdout.write`` and ``sys.stderr.write`` are ``make(name, write)``
+    of the stream's own ``write`` (the stream object stays: isinstance checks still hold)."""
+    patched: list = []
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        write = getattr(stream, "write", None)
+        if write is None or any(stream is other for other in patched):
+            continue
         try:
-            stream.write = keep
+            stream.write = make(name, write)
         except (AttributeError, TypeError):
             continue
         patched.append(stream)
     try:
-        yield kept
+        yield
     finally:
         for stream in patched:
             with contextlib.suppress(AttributeError, TypeError):
