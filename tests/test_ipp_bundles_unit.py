@@ -127,6 +127,14 @@ def test_a_bundle_answered_wrongly_or_lost_with_its_engine_fails_each_task_once(
     failed = [e for e in runtime.events if isinstance(e, ev.Failed)]
     assert [e.task for e in failed] == ["t1", "t2"]
     assert "answered a bundle of 2 tasks with tuple" in failed[0].error
+    for k in (5, 6):
+        executor.start(ahead(f"t{k}", "t2" if k == 5 else "t5"), record(f"t{k}"))
+    executor.end_step()
+    client.sent[-1][4].set_result(("garbled", reply("ok", 6)))  # one part unreadable
+    assert runtime.events[-2:] == [
+        ev.Failed("t5", "RuntimeError: engine 0's answer for t5 cannot be read: "
+                  "ValueError: not a task's reply: str", attempt=1),
+        ev.Finished("t6", attempt=1)]
     for k in (3, 4):
         executor.start(ahead(f"t{k}", "t0" if k == 3 else "t3"), record(f"t{k}"))
     executor.end_step()

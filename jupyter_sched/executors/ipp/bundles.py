@@ -23,7 +23,6 @@ What it prints is kept on the engine and written to the task when the bundle rep
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -31,8 +30,6 @@ from .dispatch import _write
 from .on_engine import BUNDLE, CALL
 from .requests import send_apply
 from .state import _Engine, _Outbox, _Run
-
-log = logging.getLogger(__name__)
 
 BUNDLE_SECONDS = 0.02  # the work a bundle holds at most, by its family's last run
 BUNDLE_BYTES = 64 * 1024  # the largest stream a task of a bundle carries (it is copied)
@@ -120,22 +117,30 @@ class BundlesMixin:
     def _bundle_replied(self, runs: list[_Run], future: Any) -> None:
         """IO thread: the engine answered a bundle (or the client gave up on it): each run
         ends as it would on a reply of its own, in the engine's order."""
-        from ipyparallel import error
-
         reply = future.result()
         if not isinstance(reply, BaseException) and not (
                 type(reply) is tuple and len(reply) == len(runs)):
             reply = RuntimeError(f"engine {runs[0].engine.eid} answered a bundle of "
                                  f"{len(runs)} tasks with {type(reply).__name__}")
         for k, run in enumerate(runs):
-            if isinstance(reply, BaseException):
-                self._finish(run, reply)
-                continue
-            answer = reply[k]
-            if answer[0] == "aborted":
-                self._finish(run, error.TaskAborted(run.request))
-                continue
-            for name, text in answer[1].pop("output", ()):
-                _write(run.record, name, text)
-            self._finish(run, answer)
+            try:
+                self._finish(run, reply if isinstance(reply, BaseException)
+                             else _answer(run, reply[k]))
+            except Exception as err:  # (the rest of the bundle still ends)
+                self._finish(run, RuntimeError(f"engine {run.engine.eid}'s answer for "
+                                               f"{run.task} cannot be read: "
+                                               f"{type(err).__name__}: {err}"))
 
+
+def _answer(run: _Run, answer: Any) -> Any:
+    """One task's part of a bundle's reply, as :meth:`_finish` takes it: its reply, with its
+    output written to the task first, or the exception it ended with."""
+    from ipyparallel import error
+
+    if type(answer) is tuple and answer[:1] == ("aborted",):
+        return error.TaskAborted(run.request)
+    if type(answer) is not tuple or len(answer) < 3 or type(answer[1]) is not dict:
+        raise ValueError(f"not a task's reply: {type(answer).__name__}")
+    for name, text in answer[1].pop("output", ()):
+        _write(run.record, name, text)
+    return answer
