@@ -36,7 +36,7 @@ def item(args: tuple) -> int:
     path, seconds, fail = args
     with open(path, "a") as f:
         f.write(f"{os.getpid()}\n")
-    print(f"item {Path(path).name}")
+    print(f"item {Path(path).name} of {os.environ.get('JUPYTER_SCHED_TASK')}")
     if len(Path(path).read_text().split()) == 1:
         time.sleep(seconds)
     if fail:
@@ -87,7 +87,7 @@ def test_tasks_sent_ahead_in_one_step_go_as_one_request_each_with_its_own_outcom
     with pytest.raises(ValueError, match="item b2 fails"):
         hs[2].result(timeout=60)
     assert [h.state for h in hs] == ["done", "done", "failed", "done", "done", "done"]
-    assert [h.stdout for h in hs] == [f"item b{k}\n" for k in range(6)]
+    assert [h.stdout for h in hs] == [f"item b{k} of {h.id}\n" for k, h in enumerate(hs)]
     assert [runs(p) for p in paths] == [[pid]] * 6
     records = [sched.record(h.id) for h in hs]
     assert [r.start.after for r in records] == [first.id] + [h.id for h in hs[:5]]
