@@ -56,7 +56,7 @@ class BundlesMixin:
     def _bundles_by(self, run: _Run) -> float | None:
         """The last run of ``run``'s family, when ``run`` may go in a bundle; else None."""
         start, engine = run.start, run.engine
-        if start.after is None or start.gang is not None or run.call is None:
+        if start.after is None or start.gang is not None:
             return None
         fn, args, _ = run.call
         family = run.record.spec.family
@@ -87,7 +87,7 @@ class BundlesMixin:
 
     def _send_bundle(self, engine: _Engine, out: _Outbox) -> None:
         """Send the runs held for ``engine``: one request for them all (lock held)."""
-        runs = [run for run in engine.bundle if not run.done and run.call is not None]
+        runs = [run for run in engine.bundle if not run.done]
         engine.bundle = []
         if len(runs) <= 1:
             for run in runs:

@@ -316,18 +316,10 @@ def _pickled_reply(reply: Any) -> Any:
     if type(reply) is not tuple or len(reply) != 3 or type(reply[2]) is not bytes:
         return reply
     try:
-        from ipyparallel.serialize import PrePickled
-        from ipyparallel.serialize.serialize import MAX_BYTES, PICKLE_PROTOCOL
-    except ImportError:  # an ipyparallel without them: it cans the reply as before
+        from ipyparallel.serialize.serialize import MAX_BYTES
+    except ImportError:  # an ipyparallel without it: it cans the reply as before
         return reply
-    if len(reply[2]) >= MAX_BYTES:
-        return reply
-    pickled = PrePickled.__new__(PrePickled)
-    try:
-        pickled.buffers = [pickle.dumps(reply, PICKLE_PROTOCOL)]
-    except Exception:  # ipyparallel says why it cannot go, as before
-        return reply
-    return pickled
+    return reply if len(reply[2]) >= MAX_BYTES else _pickled(reply)
 
 
 def _pickled_bundle(replies: tuple) -> Any:
@@ -336,16 +328,22 @@ def _pickled_bundle(replies: tuple) -> Any:
     if not all(type(r) is tuple and (len(r) == 1 or (len(r) == 3 and type(r[2]) is bytes))
                for r in replies):
         return replies
+    return _pickled(replies)
+
+
+def _pickled(value: Any) -> Any:
+    """``value`` pickled, for ipyparallel to send as it is; ``value`` itself when that cannot
+    be (ipyparallel then cans it, and says why it cannot go, as before)."""
     try:
         from ipyparallel.serialize import PrePickled
         from ipyparallel.serialize.serialize import PICKLE_PROTOCOL
     except ImportError:
-        return replies
+        return value
     pickled = PrePickled.__new__(PrePickled)
     try:
-        pickled.buffers = [pickle.dumps(replies, PICKLE_PROTOCOL)]
+        pickled.buffers = [pickle.dumps(value, PICKLE_PROTOCOL)]
     except Exception:
-        return replies
+        return value
     return pickled
 
 
