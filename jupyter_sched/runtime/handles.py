@@ -351,15 +351,17 @@ class TaskHandle(_LightFuture):
         record = self._record
         if record.state not in TERMINAL:
             return
-        if self._callbacks_due():
-            if record.state != DONE:  # the core took no report before this one's: never
-                log.error("task %s resolved done from its reply, then %s", record.id,
-                          record.state)
-            return
-        if self.done():
-            return
+        # Resolve first, then run an early resolution's callbacks: the executor's thread may
+        # resolve it early at any moment up to here (its report is queued before it does, so
+        # this step can take the report first). Resolving is a no-op on a resolved future,
+        # and an early resolution sets ``_early`` with the state, so whichever came first,
+        # its callbacks run here, once.
         error = _failure(record) if record.state == FAILED else None
         self._resolve_as(record.state, record.result, error)
+        if self._callbacks_due() and record.state != DONE:
+            # the core took no report before this one's: never
+            log.error("task %s resolved done from its reply, then %s", record.id,
+                      record.state)
 
     # -- display ----------------------------------------------------------------------------
 
