@@ -74,11 +74,107 @@ def texts(nb) -> list[str]:
     return out
 
 
-def test_the_notebooks_folder_holds_the_examples_and_nothing_else():
+def _shipped() -> list[str]:
+    """The notebooks the project ships: those git tracks (a user's own notebooks, made in
+    JupyterLab beside the examples, are theirs), or every one outside a git checkout."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--", "notebooks"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        listed = ""
+    names = [Path(p).name for p in listed.split("\0") if p]
     # hidden entries (JupyterLab's .ipynb_checkpoints) are not shown in its file browser
-    shown = sorted(p.name for p in NOTEBOOKS.iterdir() if not p.name.startswith("."))
+    return sorted(names or (p.name for p in NOTEBOOKS.iterdir() if not p.name.startswith(".")))
+
+
+def test_the_notebooks_folder_holds_the_examples_and_nothing_else():
     # slurm.ipynb needs a Slurm cluster: tests/test_slurm.py runs it where one is made
-    assert shown == sorted([*(f"{n}.ipynb" for n in EXAMPLES), "slurm.ipynb"])
+    assert _shipped() == sorted([*(f"{n}.ipynb" for n in EXAMPLES), "slurm.ipynb"])
+
+
+def test_a_notebook_a_user_adds_beside_the_examples_is_theirs(tmp_path):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the shipped notebooks are the folder's")
+    added = NOTEBOOKS / f"Untitled-{os.getpid()}.ipynb"  # what JupyterLab's "New" makes there
+    added.write_text("{}")
+    try:
+        assert added.name not in _shipped()
+    finally:
+        added.unlink()
+
+
+def _kernel_spec():
+    kernelspec = pytest.importorskip("jupyter_client.kernelspec")
+    return kernelspec.KernelSpecManager().get_kernel_spec("python3")
+
+
+@pytest.mark.parametrize("name", [*EXAMPLES, "slurm"])
+def test_opening_a_notebook_changes_nothing_in_it(name):
+    """JupyterLab writes the kernel's own name and language into a notebook it opens: saved
+    with what the kernel says, an example is not marked modified (and autosaved) on opening."""
+    spec = _kernel_spec()
+    meta = notebook(name).metadata
+    assert dict(meta.kernelspec) == {"name": "python3", "display_name": spec.display_name,
+                                     "language": spec.language}
+    assert meta.language_info["name"] == "python"
+
+
+def _imports(nb) -> set[str]:
+    """The top-level modules a notebook's cells import, outside an ``if`` or ``try`` (an
+    import guarded so is optional), in the kernel or in ``%%sched`` cells' bodies."""
+    import ast
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    transform = TransformerManager().transform_cell
+
+    def walk(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                yield from (alias.name.split(".")[0] for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+                yield child.module.split(".")[0]
+            elif not isinstance(child, (ast.If, ast.Try)):
+                yield from walk(child)
+
+    found = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        source = cell.source
+        if source.lstrip().startswith("%%"):  # a cell magic: its body is what runs
+            source = source.split("\n", 1)[1] if "\n" in source else ""
+        found.update(walk(ast.parse(transform(source))))
+    return found
+
+
+# imports a notebook makes only when the module is there (it asks importlib first)
+OPTIONAL = {"gangs": {"torch"}}
+
+
+def test_the_readmes_install_brings_what_every_notebook_imports():
+    """``pip install -e '.[lab]'`` (the README's first command) installs every module an
+    example imports: the package's own dependencies and the ``lab`` extra."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib")  # (Python 3.11 and later)
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {Requirement(r).name.lower().replace("_", "-")
+              for r in [*project["dependencies"], *project["optional-dependencies"]["lab"]]}
+    by_module = md.packages_distributions()
+    missing = {}
+    for name in [*EXAMPLES, "slurm"]:
+        for module in sorted(_imports(notebook(name))):
+            if (module in sys.stdlib_module_names or module == "jupyter_sched"
+                    or module in OPTIONAL.get(name, ())):
+                continue
+            dists = {d.lower().replace("_", "-") for d in by_module.get(module, [])}
+            if not dists & wanted:
+                missing.setdefault(name, []).append(f"{module} ({', '.join(dists) or '?'})")
+    assert missing == {}, "add them to the lab extra in pyproject.toml"
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
