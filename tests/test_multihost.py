@@ -160,6 +160,46 @@ def test_the_profiles_launcher_settings_are_kept():
     assert configured(ipp.Cluster(engines="slurm", config=config), "environment", {}) == {}
 
 
+class _Loop:
+    def run(self, coroutine):
+        import asyncio
+
+        return asyncio.run(coroutine)
+
+
+@pytest.mark.parametrize("config_file", [None, "/elsewhere/jobs.sbatch"])
+def test_a_batch_launchers_job_script_is_not_written_in_the_working_directory(
+        tmp_path, config_file, monkeypatch):
+    """ipyparallel writes a batch job's script in the working directory (a notebook's folder,
+    where it would sit among the user's files) unless configured: it goes to the profile's
+    log folder, beside the launcher's own output, and a configured place is kept."""
+    import ipyparallel as ipp
+    from traitlets.config import Config
+
+    from jupyter_sched.executors.ipp.cluster import ClusterControl
+
+    config = Config()
+    if config_file:
+        config.SlurmEngineSetLauncher.batch_file_name = config_file
+    cluster = ipp.Cluster(engines="slurm", config=config, profile_dir=str(tmp_path),
+                          cluster_id="abc")
+    seen = {}
+
+    async def start_engines(n, environment, **kwargs):
+        seen.update(kwargs)
+        return "set-1"
+
+    monkeypatch.setattr(cluster, "start_engines", start_engines)
+    monkeypatch.chdir(tmp_path)
+    control = ClusterControl(cluster, owned=True, loop=_Loop())
+    assert control.start_engines(2, {}) == "set-1"
+    if config_file:
+        assert "batch_file_name" not in seen  # the profile's own setting applies
+    else:
+        assert seen["batch_file_name"] == str(tmp_path / "log" / "ipengine-abc-0.sbatch")
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".sbatch"]
+
+
 SSH_CONFIG = """
 c.Cluster.controller_ip = "*"
 c.Cluster.controller_location = {gateway!r}

@@ -239,6 +239,15 @@ class ClusterControl:
         launcher_kwargs.setdefault(
             "engine_args", [*configured(self.cluster, "engine_args", []), *ENGINE_ARGS])
         env = {**configured(self.cluster, "environment", {}), **(environment or {})}
+        launcher = getattr(self.cluster, "engine_launcher_class", None)
+        if (isinstance(launcher, type) and launcher.class_traits().get("batch_file_name")
+                and configured(self.cluster, "batch_file_name", None) is None):
+            # a batch launcher writes its job script in the working directory (a notebook's
+            # folder): beside the launcher's own output in the profile's log folder instead
+            log_dir = os.path.join(self.cluster.profile_dir, "log")
+            os.makedirs(log_dir, exist_ok=True)
+            launcher_kwargs.setdefault("batch_file_name", os.path.join(
+                log_dir, f"ipengine-{self.cluster.cluster_id}-{len(self.cluster.engines)}.sbatch"))
         try:
             return self.loop.run(self.cluster.start_engines(n=n, environment=env,
                                                             **launcher_kwargs))
