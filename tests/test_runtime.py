@@ -18,6 +18,7 @@ from conftest import checked_scheduler
 
 from jupyter_sched.model.tasks import TERMINAL
 from jupyter_sched.runtime.scheduler import HISTORY, Scheduler
+from jupyter_sched.views.display import queue_bundle
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -287,3 +288,24 @@ def test_runtime_thread_idles_without_polling(sched):
     sched.snapshot(fresh=True)
     time.sleep(0.1)  # let the last publish go out
     assert sched.inspect_core(lambda core: sched._timeout()) is None
+
+
+def test_a_snapshot_runs_durations_to_the_moment_it_is_taken(sched):
+    """``%sched``, ``%sched queue`` and the renderer show how long a task has run from a
+    snapshot's time: the time it is taken, not the scheduler's last event."""
+    gate = threading.Event()
+    task = sched.submit(gate.wait, WAIT, resources={"GPU": 0.5})
+    try:
+        deadline = time.monotonic() + WAIT
+        while task.started is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)  # nothing happens meanwhile: no event moves the scheduler's clock
+        snapshot = sched.snapshot(fresh=True)
+        (view,) = snapshot.running
+        assert snapshot.time - view.started >= 0.9
+        assert snapshot.time <= sched.now()
+        payload = queue_bundle(snapshot)["application/vnd.jupyter-sched.v1+json"]
+        assert payload["time"] - payload["running"][0]["started"] >= 0.9
+    finally:
+        gate.set()
+    assert task.result(WAIT) is True

@@ -176,3 +176,48 @@ def test_the_first_paint_shows_the_scheduler_as_it_is_not_its_last_published_sna
     assert board.running.visible == []
     board.refresh()
     assert board.running.visible == []
+
+
+def _one_running(stop_at=None):
+    """One task running since 1.0 on the simulator's clock, its stop asked at ``stop_at``."""
+    sim = Simulation()
+    sim.add_node("n1", {"CPU": 8, "GPU": 1})
+    sim.submit(duration=100, resources={"GPU": 0.5}, name="long", at=1.0)
+    sim.run(until=2.0)
+    snap = snapshot.take(sim.core, max_rows=10, now=2.0)
+    if stop_at is not None:  # as the runtime shows a task whose stop is out
+        import dataclasses
+
+        (view,) = snap.running
+        view = dataclasses.replace(view, state="stopping", stopping_since=stop_at)
+        snap = dataclasses.replace(snap, running=(view,))
+    return snap
+
+
+def test_running_times_tick_though_nothing_changes(monkeypatch):
+    monkeypatch.setattr(widgets, "TICK", 0.05)
+    board = widgets.Dashboard(FakeScheduler(_one_running()), rows=5)
+    try:
+        (row,) = board.running.visible
+        assert "for 1.0 s" in row.label.value  # taken at 2.0, started at 1.0
+        deadline = threading.Event()
+        for _ in range(100):  # it ticks on its own: no snapshot comes
+            if "for 2." in row.label.value:
+                break
+            board._applied_at -= 0.05  # (as if time passed faster: no sleep of seconds)
+            deadline.wait(0.05)
+        assert "for 2." in row.label.value
+    finally:
+        board.close()
+    assert board._ticker is None
+
+
+def test_a_stopping_task_shows_the_time_since_its_stop_and_no_cancel():
+    board = widgets.Dashboard(FakeScheduler(_one_running(stop_at=1.5)), rows=5)
+    try:
+        (row,) = board.running.visible
+        assert "stopping" in row.label.value
+        assert "for 0.50 s" in row.label.value  # since the stop, not since the start (1 s)
+        assert row.button.layout.visibility == "hidden"
+    finally:
+        board.close()

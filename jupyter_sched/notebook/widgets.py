@@ -26,6 +26,7 @@ from ..views import format as fmt
 from ..views.snapshot import NodeView, Snapshot, TaskView
 
 ROWS = 50
+TICK = 1.0  # seconds between redraws of running tasks' times while nothing else changes
 
 
 def _html(value: str = "") -> w.HTML:
@@ -50,6 +51,8 @@ class _TaskRow:
             return
         self.task_id = view.id
         self.label.value = _task_html(view, now)
+        # a task being stopped cannot be cancelled again: its stop is out
+        self.button.layout.visibility = "hidden" if view.state == "stopping" else "visible"
         self.box.layout.display = "flex"
 
 
@@ -60,7 +63,9 @@ def _task_html(view: TaskView, now: float) -> str:
     detail = fmt.task_state_text(view).partition(" ")[2].lstrip(", :")
     if view.state == "queued":
         detail = f"in {view.queue}"
-    if view.state == "running" and view.started is not None:
+    if view.state == "stopping" and view.stopping_since is not None:
+        detail += f" for {fmt.format_duration(now - view.stopping_since)}"  # since the stop
+    elif view.state == "running" and view.started is not None:
         detail += f" for {fmt.format_duration(now - view.started)}"
     return (f"<code>{fmt.escape(view.id)}</code> <b>{fmt.escape(view.name)}</b> {state} "
             f"<span style='color:#616161'>{fmt.escape(fmt.format_resources(view.demand))}</span> "
@@ -141,6 +146,9 @@ class Dashboard(w.VBox):
         self._latest: Snapshot | None = None
         self._applied_at = 0.0
         self._timer: threading.Timer | None = None
+        self._shown: Snapshot | None = None  # the snapshot drawn, whose times tick on
+        self._ticker: threading.Timer | None = None
+        self._closed = False
 
         self.summary = _html()
         self.message = _html()
@@ -193,9 +201,11 @@ class Dashboard(w.VBox):
         if unsubscribe is not None:
             unsubscribe()
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._closed = True
+            for timer in (self._timer, self._ticker):
+                if timer is not None:
+                    timer.cancel()
+            self._timer = self._ticker = None
         super().close()
 
     # -- drawing -------------------------------------------------------------------------------
@@ -205,8 +215,32 @@ class Dashboard(w.VBox):
         with self._drawing:
             self._apply(snapshot)
 
+    def _tick(self) -> None:
+        """Every ``TICK`` seconds while tasks run: their times grow though nothing changed."""
+        with self._lock:
+            self._ticker = None
+            snapshot, closed = self._shown, self._closed
+        if closed or snapshot is None or not snapshot.running:
+            return
+        with self._drawing:
+            if self._shown is snapshot:  # (a newer one redraws them itself)
+                now = snapshot.time + time.monotonic() - self._applied_at
+                self.running.show(snapshot.running, now)
+        self._schedule_tick()
+
+    def _schedule_tick(self) -> None:
+        with self._lock:
+            if self._ticker is not None or self._closed:
+                return
+            self._ticker = threading.Timer(TICK, self._tick)
+            self._ticker.daemon = True
+            self._ticker.start()
+
     def _apply(self, snapshot: Snapshot) -> None:
         self._applied_at = time.monotonic()
+        self._shown = snapshot
+        if snapshot.running:
+            self._schedule_tick()
         counts, limit = snapshot.counts, self.limit
         self.summary.value = f"<b>jupyter_sched</b> · {fmt.escape(d.summary_text(snapshot))}"
         self.nodes.show(snapshot.nodes)

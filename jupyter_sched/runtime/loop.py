@@ -435,7 +435,8 @@ class RuntimeLoop(Records):
 
     def _publish(self, notify: bool = True) -> snapshots.Snapshot:
         snap = snapshots.take(self._core, self.max_rows, list(self._history_tasks),
-                              live=self._gpus.read() if self._gpus is not None else None)
+                              live=self._gpus.read() if self._gpus is not None else None,
+                              now=self.now())
         self._snapshot = snap
         if notify:
             self._changed = False

@@ -137,9 +137,11 @@ def task_view(task: Task, position: int | None = None) -> TaskView:
 
 
 def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
-         live: dict | None = None) -> Snapshot:
+         live: dict | None = None, now: float | None = None) -> Snapshot:
     """A bounded snapshot of ``core``. ``history``: terminal tasks, newest first (the runtime
-    keeps them); ``live``: NVML readings by (node, device index)."""
+    keeps them); ``live``: NVML readings by (node, device index); ``now``: the time it is
+    taken, which the durations it shows run to (the core's last tick if None: the core
+    knows no other time)."""
     live = live or {}
     nodes = tuple(_node_view(node, live) for node in core.cluster.nodes.values())
     running = tuple(task_view(t) for t in itertools.islice(core.running.values(), max_rows))
@@ -165,7 +167,8 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     ended = sorted(history or [], key=lambda t: (t.times[-1][1], t.seq), reverse=True)
     done = tuple(task_view(t) for t in ended[:max_rows])
     queues = tuple(_queue_view(q) for q in core.queues.queues.values() if q.name != "root")
-    return Snapshot(core.now, nodes, running, tuple(waiting), done, queues, counts)
+    return Snapshot(core.now if now is None else max(now, core.now), nodes, running,
+                    tuple(waiting), done, queues, counts)
 
 
 def _node_view(node, live: dict) -> NodeView:
