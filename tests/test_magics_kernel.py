@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import time
 from pathlib import Path
 
@@ -245,6 +246,11 @@ def test_interrupting_a_waiting_cell_cancels_the_task(kernel):
     kernel.km.interrupt_kernel()
     run = kernel.until(msg_id, lambda r: r.error is not None)
     assert run.error["ename"] == "KeyboardInterrupt"
+    assert re.fullmatch(r"t\d+ sleeper: interrupted: cancelled", run.error["evalue"])
+    # what was interrupted inside concurrent.futures and threading is of no use to the user
+    traceback = "\n".join(run.error["traceback"])
+    assert "threading.py" not in traceback and "_base.py" not in traceback
+    assert len(traceback.splitlines()) < 15, traceback
     # the status line's last update may reach iopub just after the cell's error
     run = kernel.until(msg_id, lambda r: "interrupted: cancelled" in r.status_lines()[-1])
     assert "interrupted: cancelled" in run.status_lines()[-1]

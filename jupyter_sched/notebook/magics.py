@@ -137,17 +137,20 @@ class SchedMagics(LeaseCommands, Magics):
             return self._wait(handle, line_, args.timeout)
         except KeyboardInterrupt:
             # from the moment the task is queued: an interrupt may land before the wait begins
-            if args.wait or line_.last is None:
-                cancelled = handle.cancel()
-                _wait_quietly(handle, 5.0)
-                note = "interrupted: cancelled" if cancelled else "interrupted"
-                with contextlib.suppress(BaseException):
-                    if line_.last is None:  # never shown: show it now, with the news
-                        line_.note = note
-                        self.live.show(line_)
-                    else:
-                        self.live.refresh(line_, note=note)
-            raise
+            if not (args.wait or line_.last is None):
+                raise
+            cancelled = handle.cancel()
+            _wait_quietly(handle, 5.0)
+            note = "interrupted: cancelled" if cancelled else "interrupted"
+            with contextlib.suppress(BaseException):
+                if line_.last is None:  # never shown: show it now, with the news
+                    line_.note = note
+                    self.live.show(line_)
+                else:
+                    self.live.refresh(line_, note=note)
+            # the status line says what happened; where the wait was interrupted (inside
+            # concurrent.futures and threading) is of no use to the user
+            raise KeyboardInterrupt(f"{fmt.task_label(handle)}: {note}") from None
 
     def _wait(self, handle, line: StatusLine, timeout: float | None):
         __tracebackhide__ = True
