@@ -71,6 +71,15 @@ def test_a_cell_calling_a_notebook_function_brings_the_globals_it_reads(kernel):
     assert kernel.value("sched.submit(twice, 5, target='engines').result(60)") == 30
 
 
+def test_the_user_guides_push_and_pull_with_a_notebook_function(kernel):
+    ok(kernel.run("def score(x):\n    return 2 * x\ndata = [1, 2, 3]"))
+    run = kernel.run("%%sched --on engines --push data --pull scores --out h\n"
+                     "scores = [score(x) for x in data]")
+    ok(run)
+    assert kernel.value("h.result(60) is None and h.state") == "done"
+    assert kernel.value("scores") == [2, 4, 6]
+
+
 CLASSES = '''
 import functools
 

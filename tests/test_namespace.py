@@ -101,6 +101,24 @@ def test_explicit_push_replaces_detection():
     assert values_to_push("y = x", ns, push=[]) == {}
 
 
+def test_explicit_push_names_the_data_and_the_notebook_code_the_cell_calls_goes_too():
+    """The user guide's ``--push data --pull scores`` on ``[score(x) for x in data]``, with
+    ``score`` a notebook function: the cell needs it on the engine."""
+
+    def score(x):
+        return 2 * x
+
+    class Model:
+        pass
+
+    score.__module__ = Model.__module__ = "__main__"  # as the notebook defines them
+    ns = {"data": [1, 2], "score": score, "Model": Model, "math": math, "other": [0],
+          "len_": len}
+    code = "scores = [score(x) for x in data]\nm = Model()\nmath.pi, other, len_"
+    assert values_to_push(code, ns, push=["data"]) == {"data": [1, 2], "score": score,
+                                                       "Model": Model, "math": math}
+
+
 def test_pushing_a_missing_name_is_a_value_error_naming_it():
     with pytest.raises(ValueError, match=r"push: 'nope' is not defined in the notebook"):
         values_to_push("y = 1", {"x": 1}, push=["x", "nope"])

@@ -176,7 +176,8 @@ def one_line(err: BaseException) -> str:
              help="may be stopped and re-queued for higher-priority work")
 @ma.argument("--push", metavar="NAMES", action="append", default=[],
              help="notebook variables to send to an engine (comma-separated; "
-             "default: the names the cell reads)")
+             "default: the names the cell reads); the notebook functions, classes and "
+             "modules the cell reads go with them")
 @ma.argument("--pull", metavar="NAMES", action="append", default=[],
              help="variables to bring back from an engine (comma-separated; "
              "default: the names the cell assigns)")

@@ -35,6 +35,7 @@ import linecache
 import re
 import symtable
 import sys
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -253,8 +254,10 @@ def values_to_push(
     push: Iterable[str] | None = None,
 ) -> dict[str, object]:
     """The values to send with ``code``: its free names found in ``namespace`` that are the
-    user's (:func:`is_hidden`), or exactly the names in ``push``. (The notebook globals the
-    functions and classes among them read are found as they are sent: :mod:`.carry`.)
+    user's (:func:`is_hidden`); or the names in ``push`` (the data), with the notebook's
+    functions, classes and modules the cell reads, which are code: ``--push data`` on a cell
+    calling a notebook function ``score`` sends both. (The notebook globals the functions and
+    classes among them read are found as they are sent: :mod:`.carry`.)
 
     >>> values_to_push("y = x + 1", {"x": 41, "unused": 0})
     {'x': 41}
@@ -263,6 +266,7 @@ def values_to_push(
     ...
     ValueError: push: 'x' is not defined in the notebook; define it first or leave it out of push
     """
+    reads = [n for n in cell_names(code).reads if n in namespace and not is_hidden(n, namespace)]
     if push is not None:
         names = list(dict.fromkeys(push))
         missing = [n for n in names if n not in namespace]
@@ -270,10 +274,18 @@ def values_to_push(
             listed = ", ".join(repr(n) for n in missing)
             raise ValueError(f"push: {listed} {'is' if len(missing) == 1 else 'are'} not defined "
                              "in the notebook; define it first or leave it out of push")
+        names += [n for n in reads if n not in names and _is_code(namespace[n])]
     else:
-        names = [n for n in cell_names(code).reads
-                 if n in namespace and not is_hidden(n, namespace)]
+        names = reads
     return {name: namespace[name] for name in names}
+
+
+def _is_code(value: object) -> bool:
+    """A module, or a function or class the notebook defined: what a cell calls, not data."""
+    if isinstance(value, types.ModuleType):
+        return True
+    return (isinstance(value, (types.FunctionType, type))
+            and getattr(value, "__module__", None) == "__main__")
 
 
 def names_to_pull(code: str, pull: Iterable[str] | None = None) -> tuple[str, ...]:
