@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,10 +60,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, --version, or argparse's own usage error
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # (here, where a closed pipe can still be answered)
+        return status
     except ValueError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader left (`jupyter-sched info --json | head`): stop quietly, as Unix tools
+        # do, with nothing more written to the closed pipe at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -172,6 +172,21 @@ def test_python_dash_m_info_json():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("command", [["info", "--json"], ["info"], ["leases", "--json"]])
+def test_a_reader_that_left_ends_the_command_quietly(command, tmp_path):
+    """``jupyter-sched info --json | head``: the pipe closes before all is written."""
+    read, write = os.pipe()
+    os.close(read)  # (as head does once it has its lines)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JUPYTER_SCHED_LEASES=str(tmp_path / "l.db"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "jupyter_sched", *command], stdout=write,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.stderr == ""
+    assert proc.returncode == 141  # 128 + SIGPIPE, as a Unix tool ends
+
+
 def test_python_dash_m_bad_declaration():
     proc = _python("-m", "jupyter_sched", "info", "--declare", "GPU=1.5")
     assert proc.returncode == 2
