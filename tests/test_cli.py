@@ -275,13 +275,29 @@ def test_leases_default_path_is_in_the_jupyter_runtime_dir(capsys, tmp_path, mon
 
 
 def test_a_corrupt_ledger_is_one_line_and_exit_1(capsys, tmp_path):
-    path = tmp_path / "l.db"
+    path = tmp_path / "jupyter-sched-leases-vm.db"  # one of ours, damaged
     path.write_text("not a database at all, " * 200)
     code, out, err = run(capsys, "leases", "--path", str(path))
     assert code == 1 and out == ""
     assert err.startswith(f"jupyter-sched: error: the lease ledger {path} is not a usable "
                           "SQLite database")
+    assert "delete it" in err
     assert err.count("\n") == 1
+
+
+def test_a_file_that_is_not_a_ledger_is_never_to_be_deleted(capsys, tmp_path):
+    """``--path /etc/passwd``: refused, and no advice to delete what the user named."""
+    path = tmp_path / "passwd"
+    text = "root:x:0:0:root:/root:/bin/bash\n" * 40
+    path.write_text(text)
+    code, out, err = run(capsys, "leases", "--path", str(path))
+    assert code == 1 and out == ""
+    assert err.startswith(f"jupyter-sched: error: {path} is not a jupyter-sched lease ledger")
+    assert "delete" not in err and "remove" not in err and "move it" not in err
+    assert path.read_text() == text
+    code, out, err = run(capsys, "leases", "--path", str(tmp_path))  # a directory
+    assert code == 1 and "is a directory" in err
+    assert "delete" not in err and "remove" not in err
 
 
 def test_python_dash_m_leases(tmp_path):

@@ -140,8 +140,10 @@ def _check_access(path: Path, name: Path) -> None:
             raise LedgerError(f"the lease ledger {path} vanished while it was opened") from None
         return
     if not stat.S_ISREG(info.st_mode):
-        raise LedgerError(f"cannot use the lease ledger {path}: {which} is not a regular file; "
-                          f"remove it or choose another path with ${LEASES_ENV}")
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise LedgerError(f"cannot use {path} as the lease ledger: {which} is {kind}; name a "
+                          f"file (a new one is made there) with ${LEASES_ENV}, or leave "
+                          f"${LEASES_ENV} unset for this host's own ledger")
     if not os.access(name, os.R_OK | os.W_OK):
         me = user_name(os.getuid())
         raise LedgerError(
@@ -227,9 +229,23 @@ def _check_format(path: Path, db: sqlite3.Connection) -> None:
                           f"${LEASES_ENV}")
 
 
+def looks_like_a_ledger(path: Path) -> bool:
+    """Whether ``path`` may be a damaged ledger: a regular file of this user's named as a
+    database (``*.db``, as every ledger is). Only then may a message advise deleting it: a
+    ``--path`` naming ``/etc/passwd`` or a user's notes is not to be deleted."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and path.suffix == ".db"
+
+
 def explain(path: Path, err: sqlite3.DatabaseError) -> str:
     text = str(err)
     if type(err) is sqlite3.DatabaseError or "malformed" in text:  # "file is not a database"
+        if not looks_like_a_ledger(path):  # (/etc/passwd, a user's file: never advise removal)
+            return (f"{path} is not a jupyter-sched lease ledger ({text}); it is left as it "
+                    f"is: choose another path with ${LEASES_ENV}")
         return (f"the lease ledger {path} is not a usable SQLite database ({text}); move it "
                 f"away or delete it (a new one is made on next use; running kernels keep their "
                 f"own accounting), or choose another path with ${LEASES_ENV}")
