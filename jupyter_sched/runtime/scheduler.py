@@ -36,6 +36,7 @@ from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, observe, vali
 from traitlets.config import Configurable
 
 from ..core import events as ev
+from ..core.actions.pipeline import AHEAD
 from ..core.state import POLICIES, Core
 from ..executors.base import Executor, TaskRecord, Work
 from ..executors.local.executor import LocalExecutor
@@ -79,7 +80,7 @@ class Scheduler(RuntimeLoop, Configurable):
     pipeline = Float(0.1, help=(
         "Send the next tasks of a backlog to a busy engine before it is free, when the last "
         "task of the same function there took at most this many seconds (as many as should "
-        "start within it, at most 32 an engine), so engines never idle between short tasks "
+        f"start within it, at most {AHEAD} an engine), so engines never idle between short tasks "
         "(0: never).")).tag(config=True)
     default_queue = Unicode("default", help="The queue of tasks submitted without one."
                             ).tag(config=True)
