@@ -49,3 +49,46 @@ def quiet(caplog):
         yield caplog
     records = caplog.get_records("setup") + caplog.get_records("call")
     assert [r.getMessage() for r in records if r.levelno > logging.DEBUG] == []
+
+
+# -- tests that share a scheduler or a kernel ---------------------------------------------------
+
+SETTLE = 60  # seconds the work a test left may take to end once cancelled
+
+
+@pytest.fixture(autouse=True)
+def _the_next_test_starts_idle(request):
+    """Modules share a cluster or a kernel between their tests (starting one costs seconds):
+    whatever a test leaves running or queued there, by failing half-way or by a product bug,
+    is cancelled and waited for after it, so the next test finds idle engines and judges only
+    its own work."""
+    yield
+    from jupyter_sched.runtime.scheduler import Scheduler
+
+    for value in list(request.node.funcargs.values()):
+        sched = value[0] if isinstance(value, tuple) and value else value
+        if isinstance(sched, Scheduler) and sched.alive:
+            _settle(sched)
+        elif type(value).__name__ == "Kernel" and hasattr(value, "run"):
+            with contextlib.suppress(Exception):
+                value.run("import jupyter_sched as _js\n"
+                          "if _js.get_scheduler().alive:\n"
+                          "    _js.get_scheduler().cancel_all('left by the previous test')\n"
+                          f"    _js.get_scheduler().wait(timeout={SETTLE})\n"
+                          "del _js", timeout=SETTLE + 30)
+
+
+def _settle(sched) -> None:
+    import time
+
+    left = sched.cancel_all("left by the previous test")
+    sched.wait(timeout=SETTLE)
+    deadline = time.monotonic() + SETTLE  # engines reply after their tasks ended
+    while time.monotonic() < deadline:
+        nodes = sched.snapshot(fresh=True).nodes
+        if all(node.free_slots == node.slots for node in nodes):
+            break
+        time.sleep(0.05)
+    if left:
+        logging.getLogger("jupyter_sched.tests").warning(
+            "%d tasks left by %s were cancelled", left, sched)

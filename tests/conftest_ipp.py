@@ -88,10 +88,28 @@ def assert_gone(pids: list[int], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     left = set(pids)
     while left and time.monotonic() < deadline:
-        left = {p for p in left if psutil.pid_exists(p) and
-                psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+        left = {p for p in left if _running(p)}
         time.sleep(0.1)
-    assert not left, f"processes left behind: {sorted(left)}"
+    assert not left, f"processes left behind: {describe(left)}"
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (one that ends while it is looked at has ended)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def describe(pids) -> str:
+    """The processes by pid with their command lines, for a failure's message."""
+    found = []
+    for pid in sorted(pids):
+        try:
+            found.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:200]}")
+        except psutil.Error:
+            found.append(f"{pid} (gone)")
+    return "; ".join(found)
 
 
 def process_tree(root: int) -> list[int]:

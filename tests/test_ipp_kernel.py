@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from conftest_ipp import ROOT, TESTS, assert_gone, process_tree
+from conftest_ipp import ROOT, TESTS, assert_gone, describe, process_tree
 
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipyparallel")
@@ -212,4 +212,5 @@ def test_stop_leaves_no_process_behind(kernel):
     assert_gone(started, timeout=30)
     assert psutil.Process(kernel_pid).is_running()
     time.sleep(0.5)
-    assert process_tree(kernel_pid) == []
+    left = process_tree(kernel_pid)
+    assert left == [], describe(left)
