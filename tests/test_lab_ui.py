@@ -3,13 +3,17 @@
 The module builds a wheel of this checkout and installs it into an environment of its own
 (``lab_server.install``), starts ``jupyter lab`` from it on 127.0.0.1, and drives Debian's
 Chromium through Playwright (never a downloaded browser). The tests run in file order on one
-page: a notebook declares 2 GPUs and runs tasks that hold shares and queue; the sidebar,
-the status bar, cancelling from the sidebar, the renderer, a task name full of markup, a second
-notebook with its own kernel, and a kernel without the extension.
+page: a notebook declares 2 GPUs and runs tasks that hold shares and queue; the sidebar at
+JupyterLab's default width, the status bar and the renderer; task names full of markup and a
+task that cannot run, with its reason; the sidebar at two widths in the light and the dark
+theme; cancelling from the sidebar, a waiting task and a running one (which stays stopping); a
+second notebook with its own kernel, switched to and from, closed and restarted; and a kernel
+without the extension.
 
 Screenshots go to a folder the run prints (``JUPYTER_SCHED_UI_ARTIFACTS``, default
 ``$TMPDIR/jupyter_sched-ui``); with ``JUPYTER_SCHED_DOCS_IMAGES=1`` the sidebar's and the
-renderer's are also copied to docs/sidebar.png and docs/renderer.png.
+renderer's, taken at the sidebar's default width before any task with a markup name exists,
+are also copied to docs/sidebar.png and docs/renderer.png.
 """
 
 from __future__ import annotations
@@ -32,25 +36,45 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 XSS = "<img src=x onerror=alert(1)>"
 WAIT = 60_000  # ms: the longest a step waits (a kernel starting on a busy machine)
+HOLD = 1800  # s: how long the tasks hold their GPUs, longer than the whole module takes
 
 NOTEBOOKS = {
     "first.ipynb": [
         "%load_ext jupyter_sched\n%sched local --gpus 2",
         "import threading\nimport jupyter_sched\ngate = threading.Event()\n"
         "print(jupyter_sched.__file__)",
-        "%%sched --gpus 0.5 --name half-a --out a\ngate.wait(300)",
-        "%%sched --gpus 0.5 --name half-b --out b\ngate.wait(300)",
-        f"%%sched --gpus 2 --name '{XSS}' --out w\ngate.wait(300)",
+        f"%%sched --gpus 0.5 --name train-a --out a\ngate.wait({HOLD})",
+        f"%%sched --gpus 0.5 --name train-b --out b\ngate.wait({HOLD})",
+        f"%%sched --gpus 2 --name sweep --out s\ngate.wait({HOLD})",
+        "%sched",
+        f"%%sched --gpus 2 --name '{XSS}' --out w\ngate.wait({HOLD})",
+        "%%sched --gpus 4 --name big --out big\npass",
         "%sched",
         "print(w.id, w.state, '|', w.reason)",
+        "%sched",
     ],
     "second.ipynb": [
         "%load_ext jupyter_sched\n%sched local --gpus 3",
         "import time",
-        "%%sched --gpus 1 --name second-task\ntime.sleep(300)",
+        f"%%sched --gpus 1 --name second-task\ntime.sleep({HOLD})",
     ],
     "plain.ipynb": ["1 + 1"],
 }
+# the cells of first.ipynb, by what they do
+LOAD, IMPORTS, TRAIN_A, TRAIN_B, SWEEP, STATUS, MARKUP, BIG, STATUS_MARKUP, PRINT_W, \
+    STATUS_STOPPING = range(11)
+
+# What the status bar says for each notebook once its tasks run. Both kernels declare their
+# GPUs on this host, so they share them through the host's lease ledger: the first
+# notebook's two halves fill GPU 0, the second notebook's task takes GPU 1 of its three, and
+# each kernel counts what the other holds as allocated.
+FIRST = r"^GPU 1/2 · 2 running · 1 queued$"
+FIRST_MARKUP = r"^GPU 1/2 · 2 running · 2 queued · 1 infeasible$"
+FIRST_CANCELLED = r"^GPU 1/2 · 2 running · 1 queued · 1 infeasible$"
+FIRST_SHARED = r"^GPU 2/2 · 2 running · 1 queued · 1 infeasible$"
+SECOND = r"^GPU 2/3 · 1 running · 0 queued$"
+# a node card's free resources: each amount with its unit, once
+NODE_FREE = r"^CPU \d+/\d+ free · memory [\d.]+ [KMGT]iB/[\d.]+ [KMGT]iB free$"
 
 
 def _missing() -> str | None:
@@ -170,9 +194,9 @@ PROMPT_TAKEN = "el => /\\[(\\d+|\\*)\\]/.test(el.textContent)"
 
 
 def run_cells(page, *indexes: int) -> None:
+    """Run these cells of the notebook on show, one after the other, waiting for each."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    """Run these cells of the notebook on show, one after the other, waiting for each."""
     panel = notebook(page)
     for index in indexes:
         prompt = panel.locator(".jp-Cell").nth(index).locator(".jp-InputPrompt")
@@ -196,9 +220,12 @@ def open_notebook(page, name: str) -> None:
     """Open ``name`` from the file browser and wait for its kernel."""
     page.locator(".jp-SideBar .lm-TabBar-tab[data-id='filebrowser']").click()
     page.locator(".jp-DirListing-item", has_text=name).dblclick()
-    page.locator(f".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current:has-text('{name}')"
-                 ).wait_for()
+    current_tab(page, name).wait_for()
     wait_kernel_idle(page)
+
+
+def current_tab(page, name: str):
+    return page.locator(f".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current:has-text('{name}')")
 
 
 def wait_kernel_idle(page) -> None:
@@ -210,46 +237,143 @@ def wait_kernel_idle(page) -> None:
 
 def switch_to(page, name: str) -> None:
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name).click()
-    page.locator(f".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current:has-text('{name}')"
-                 ).wait_for()
+    current_tab(page, name).wait_for()
+
+
+def close_notebook(page, name: str) -> None:
+    """Save ``name`` (so no dialog asks) and close its tab; its kernel keeps running."""
+    from playwright.sync_api import expect
+
+    switch_to(page, name)
+    notebook(page).locator(".jp-Cell").first.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Control+s")
+    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
+    expect(tab).not_to_have_class(re.compile(r"\bjp-mod-dirty\b"), timeout=WAIT)
+    tab.locator(".lm-TabBar-tabCloseIcon").click()
+    expect(tab).to_have_count(0, timeout=WAIT)
+
+
+def open_palette(page):
+    """The command palette, opened with its key (Escape first: no menu or editor keeps it)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    search = page.locator(".lm-CommandPalette-input")
+    for attempt in range(2):
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+Shift+C")
+        try:
+            search.wait_for(state="visible", timeout=10_000 if attempt == 0 else WAIT)
+            return search
+        except PlaywrightTimeout:  # the key went to a widget that was taking focus: again
+            continue
+    raise AssertionError("the command palette did not open")
+
+
+def run_command(page, label: str) -> None:
+    """Through the command palette, as a user would: the command labelled ``label``."""
+    open_palette(page).fill(label)
+    page.locator(".lm-CommandPalette-item .lm-CommandPalette-itemLabel",
+                 has_text=re.compile(f"^{re.escape(label)}$")).first.click()
 
 
 def show_scheduler(page) -> None:
     """Through the command palette, as a user would: "Show Scheduler"."""
-    page.keyboard.press("Control+Shift+C")
-    search = page.locator(".lm-CommandPalette-input")
-    search.fill("Show Scheduler")
-    page.locator(".lm-CommandPalette-item", has_text="Show Scheduler").first.click()
+    run_command(page, "Show Scheduler")
     page.locator(".jp-sched-sidebar").wait_for()
 
 
-def widen_sidebar(page, width: int) -> None:
-    """Drag the handle between the left panel and the main area (for legible screenshots)."""
+def restart_kernel(page) -> None:
+    """Restart the kernel of the notebook on show, as the Kernel menu does (with its dialog)."""
+    run_command(page, "Restart Kernel…")
+    page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept", has_text="Restart").click()
+    page.locator(".jp-Dialog").wait_for(state="detached")
+
+
+THEME_APPLIED = """([name, light]) => {
+    const sidebar = document.querySelector('.jp-sched-sidebar');
+    if (document.body.dataset.jpThemeName !== name || !sidebar) return false;
+    const rgb = getComputedStyle(sidebar).backgroundColor.match(/\\d+/g).map(Number);
+    const brightness = (rgb[0] + rgb[1] + rgb[2]) / 3;
+    return light ? brightness > 180 : brightness < 80;
+}"""
+
+
+def use_theme(page, name: str) -> None:
+    """Switch JupyterLab's theme; wait until the sidebar is drawn in its colours."""
+    run_command(page, f"Use Theme: {name}")
+    page.wait_for_function(THEME_APPLIED, arg=[name, name == "JupyterLab Light"],
+                           timeout=WAIT)
+
+
+def left_width(page) -> float:
+    return page.locator("#jp-left-stack").bounding_box()["width"]
+
+
+def set_sidebar_width(page, width: float) -> None:
+    """Drag the handle between the left panel and the main area until the panel is ``width``
+    px wide (give or take the handle's pixels)."""
     handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
     box = handle.bounding_box()
     left = page.locator("#jp-left-stack").bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] / 2, y)
     page.mouse.down()
-    page.mouse.move(left["x"] + width, y, steps=5)
+    page.mouse.move(left["x"] + width + box["width"] / 2, y, steps=5)
     page.mouse.up()
+    page.wait_for_function(
+        "w => Math.abs(document.querySelector('#jp-left-stack')"
+        ".getBoundingClientRect().width - w) <= 3", arg=width, timeout=WAIT)
 
 
 def sidebar(page):
     return page.locator(".jp-sched-sidebar")
 
 
+def live_body(page):
+    return sidebar(page).locator(".jp-sched-sidebar-body[data-state='live']")
+
+
 def wait_text(locator, pattern: str, timeout: int = WAIT) -> str:
     """Wait until ``locator``'s text matches ``pattern``; its text."""
-    deadline = time.monotonic() + timeout / 1000
-    text = ""
-    while time.monotonic() < deadline:
-        if locator.count():
-            text = locator.first.inner_text()
-            if re.search(pattern, text):
-                return text
-        time.sleep(0.1)
-    raise AssertionError(f"{pattern!r} never matched; last text: {text!r}")
+    from playwright.sync_api import expect
+
+    expect(locator.first).to_have_text(re.compile(pattern), timeout=timeout,
+                                       use_inner_text=True)
+    return locator.first.inner_text()
+
+
+def status_item(page):
+    return page.locator(".jp-sched-statusbar")
+
+
+def expect_status(page, pattern: str) -> None:
+    """The status-bar item shows, and says ``pattern``."""
+    from playwright.sync_api import expect
+
+    wait_text(page.locator(".jp-sched-statusbar-button"), pattern)
+    expect(status_item(page)).to_be_visible(timeout=WAIT)
+    expect(page.locator(".jp-sched-statusbar-button")).to_have_text(re.compile(pattern))
+
+
+def expect_following(page, name: str, pattern: str) -> None:
+    """The sidebar and the status bar show ``name``'s kernel, whose figures are ``pattern``."""
+    expect_status(page, pattern)
+    wait_text(live_body(page).locator(".jp-sched-summary"), pattern)
+    wait_text(sidebar(page).locator(".jp-sched-session"), re.escape(name))
+
+
+DURATION = r"^(\d+ h )?(\d+ min )?[\d.]+ s$|^\d+ h \d+ min$"
+
+
+def seconds(duration: str) -> float:
+    """A duration as the extension writes it ("0.52 s", "1 min 15 s", "2 h 1 min"), in s."""
+    units = {"h": 3600, "min": 60, "s": 1}
+    parts = duration.split()
+    return sum(float(n) * units[u] for n, u in zip(parts[::2], parts[1::2], strict=True))
+
+
+def task_row(page, text: str):
+    return live_body(page).locator(".jp-sched-task", has_text=text)
 
 
 def snap(page, artifacts: Path, name: str, element=None) -> Path:
@@ -264,22 +388,92 @@ def keep_for_docs(path: Path) -> None:
         shutil.copyfile(path, ROOT / "docs" / path.name)
 
 
+# The sidebar's layout, read from the DOM: what sticks out of its card (or of the sidebar),
+# and every element whose text is cut short, with the tooltip that has it whole.
+LAYOUT = """sidebar => {
+    const CARDS = '.jp-sched-header, .jp-sched-node, .jp-sched-list-item, ' +
+        '.jp-sched-queues-wrap, .jp-sched-timeline, .jp-sched-cancel-all, .jp-sched-more';
+    const name = el => {
+        const cls = (el.getAttribute('class') || '').trim().split(/\\s+/).join('.');
+        return `${el.tagName.toLowerCase()}.${cls} "${(el.textContent || '').trim().slice(0, 40)}"`;
+    };
+    const edges = r => `x ${Math.round(r.left)}..${Math.round(r.right)}, ` +
+        `y ${Math.round(r.top)}..${Math.round(r.bottom)}`;
+    const outside = (r, b) => r.left < b.left - 1 || r.right > b.right + 1 ||
+        r.top < b.top - 1 || r.bottom > b.bottom + 1;
+    const problems = [];
+    const outer = sidebar.getBoundingClientRect();
+    if (sidebar.scrollWidth > sidebar.clientWidth + 1) {
+        problems.push(`the sidebar scrolls sideways: ${sidebar.scrollWidth} px ` +
+                      `in ${sidebar.clientWidth} px`);
+    }
+    const cards = [...sidebar.querySelectorAll(CARDS)];
+    for (const card of cards) {
+        const box = card.getBoundingClientRect();
+        if (!box.width && !box.height) continue;
+        if (box.left < outer.left - 1 || box.right > outer.right + 1) {
+            problems.push(`${name(card)} (${edges(box)}) sticks out of the sidebar ` +
+                          `(${edges(outer)})`);
+        }
+        if (card.scrollWidth > card.clientWidth + 1) {
+            problems.push(`${name(card)} holds ${card.scrollWidth} px in ${card.clientWidth} px`);
+        }
+        for (const el of card.querySelectorAll('*')) {
+            if (el.closest('svg') && el.tagName.toLowerCase() !== 'svg') continue;
+            const r = el.getBoundingClientRect();
+            if ((r.width || r.height) && outside(r, box)) {
+                problems.push(`${name(el)} (${edges(r)}) overflows ${name(card)} (${edges(box)})`);
+            }
+        }
+    }
+    const cut = [];
+    for (const el of sidebar.querySelectorAll('*')) {
+        const style = getComputedStyle(el);
+        if (style.overflowX === 'visible' || el.tagName === 'SELECT' || !el.clientWidth) continue;
+        if (el.scrollWidth > el.clientWidth + 1 && !['auto', 'scroll'].includes(style.overflowX)) {
+            const tip = el.closest('[title]');
+            cut.push({what: name(el), text: el.textContent, title: tip ? tip.title : null});
+        }
+    }
+    const labels = [...sidebar.querySelectorAll('.jp-sched-task-label')].map(el => ({
+        text: el.textContent, title: el.title, whole: el.scrollWidth <= el.clientWidth + 1}));
+    return {problems, cut, labels, cards: cards.length};
+}"""
+
+
+def check_layout(page) -> dict:
+    """The sidebar on show: nothing wider than its card, cut text whole in a tooltip, the
+    names of tasks that fit (all but the markup one) not cut at all."""
+    found = sidebar(page).evaluate(LAYOUT)
+    assert found["cards"] >= 8, found
+    assert found["problems"] == []
+    for cut in found["cut"]:
+        assert cut["title"] is not None and cut["text"] in cut["title"], cut
+    labels = {label["text"]: label for label in found["labels"]}
+    for name in ("train-a", "train-b", "sweep", "big"):
+        [label] = [v for k, v in labels.items() if k.endswith(f" {name}")]
+        assert label["whole"], f"{label['text']!r} is cut short"
+    [markup] = [v for k, v in labels.items() if k.endswith(XSS)]
+    assert markup["title"] == markup["text"]
+    return found
+
+
 # -- the tests, in order ---------------------------------------------------------------------------
 
 def test_the_sidebar_shows_the_gpu_shares_and_the_queue(page, lab, artifacts):
     page.goto(lab.lab_url("first.ipynb"))
     wait_kernel_idle(page)
-    run_cells(page, 0, 1, 2, 3, 4)
+    run_cells(page, LOAD, IMPORTS, TRAIN_A, TRAIN_B, SWEEP)
     # the kernel runs the wheel's package, not this checkout's sources
-    imported = cell_output(page, 1).inner_text().strip()
+    imported = cell_output(page, IMPORTS).inner_text().strip()
     assert imported.startswith(str(lab.install.venv)), imported
     show_scheduler(page)
-    widen_sidebar(page, 400)
-    body = sidebar(page).locator(".jp-sched-sidebar-body[data-state='live']")
+    page.default_sidebar_width = left_width(page)  # JupyterLab's, nothing dragged yet
+    body = live_body(page)
     body.wait_for()
     running = body.locator(".jp-sched-section[data-section='running'] .jp-sched-list")
     waiting = body.locator(".jp-sched-section[data-section='waiting'] .jp-sched-list")
-    wait_text(page.locator(".jp-sched-statusbar-button"), r"^GPU 1/2 · 2 running · 1 queued$")
+    expect_status(page, FIRST)
     assert running.get_attribute("data-count") == "2"
     assert waiting.get_attribute("data-count") == "1"
     assert body.locator(".jp-sched-summary").inner_text() == "GPU 1/2 · 2 running · 1 queued"
@@ -290,49 +484,121 @@ def test_the_sidebar_shows_the_gpu_shares_and_the_queue(page, lab, artifacts):
     assert sum(shares) == 1.0 and shares in ([0.0, 1.0], [0.5, 0.5])
     assert {bars.nth(i).get_attribute("data-declared") for i in range(2)} == {"true"}
     assert body.locator(".jp-sched-declared").count() == 2
+    assert all("declared" in t for t in body.locator(".jp-sched-gpu-text").all_inner_texts())
+    assert re.fullmatch(NODE_FREE, body.locator(".jp-sched-node-free").inner_text())
 
-    names = running.locator(".jp-sched-task").all_inner_texts()
-    assert any("half-a" in n for n in names) and any("half-b" in n for n in names)
+    names = running.locator(".jp-sched-task-label").all_inner_texts()
+    assert sorted(re.sub(r"^t\d+ ", "", n) for n in names) == ["train-a", "train-b"]
     queued = waiting.locator(".jp-sched-task[data-state='queued']")
     assert queued.get_attribute("data-position") == "1"
-    # a task name made of markup is shown as the text it is
-    assert XSS in queued.inner_text()
-    assert sidebar(page).locator("img").count() == 0
+    assert re.fullmatch(r"t\d+ sweep", queued.locator(".jp-sched-task-label").inner_text())
     assert body.locator(".jp-sched-timeline-bar").count() == 2
     keep_for_docs(snap(page, artifacts, "sidebar", body))
     snap(page, artifacts, "lab-sidebar")
 
 
 def test_the_renderer_draws_the_status_in_the_notebook(page, artifacts):
-    run_cells(page, 5)
-    output = cell_output(page, 5)
+    run_cells(page, STATUS)
+    output = cell_output(page, STATUS)
     rendered = output.locator(".jp-sched-rendered .jp-sched-payload[data-kind='status']")
     rendered.wait_for()
     assert output.locator(".jp-sched-fallback").count() == 0
     assert rendered.locator("table").count() >= 1
     text = rendered.inner_text()
     assert "GPU 1/2 · 2 running · 1 queued" in text
-    assert "half-a" in text and XSS in text  # the markup is text here too
-    assert output.locator("img").count() == 0
+    assert "train-a" in text and "sweep" in text
+    assert re.fullmatch(NODE_FREE, rendered.locator(".jp-sched-node-free").inner_text())
+    assert rendered.locator(".jp-sched-declared").count() == 2
+    assert rendered.locator("button").count() == 0  # a record: nothing is cancelled here
     keep_for_docs(snap(page, artifacts, "renderer", output))
 
 
+def test_task_names_made_of_markup_and_reasons_are_text(page, artifacts):
+    run_cells(page, MARKUP, BIG)
+    expect_status(page, FIRST_MARKUP)
+    waiting = live_body(page).locator(".jp-sched-section[data-section='waiting']")
+    markup = waiting.locator(".jp-sched-task[data-state='queued']", has_text=XSS)
+    assert markup.get_attribute("data-position") == "2"
+    label = markup.locator(".jp-sched-task-label")
+    assert label.inner_text().endswith(XSS) and label.get_attribute("title") == label.inner_text()
+    big = waiting.locator(".jp-sched-task[data-state='infeasible']")
+    reason = big.locator(".jp-sched-task-detail")
+    assert reason.inner_text().startswith("GPU: needs 4")
+    assert reason.get_attribute("title") == f"infeasible: {reason.inner_text()}"
+    assert sidebar(page).locator("img").count() == 0
+
+    run_cells(page, STATUS_MARKUP)
+    output = cell_output(page, STATUS_MARKUP)
+    rendered = output.locator(".jp-sched-rendered .jp-sched-payload[data-kind='status']")
+    rendered.wait_for()
+    assert XSS in rendered.inner_text()  # the markup is text here too
+    assert "GPU: needs 4" in rendered.inner_text()
+    assert output.locator("img").count() == 0
+    snap(page, artifacts, "markup")
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"], ids=["light", "dark"])
+def test_the_sidebar_fits_its_default_width_and_300px(page, artifacts, theme):
+    default = page.default_sidebar_width
+    use_theme(page, theme)
+    live_body(page).wait_for()
+    try:
+        for width in (default, 300):
+            set_sidebar_width(page, width)
+            found = check_layout(page)
+            shot = f"sidebar-{round(width)}px-{theme.split()[-1].lower()}"
+            snap(page, artifacts, shot, sidebar(page))
+            assert found["cut"], "nothing long enough to be cut: the check checked nothing"
+    finally:
+        set_sidebar_width(page, default)
+        use_theme(page, "JupyterLab Light")
+
+
 def test_cancel_in_the_sidebar_cancels_the_task_in_the_kernel(page, artifacts):
-    waiting = sidebar(page).locator(".jp-sched-section[data-section='waiting']")
-    task = waiting.locator(".jp-sched-task").first
+    task = task_row(page, XSS)
     task_id = task.get_attribute("data-task-id")
     assert re.fullmatch(r"t\d+", task_id)
     task.locator(".jp-sched-cancel").click()
-    wait_text(page.locator(".jp-sched-statusbar-button"), r"^GPU 1/2 · 2 running · 0 queued$")
-    assert waiting.locator(".jp-sched-list").count() == 0 or \
-        waiting.locator(".jp-sched-list").get_attribute("data-count") == "0"
+    expect_status(page, FIRST_CANCELLED)
+    assert task_row(page, XSS).count() == 0
     assert sidebar(page).locator(".jp-sched-error").count() == 0
     # the kernel says so, and so does the cell's status line
-    run_cells(page, 6)
-    printed = wait_text(cell_output(page, 6), task_id)
+    run_cells(page, PRINT_W)
+    printed = wait_text(cell_output(page, PRINT_W), task_id)
     assert printed.strip() == f"{task_id} cancelled | cancelled from the Scheduler sidebar"
-    wait_text(cell_output(page, 4), "cancelled")
+    wait_text(cell_output(page, MARKUP), "cancelled")
     snap(page, artifacts, "after-cancel")
+
+
+def test_a_cancelled_running_task_shows_how_long_it_has_been_stopping(page, artifacts):
+    from playwright.sync_api import expect
+
+    task = task_row(page, "train-b")
+    task.locator(".jp-sched-cancel").click()
+    # a thread in gate.wait() stops when that call returns: it holds its share until then
+    stopping = live_body(page).locator(".jp-sched-task[data-state='stopping']",
+                                       has_text="train-b")
+    stopping.wait_for()
+    # beside its state, the time since the stop was asked: "■ stopping 0.52 s", not its run
+    # time, which is longer (train-b started before the tasks of the tests in between)
+    state = stopping.locator(".jp-sched-task-meta > .jp-sched-state + .jp-sched-elapsed")
+    since = seconds(wait_text(state, DURATION))
+    ran = seconds(wait_text(task_row(page, "train-a").locator(".jp-sched-elapsed"), DURATION))
+    assert since < ran
+    assert "stop asked" in state.get_attribute("title")
+    expect(state).not_to_have_text(state.inner_text(), timeout=WAIT)  # it ticks
+    assert stopping.locator("button").count() == 0
+    assert task_row(page, "train-a").locator(".jp-sched-cancel").count() == 1
+    expect_status(page, FIRST_CANCELLED)  # stopping counts as running: it holds its GPU
+
+    run_cells(page, STATUS_STOPPING)
+    output = cell_output(page, STATUS_STOPPING)
+    row = output.locator(".jp-sched-task[data-state='stopping']", has_text="train-b")
+    elapsed = row.locator(".jp-sched-elapsed")
+    expect(elapsed).to_have_attribute("title", re.compile("^stopping: stop asked"))
+    expect(elapsed).not_to_have_text(elapsed.inner_text(), timeout=WAIT)  # it ticks here too
+    assert output.locator("button").count() == 0
+    snap(page, artifacts, "stopping")
 
 
 def test_no_markup_ran_anywhere(page):
@@ -344,22 +610,18 @@ def test_switching_notebooks_switches_kernels(page, artifacts):
     open_notebook(page, "second.ipynb")
     run_cells(page, 0, 1, 2)
     show_scheduler(page)
-    body = sidebar(page).locator(".jp-sched-sidebar-body[data-state='live']")
-    # both kernels declare their GPUs on this host, so they share them through the host's
-    # lease ledger: GPU 0, which the first notebook's two halves fill, is held elsewhere here
-    wait_text(page.locator(".jp-sched-statusbar-button"), r"^GPU 2/3 · 1 running · 0 queued$")
+    expect_following(page, "second.ipynb", SECOND)
+    body = live_body(page)
     assert body.locator(".jp-sched-gpu-bar").count() == 3
     assert body.locator(".jp-sched-task", has_text="second-task").count() == 1
-    assert "second.ipynb" in sidebar(page).locator(".jp-sched-session").inner_text()
     snap(page, artifacts, "second-notebook")
 
     switch_to(page, "first.ipynb")
     # and here GPU 1, which the second notebook's task holds, is held elsewhere
-    wait_text(page.locator(".jp-sched-statusbar-button"), r"^GPU 2/2 · 2 running · 0 queued$")
-    body = sidebar(page).locator(".jp-sched-sidebar-body[data-state='live']")
+    expect_following(page, "first.ipynb", FIRST_SHARED)
+    body = live_body(page)
     assert body.locator(".jp-sched-gpu-bar").count() == 2
     assert body.locator(".jp-sched-task", has_text="second-task").count() == 0
-    assert "first.ipynb" in sidebar(page).locator(".jp-sched-session").inner_text()
     assert len({k["id"] for k in lab_kernels(page)}) >= 2
     snap(page, artifacts, "back-to-first")
 
@@ -368,13 +630,46 @@ def lab_kernels(page) -> list[dict]:
     return page.evaluate("async () => (await fetch('/api/kernels')).json()")
 
 
+def test_the_status_bar_follows_the_active_notebook(page, artifacts):
+    from playwright.sync_api import expect
+
+    figures = {"first.ipynb": FIRST_SHARED, "second.ipynb": SECOND}
+    for name in ["second.ipynb", "first.ipynb"] * 2 + ["second.ipynb"]:
+        switch_to(page, name)
+        expect_following(page, name, figures[name])
+    snap(page, artifacts, "status-after-switches")
+
+    # closing the notebook on show: the tab beside it becomes current, and is followed
+    close_notebook(page, "second.ipynb")
+    current_tab(page, "first.ipynb").wait_for()
+    expect_following(page, "first.ipynb", FIRST_SHARED)
+
+    # a restarted kernel has not loaded the extension: the item goes, and comes back with it
+    restart_kernel(page)
+    sidebar(page).locator(".jp-sched-sidebar-body[data-state='not-loaded']").wait_for()
+    expect(status_item(page)).to_be_hidden(timeout=WAIT)
+    wait_kernel_idle(page)
+    run_cells(page, LOAD)
+    expect_following(page, "first.ipynb", r"^GPU [12]/2 · 0 running · 0 queued$")
+
+    # the closed notebook's kernel kept running: opened again, it is followed again
+    open_notebook(page, "second.ipynb")
+    show_scheduler(page)  # the file browser took the left panel
+    expect_following(page, "second.ipynb", r"^GPU [12]/3 · 1 running · 0 queued$")
+    switch_to(page, "first.ipynb")
+    expect_following(page, "first.ipynb", r"^GPU [12]/2 · 0 running · 0 queued$")
+    snap(page, artifacts, "status-after-restart")
+
+
 def test_a_kernel_without_the_extension_says_not_loaded(page, artifacts):
+    from playwright.sync_api import expect
+
     open_notebook(page, "plain.ipynb")
     show_scheduler(page)
     line = sidebar(page).locator(".jp-sched-sidebar-body[data-state='not-loaded'] "
                                  ".jp-sched-not-loaded")
     line.wait_for()
     assert "%load_ext jupyter_sched" in line.inner_text()
-    assert page.locator(".jp-sched-statusbar-button:visible").count() == 0
+    expect(status_item(page)).to_be_hidden(timeout=WAIT)
     snap(page, artifacts, "not-loaded")
     assert page.dialogs == []

@@ -172,9 +172,11 @@ export class SchedConnection {
     }
     this._closeComm(true);
     this._kernel = kernel;
+    // the last kernel's snapshot is gone: never `live` without one (the status bar would show
+    // the item with no text), and say so now, not when the new kernel answers
     this._snapshot = null;
+    this._setState(kernel ? 'connecting' : 'none');
     if (!kernel) {
-      this._setState('none');
       return;
     }
     kernel.registerCommTarget(COMM_TARGET, this._onKernelOpened);

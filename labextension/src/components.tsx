@@ -7,7 +7,7 @@
 
 import * as React from 'react';
 
-import { formatDuration, IGpuBar, INodeRow, IQueueRow, ITaskRow } from './model';
+import { IGpuBar, INodeRow, IQueueRow, ITaskRow } from './model';
 
 const STATE_ICONS: { [state: string]: string } = {
   pending: '○',
@@ -84,7 +84,9 @@ export function NodeCard(props: { node: INodeRow } & INodeActions): JSX.Element 
       data-drained={node.drained ? 'true' : 'false'}
     >
       <div className="jp-sched-node-head">
-        <span className="jp-sched-node-name">{node.name}</span>
+        <span className="jp-sched-node-name" title={node.name}>
+          {node.name}
+        </span>
         <span className="jp-sched-node-kind">{node.kind}</span>
         <span className="jp-sched-node-state" data-state={node.stateText}>
           {node.stateText}
@@ -101,8 +103,22 @@ export function NodeCard(props: { node: INodeRow } & INodeActions): JSX.Element 
           </button>
         ) : null}
       </div>
-      {node.freeText ? <div className="jp-sched-node-free">{node.freeText}</div> : null}
-      {node.labelsText ? <div className="jp-sched-node-labels">{node.labelsText}</div> : null}
+      {node.freeParts.length ? (
+        <div className="jp-sched-node-free" title={node.freeText}>
+          {node.freeParts.map((part, i) => (
+            // a line breaks between the parts, never inside one ("memory 8 GiB/8 GiB free")
+            <React.Fragment key={i}>
+              {i ? ' · ' : null}
+              <span className="jp-sched-node-free-part">{part}</span>
+            </React.Fragment>
+          ))}
+        </div>
+      ) : null}
+      {node.labelsText ? (
+        <div className="jp-sched-node-labels" title={node.labelsText}>
+          {node.labelsText}
+        </div>
+      ) : null}
       {node.gpus.map(bar => (
         <GpuBar key={bar.index} bar={bar} />
       ))}
@@ -125,8 +141,12 @@ export function NodeList(props: { nodes: INodeRow[] } & INodeActions): JSX.Eleme
 
 // -- lists of tasks -----------------------------------------------------------------------------
 
-/** Height of one task row in pixels: fixed, so the list can window its rows. */
-export const ROW_HEIGHT = 44;
+/**
+ * Height of one task row in pixels: fixed, so the list can window its rows. A row has three
+ * lines (name and Cancel; state, position, time and demand; where or why), each one line
+ * high whatever the width: long text ends in an ellipsis and shows whole in its tooltip.
+ */
+export const ROW_HEIGHT = 62;
 
 export interface IVirtualListProps<T> {
   items: ReadonlyArray<T>;
@@ -178,14 +198,26 @@ export function VirtualList<T>(props: IVirtualListProps<T>): JSX.Element {
   );
 }
 
+/** How long a task has run, waited or been stopping, if known; it follows the state's badge. */
+export function Elapsed(props: { task: ITaskRow }): JSX.Element | null {
+  const { task } = props;
+  return task.elapsedText ? (
+    <span className="jp-sched-elapsed" title={task.elapsedTitle}>
+      {task.elapsedText}
+    </span>
+  ) : null;
+}
+
+/**
+ * One task in a list. Cancel is offered only to a task a cancel can still reach: not to one
+ * that ended, nor to one already stopping (it holds its devices until its executor confirms).
+ */
 export function TaskItem(props: {
   task: ITaskRow;
   onCancel?: (task: string) => void;
 }): JSX.Element {
   const { task, onCancel } = props;
-  const detail = [task.stateText, task.needs !== '-' ? `needs ${task.needs}` : '']
-    .filter(Boolean)
-    .join(' · ');
+  const needs = task.needs !== '-' ? `needs ${task.needs}` : '';
   return (
     <div
       className="jp-sched-task"
@@ -194,17 +226,10 @@ export function TaskItem(props: {
       data-position={task.position ?? undefined}
     >
       <div className="jp-sched-task-line">
-        <StateBadge state={task.state} />
-        {task.position !== null ? (
-          <span className="jp-sched-position">#{task.position}</span>
-        ) : null}
         <span className="jp-sched-task-label" title={task.label}>
           {task.label}
         </span>
-        {task.elapsed !== null ? (
-          <span className="jp-sched-elapsed">{formatDuration(task.elapsed)}</span>
-        ) : null}
-        {onCancel ? (
+        {onCancel && task.cancellable ? (
           <button
             type="button"
             className="jp-sched-cancel jp-mod-styled"
@@ -216,9 +241,23 @@ export function TaskItem(props: {
           </button>
         ) : null}
       </div>
-      <div className="jp-sched-task-detail" title={detail}>
-        {detail}
+      <div className="jp-sched-task-meta">
+        <StateBadge state={task.state} />
+        {task.position !== null ? (
+          <span className="jp-sched-position">#{task.position}</span>
+        ) : null}
+        <Elapsed task={task} />
+        {needs ? (
+          <span className="jp-sched-task-needs" title={needs}>
+            {needs}
+          </span>
+        ) : null}
       </div>
+      {task.detailText ? (
+        <div className="jp-sched-task-detail" title={task.stateText}>
+          {task.detailText}
+        </div>
+      ) : null}
     </div>
   );
 }
@@ -282,8 +321,13 @@ export function QueueTable(props: { queues: IQueueRow[] } & IQueueActions): JSX.
         <tbody>
           {queues.map(q => (
             <tr key={q.name} className="jp-sched-queue" data-queue={q.name} data-state={q.state}>
-              <td title={q.parent !== 'root' ? `in ${q.parent}` : undefined}>{q.name}</td>
-              <td>
+              <td
+                className="jp-sched-queue-name"
+                title={q.parent !== 'root' && q.parent ? `${q.name} in ${q.parent}` : q.name}
+              >
+                {q.name}
+              </td>
+              <td className="jp-sched-queue-state-cell" data-label="state">
                 {onQueueState ? (
                   <select
                     className="jp-sched-queue-state"
@@ -303,9 +347,11 @@ export function QueueTable(props: { queues: IQueueRow[] } & IQueueActions): JSX.
                   q.state
                 )}
               </td>
-              <td>{q.weight}</td>
-              <td>{q.capabilityText}</td>
-              <td title={`deserved: ${q.deservedText}`}>
+              <td data-label="weight">{q.weight}</td>
+              <td data-label="capability" title={q.capabilityText}>
+                {q.capabilityText}
+              </td>
+              <td data-label="use" title={`deserved: ${q.deservedText}`}>
                 {q.allocatedText}
                 {q.gpuUse !== null ? (
                   <span
@@ -324,8 +370,8 @@ export function QueueTable(props: { queues: IQueueRow[] } & IQueueActions): JSX.
                   </span>
                 ) : null}
               </td>
-              <td>{q.running}</td>
-              <td>{q.waiting}</td>
+              <td data-label="running">{q.running}</td>
+              <td data-label="waiting">{q.waiting}</td>
             </tr>
           ))}
         </tbody>

@@ -9,15 +9,15 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, ISessionContext } from '@jupyterlab/apputils';
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
-import { Widget } from '@lumino/widgets';
 
 import { SchedConnection } from './comm';
+import { followActiveKernel } from './follow';
 import { RENDERER_RANK, rendererFactory } from './renderer';
 import { schedulerIcon, SchedulerSidebar } from './sidebar';
 import { SchedulerStatus } from './statusbar';
@@ -95,7 +95,7 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
-    Private.followActiveKernel(connection, notebooks, consoles, labShell);
+    followActiveKernel(connection, [notebooks, consoles], labShell);
 
     if (settingRegistry) {
       const apply = (loaded: ISettingRegistry.ISettings) => {
@@ -152,54 +152,5 @@ namespace Private {
       sidebarSide: side === 'right' ? 'right' : 'left',
       timelineWindow: Number.isFinite(window) && window > 0 ? window : DEFAULTS.timelineWindow
     };
-  }
-
-  type Tracked = Widget & { sessionContext: ISessionContext };
-
-  /**
-   * Follow the kernel of the notebook or console that is current; other widgets becoming
-   * current (a file, a terminal) leave the sidebar on the last kernel it followed.
-   */
-  export function followActiveKernel(
-    connection: SchedConnection,
-    notebooks: INotebookTracker | null,
-    consoles: IConsoleTracker | null,
-    labShell: ILabShell | null
-  ): void {
-    let followed: Widget | null = null;
-    const watched = new WeakSet<Widget>();
-    const tracked = (widget: Widget | null): Tracked | null =>
-      widget && (notebooks?.has(widget) || consoles?.has(widget)) ? (widget as Tracked) : null;
-    const update = (widget: Widget | null) => {
-      const panel = tracked(widget);
-      if (!panel || panel === followed) {
-        return;
-      }
-      followed = panel;
-      connection.follow(panel.sessionContext);
-      if (!watched.has(panel)) {
-        watched.add(panel);
-        panel.disposed.connect(() => {
-          if (followed === panel) {
-            followed = null;
-            connection.follow(null);
-            update(notebooks?.currentWidget ?? consoles?.currentWidget ?? null);
-          }
-        });
-      }
-    };
-    labShell?.currentChanged.connect((_, change) => update(change.newValue));
-    // a notebook or console can become current before its tracker knows it: follow it when
-    // tracked, if it is still the current widget (or always, in a shell without currentWidget)
-    const onTracked = (_: unknown, widget: Widget | null) => {
-      if (!labShell || widget === labShell.currentWidget) {
-        update(widget);
-      }
-    };
-    notebooks?.currentChanged.connect(onTracked);
-    notebooks?.widgetAdded.connect(onTracked);
-    consoles?.currentChanged.connect(onTracked);
-    consoles?.widgetAdded.connect(onTracked);
-    update(labShell?.currentWidget ?? notebooks?.currentWidget ?? consoles?.currentWidget ?? null);
   }
 }

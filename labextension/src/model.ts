@@ -33,18 +33,19 @@ export function formatNumber(value: number): string {
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
 
-/** `17179869184` → "16 GiB", `1536` → "1.5 KiB". */
+/** `17179869184` → "16 GiB", `1536` → "1.5 KiB", `25276502016` → "23.5 GiB" (as the kernel). */
 export function formatBytes(bytes: number | null | undefined): string {
   if (bytes === null || bytes === undefined || !Number.isFinite(bytes)) {
     return '-';
   }
   let value = Math.max(0, bytes);
   let unit = 0;
-  while (value >= 1024 && unit < UNITS.length - 1) {
+  // 1023.6 GiB rounds to 1024: that is 1 TiB
+  while (Math.round(value) >= 1024 && unit < UNITS.length - 1) {
     value /= 1024;
     unit += 1;
   }
-  const text = value >= 10 || unit === 0 ? value.toFixed(0) : value.toFixed(1);
+  const text = unit === 0 ? value.toFixed(0) : value.toFixed(1);
   return `${text.replace(/\.0$/, '')} ${UNITS[unit]}`;
 }
 
@@ -70,7 +71,11 @@ export function formatDuration(seconds: number | null | undefined): string {
   return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
 }
 
-function amountText(name: string, value: number): string {
+/**
+ * An amount of a resource with its unit where it has one: `memory` 8589934592 → "8 GiB",
+ * `CPU` 2 → "2". The unit is part of the number's text; callers add none of their own.
+ */
+export function amountText(name: string, value: number): string {
   return name === 'memory' || name === 'gpu_memory' ? formatBytes(value) : formatNumber(value);
 }
 
@@ -120,13 +125,24 @@ export interface ITaskRow {
   state: string;
   /** What it is doing, in words: "queued, position 2 in default", "infeasible: …". */
   stateText: string;
+  /** The same without the state's name: where it runs or waits, or why ("position 2 in …"). */
+  detailText: string;
   queue: string;
   position: number | null;
   needs: string;
   where: string;
   reason: string;
-  /** Seconds running, waiting, or that it ran; null when unknown. */
+  /**
+   * Seconds running, waiting, or that it ran; for a stopping task the seconds since its stop
+   * was asked (not its run time); null when unknown.
+   */
   elapsed: number | null;
+  /** The elapsed time as shown, beside the state: "5.0 s"; "" when unknown. */
+  elapsedText: string;
+  /** What the elapsed time is, for a tooltip: "running for 5.0 s", "stopping: stop asked …". */
+  elapsedTitle: string;
+  /** Whether cancelling it means anything: it has not ended and no stop is out for it. */
+  cancellable: boolean;
   gang: string | null;
 }
 
@@ -175,17 +191,51 @@ export function taskStateText(task: ITaskView, error?: string | null): string {
   }
 }
 
+/** States a cancel can still reach: `cancel_all` passes over stopping and ended tasks. */
+const CANCELLABLE = new Set(['pending', 'queued', 'infeasible', 'running']);
+
+function known(value: number | null | undefined): value is number {
+  return value !== null && value !== undefined && Number.isFinite(value);
+}
+
 function elapsed(task: ITaskView, now: number | null): number | null {
-  if (task.ended !== null && task.ended !== undefined) {
+  if (known(task.ended)) {
     const from = task.started ?? task.submitted;
-    return from === null || from === undefined ? null : task.ended - from;
+    return known(from) ? task.ended - from : null;
   }
   if (now === null) {
     return null;
   }
   const from =
-    task.state === 'running' || task.state === 'stopping' ? task.started : task.submitted;
-  return from === null || from === undefined ? null : Math.max(0, now - from);
+    task.state === 'stopping'
+      ? task.stopping_since
+      : task.state === 'running'
+        ? task.started
+        : task.submitted;
+  return known(from) ? Math.max(0, now - from) : null;
+}
+
+/** What an elapsed time (`time`, shown beside the state: "■ stopping 3.0 s") is, in words. */
+function elapsedTitle(task: ITaskView, time: string): string {
+  switch (task.state) {
+    case 'stopping':
+      return `stopping: stop asked ${time} ago; the task holds its devices until it has stopped`;
+    case 'running':
+      return `running for ${time}`;
+    case 'pending':
+    case 'queued':
+    case 'infeasible':
+      return `waiting for ${time}`;
+    default:
+      return known(task.started) ? `ran ${time}` : `waited ${time}`;
+  }
+}
+
+/** "running on local, GPU 0" → "on local, GPU 0"; "queued, position 2" → "position 2". */
+function withoutState(stateText: string, state: string): string {
+  return stateText.startsWith(state)
+    ? stateText.slice(state.length).replace(/^[,:]?\s*/, '')
+    : stateText;
 }
 
 export function taskRow(
@@ -193,18 +243,26 @@ export function taskRow(
   now: number | null = null,
   error?: string | null
 ): ITaskRow {
+  const state = String(task.state);
+  const stateText = taskStateText(task, error);
+  const seconds = elapsed(task, now);
+  const time = seconds === null ? '' : formatDuration(seconds);
   return {
     id: task.id,
     name: task.name ?? '',
     label: taskLabel(task),
-    state: String(task.state),
-    stateText: taskStateText(task, error),
+    state,
+    stateText,
+    detailText: withoutState(stateText, state),
     queue: task.queue ?? '',
     position: task.position ?? null,
     needs: formatAmounts(task.demand),
     where: taskWhere(task),
     reason: oneLine(task.reason),
-    elapsed: elapsed(task, now),
+    elapsed: seconds,
+    elapsedText: time,
+    elapsedTitle: time ? elapsedTitle(task, time) : '',
+    cancellable: CANCELLABLE.has(state),
     gang: task.gang ?? null
   };
 }
@@ -277,6 +335,8 @@ export interface INodeRow {
   stateText: string;
   /** "CPU 2/4 free · memory 12 GiB/16 GiB free · slots 3/4 free". */
   freeText: string;
+  /** The same in parts ("CPU 2/4 free", …), each of which a view keeps on one line. */
+  freeParts: string[];
   labelsText: string;
   running: number;
   gpus: IGpuBar[];
@@ -316,6 +376,7 @@ export function gpuBar(node: string, device: IDeviceView): IGpuBar {
   };
 }
 
+/** `memory` → "memory 12 GiB/16 GiB free": the unit comes with each amount, once. */
 function freeOf(node: INodeView, name: string): string | null {
   const total = node.total?.[name];
   if (!total) {
@@ -339,6 +400,7 @@ export function nodeRow(node: INodeView): INodeRow {
     drained: !!node.drained,
     stateText: node.drained ? 'drained' : 'ready',
     freeText: free.join(' · '),
+    freeParts: free,
     labelsText: labels.join(', '),
     running: node.running ?? 0,
     gpus: (node.devices ?? []).map(d => gpuBar(node.name, d))
@@ -408,7 +470,7 @@ export interface ISidebarView {
   running: IBounded<ITaskRow>;
   waiting: IBounded<ITaskRow>;
   queues: IQueueRow[];
-  /** Tasks that cancel all would reach (running and waiting, over all tasks). */
+  /** Tasks that cancel all would reach (running and waiting, not stopping, over all tasks). */
   cancellable: number;
 }
 
@@ -430,6 +492,7 @@ export function sidebarView(status: IStatusPayload, options: IViewOptions = {}):
   const nWaiting = count(counts, 'pending', 'queued', 'infeasible');
   const keptRunning = bounded(running, nRunning, maxRows);
   const keptWaiting = bounded(waiting, nWaiting, maxRows);
+  const listed = [...running, ...waiting].filter(t => CANCELLABLE.has(String(t.state))).length;
   // rows are made for the kept tasks only: 10,000 waiting tasks cost MAX_ROWS rows
   return {
     time: status.time,
@@ -438,7 +501,7 @@ export function sidebarView(status: IStatusPayload, options: IViewOptions = {}):
     running: { rows: taskRows(keptRunning.rows, now), more: keptRunning.more },
     waiting: { rows: taskRows(keptWaiting.rows, now), more: keptWaiting.more },
     queues: (status.queues ?? []).map(queueRow),
-    cancellable: Math.max(nRunning + nWaiting, running.length + waiting.length)
+    cancellable: Math.max(count(counts, 'running') + nWaiting, listed)
   };
 }
 

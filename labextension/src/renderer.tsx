@@ -2,24 +2,23 @@
  * The renderer for `application/vnd.jupyter-sched.v1+json` (docs/schema.md): every kind drawn
  * with the sidebar's components. A payload of another version or kind, or one this code cannot
  * draw, shows a line saying so and the bundle's `text/plain`.
+ *
+ * Elapsed times tick: a payload's times are on the scheduler's clock and its `time` is when it
+ * was made, so "now" on that clock is `time` plus the seconds since the output arrived (the
+ * sidebar estimates it the same way from its last snapshot). That holds for outputs made while
+ * the page is open; a notebook opened later counts from when it was opened, since nothing in
+ * the payload says when it was made on any other clock. A payload without a `time` (a task, a
+ * gang) shows only the times of tasks that ended.
  */
 
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { ReactWidget } from '@jupyterlab/ui-components';
-import { MessageLoop } from '@lumino/messaging';
+import { Message, MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { NodeList, QueueTable, StateBadge, TaskList } from './components';
-import {
-  formatDuration,
-  nodeRow,
-  queueRow,
-  sidebarView,
-  statusBarText,
-  taskRow,
-  taskRows
-} from './model';
+import { Elapsed, NodeList, QueueTable, StateBadge, TaskList } from './components';
+import { nodeRow, queueRow, sidebarView, statusBarText, taskRow, taskRows } from './model';
 import { Counts, IStatusPayload, ITaskView, MIME_TYPE, Payload, readPayload } from './schema';
 
 /** Below the HTML renderer's 50, so this one is preferred for bundles that carry both. */
@@ -42,16 +41,22 @@ function countsText(counts: Counts | undefined, states: string[]): string {
     .join(' · ');
 }
 
-function TaskCard(props: { task: ITaskView; error: string | null }): JSX.Element {
-  const row = taskRow(props.task, null, props.error);
+/** Tasks are never cancelled from here: a rendered payload is a record, the sidebar acts. */
+function TaskCard(props: {
+  task: ITaskView;
+  error: string | null;
+  now: number | null;
+}): JSX.Element {
+  const row = taskRow(props.task, props.now, props.error);
   const { task } = props;
-  const took = task.started !== null && task.ended !== null ? task.ended - task.started : null;
   return (
     <div className="jp-sched-task-card jp-sched-task" data-task-id={row.id} data-state={row.state}>
       <div className="jp-sched-task-line">
         <StateBadge state={row.state} />
-        <span className="jp-sched-task-label">{row.label}</span>
-        {took !== null ? <span className="jp-sched-elapsed">{formatDuration(took)}</span> : null}
+        <Elapsed task={row} />
+        <span className="jp-sched-task-label" title={row.label}>
+          {row.label}
+        </span>
       </div>
       <div className="jp-sched-task-detail">{row.stateText}</div>
       <div className="jp-sched-task-detail">
@@ -63,8 +68,8 @@ function TaskCard(props: { task: ITaskView; error: string | null }): JSX.Element
   );
 }
 
-function StatusView(props: { status: IStatusPayload }): JSX.Element {
-  const view = sidebarView(props.status);
+function StatusView(props: { status: IStatusPayload; now: number | null }): JSX.Element {
+  const view = sidebarView(props.status, { now: props.now ?? undefined });
   return (
     <>
       <div className="jp-sched-summary">{statusBarText(props.status)}</div>
@@ -86,11 +91,12 @@ function StatusView(props: { status: IStatusPayload }): JSX.Element {
   );
 }
 
-function KindView(props: { payload: Payload }): JSX.Element {
+function KindView(props: { payload: Payload; now: number | null }): JSX.Element {
   const p = props.payload;
+  const now = props.now ?? payloadTime(p);
   switch (p.kind) {
     case 'task':
-      return <TaskCard task={p.task} error={p.error} />;
+      return <TaskCard task={p.task} error={p.error} now={now} />;
     case 'gang': {
       const tasks = p.tasks ?? [];
       return (
@@ -100,7 +106,7 @@ function KindView(props: { payload: Payload }): JSX.Element {
           </div>
           {p.error ? <pre className="jp-sched-task-error">{p.error}</pre> : null}
           <TaskList
-            tasks={taskRows(tasks, null)}
+            tasks={taskRows(tasks, now)}
             more={0}
             label={`Members of gang ${p.name}`}
             empty="No members."
@@ -109,17 +115,14 @@ function KindView(props: { payload: Payload }): JSX.Element {
       );
     }
     case 'status':
-      return <StatusView status={p} />;
+      return <StatusView status={p} now={now} />;
     case 'nodes':
       return <NodeList nodes={(p.nodes ?? []).map(nodeRow)} />;
     case 'queue': {
-      const view = sidebarView({
-        ...p,
-        kind: 'status',
-        gpu: { allocated: 0, total: 0 },
-        nodes: [],
-        queues: []
-      });
+      const view = sidebarView(
+        { ...p, kind: 'status', gpu: { allocated: 0, total: 0 }, nodes: [], queues: [] },
+        { now: now ?? undefined }
+      );
       return (
         <>
           <div className="jp-sched-summary">
@@ -187,8 +190,32 @@ class Guard extends React.Component<
   }
 }
 
-/** A payload, or the plain text with a line saying why the payload is not drawn. */
-export function PayloadView(props: { data: unknown; text: string }): JSX.Element {
+/** The payload's `time` (scheduler clock), for the kinds and kernels that send one. */
+function payloadTime(payload: unknown): number | null {
+  const time = (payload as { time?: unknown } | null)?.time;
+  return typeof time === 'number' && Number.isFinite(time) ? time : null;
+}
+
+/** Whether a payload shows a time that grows: a task that has not ended, and a clock. */
+export function ticks(data: unknown): boolean {
+  if (payloadTime(data) === null) {
+    return false;
+  }
+  const p = data as { [list: string]: unknown };
+  const lists = [p.running, p.waiting, p.tasks, [p.task]];
+  const open = (t: unknown) => !!t && (t as ITaskView).ended === null;
+  return lists.some(list => Array.isArray(list) && list.some(open));
+}
+
+/**
+ * A payload, or the plain text with a line saying why the payload is not drawn. `now` is the
+ * scheduler's clock now (elapsed times count up to it); the payload's own `time` if absent.
+ */
+export function PayloadView(props: {
+  data: unknown;
+  text: string;
+  now?: number | null;
+}): JSX.Element {
   const payload = readPayload(props.data);
   if ('problem' in payload) {
     return <Fallback problem={payload.problem} text={props.text} />;
@@ -196,11 +223,14 @@ export function PayloadView(props: { data: unknown; text: string }): JSX.Element
   return (
     <div className="jp-sched-payload" data-kind={payload.kind}>
       <Guard text={props.text}>
-        <KindView payload={payload} />
+        <KindView payload={payload} now={props.now ?? null} />
       </Guard>
     </div>
   );
 }
+
+/** Elapsed times tick this often while a rendered payload shows one. */
+const TICK_MS = 1000;
 
 /** The renderer widget JupyterLab puts in an output area. */
 export class RenderedSched extends ReactWidget implements IRenderMime.IRenderer {
@@ -214,17 +244,63 @@ export class RenderedSched extends ReactWidget implements IRenderMime.IRenderer 
     this._data = model.data[this._mimeType];
     const text = model.data['text/plain'];
     this._text = typeof text === 'string' ? text : Array.isArray(text) ? text.join('') : '';
+    this._receivedAt = Date.now();
     MessageLoop.sendMessage(this, Widget.Msg.UpdateRequest);
+    this._tickIfNeeded();
     await this.renderPromise;
   }
 
+  /** Now on the payload's clock: its `time` plus the seconds since it arrived. */
+  now(): number | null {
+    const time = payloadTime(this._data);
+    return time === null ? null : time + (Date.now() - this._receivedAt) / 1000;
+  }
+
+  dispose(): void {
+    this._stopTicking();
+    super.dispose();
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._tickIfNeeded();
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this._stopTicking();
+    super.onBeforeDetach(msg);
+  }
+
   protected render(): JSX.Element {
-    return <PayloadView data={this._data} text={this._text} />;
+    return <PayloadView data={this._data} text={this._text} now={this.now()} />;
+  }
+
+  /** A clock for an attached payload with a time that grows; none for the others. */
+  private _tickIfNeeded(): void {
+    this._stopTicking();
+    if (!this.isAttached || !ticks(this._data)) {
+      return;
+    }
+    this._ticker = setInterval(() => {
+      // an output in a hidden tab is not drawn; it catches up at the first tick once shown
+      if (this.isVisible) {
+        this.update();
+      }
+    }, TICK_MS);
+  }
+
+  private _stopTicking(): void {
+    if (this._ticker !== null) {
+      clearInterval(this._ticker);
+      this._ticker = null;
+    }
   }
 
   private _mimeType: string;
   private _data: unknown = null;
   private _text = '';
+  private _receivedAt = 0;
+  private _ticker: ReturnType<typeof setInterval> | null = null;
 }
 
 export const rendererFactory: IRenderMime.IRendererFactory = {

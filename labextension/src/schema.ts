@@ -42,6 +42,8 @@ export interface ITaskView {
   ended: number | null;
   gang: string | null;
   rank: number | null;
+  /** For a `stopping` task, when the stop was asked (scheduler clock); absent from old kernels. */
+  stopping_since?: number | null;
 }
 
 export interface IDeviceView {

@@ -151,7 +151,12 @@ export function SidebarView(props: ISidebarProps): JSX.Element {
       <header className="jp-sched-header">
         <h2 className="jp-sched-title">Scheduler</h2>
         {props.sessionName ? (
-          <div className="jp-sched-session" title={props.kernelName}>
+          <div
+            className="jp-sched-session"
+            title={
+              props.kernelName ? `${props.sessionName} (${props.kernelName})` : props.sessionName
+            }
+          >
             {props.sessionName}
           </div>
         ) : null}
@@ -204,8 +209,11 @@ export class SchedulerSidebar extends ReactWidget {
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
+    this._stopTicking();
     this._ticker = setInterval(() => {
-      if (this._connection.state === 'live' && this._connection.snapshot?.running?.length) {
+      // running, stopping and waiting tasks show a time that grows; the timeline slides
+      const snapshot = this._connection.snapshot;
+      if (snapshot?.running?.length || snapshot?.waiting?.length || snapshot?.timeline?.length) {
         this.update();
       }
     }, TICK_MS);

@@ -2,6 +2,14 @@
  * The status-bar item: `GPU 1.5/2 · 2 running · 3 queued` for the followed kernel; a click
  * opens the Scheduler sidebar. Shown only while that kernel's scheduler answers, so kernels
  * without the extension leave the status bar as it was.
+ *
+ * JupyterLab's status bar shows or hides an item in two cases: when the item's
+ * `activeStateChanged` fires, and on every change of the shell's layout (switching tabs,
+ * opening a panel), when it asks `isActive()` of every item. Switching notebooks is such a
+ * change, and it comes while the new kernel's first snapshot is on its way, so the item is
+ * hidden then; it must say so again once that snapshot arrives, even though `isActive()` was
+ * true before the switch too. So the item compares `isActive()` with whether it is shown,
+ * not with what `isActive()` last returned.
  */
 
 import { ReactWidget } from '@jupyterlab/ui-components';
@@ -58,9 +66,7 @@ export class SchedulerStatus extends ReactWidget {
   }
 
   private _onChanged(): void {
-    const active = this.isActive();
-    if (active !== this._wasActive) {
-      this._wasActive = active;
+    if (this.isActive() === this.isHidden) {
       this._activeStateChanged.emit();
     }
     const text = this.text;
@@ -73,6 +79,5 @@ export class SchedulerStatus extends ReactWidget {
   private _connection: SchedConnection;
   private _onClick: () => void;
   private _activeStateChanged = new Signal<this, void>(this);
-  private _wasActive = false;
   private _lastText = '';
 }

@@ -1,94 +1,6 @@
-import { Signal } from '@lumino/signaling';
-
 import { NOT_LOADED_AFTER_MS, RETRY_SPACING_MS, SchedConnection } from '../src/comm';
 import { COMM_TARGET } from '../src/schema';
-import { payload, snapshotOf } from './helpers';
-
-let nextId = 0;
-
-class FakeComm {
-  constructor(readonly targetName: string) {}
-  commId = `comm-${++nextId}`;
-  isDisposed = false;
-  onMsg: (msg: any) => void = () => undefined;
-  onClose: (msg: any) => void = () => undefined;
-  opened: any[] = [];
-  sent: any[] = [];
-  openMsgId = `open-${nextId}`;
-  open(data: any) {
-    this.opened.push(data);
-    return { msg: { header: { msg_id: this.openMsgId, msg_type: 'comm_open' } } };
-  }
-  send(data: any) {
-    this.sent.push(data);
-    return {};
-  }
-  close() {
-    this.isDisposed = true;
-    return {};
-  }
-  /** The kernel sends `data` on this comm. */
-  receive(data: any) {
-    this.onMsg({ content: { comm_id: this.commId, data } });
-  }
-}
-
-class FakeKernel {
-  status = 'idle';
-  isDisposed = false;
-  statusChanged = new Signal<FakeKernel, string>(this);
-  iopubMessage = new Signal<FakeKernel, any>(this);
-  connectionStatusChanged = new Signal<FakeKernel, string>(this);
-  targets = new Map<string, (comm: any, msg: any) => void>();
-  comms: FakeComm[] = [];
-  registerCommTarget(name: string, cb: (comm: any, msg: any) => void) {
-    this.targets.set(name, cb);
-  }
-  removeCommTarget(name: string, cb: any) {
-    if (this.targets.get(name) === cb) {
-      this.targets.delete(name);
-    }
-  }
-  createComm(target: string) {
-    const comm = new FakeComm(target);
-    this.comms.push(comm);
-    return comm;
-  }
-  get last(): FakeComm {
-    return this.comms[this.comms.length - 1];
-  }
-  setStatus(status: string) {
-    this.status = status;
-    this.statusChanged.emit(status);
-  }
-  /** An idle status whose parent is `parent` (what the kernel says after each request). */
-  idleAfter(parent: { msg_id: string; msg_type: string }) {
-    this.iopubMessage.emit({
-      header: { msg_type: 'status' },
-      parent_header: parent,
-      content: { execution_state: 'idle' }
-    });
-  }
-}
-
-class FakeContext {
-  kernelChanged = new Signal<FakeContext, any>(this);
-  session: { kernel: FakeKernel | null };
-  name = 'train.ipynb';
-  kernelDisplayName = 'Python 3';
-  constructor(kernel: FakeKernel | null) {
-    this.session = { kernel };
-  }
-  changeKernel(kernel: FakeKernel | null) {
-    const old = this.session.kernel;
-    this.session = { kernel };
-    this.kernelChanged.emit({ name: 'kernel', oldValue: old, newValue: kernel });
-  }
-}
-
-function snapshotMessage(seq: number, time = 1) {
-  return { v: 1, kind: 'snapshot', seq, data: { ...snapshotOf(payload('status')), time } };
-}
+import { FakeComm, FakeContext, FakeKernel, snapshotMessage } from './fakes';
 
 function connect(kernel = new FakeKernel()) {
   const connection = new SchedConnection({ interval: 0.5, window: 300 });
@@ -222,6 +134,24 @@ describe('SchedConnection', () => {
     connection.follow(null);
     expect(connection.state).toBe('none');
     expect(other.last.isDisposed).toBe(true);
+  });
+
+  it("drops the last kernel's snapshot when it follows another session, and says so", () => {
+    const { connection, kernel } = connect();
+    kernel.last.receive(snapshotMessage(1));
+    expect(connection.state).toBe('live');
+    const states: string[] = [];
+    connection.changed.connect(() => states.push(connection.state));
+    const other = new FakeKernel();
+    connection.follow(new FakeContext(other) as any);
+    // never live without a snapshot: the status bar would show an empty item
+    expect(connection.snapshot).toBeNull();
+    expect(connection.state).toBe('connecting');
+    expect(states).toEqual(['connecting']);
+    expect(kernel.last.isDisposed).toBe(true);
+    other.last.receive(snapshotMessage(1, 5));
+    expect(connection.state).toBe('live');
+    expect(connection.snapshot?.time).toBe(5);
   });
 
   it('sends commands with ids and resolves them with the reply', async () => {

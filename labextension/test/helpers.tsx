@@ -100,3 +100,21 @@ export function expectOnlyText(container: HTMLElement): void {
   expect(container.querySelector('script')).toBeNull();
   expect(container.textContent).toContain(HOSTILE);
 }
+
+/**
+ * Wait until `check` stops throwing (then its result), or throw its last error after
+ * `timeout` ms. Counts on `performance.now()`, so tests may stub `Date.now()` meanwhile.
+ */
+export async function waitFor<T>(check: () => T, timeout = 5000): Promise<T> {
+  const deadline = performance.now() + timeout;
+  for (;;) {
+    try {
+      return check();
+    } catch (error) {
+      if (performance.now() > deadline) {
+        throw error;
+      }
+    }
+    await new Promise(resolve => setTimeout(resolve, 20));
+  }
+}

@@ -1,8 +1,37 @@
+import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { PayloadView, RenderedSched, rendererFactory, RENDERER_RANK } from '../src/renderer';
-import { MIME_TYPE } from '../src/schema';
-import { bundle, expectOnlyText, HOSTILE, hostileStatus, payload, render, task } from './helpers';
+import { PayloadView, RenderedSched, rendererFactory, RENDERER_RANK, ticks } from '../src/renderer';
+import { IStatusPayload, MIME_TYPE } from '../src/schema';
+import {
+  bundle,
+  expectOnlyText,
+  HOSTILE,
+  hostileStatus,
+  payload,
+  render,
+  task,
+  waitFor
+} from './helpers';
+
+/** At time 100: t1 running since 90, t2 running since 20 and stopping since 97. */
+function stoppingStatus(): IStatusPayload {
+  return {
+    ...payload('status'),
+    time: 100,
+    running: [
+      task('t1', { state: 'running', node: 'local', started: 90 }),
+      task('t2', {
+        state: 'stopping',
+        node: 'local',
+        started: 20,
+        stopping_since: 97,
+        reason: 'cancelled from the Scheduler sidebar'
+      })
+    ],
+    counts: { running: 1, stopping: 1, queued: 2, infeasible: 1 }
+  };
+}
 
 const KINDS: { [kind: string]: string } = {
   task: 'task',
@@ -30,14 +59,17 @@ describe('PayloadView', () => {
     const bars = container.querySelectorAll('.jp-sched-gpu-bar[data-share]');
     expect([...bars].map(b => b.getAttribute('data-share'))).toEqual(['1', '1']);
     expect(container.querySelectorAll('.jp-sched-declared')).toHaveLength(2);
+    expect(container.querySelector('.jp-sched-node-free')?.textContent).toBe(
+      'CPU 2/2 free · memory 23.5 GiB/23.5 GiB free'
+    );
     expect(
       container.querySelector('.jp-sched-task[data-task-id="t5"] .jp-sched-position')?.textContent
     ).toBe('#1');
     const infeasible = container.querySelector('.jp-sched-task[data-task-id="t7"]') as HTMLElement;
     expect(infeasible.dataset.state).toBe('infeasible');
-    expect(infeasible.textContent).toContain(
-      'infeasible: GPU: needs 4 whole, has 2 devices on local'
-    );
+    const why = infeasible.querySelector('.jp-sched-task-detail') as HTMLElement;
+    expect(why.textContent).toBe('GPU: needs 4 whole, has 2 devices on local');
+    expect(why.title).toBe('infeasible: GPU: needs 4 whole, has 2 devices on local');
     unmount();
   });
 
@@ -56,6 +88,50 @@ describe('PayloadView', () => {
   });
 });
 
+describe('times and stopping tasks', () => {
+  const elapsed = (container: HTMLElement, id: string) =>
+    container.querySelector(`.jp-sched-task[data-task-id="${id}"] .jp-sched-elapsed`)?.textContent;
+
+  it('shows a stopping task the time since its stop, and no Cancel button anywhere', () => {
+    const view = render(<PayloadView data={stoppingStatus()} text="" />);
+    // without a clock of its own, the payload's time is now
+    expect(elapsed(view.container, 't2')).toBe('3.0 s');
+    const badge = view.container.querySelector('.jp-sched-task[data-task-id="t2"] .jp-sched-state');
+    expect(badge?.textContent).toBe('■stopping');
+    expect(badge?.nextElementSibling?.classList.contains('jp-sched-elapsed')).toBe(true);
+    expect(elapsed(view.container, 't1')).toBe('10 s');
+    expect(view.container.querySelectorAll('button')).toHaveLength(0);
+    view.rerender(<PayloadView data={stoppingStatus()} text="" now={105} />);
+    expect(elapsed(view.container, 't2')).toBe('8.0 s');
+    expect(elapsed(view.container, 't1')).toBe('15 s');
+    view.unmount();
+  });
+
+  it('shows no time for a task payload, which carries no clock, and no Cancel', () => {
+    const [, stopping] = stoppingStatus().running;
+    const data = { version: 1, kind: 'task', task: stopping, error: null };
+    const { container, unmount } = render(<PayloadView data={data} text="" now={null} />);
+    expect(container.querySelector('.jp-sched-task-card')?.getAttribute('data-state')).toBe(
+      'stopping'
+    );
+    expect(container.textContent).toContain('stopping: cancelled from the Scheduler sidebar');
+    expect(container.querySelector('.jp-sched-elapsed')).toBeNull();
+    expect(container.querySelectorAll('button')).toHaveLength(0);
+    unmount();
+  });
+
+  it('ticks only payloads with a clock and a task that has not ended', () => {
+    expect(ticks(stoppingStatus())).toBe(true);
+    expect(ticks({ ...stoppingStatus(), running: [], waiting: [] })).toBe(false);
+    expect(ticks(payload('history'))).toBe(false);
+    expect(ticks(payload('task'))).toBe(false);
+    expect(ticks(payload('nodes'))).toBe(false);
+    expect(ticks({ version: 1, kind: 'queue', time: 5, running: [task('t1')], waiting: [] })).toBe(
+      true
+    );
+  });
+});
+
 describe('strings from the kernel are text', () => {
   it('in a status: task names, queue names, node names and labels, reasons', () => {
     const { container, unmount } = render(<PayloadView data={hostileStatus()} text="" />);
@@ -63,7 +139,10 @@ describe('strings from the kernel are text', () => {
     const infeasible = container.querySelector(
       '.jp-sched-task[data-state="infeasible"]'
     ) as HTMLElement;
-    expect(infeasible.textContent).toContain(`infeasible: ${HOSTILE}`);
+    expect(infeasible.querySelector('.jp-sched-task-detail')?.textContent).toBe(HOSTILE);
+    expect(infeasible.querySelector('.jp-sched-task-label')?.getAttribute('title')).toBe(
+      `t7 ${HOSTILE}`
+    );
     expect(container.querySelector('.jp-sched-node-name')?.textContent).toBe(HOSTILE);
     expect(container.querySelector('.jp-sched-node-labels')?.textContent).toContain(
       `team=${HOSTILE}`
@@ -162,5 +241,23 @@ describe('RenderedSched', () => {
     await new Promise(resolve => setTimeout(resolve, 50));
     expect(widget.node.querySelector('.jp-sched-fallback-text')?.textContent).toBe(b['text/plain']);
     widget.dispose();
+  });
+
+  it("ticks elapsed times from the payload's time while attached", async () => {
+    let clock = 1_000_000;
+    const spy = jest.spyOn(Date, 'now').mockImplementation(() => clock);
+    const widget = rendererFactory.createRenderer({ mimeType: MIME_TYPE } as any) as RenderedSched;
+    Widget.attach(widget, document.body);
+    await widget.renderModel({ data: { [MIME_TYPE]: stoppingStatus(), 'text/plain': '' } } as any);
+    const elapsed = (id: string) =>
+      widget.node.querySelector(`.jp-sched-task[data-task-id="${id}"] .jp-sched-elapsed`)
+        ?.textContent;
+    await waitFor(() => expect([elapsed('t1'), elapsed('t2')]).toEqual(['10 s', '3.0 s']));
+    expect(widget.now()).toBe(100);
+    clock += 4000;
+    expect(widget.now()).toBe(104);
+    await waitFor(() => expect([elapsed('t1'), elapsed('t2')]).toEqual(['14 s', '7.0 s']));
+    widget.dispose();
+    spy.mockRestore();
   });
 });

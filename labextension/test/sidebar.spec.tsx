@@ -1,9 +1,12 @@
+import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 import { act } from 'react';
 
-import { SidebarView, ISidebarProps } from '../src/sidebar';
+import { SchedConnection } from '../src/comm';
+import { SchedulerSidebar, SidebarView, ISidebarProps } from '../src/sidebar';
 import { StatusText } from '../src/statusbar';
-import { Command } from '../src/schema';
+import { Command, IStatusPayload } from '../src/schema';
+import { FakeContext, FakeKernel, snapshotMessage } from './fakes';
 import {
   expectOnlyText,
   HOSTILE,
@@ -11,7 +14,8 @@ import {
   payload,
   render,
   snapshotOf,
-  task
+  task,
+  waitFor
 } from './helpers';
 
 function props(fields: Partial<ISidebarProps>): ISidebarProps {
@@ -102,9 +106,9 @@ describe('SidebarView', () => {
       '.jp-sched-task[data-state="infeasible"]'
     ) as HTMLElement;
     expect(infeasible.querySelector('.jp-sched-task-label')?.textContent).toBe(`t7 ${HOSTILE}`);
-    expect(infeasible.querySelector('.jp-sched-task-detail')?.textContent).toContain(
-      `infeasible: ${HOSTILE}`
-    );
+    const why = infeasible.querySelector('.jp-sched-task-detail') as HTMLElement;
+    expect(why.textContent).toBe(HOSTILE);
+    expect(why.title).toBe(`infeasible: ${HOSTILE}`);
     expect(container.querySelector('.jp-sched-node-name')?.textContent).toBe(HOSTILE);
     expect(container.querySelector('.jp-sched-queue td')?.textContent).toBe(HOSTILE);
     expect(container.querySelector('.jp-sched-error')?.textContent).toBe(HOSTILE);
@@ -170,6 +174,133 @@ describe('SidebarView', () => {
     view.rerender(<SidebarView {...props({ snapshot: snapshotOf(status), now: 75 })} />);
     expect(elapsed()).toBe('1 min 15 s');
     view.unmount();
+  });
+});
+
+/** At time 100: t1 running since 90, t2 running since 20 and stopping since 97. */
+function stoppingStatus(): IStatusPayload {
+  return {
+    ...payload('status'),
+    time: 100,
+    running: [
+      task('t1', { state: 'running', node: 'local', started: 90 }),
+      task('t2', {
+        state: 'stopping',
+        node: 'local',
+        started: 20,
+        stopping_since: 97,
+        reason: 'cancelled from the Scheduler sidebar'
+      })
+    ],
+    waiting: [],
+    counts: { running: 1, stopping: 1 }
+  };
+}
+
+describe('a stopping task in the sidebar', () => {
+  it('shows the time since its stop, not its run time, and offers no Cancel', () => {
+    const snapshot = snapshotOf(stoppingStatus());
+    const view = render(<SidebarView {...props({ snapshot, now: 103, onCommand: () => 0 })} />);
+    const row = (id: string) =>
+      view.container.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
+    const elapsed = (id: string) => row(id).querySelector('.jp-sched-elapsed')?.textContent;
+    const meta = (id: string) =>
+      [...row(id).querySelectorAll('.jp-sched-task-meta > *')].map(e => e.textContent);
+    expect(row('t2').dataset.state).toBe('stopping');
+    // "■ stopping 6.0 s": the time since the stop, beside the state
+    expect(meta('t2')).toEqual(['■stopping', '6.0 s', 'needs GPU 0.5']);
+    expect(row('t2').querySelector('.jp-sched-elapsed')?.getAttribute('title')).toBe(
+      'stopping: stop asked 6.0 s ago; the task holds its devices until it has stopped'
+    );
+    expect(row('t2').querySelector('button')).toBeNull();
+    expect(meta('t1')).toEqual(['▶running', '13 s', 'needs GPU 0.5']);
+    expect(row('t1').querySelector('button.jp-sched-cancel')?.textContent).toBe('Cancel');
+    // cancel all reaches the running task only
+    expect(view.container.querySelector('.jp-sched-cancel-all')?.getAttribute('aria-label')).toBe(
+      'Cancel all 1 running and waiting tasks'
+    );
+    view.rerender(<SidebarView {...props({ snapshot, now: 110, onCommand: () => 0 })} />);
+    expect(elapsed('t2')).toBe('13 s');
+    expect(elapsed('t1')).toBe('20 s');
+    view.unmount();
+  });
+});
+
+describe('long text in the sidebar', () => {
+  it('keeps the whole of names, reasons and node lines in tooltips', () => {
+    const name = 'a-task-name-longer-than-any-sidebar-is-wide-'.repeat(3);
+    const reason = 'GPU: needs 4 whole, has 2 devices on local, '.repeat(3).trim();
+    const status = payload('status') as IStatusPayload;
+    status.nodes[0].name = `node-${name}`;
+    status.waiting = [
+      task('t5', { name, position: 1 }),
+      task('t6', { name: 'big', state: 'infeasible', reason, demand: { GPU: 4 } })
+    ];
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(status), onCommand: () => 0 })} />
+    );
+    const row = (id: string) =>
+      container.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
+    const label = row('t5').querySelector('.jp-sched-task-label') as HTMLElement;
+    expect(label.title).toBe(`t5 ${name}`);
+    expect(label.textContent).toBe(`t5 ${name}`);
+    const why = row('t6').querySelector('.jp-sched-task-detail') as HTMLElement;
+    expect(why.textContent).toBe(reason);
+    expect(why.title).toBe(`infeasible: ${reason}`);
+    expect(row('t6').querySelector('.jp-sched-task-needs')?.getAttribute('title')).toBe(
+      'needs GPU 4'
+    );
+    expect(container.querySelector('.jp-sched-node-name')?.getAttribute('title')).toBe(
+      `node-${name}`
+    );
+    const free = container.querySelector('.jp-sched-node-free') as HTMLElement;
+    expect(free.title).toBe('CPU 2/2 free · memory 23.5 GiB/23.5 GiB free');
+    expect([...free.querySelectorAll('.jp-sched-node-free-part')].map(p => p.textContent)).toEqual([
+      'CPU 2/2 free',
+      'memory 23.5 GiB/23.5 GiB free'
+    ]);
+    expect(free.textContent).toBe('CPU 2/2 free · memory 23.5 GiB/23.5 GiB free');
+    const queue = container.querySelector('.jp-sched-queue .jp-sched-queue-name') as HTMLElement;
+    expect(queue.title).toBe(queue.textContent);
+    unmount();
+  });
+});
+
+describe('SchedulerSidebar', () => {
+  // the widget renders on its own schedule, as in JupyterLab, not inside act()
+  beforeEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = false));
+  afterEach(() => {
+    (globalThis as any).IS_REACT_ACT_ENVIRONMENT = true;
+    jest.restoreAllMocks();
+  });
+
+  it("ticks elapsed times from the connection's clock while it is shown", async () => {
+    let clock = 1_000_000;
+    jest.spyOn(Date, 'now').mockImplementation(() => clock);
+    const connection = new SchedConnection({ interval: 0.5, window: 300 });
+    const kernel = new FakeKernel();
+    connection.follow(new FakeContext(kernel) as any);
+    const status = stoppingStatus();
+    kernel.last.receive(snapshotMessage(1, 100, { ...status, timeline: [] }));
+    const sidebar = new SchedulerSidebar({ connection, timelineWindow: 300 });
+    sidebar.hide();
+    Widget.attach(sidebar, document.body);
+    sidebar.show();
+    const elapsed = (id: string) =>
+      sidebar.node.querySelector(`.jp-sched-task[data-task-id="${id}"] .jp-sched-elapsed`)
+        ?.textContent;
+    await waitFor(() => expect([elapsed('t1'), elapsed('t2')]).toEqual(['10 s', '3.0 s']));
+    clock += 2000; // no snapshot comes: nothing but time changed
+    await waitFor(() => expect([elapsed('t1'), elapsed('t2')]).toEqual(['12 s', '5.0 s']));
+    // waiting times grow too, with nothing running
+    const queued = task('t5', { position: 1, submitted: 100 });
+    const quiet = { running: [], waiting: [queued], counts: { queued: 1 }, timeline: [] };
+    kernel.last.receive(snapshotMessage(2, 102, quiet));
+    await waitFor(() => expect(elapsed('t5')).toBe('2.0 s'));
+    clock += 3000;
+    await waitFor(() => expect(elapsed('t5')).toBe('5.0 s'));
+    sidebar.dispose();
+    connection.dispose();
   });
 });
 
