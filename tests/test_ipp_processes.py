@@ -4,8 +4,10 @@ closing, or a kernel killed (the reaper's part)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import stat
 import time
 
 import psutil
@@ -106,3 +108,25 @@ def test_a_kernel_that_ends_after_its_controller_was_killed_leaves_no_process(ho
             kernel.close()
         for p in live(tree):  # never leave them to the next test
             os.kill(p, signal.SIGKILL)
+
+
+def test_the_clusters_process_book_is_a_private_file_and_goes_with_the_cluster():
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    from jupyter_sched.host.files import private_dir, read_private
+
+    sched = Scheduler(local_resources="GPU=1")
+    try:
+        with engines_can_import_this_checkout():
+            executor = sched.start_cluster(engines=1)
+        book = executor._cluster.book.path
+        mine = private_dir(runtime_dir=jupyter_runtime_dir())
+        assert os.path.dirname(book) == str(mine), book  # not under /tmp
+        assert stat.S_IMODE(os.lstat(book).st_mode) == 0o600
+        assert os.lstat(os.path.dirname(book)).st_uid == os.getuid()
+        recorded = {pid for pid, _ in json.loads(read_private(book))["known"]}
+        assert recorded == {pid for pid, _ in executor.processes()} and recorded
+        sched.stop_cluster()
+        assert not os.path.exists(book)
+    finally:
+        sched.shutdown()

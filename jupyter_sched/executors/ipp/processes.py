@@ -15,6 +15,12 @@ The book lives in a file too, for the reaper: a small process (:func:`start_reap
 module run as a script) that waits for the kernel to end. While it waits it adds to the book
 what the recorded processes start; if the kernel ends without stopping the cluster (killed,
 or restarted), it stops every process in the book and removes the cluster's file.
+
+What the book says is killed, so only this user may write it: the file is in this user's
+private directory (:func:`~jupyter_sched.host.files.private_dir`), replaced atomically and
+read back only when it is a regular file of this user's (a link, another user's file: the
+reaper refuses the book and leaves, killing nothing). Only processes of this user are recorded
+and signalled.
 """
 
 from __future__ import annotations
@@ -23,15 +29,18 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
+
+from ...host.files import NotPrivate, private_dir, read_private, write_private
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +57,19 @@ class ProcessBook:
         self.writes = writes and path is not None
         self.since = time.time() - 1.0  # nothing recorded started before this
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # one write at a time: the last one is the newest
         self._known: dict[int, float] = {}
         self._sessions: set[int] = set()
 
     @classmethod
-    def in_temp_file(cls) -> ProcessBook:
-        fd, path = tempfile.mkstemp(prefix="jupyter_sched-processes-", suffix=".json")
-        os.close(fd)
-        book = cls(path)
-        book.save()
+    def in_temp_file(cls, base: str | os.PathLike[str] | None = None) -> ProcessBook:
+        """A book in a new file of this user's private directory (under ``base``; default:
+        :func:`~jupyter_sched.host.files.private_dir`'s). Raises
+        :class:`~jupyter_sched.host.files.NotPrivate` when that directory is not this user's
+        alone."""
+        directory = private_dir(base, runtime_dir=_jupyter_runtime_dir())
+        book = cls(str(directory / f"processes-{secrets.token_hex(8)}.json"))
+        book._write()
         return book
 
     def add(self, *pids: int | None) -> None:
@@ -82,7 +95,8 @@ class ProcessBook:
             with contextlib.suppress(psutil.Error):
                 for p in [proc, *proc.children(recursive=True)]:
                     with contextlib.suppress(psutil.Error, OSError):
-                        found[p.pid] = (p.create_time(), os.getsid(p.pid) == p.pid)
+                        if _mine(p):
+                            found[p.pid] = (p.create_time(), os.getsid(p.pid) == p.pid)
         with self._lock:
             changed = False
             for pid, (created, leader) in found.items():
@@ -100,7 +114,7 @@ class ProcessBook:
         for pid, created in self.entries():
             with contextlib.suppress(psutil.Error):
                 proc = psutil.Process(pid)
-                if abs(proc.create_time() - created) < _SAME and \
+                if abs(proc.create_time() - created) < _SAME and _mine(proc) and \
                         proc.status() != psutil.STATUS_ZOMBIE:
                     alive.append(proc)
         return alive
@@ -114,8 +128,8 @@ class ProcessBook:
                 if proc.pid in found or proc.pid == os.getpid():
                     continue
                 with contextlib.suppress(psutil.Error, OSError):
-                    if os.getsid(proc.pid) in sessions and proc.create_time() >= self.since and \
-                            proc.status() != psutil.STATUS_ZOMBIE:
+                    if os.getsid(proc.pid) in sessions and proc.create_time() >= self.since \
+                            and _mine(proc) and proc.status() != psutil.STATUS_ZOMBIE:
                         found[proc.pid] = proc
         return list(found.values())
 
@@ -154,26 +168,32 @@ class ProcessBook:
     def save(self) -> None:
         if not self.writes:
             return
-        with self._lock:
-            data = {"since": self.since, "known": sorted(self._known.items()),
-                    "sessions": sorted(self._sessions)}
-        temp = f"{self.path}.{threading.get_ident()}.tmp"
         try:
-            with open(temp, "w") as f:
-                json.dump(data, f)
-            os.replace(temp, self.path)
+            self._write()
+        except NotPrivate as err:
+            log.warning("the process book is not written: %s", err)
         except OSError as err:
             log.debug("writing the process book %s: %s", self.path, err)
 
+    def _write(self) -> None:
+        with self._writing:
+            with self._lock:
+                data = {"since": self.since, "known": sorted(self._known.items()),
+                        "sessions": sorted(self._sessions)}
+            write_private(Path(self.path), json.dumps(data).encode())
+
     def merge_file(self) -> bool:
-        """Take in what the book's file holds; False once the file is gone."""
+        """Take in what the book's file holds; False once the file is gone. Raises
+        :class:`~jupyter_sched.host.files.NotPrivate` for a file that is not a regular file
+        of this user's in a private directory: such a book is never read."""
         try:
-            with open(self.path) as f:
-                data = json.load(f)
+            data = json.loads(read_private(Path(self.path)))
         except FileNotFoundError:
             return False
+        except NotPrivate:
+            raise
         except (OSError, ValueError):
-            return True  # being replaced: next time
+            return True  # unreadable now: next time
         with self._lock:
             self.since = min(self.since, float(data.get("since", self.since)))
             for pid, created in data.get("known", ()):
@@ -186,6 +206,20 @@ class ProcessBook:
         if self.path is not None:
             with contextlib.suppress(OSError):
                 os.remove(self.path)
+
+
+def _mine(proc: psutil.Process) -> bool:
+    """Whether ``proc`` runs as this user: what the book holds is signalled, and a process of
+    another user is never this cluster's."""
+    return proc.uids().real == os.getuid()
+
+
+def _jupyter_runtime_dir() -> str | None:
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+    except ImportError:
+        return None
+    return jupyter_runtime_dir()
 
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
@@ -227,23 +261,29 @@ def start_reaper(book: ProcessBook, cluster_file: str | None) -> subprocess.Pope
 
 def watch(parent: int, created: float, book_path: str, cluster_file: str) -> None:
     """The reaper: wait for ``parent`` to end, recording what the book's processes start;
-    then, unless the book's file is gone (the cluster was stopped), stop them all."""
+    then, unless the book's file is gone (the cluster was stopped), stop them all. A book that
+    is not a regular file of this user's in a private directory is refused: the reaper then
+    leaves at once and kills nothing."""
     book = ProcessBook(book_path, writes=False)  # the kernel writes it, the reaper reads it
-    while True:
-        if not book.merge_file():
-            return
-        book.refresh()
-        try:
-            proc = psutil.Process(parent)
-            alive = abs(proc.create_time() - created) < _SAME and \
-                proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            alive = False
-        if not alive:
-            break
-        with contextlib.suppress(psutil.TimeoutExpired, psutil.NoSuchProcess):
-            proc.wait(_POLL)
-    book.merge_file()
+    try:
+        while True:
+            if not book.merge_file():
+                return
+            book.refresh()
+            try:
+                proc = psutil.Process(parent)
+                alive = abs(proc.create_time() - created) < _SAME and \
+                    proc.status() != psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                alive = False
+            if not alive:
+                break
+            with contextlib.suppress(psutil.TimeoutExpired, psutil.NoSuchProcess):
+                proc.wait(_POLL)
+        book.merge_file()
+    except NotPrivate as err:
+        print(f"jupyter-sched reaper: the process book is refused: {err}", file=sys.stderr)
+        return
     book.kill()
     _forget_cluster(cluster_file)
     with contextlib.suppress(OSError):
