@@ -11,7 +11,8 @@ on another host (a ledger on shared storage is not supported, and it does not gu
 another pid namespace (another container: its pids mean other processes). It can tell, without
 any permission on the process, for every process of this host and namespace, another user's
 included: ``kill(pid, 0)`` answers "no such process" to anyone, and the start time is readable
-in ``/proc`` (where ``/proc`` hides other users' processes, the holder counts as alive).
+in ``/proc``. Where ``/proc`` hides other users' processes (``hidepid``), their start time
+cannot be read: such a holder counts as alive as long as ``kill(pid, 0)`` finds it.
 """
 
 from __future__ import annotations
@@ -81,25 +82,40 @@ def holder_alive(owner: Owner) -> bool:
 
 
 def _process_alive(pid: int, started: float) -> bool:
-    if pid <= 0:
+    """False only for a process known to have ended: no process has ``pid``
+    (``ProcessLookupError``), or the one ``/proc`` shows is a zombie or started at another
+    time (a new process under a reused pid). A process that exists but cannot be looked at
+    (``/proc`` mounted with ``hidepid``, where psutil finds no trace of another user's
+    process and says "no such process") counts as alive."""
+    if pid <= 0 or not _exists(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: it exists and is someone else's; go on to its start time
-        pass
     try:
         process = psutil.Process(pid)
         with process.oneshot():
             if process.status() == psutil.STATUS_ZOMBIE:
                 return False  # ended; its parent has not collected it yet
             created = process.create_time()
-    except psutil.NoSuchProcess:  # also ZombieProcess, its subclass
+    except psutil.ZombieProcess:
         return False
+    except psutil.NoSuchProcess:
+        # gone since kill() answered, or hidden from /proc: kill() tells which, whatever
+        # /proc shows
+        return _exists(pid)
     except (psutil.AccessDenied, OSError):
-        return True  # /proc hides it, so it cannot be checked
+        return True  # /proc hides its details, so it cannot be checked
     return abs(created - started) <= START_TOLERANCE
+
+
+def _exists(pid: int) -> bool:
+    """Whether a process has ``pid``: ``kill(pid, 0)`` answers anyone, whoever the process's
+    user and however ``/proc`` is mounted; EPERM means it exists and is someone else's."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, and is another user's
+        pass
+    return True
 
 
 def _rebooted(theirs: str, mine: str) -> bool:
@@ -136,8 +152,6 @@ def _pid_namespace() -> str:
         return os.readlink("/proc/self/ns/pid")
     except OSError:  # not Linux
         return ""
-
-
 
 
 __all__ = ["START_TOLERANCE", "Owner", "holder_alive", "host_key", "is_me", "user_name"]

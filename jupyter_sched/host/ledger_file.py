@@ -12,20 +12,23 @@ import contextlib
 import os
 import sqlite3
 import stat
-import threading
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.quantity import SCALE
+from .files import group_name, in_group
 from .holders import user_name
 
 LEASES_ENV = "JUPYTER_SCHED_LEASES"
 """Environment variable naming the ledger (a file, or a directory to hold it) for every kernel."""
 
-FORMAT = 1
-"""The ledger's format (``PRAGMA user_version``); a file of another format is refused."""
+FORMAT = 2
+"""The ledger's format (``PRAGMA user_version``): a file of format 1 is brought up to it in
+place (:func:`_upgrade`); a file of a newer format is refused."""
 
 APPLICATION_ID = 0x4A534C31  # "JSL1" in the SQLite header: this file is a lease ledger
-_SCHEMA = f"""
+_LEASES = f"""
 CREATE TABLE leases (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a stale id cannot give a new lease
     device TEXT NOT NULL,
@@ -38,7 +41,8 @@ CREATE TABLE leases (
     pidns TEXT NOT NULL,
     label TEXT NOT NULL,
     task TEXT NOT NULL,
-    since REAL NOT NULL
+    since REAL NOT NULL,
+    taken REAL NOT NULL DEFAULT 0  -- when its holder took it (since: when its task got it)
 );
 CREATE INDEX leases_by_device ON leases (device);
 CREATE TABLE changes (id INTEGER PRIMARY KEY CHECK (id = 0), count INTEGER NOT NULL);
@@ -51,6 +55,34 @@ BEGIN UPDATE changes SET count = count + 1; END;
 CREATE TRIGGER count_gives AFTER DELETE ON leases
 BEGIN UPDATE changes SET count = count + 1; END;
 """
+# format 2: the host-wide order among waiting work (:mod:`.fairness`)
+_WAITS = f"""
+CREATE TABLE waits (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    uid INTEGER NOT NULL,
+    user TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started REAL NOT NULL,
+    host TEXT NOT NULL,
+    pidns TEXT NOT NULL,
+    label TEXT NOT NULL,
+    task TEXT NOT NULL,
+    units INTEGER NOT NULL CHECK (units BETWEEN 1 AND {SCALE}),
+    count INTEGER NOT NULL CHECK (count >= 1),
+    devices TEXT NOT NULL,  -- the device keys it can use, separated by newlines
+    priority INTEGER NOT NULL,
+    since REAL NOT NULL
+);
+CREATE TABLE usage (uid INTEGER PRIMARY KEY, user TEXT NOT NULL, value REAL NOT NULL,
+                    at REAL NOT NULL);
+CREATE TABLE weights (user TEXT PRIMARY KEY, weight REAL NOT NULL CHECK (weight > 0));
+CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TRIGGER count_waits AFTER INSERT ON waits
+BEGIN UPDATE changes SET count = count + 1; END;
+CREATE TRIGGER count_waits_ended AFTER DELETE ON waits
+BEGIN UPDATE changes SET count = count + 1; END;
+"""
+_SCHEMA = _LEASES + _WAITS
 
 
 class LedgerError(Exception):
@@ -73,44 +105,65 @@ def open_ledger(path: Path, shared: bool | None, timeout: float) -> sqlite3.Conn
 
 
 def _prepare(path: Path, shared: bool | None) -> None:
-    """Make the file (with the right mode) if missing; refuse one this user cannot use."""
+    """Make the file (with the right mode) if missing; refuse one this user cannot use, and
+    one it must not trust (:func:`_trusted_place`, :func:`_check_trust`)."""
     directory = path.parent
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
         raise LedgerError(f"cannot make the directory of the lease ledger {path}: {err}; "
                           f"choose another path with ${LEASES_ENV}") from None
-    if shared is None:
-        shared = bool(directory.stat().st_mode & stat.S_IWGRP)
-    if not path.exists():
+    place = _trusted_place(path, directory)
+    if shared is not None and shared != place.shared:
+        raise LedgerError(
+            f"cannot use {path} as a {'shared' if shared else 'private'} lease ledger: its "
+            f"directory {directory} (mode {stat.filemode(place.info.st_mode)}) is "
+            f"{'' if place.shared else 'not '}a setgid directory of a group; a shared ledger "
+            f"needs one (chmod 2770), a private one a directory of yours")
+    mode = 0o660 if place.shared else 0o600
+    if not os.path.lexists(path):
         try:
-            _make(path, 0o660 if shared else 0o600)
+            _make(path, mode)
         except (OSError, sqlite3.Error) as err:
             raise LedgerError(f"cannot make the lease ledger {path}: {err}; make {directory} "
                               f"writable for you, or choose another path with "
                               f"${LEASES_ENV}") from None
-    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    for name in (path, wal, shm):
         _check_access(path, name)
-    if not (Path(f"{path}-shm").exists() and Path(f"{path}-wal").exists()) and not os.access(
-            directory, os.W_OK | os.X_OK):
+    if not (shm.exists() and wal.exists()) and not os.access(directory, os.W_OK | os.X_OK):
         raise LedgerError(f"cannot use the lease ledger {path}: its directory is not writable "
                           f"for user {user_name(os.getuid())!r}, and SQLite needs to make files "
                           f"beside it; choose another path with ${LEASES_ENV}")
+    # SQLite opens the ledger, its -wal and its -shm by name, following links: Python's
+    # sqlite3 cannot pass SQLITE_OPEN_NOFOLLOW (which would cover the ledger alone). What
+    # keeps the names from being swapped for links after this check is the directory, in
+    # which only this user (a private directory) or the group's members (a setgid group
+    # directory) can make or replace a file; in a sticky world-writable directory, where
+    # anyone may make a name, the -wal and -shm are made here first, as this user's. So the
+    # files are checked last, right before connecting.
+    _check_trust(path, path, place)
+    if place.sticky:
+        _claim((wal, shm), mode)
+    for name in (wal, shm):
+        _check_trust(path, name, place)
 
 
 def _make(path: Path, mode: int) -> None:
     """A complete ledger at ``path``, or none: kernels that start together must never see a
     half-made file (switching a file to WAL while another process has it open fails).
 
-    It is made under a name of its own and linked into place, which fails if another process
+    It is made in a directory of its own (a random name, mode 0700: nobody can plant a link
+    where SQLite makes its files) and linked into place, which fails if another process
     linked its own first; then that one is used."""
-    draft = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
-    fd = os.open(draft, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+    workdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent))
+    draft = workdir / path.name
     try:
-        os.fchmod(fd, mode)  # the mode asked for, whatever the umask; SQLite's files follow it
-    finally:
-        os.close(fd)
-    try:
+        fd = os.open(draft, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        try:
+            os.fchmod(fd, mode)  # the mode asked for, whatever the umask; SQLite's files follow it
+        finally:
+            os.close(fd)
         db = sqlite3.connect(draft, isolation_level=None)
         try:
             db.execute("PRAGMA journal_mode = WAL")  # kept in the file: every opener uses it
@@ -118,32 +171,34 @@ def _make(path: Path, mode: int) -> None:
         finally:
             db.close()
         try:
-            os.link(draft, path)
+            os.link(draft, path, follow_symlinks=False)
         except FileExistsError:
             pass
         except OSError:  # a filesystem without hard links: an empty file, filled on opening
             with contextlib.suppress(FileExistsError):
-                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode))
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+                os.fchmod(fd, mode)
+                os.close(fd)
     finally:
-        for name in (draft, Path(f"{draft}-wal"), Path(f"{draft}-shm")):
+        for name in (draft, *(Path(f"{draft}{end}") for end in ("-wal", "-shm", "-journal"))):
             with contextlib.suppress(FileNotFoundError):
                 name.unlink()
+        with contextlib.suppress(OSError):
+            workdir.rmdir()
 
 
 def _check_access(path: Path, name: Path) -> None:
-    """Refuse ``name`` (the ledger ``path`` or a file SQLite keeps beside it) if unusable."""
-    which = "it" if name == path else f"its file {name.name}"
+    """Refuse ``name`` (the ledger ``path`` or a file SQLite keeps beside it) if unusable:
+    looked at without following a link, and a link is refused."""
+    which = "it" if name == path else f"its file {name}"
     try:
-        info = name.stat()
+        info = name.lstat()
     except FileNotFoundError:
         if name == path:
             raise LedgerError(f"the lease ledger {path} vanished while it was opened") from None
         return
     if not stat.S_ISREG(info.st_mode):
-        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise LedgerError(f"cannot use {path} as the lease ledger: {which} is {kind}; name a "
-                          f"file (a new one is made there) with ${LEASES_ENV}, or leave "
-                          f"${LEASES_ENV} unset for this host's own ledger")
+        raise LedgerError(_not_a_file(path, name, info))
     if not os.access(name, os.R_OK | os.W_OK):
         me = user_name(os.getuid())
         raise LedgerError(
@@ -152,6 +207,159 @@ def _check_access(path: Path, name: Path) -> None:
             f"cannot read and write it; its owner can share it with chmod g+rw (in a directory "
             f"of a group you are in), or choose a ledger of your own with ${LEASES_ENV}"
         )
+
+
+# -- whom the ledger's files are trusted from -------------------------------------------------
+
+LEASES_GROUP_ENV = "JUPYTER_SCHED_LEASES_GROUP"
+"""Environment variable naming the group a shared ledger's directory must belong to."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """The ledger's directory, checked (``info``: its stat): private (files of this user's
+    only), ``shared`` (setgid, its group's: files of members, in that group) or ``sticky``
+    (world-writable with the sticky bit: files of this user's only)."""
+
+    info: os.stat_result
+    shared: bool = False
+    sticky: bool = False
+
+
+def _trusted_place(path: Path, directory: Path) -> _Place:
+    """Refuse a directory in which another user could replace the ledger: one writable by
+    others without the sticky bit, one writable by a group without the setgid bit (or of
+    another group than ``$JUPYTER_SCHED_LEASES_GROUP`` names, or owned by a non-member),
+    another user's private one, or a link of another user's."""
+    try:
+        link = directory.lstat()
+        info = directory.stat()
+    except OSError as err:
+        raise LedgerError(f"cannot look at the directory of the lease ledger {path}: {err}; "
+                          f"choose another path with ${LEASES_ENV}") from None
+    head = f"cannot use the lease ledger {path}: its directory {directory}"
+    own = f"choose a ledger of your own with ${LEASES_ENV}"
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (0, os.getuid()):
+        raise LedgerError(f"{head} is a symlink owned by user {user_name(link.st_uid)!r}; {own}")
+    mode, mine = stat.filemode(info.st_mode), info.st_uid == os.getuid()
+    if info.st_mode & stat.S_IWOTH:
+        if not info.st_mode & stat.S_ISVTX:
+            fix = f"chmod o-w {directory}, or {own}" if mine else own
+            raise LedgerError(f"{head} is writable by others without the sticky bit (mode "
+                              f"{mode}), so anyone could replace the ledger; {fix}")
+        return _Place(info, sticky=True)
+    if not info.st_mode & stat.S_IWGRP:
+        if info.st_uid not in (0, os.getuid()):
+            raise LedgerError(f"{head} belongs to user {user_name(info.st_uid)!r} (mode "
+                              f"{mode}), who could replace the ledger; {own}")
+        return _Place(info)
+    group = group_name(info.st_gid)
+    if not info.st_mode & stat.S_ISGID:
+        fix = f"chmod g+s {directory}" if mine else \
+            f"its owner, user {user_name(info.st_uid)!r}, can run chmod g+s {directory}"
+        raise LedgerError(f"{head} is shared by group {group!r} but lacks the setgid bit (mode "
+                          f"{mode}), so its files need not belong to the group; {fix}, or {own}")
+    if not in_group(info.st_uid, info.st_gid):
+        raise LedgerError(f"{head} belongs to user {user_name(info.st_uid)!r}, who is not in "
+                          f"its group {group!r}; {own}")
+    wanted = _wanted_group(path)
+    if wanted is not None and wanted != info.st_gid:
+        raise LedgerError(f"{head} belongs to group {group!r}, not to group "
+                          f"{group_name(wanted)!r} that ${LEASES_GROUP_ENV} names; "
+                          f"{f'chgrp {group_name(wanted)} {directory}' if mine else own}, or "
+                          f"set ${LEASES_GROUP_ENV} to the group you mean")
+    return _Place(info, shared=True)
+
+
+def _check_trust(path: Path, name: Path, place: _Place) -> None:
+    """Refuse ``name`` (the ledger ``path`` or a file beside it) unless it is a regular file
+    (not a link) of this user's, or, in a group's directory, of a member's, in that group and
+    readable and writable by it; never writable by others."""
+    try:
+        info = name.lstat()
+    except FileNotFoundError:
+        if name == path:
+            raise LedgerError(f"the lease ledger {path} vanished while it was opened") from None
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerError(_not_a_file(path, name, info))
+    mode, owner = stat.filemode(info.st_mode), user_name(info.st_uid)
+    group = group_name(place.info.st_gid)
+    if not place.shared and info.st_uid != os.getuid():
+        where = "anyone may write" if place.sticky else "no group shares"
+        raise LedgerError(_refusal(path, name, info, f"belongs to user {owner!r} (only your "
+                                   f"own files are trusted in a directory {where})"))
+    if place.shared and not in_group(info.st_uid, place.info.st_gid):
+        raise LedgerError(_refusal(path, name, info, f"belongs to user {owner!r}, who is not "
+                                   f"in group {group!r}"))
+    if info.st_mode & stat.S_IWOTH:
+        raise LedgerError(_refusal(path, name, info, f"is writable by others (mode {mode})",
+                                   f"chmod {'660' if place.shared else '600'} {name}"))
+    if not place.shared and info.st_mode & stat.S_IWGRP:
+        raise LedgerError(_refusal(path, name, info, f"is writable by its group (mode {mode})",
+                                   f"chmod 600 {name}"))
+    if place.shared and info.st_gid != place.info.st_gid:
+        raise LedgerError(_refusal(path, name, info, f"belongs to group "
+                                   f"{group_name(info.st_gid)!r}, not to the directory's group "
+                                   f"{group!r}", f"chgrp {group} {name}"))
+    if place.shared and info.st_mode & 0o060 != 0o060:
+        raise LedgerError(_refusal(path, name, info, f"is not readable and writable by group "
+                                   f"{group!r} (mode {mode})", f"chmod 660 {name}"))
+
+
+def _not_a_file(path: Path, name: Path, info: os.stat_result) -> str:
+    """The message refusing ``name``, which is not a regular file (a link is never followed)."""
+    which = "it" if name == path else f"its file {name}"
+    if stat.S_ISLNK(info.st_mode):
+        target = ""
+        with contextlib.suppress(OSError):
+            target = f" (to {os.readlink(name)}; links are never followed)"
+        return _refusal(path, name, info, f"is a symlink owned by user "
+                        f"{user_name(info.st_uid)!r}{target}",
+                        f"rm {name} (the link only), or name the file it points to with "
+                        f"${LEASES_ENV}")
+    kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+    return (f"cannot use {path} as the lease ledger: {which} is {kind}; name a file (a new one "
+            f"is made there) with ${LEASES_ENV}, or leave ${LEASES_ENV} unset for this host's "
+            f"own ledger")
+
+
+def _refusal(path: Path, name: Path, info: os.stat_result, problem: str, fix: str = "") -> str:
+    """The message refusing ``name`` for ``problem`` with the ``fix`` for this user's own file;
+    another user's file is left as it is (never to be deleted): its owner may fix it, or one
+    chooses a ledger of one's own."""
+    which = "it" if name == path else f"its file {name}"
+    own = f"choose a ledger of your own with ${LEASES_ENV}"
+    if info.st_uid != os.getuid():
+        fix = (f"it is left as it is: its owner, user {user_name(info.st_uid)!r}, can run "
+               f"{fix}, or {own}") if fix and not stat.S_ISLNK(info.st_mode) else \
+            f"it is left as it is: {own}"
+    return f"cannot use the lease ledger {path}: {which} {problem}; {fix or own}"
+
+
+def _claim(names: tuple[Path, ...], mode: int) -> None:
+    """Make ``names`` (SQLite's files beside the ledger), empty, before SQLite does, so that
+    they are this user's: another may have made them by then, which the check after finds."""
+    for name in names:
+        with contextlib.suppress(OSError):
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            os.fchmod(fd, mode)
+            os.close(fd)
+
+
+def _wanted_group(path: Path) -> int | None:
+    """The group ``$JUPYTER_SCHED_LEASES_GROUP`` names (a name or a number), if set."""
+    wanted = os.environ.get(LEASES_GROUP_ENV, "").strip()
+    if not wanted:
+        return None
+    import grp
+
+    with contextlib.suppress(KeyError):
+        return grp.getgrnam(wanted).gr_gid
+    if wanted.isdigit():
+        return int(wanted)
+    raise LedgerError(f"${LEASES_GROUP_ENV}={wanted!r} names no group of this host; set it to "
+                      f"the group that shares the lease ledger {path}, or unset it")
 
 
 def _connect(path: Path, timeout: float) -> sqlite3.Connection:
@@ -215,6 +423,9 @@ def _check_format(path: Path, db: sqlite3.Connection) -> None:
             f"{app:#x}); it is left as it is: choose another path with ${LEASES_ENV}, or move "
             f"the file away if it is not needed"
         )
+    if version == 1:
+        _upgrade(db)
+        (version,) = db.execute("PRAGMA user_version").fetchone()
     if version != FORMAT:
         newer = "newer" if version > FORMAT else "older"
         raise LedgerError(
@@ -223,7 +434,7 @@ def _check_format(path: Path, db: sqlite3.Connection) -> None:
             f"host, or choose another path with ${LEASES_ENV}"
         )
     names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-    if not {"leases", "changes"} <= names:
+    if not {"leases", "changes", "waits", "usage", "weights", "settings"} <= names:
         raise LedgerError(f"the lease ledger {path} lacks its tables (damaged); move it away "
                           f"(a new one is made on next use) or choose another path with "
                           f"${LEASES_ENV}")
@@ -238,6 +449,26 @@ def looks_like_a_ledger(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and path.suffix == ".db"
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """Bring a ledger of format 1 (leases only) to format 2 in place, in one transaction: its
+    leases are kept (taken when their task got them), the tables of waits, use, weights and
+    settings are added. Kernels of an older jupyter-sched then refuse the file by its format,
+    as they refuse any newer one."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        if version == 1:  # (another process may have upgraded it while this one waited)
+            db.execute("ALTER TABLE leases ADD COLUMN taken REAL NOT NULL DEFAULT 0")
+            db.execute("UPDATE leases SET taken = since")
+            for statement in _statements(_WAITS):
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {FORMAT}")
+    except BaseException:
+        db.rollback()
+        raise
+    db.execute("COMMIT")
 
 
 def explain(path: Path, err: sqlite3.DatabaseError) -> str:
