@@ -95,7 +95,7 @@ def test_a_refusal_says_who_holds_what(ledger, path):
     text = ledger.take(GPU, 5_000).describe("GPU 0")
     assert text.startswith("0.5 of GPU 0 is not free (only 0.25 is): ")
     assert f"0.5 held by this process (pid {os.getpid()}, user " in text
-    assert "train.ipynb, task t1)" in text
+    assert "train.ipynb, task t1, since " in text
     assert f"0.25 held by another process (pid {pid}, user alice, eval.ipynb)" in text
     assert str(ledger.take(GPU, 5_000)).startswith("0.5 of GPU-8932f937 is not free")
 

@@ -1,6 +1,6 @@
 """Two real kernels on one host share its GPUs through the lease ledger: no device is ever
-held beyond a whole one across both, a killed holder's lease frees up, and a broken ledger
-costs a warning and loses no task.
+held beyond a whole one across both, a killed holder's lease frees up, a damaged ledger is
+made again and loses no task, and one that cannot be made holds GPU work with the reason.
 
 Each kernel declares two logical GPUs (``%sched local --gpus 2``); declared GPU ``i`` has the
 same device key in every process of the host, so the two kernels contend for the same devices.
@@ -115,28 +115,39 @@ def test_a_killed_holders_lease_frees_up(monkeypatch, tmp_path):
         assert record["kernel"] == "b" and record["start"] - killed < 10.0, record
 
 
-@pytest.mark.parametrize("broken", ["corrupt", "unwritable"])
-def test_a_broken_ledger_warns_and_loses_no_task(monkeypatch, tmp_path, broken):
-    if broken == "corrupt":
-        ledger = tmp_path / "leases.db"
-        ledger.write_bytes(b"not a database at all " * 200)
-    else:
-        blocker = tmp_path / "a-file"
-        blocker.write_text("")
-        ledger = blocker / "leases.db"  # under a file: it can be neither made nor opened
+def test_a_damaged_ledger_is_made_again_and_loses_no_task(monkeypatch, tmp_path):
+    ledger = tmp_path / "leases.db"
+    ledger.write_bytes(b"not a database at all " * 200)
     log = tmp_path / "tasks.jsonl"
     with kernels(monkeypatch, ledger, 1) as (k,):
         said = "".join(run_stderr(k, msg_id) for msg_id in list(k.messages))
-        assert said.count("lease ledger cannot be used") == 1, said
-        assert "schedules its GPUs alone" in said, said
-        assert k.value("jupyter_sched.get_scheduler()._leases") is None
+        assert said.count("lease ledger") == 1, said  # told once, under the cell
+        assert "a new one is in use" in said, said
         assert k.run(WORK.format(log=str(log), name="k", seconds=0.1)).error is None
         k.run("hs = [jupyter_sched.submit(work, i, resources={'GPU': 0.5}) for i in range(6)]")
         assert set(k.value("[h.result(60) for h in hs]")) <= {0, 1}
         assert len(log.read_text().splitlines()) == 6
         assert max(most_held([json.loads(x) for x in log.read_text().splitlines()]).values()) \
-            <= 1.0 + 1e-9  # its own accounting still holds
-        assert "takes no leases" in k.run("%sched leases").stdout
+            <= 1.0 + 1e-9
+        assert "this kernel takes leases" in k.run("%sched leases").stdout
+
+
+def test_a_ledger_that_cannot_be_made_holds_gpu_work_and_says_why(monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    ledger = blocker / "leases.db"  # under a file: it can be neither made nor opened
+    with kernels(monkeypatch, ledger, 1) as (k,):
+        said = "".join(run_stderr(k, msg_id) for msg_id in list(k.messages))
+        assert said.count("lease ledger cannot be used") == 1, said
+        assert "host_leases = False" in said, said
+        k.run("g = jupyter_sched.submit(lambda: 'gpu', resources={'GPU': 0.5})\n"
+              "c = jupyter_sched.submit(lambda: 'cpu', resources={'CPU': 1})")
+        assert k.value("c.result(30)") == "cpu"
+        time.sleep(0.5)
+        assert k.value("g.state") == "queued"
+        assert "cannot be used" in k.value("g.reason")
+        assert "GPU work waits" in k.run("%sched leases").stdout
+        k.run("%config Scheduler.host_leases = False")
 
 
 def run_stderr(kernel, msg_id) -> str:

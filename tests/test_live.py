@@ -17,7 +17,8 @@ def test_reads_use_by_process_index_at_most_once_per_interval():
     nvml.set_memory_used(1, 2**30)
     now = [0.0]
     monitor = GpuMonitor(host_with(nvml), nvml=nvml, clock=lambda: now[0])
-    assert monitor.read()[("local", 0)] == {"utilization": 75, "memory_used": 2**30}
+    reading = monitor.read()[("local", 0)]
+    assert (reading["utilization"], reading["memory_used"]) == (75, 2**30)
     nvml.set_utilization(1, 10)
     assert monitor.read()[("local", 0)]["utilization"] == 75  # within the interval
     now[0] = 1.5
@@ -34,7 +35,15 @@ def test_an_unreadable_gpu_reads_as_unknown():
     nvml = FakeNvml([("A100", "80GiB"), ("T4", "16GiB")])
     monitor = GpuMonitor(discover_host(nvml=nvml, env={}), nvml=nvml)
     nvml.broken = {0}
-    assert monitor.read()[("local", 0)] == {"utilization": None, "memory_used": None}
+    assert monitor.read()[("local", 0)] == {"utilization": None, "memory_used": None,
+                                            "processes": None}
+
+
+def test_the_processes_on_each_device_are_read_with_their_memory():
+    nvml = FakeNvml([("A100", "80GiB")])
+    nvml.set_processes(0, [(4242, "2GiB"), (4343, None)])
+    reading = GpuMonitor(discover_host(nvml=nvml, env={}), nvml=nvml).read()[("local", 0)]
+    assert reading["processes"] == [(4242, 2 * 2**30), (4343, None)]
 
 
 def test_snapshot_shows_live_use_on_the_device():

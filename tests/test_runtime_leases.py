@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import warnings
 
 import psutil
 import pytest
@@ -54,6 +53,20 @@ def as_other_process(path, key, units):
                   "notebook train.ipynb")
     with Ledger(path, owner=owner) as ledger:
         return ledger.take(key, units, task="t9")
+
+
+def other_holder():
+    """An owner for another process of this user that runs (a child, killed by the caller)."""
+    import subprocess
+    import sys
+
+    from jupyter_sched.host.holders import Owner
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    me = Owner.current()
+    owner = Owner(me.uid, me.user, child.pid, psutil.Process(child.pid).create_time(), me.host,
+                  me.pidns, "notebook other.ipynb")
+    return owner, child
 
 
 def wait_for(predicate, timeout=WAIT):
@@ -142,31 +155,67 @@ def test_a_dead_holders_lease_is_swept(sched, path):
     assert h.result(WAIT) == "ran"
 
 
-def test_a_corrupt_ledger_warns_and_schedules_alone(path):
+def test_a_corrupt_ledger_is_made_again_and_leases_go_on(path):
+    """A ledger of this user's that is no database any more (a cleanup, a stray command) is
+    moved aside and made again, the user is told once, and GPU work goes on under leases."""
     path.write_bytes(b"this is not a database" * 100)
     s = Scheduler(local_resources="GPU=1", ledger_path=str(path))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        s.start()
+    s.start()
     try:
-        (warning,) = [w for w in caught if "lease ledger" in str(w.message)]
-        assert "schedules its GPUs alone" in str(warning.message)
-        assert s._leases is None
         handles = [s.submit(lambda i=i: i, resources="GPU=0.5") for i in range(4)]
         assert [h.result(WAIT) for h in handles] == [0, 1, 2, 3]
+        assert s._leases is not None and s._leases.view.blocked is None
+        assert [p.name for p in path.parent.iterdir() if ".damaged-" in p.name]
+        with Ledger(path) as ledger:
+            assert ledger.version() > 0  # a ledger again, and used
     finally:
         s.shutdown()
 
 
-def test_a_ledger_that_breaks_later_loses_no_task(sched, path, monkeypatch, caplog):
-    def broken(*args, **kwargs):
-        raise runtime_leases.LedgerError("the disk went away")
+def test_another_programs_database_is_left_alone_and_gpu_work_waits(path):
+    """A ledger path naming another program's database: never moved, never used; GPU tasks
+    wait with the reason (and the fix), CPU tasks run."""
+    import sqlite3
 
-    monkeypatch.setattr(sched._leases.ledger, "exchange", broken)
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (text TEXT)")
+    db.commit()
+    db.close()
+    s = Scheduler(local_resources="GPU=1,CPU=2", ledger_path=str(path))
+    s.start()
+    try:
+        gpu = s.submit(lambda: "gpu", resources="GPU=0.5")
+        assert wait_for(lambda: gpu.state == "queued" and "cannot be used" in gpu.reason)
+        assert "host_leases = False" in gpu.reason
+        assert s.submit(lambda: "cpu", resources="CPU=1").result(WAIT) == "cpu"
+        assert [n[2] for n in s.notices() if "cannot be used" in n[2]]
+        gpu.cancel()
+    finally:
+        s.shutdown()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]
+    db.close()
+
+
+def test_a_ledger_that_fails_for_a_while_loses_no_task(sched, path, monkeypatch):
+    """A ledger that errs (a disk gone, a lock never released): GPU work waits, naming why,
+    and goes on when it works again; nothing runs without a lease meanwhile."""
+    failing = threading.Event()
+    failing.set()
+    real = sched._leases.ledger.exchange
+
+    def flaky(*args, **kwargs):
+        if failing.is_set():
+            raise runtime_leases.LedgerError("the disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sched._leases.ledger, "exchange", flaky)
     handles = [sched.submit(lambda i=i: i, resources="GPU=0.5") for i in range(3)]
+    assert wait_for(lambda: "the disk went away" in handles[0].reason)
+    assert all(h.state == "queued" for h in handles)
+    failing.clear()
     assert [h.result(WAIT) for h in handles] == [0, 1, 2]
-    assert sched._leases is None
-    assert "lease ledger cannot be used" in caplog.text
+    assert sched._leases.view.blocked is None
 
 
 def test_leases_off_takes_none(path):
@@ -181,13 +230,34 @@ def test_leases_off_takes_none(path):
 
 def test_shutdown_gives_back_every_lease(path):
     s = Scheduler(local_resources="GPU=1", ledger_path=str(path))
+    h = s.submit(time.sleep, 0.05, resources="GPU=0.5")  # (interruptible: it ends on shutdown)
+    assert wait_for(lambda: h.state in ("running", "done"))
+    s.shutdown()
+    with Ledger(path) as ledger:
+        assert ledger.held() == []
+
+
+def test_a_task_blocked_in_a_call_keeps_its_lease_after_shutdown_until_it_returns(path):
+    """Shutdown cannot interrupt a thread inside a C call (here a lock's wait): its code still
+    runs on the GPU, so its share stays leased, and another kernel cannot take the whole GPU,
+    until the call returns; the user is told which task is still running."""
+    s = Scheduler(local_resources="GPU=1", ledger_path=str(path))
     go_on = threading.Event()
     h = s.submit(go_on.wait, WAIT, resources="GPU=0.5")
     assert wait_for(lambda: h.state == "running")
     s.shutdown()
-    go_on.set()
-    with Ledger(path) as ledger:
-        assert ledger.held() == []
+    assert [n for n in s.notices() if h.id in n[2] and "stay leased" in n[2]]
+    owner, child = other_holder()
+    try:
+        with Ledger(path, owner=owner) as other:
+            assert [lease.task for lease in other.held()] == [h.id]
+            assert not other.take(gpu_key(s), 10_000)  # the whole GPU: not while it runs
+            go_on.set()  # the call returns, the thread ends
+            assert wait_for(lambda: other.held() == [])
+            assert other.take(gpu_key(s), 10_000)
+    finally:
+        child.kill()
+        child.wait()
 
 
 class FakeNvml(Nvml):
@@ -338,7 +408,11 @@ def test_a_scheduler_whose_thread_died_gives_its_leases_back(path):
             first._queue.put(object())  # wakes it
             first._thread.join(WAIT)
             assert "lost 1 running" in first.abandon()
-            assert ledger.held() == []
+            # its thread still waits (a call Python cannot interrupt): its code may use the
+            # GPU, so its lease is held until it returns
+            assert len(ledger.held()) == 1
+            gate.set()
+            assert wait_for(lambda: ledger.held() == [])
         second = Scheduler(local_resources="GPU=1", ledger_path=str(path)).start()
         try:
             assert second.submit(lambda: "mine now", resources={"GPU": 1}).result(WAIT) == \

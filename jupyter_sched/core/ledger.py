@@ -108,6 +108,9 @@ class Ledger:
         self.stale_reports = 0  # executor reports about attempts that were no longer current
         self.placed_on_arrival = 0  # jobs placed as they came, never filed as waiting
         self.elsewhere: dict[str, Elsewhere] = {}  # node -> shares other processes hold
+        # jobs (a task, or a gang's first member) that waited only for shares held elsewhere
+        # when last tried, by task id -> node: the runtime tells the host about them
+        self.elsewhere_waits: dict[str, str] = {}
         # pipelining (:mod:`.actions.pipeline`): off at 0, else the seconds a task of a class
         # may be expected to take for the next one to be sent ahead to its engine slot
         self.pipeline = 0.0
@@ -129,10 +132,10 @@ class Ledger:
     def emit(self, instruction: ev.Instruction) -> None:
         self._out.append(instruction)
 
-    def held_elsewhere_reason(self, spec: TaskSpec,
-                              passes: Callable[[Node, TaskSpec], bool]) -> str:
-        """The reason of the shares held elsewhere that alone keep ``spec`` from starting now
-        on a node ``passes(node, spec)`` accepts, or ""."""
+    def held_elsewhere_node(self, spec: TaskSpec,
+                            passes: Callable[[Node, TaskSpec], bool]) -> str:
+        """The node whose shares held elsewhere alone keep ``spec`` from starting now (on a
+        node ``passes(node, spec)`` accepts), or ""."""
         for name, held in self.elsewhere.items():
             node = self.cluster.nodes.get(name)
             if node is None or not held.applied.amounts or not passes(node, spec):
@@ -143,7 +146,7 @@ class Ledger:
             finally:
                 node.resources.take(held.applied, checked=True)
             if fits:
-                return held.reason or f"devices of {name!r} are held by other processes"
+                return name
         return ""
 
     # -- running ------------------------------------------------------------------------------

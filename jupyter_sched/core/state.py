@@ -28,7 +28,7 @@ from ..model.limits import (
 )
 from ..model.quantity import SCALE
 from ..model.queues import CLOSED, OPEN
-from ..model.tasks import ASSIGNED, PENDING, RUNNING, TERMINAL, Gang, Task, TaskSpec
+from ..model.tasks import ASSIGNED, PENDING, QUEUED, RUNNING, TERMINAL, Gang, Task, TaskSpec
 from . import events as ev
 from . import invariants
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
@@ -421,6 +421,22 @@ class Core(Ledger):
                 continue
             for member in (gang.members if gang is not None else [task]):
                 self.tasks.pop(member.id, None)
+
+    def waiting_elsewhere(self, node: str, limit: int) -> list[Task]:
+        """The jobs (a task, or a gang's first member) that wait only for shares other
+        processes hold on ``node``, as the last cycle that tried them found: at most ``limit``,
+        oldest first. (What is no longer so is forgotten here.)"""
+        out: list[Task] = []
+        gone: list[str] = []
+        for task_id, where in self.elsewhere_waits.items():
+            task = self.tasks.get(task_id)
+            if task is None or task.state != QUEUED or not task.reason:
+                gone.append(task_id)
+            elif where == node and len(out) < limit:
+                out.append(task)
+        for task_id in gone:
+            del self.elsewhere_waits[task_id]
+        return out
 
     def queue_position(self, limit: int | None = None) -> dict[str, int]:
         """Each queued task's place in its queue's order (1 = next), for display; with

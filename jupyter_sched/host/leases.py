@@ -38,96 +38,69 @@ directory writable by a group (best setgid, ``chmod g+ws``) shares the host's GP
 group's users: the file is then made group-readable and -writable. The file must be on a local
 filesystem (WAL uses shared memory; it does not work over NFS).
 
-**Errors.** A ledger that cannot be used (unreadable, read-only, corrupt, another program's file,
-a newer format) raises :class:`LedgerError` naming the file and what to do; it is never trusted
-or repaired. The scheduler then keeps its local accounting alone, with a warning.
+**Order.** A take that finds room may still be refused: room that waits ranked ahead on the
+host have reserved (:mod:`.fairness`, recorded with :meth:`Ledger.exchange`'s ``waits``) is
+theirs. Each user's past GPU use is kept, decayed by a half-life, for that order.
+
+**Damage.** :meth:`Ledger.check` notices a ledger file that was deleted, replaced, truncated or
+overwritten since it was opened (its inode, type and header); :meth:`Ledger.rebuild` then makes
+a fresh one (or opens the one another scheduler made meanwhile) and takes again what this
+process holds. A ledger made again is left to the holders re-taking their leases for
+``GRACE`` seconds: meanwhile new takes are refused, so no device is promised twice.
+
+**Errors.** A ledger that cannot be used (unreadable, read-only, another program's file, a
+newer format) raises :class:`LedgerError` naming the file and what to do; it is never trusted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-from ..model.quantity import SCALE, format_units
+from ..model.quantity import SCALE
+from . import lease_order
 from .discovery import GpuInfo
 from .holders import Owner, holder_alive, is_me
-from .ledger_file import FORMAT, LEASES_ENV, LedgerError, explain, open_ledger
-
-_COLUMNS = "id, device, units, uid, user, pid, started, host, pidns, label, task, since"
-_INSERT = (f"INSERT INTO leases ({_COLUMNS.removeprefix('id, ')}) "
-           f"VALUES ({', '.join('?' * (_COLUMNS.count(',')))})")
-
-
-class NotYourLease(PermissionError):
-    """A lease of another user whose holder still runs: only that holder gives it back."""
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """``units`` of ``device`` held by ``owner`` for ``task`` since ``since`` (epoch seconds)."""
-
-    id: int
-    device: str
-    units: int
-    owner: Owner
-    task: str = ""
-    since: float = 0.0
-
-    @property
-    def share(self) -> str:
-        """The share as text: ``"0.5"``."""
-        return format_units(self.units)
-
-    def describe(self) -> str:
-        """``0.5 held by another process (pid 4242, user alice, train.ipynb, task t17)``."""
-        return _holder_text(self)
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a take failed: ``units`` of ``device`` were wanted, ``free`` units are left.
-
-    Falsy, so ``if not (lease := ledger.take(...))`` reads as "refused". ``str()`` says who
-    holds what.
-    """
-
-    device: str
-    units: int
-    free: int
-    holders: tuple[Lease, ...] = field(default=())
-
-    def __bool__(self) -> bool:
-        return False
-
-    def describe(self, name: str | None = None) -> str:
-        """The reason, naming the device ``name`` (e.g. ``"GPU 0"``) when given."""
-        held = "; ".join(lease.describe() for lease in self.holders) or "nobody holds it"
-        return (f"{format_units(self.units)} of {name or short_device(self.device)} is not free "
-                f"(only {format_units(self.free)} is): {held}")
-
-    def __str__(self) -> str:
-        return self.describe()
-
-
-@dataclass(frozen=True, slots=True)
-class Exchange:
-    """What :meth:`Ledger.exchange` did: per take (and per pass), its leases or its
-    :class:`Refusal`; the ledger's :meth:`~Ledger.version` just before and just after (equal
-    to ``before`` plus this exchange's own changes, so a reader that had seen ``before`` knows
-    nobody else wrote)."""
-
-    taken: list[tuple[Lease, ...] | Refusal]
-    before: int
-    after: int
-    passed: list[tuple[Lease, ...] | Refusal] = field(default_factory=list)  # per pass
+from .lease_order import GRACE, Order, WaitSpec
+from .lease_rows import (
+    COLUMNS,
+    INSERT,
+    Exchange,
+    Lease,
+    NotYourLease,
+    Refusal,
+    check_share,
+    lease_from_row,
+    owner_columns,
+    short_device,
+    short_of,
+)
+from .ledger_file import (
+    FORMAT,
+    LEASES_ENV,
+    LedgerError,
+    explain,
+    looks_like_a_ledger,
+    open_ledger,
+)
+from .ledger_health import (
+    Health,
+    damage_of,
+    made_before_this_boot,
+    move_aside,
+    note_made,
+    rebuild_lock,
+)
 
 
 def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
@@ -152,13 +125,6 @@ def device_key(gpu: GpuInfo, host: str) -> str:
     return f"declared:{host}:{gpu.index}" if gpu.declared else gpu.uuid
 
 
-def short_device(key: str) -> str:
-    """A device key for people: ``GPU-8932f937``, ``declared GPU 1``."""
-    if key.startswith("declared:"):
-        return f"declared GPU {key.rpartition(':')[2]}"
-    return key[:12] if key.startswith("GPU-") else key
-
-
 class Ledger:
     """The host's leases, in the SQLite file at ``path`` (made on first use).
 
@@ -173,7 +139,7 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str], *, owner: Owner | None = None,
                  label: str = "", shared: bool | None = None, timeout: float = 10.0,
-                 recheck: float = 1.0) -> None:
+                 recheck: float = 1.0, connect: bool = True) -> None:
         self.path = Path(path).expanduser()
         self.label = label
         self._owner = owner
@@ -184,8 +150,10 @@ class Ledger:
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self._shared = shared
-        with self._lock:
-            self._db()
+        self._opened: Health | None = None  # the file as it was when connected
+        if connect:  # (else on first use: a ledger that cannot be used yet)
+            with self._lock:
+                self._db()
 
     @property
     def owner(self) -> Owner:
@@ -210,21 +178,25 @@ class Ledger:
 
     def exchange(self, gives: Iterable[int], takes: Sequence[tuple[object, Mapping[str, int]]],
                  *, passes: Sequence[tuple[object, Sequence[Lease]]] = (),
-                 label: str | None = None) -> Exchange:
+                 waits: Iterable[WaitSpec] | None = None, label: str | None = None,
+                 recover: Sequence[Lease] = ()) -> Exchange:
         """Give back the leases of ids ``gives`` (this process's; others are left alone), then
         take each ``(task, {device: units})`` of ``takes`` all or nothing, in order, in one
         transaction: a scheduler that ends and starts many tasks at once pays for one commit.
         Each take gets its leases or the :class:`Refusal` of its first device that is short;
         a refused take leaves the others be. A device short of a take's share first has the
         leases of its ended holders taken back (free room needs no check of its holders).
+        Room reserved by waits of other processes ranked ahead of this one's is not free.
 
         ``passes``: ``(task, leases)``, this process's leases handed over to another of its
         tasks as they are (what is held does not change, nor the version; only the task and
-        since); a pass whose leases are gone is given back and taken anew."""
+        since); a pass whose leases are gone is given back and taken anew. ``waits``: this
+        process's waits from now on (None: as they are). ``recover``: leases this process held
+        in a ledger that was lost, taken again as they were (no reservation applies)."""
         takes = [(str(task), dict(shares)) for task, shares in takes]
         for _, shares in takes:
             for device, units in shares.items():
-                _check_share(device, units)
+                check_share(device, units)
         owner = self.owner
         if label is not None:
             owner = replace(owner, label=label)
@@ -238,33 +210,88 @@ class Ledger:
                 gives += [lease.id for lease in passes[k][1]]
                 takes.append((str(passes[k][0]), {lease.device: lease.units
                                                   for lease in passes[k][1]}))
-            db.executemany("DELETE FROM leases WHERE id = ? AND pid = ? AND started = ?",
-                           [(i, owner.pid, owner.started) for i in gives])
-            used = self._used(db, sorted({d for _, shares in takes for d in shares}))
-            swept: set[str] = set()
-            taken: list[tuple[Lease, ...] | Refusal] = []
-            for task, shares in takes:
-                short = _short(shares, used)
-                if short is not None and short not in swept:  # ended holders' leases go first
-                    swept.add(short)
-                    used[short] = sum(row[2] for row in self._sweep_rows(db, [short], True))
-                    short = _short(shares, used)
-                if short is not None:
-                    holders = tuple(_lease(row) for row in self._rows(db, [short]))
-                    taken.append(Refusal(short, shares[short], SCALE - used[short], holders))
-                    continue
-                leases = []
-                for device, units in shares.items():
-                    row = (device, units, owner.uid, owner.user, owner.pid, owner.started,
-                           owner.host, owner.pidns, owner.label, task, now)
-                    lease_id = db.execute(_INSERT, row).lastrowid
-                    leases.append(Lease(lease_id, device, units, owner, task, now))
-                    used[device] += units
-                taken.append(tuple(leases))
+            self._give(db, gives, owner, now)
+            recovered = self._recover(db, owner, recover)
+            # takes rank as this process's waits did until now: a task that starts leaves
+            # its wait with this very exchange, and takes in its place
+            taken = self._takes(db, takes, owner, now)
+            if waits is not None:
+                lease_order.replace_waits(db, owner, waits)
             after = _count(db)
         for k, got in zip(lost, taken[len(taken) - len(lost):], strict=True):
             passed[k] = got
-        return Exchange(taken[:len(taken) - len(lost)], before, after, passed)
+        return Exchange(taken[:len(taken) - len(lost)] + recovered, before, after, passed)
+
+    def _takes(self, db: sqlite3.Connection, takes: list[tuple[str, dict[str, int]]],
+               owner: Owner, now: float) -> list[tuple[Lease, ...] | Refusal]:
+        if not takes:
+            return []
+        grace = lease_order.grace_until(db)
+        if grace is not None and now < grace:
+            return [Refusal(next(iter(shares)), shares[next(iter(shares))], 0, until=grace)
+                    for _, shares in takes]
+        used = self._used(db, sorted({d for _, shares in takes for d in shares}))
+        order = self._order(db, now) if _any_waits(db) else lease_order.EMPTY
+        reserved = order.ahead_of(owner.pid)
+        swept: set[str] = set()
+        taken: list[tuple[Lease, ...] | Refusal] = []
+        for task, shares in takes:
+            short = short_of(shares, used, reserved)
+            if short is not None and short not in swept:  # ended holders' leases go first
+                swept.add(short)
+                used[short] = sum(row[2] for row in self._sweep_rows(db, [short], True, now))
+                short = short_of(shares, used, reserved)
+            if short is not None:
+                holders = tuple(lease_from_row(row) for row in self._rows(db, [short]))
+                taken.append(Refusal(short, shares[short], SCALE - used[short], holders,
+                                     order.blocking(owner.pid, short)))
+                continue
+            leases = self._insert(db, owner, task, shares, now, now)
+            for device, units in shares.items():
+                used[device] += units
+            taken.append(leases)
+        return taken
+
+    def _recover(self, db: sqlite3.Connection, owner: Owner,
+                 leases: Sequence[Lease]) -> list[tuple[Lease, ...] | Refusal]:
+        """Take ``leases`` again as they were, where no other holder took their room."""
+        if not leases:
+            return []
+        used = self._used(db, sorted({lease.device for lease in leases}))
+        out: list[tuple[Lease, ...] | Refusal] = []
+        for lease in leases:
+            if lease.units > SCALE - used[lease.device]:
+                holders = tuple(lease_from_row(row) for row in self._rows(db, [lease.device]))
+                out.append(Refusal(lease.device, lease.units, SCALE - used[lease.device],
+                                   holders))
+                continue
+            used[lease.device] += lease.units
+            out.append(self._insert(db, owner, lease.task, {lease.device: lease.units},
+                                    lease.since, lease.taken))
+        return out
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, owner: Owner, task: str, shares: Mapping[str, int],
+                since: float, taken: float) -> tuple[Lease, ...]:
+        leases = []
+        for device, units in shares.items():
+            row = (device, units, *owner_columns(owner), task, since, taken)
+            lease_id = db.execute(INSERT, row).lastrowid
+            leases.append(Lease(lease_id, device, units, owner, task, since, taken))
+        return tuple(leases)
+
+    def _give(self, db: sqlite3.Connection, ids: list[int], owner: Owner, now: float) -> None:
+        """Delete this process's leases of ``ids``, counting their use."""
+        if not ids:
+            return
+        marks = ", ".join("?" * len(ids))
+        rows = db.execute(f"SELECT uid, user, units, taken, since FROM leases WHERE id IN "
+                          f"({marks}) AND pid = ? AND started = ?",
+                          (*ids, owner.pid, owner.started)).fetchall()
+        db.executemany("DELETE FROM leases WHERE id = ? AND pid = ? AND started = ?",
+                       [(i, owner.pid, owner.started) for i in ids])
+        lease_order.record_use(db, [(uid, user, units, taken or since)
+                                    for uid, user, units, taken, since in rows], now)
 
     @staticmethod
     def _pass(db: sqlite3.Connection, task: str, leases: Sequence[Lease], owner: Owner,
@@ -284,8 +311,8 @@ class Ledger:
         still runs raises :class:`NotYourLease`."""
         lease_id = lease.id if isinstance(lease, Lease) else int(lease)
         with self._transaction() as db:
-            rows = db.execute(f"SELECT {_COLUMNS} FROM leases WHERE id = ?", (lease_id,))
-            found = [_lease(row) for row in rows]
+            rows = db.execute(f"SELECT {COLUMNS} FROM leases WHERE id = ?", (lease_id,))
+            found = [lease_from_row(row) for row in rows]
             if not found:
                 return False
             theirs = found[0]
@@ -297,20 +324,66 @@ class Ledger:
                     f"lease back (it is taken back by itself when that process ends)"
                 )
             db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
+            lease_order.record_use(db, [(theirs.owner.uid, theirs.owner.user, theirs.units,
+                                         theirs.taken)], time.time())
         return True
 
     def give_mine(self) -> list[Lease]:
-        """Give back every lease this process holds (at shutdown); returns them."""
+        """Give back every lease this process holds, and end its waits (at shutdown);
+        returns the leases."""
         mine = [lease for lease in self.held() if is_me(lease.owner)]
-        return [lease for lease in mine if self.give(lease)]
+        given = [lease for lease in mine if self.give(lease)]
+        self.set_waits(())
+        return given
+
+    def set_waits(self, waits: Iterable[WaitSpec]) -> None:
+        """This process's waits are ``waits`` from now on."""
+        self.exchange((), [], waits=waits)
 
     def sweep(self) -> list[Lease]:
-        """Take back the leases of every holder that has ended; returns them."""
+        """Take back the leases (and end the waits) of every holder that has ended; returns
+        the leases."""
         with self._transaction() as db:
+            now = time.time()
             before = self._all(db)
-            after = self._sweep(db, None, cached=False)
+            after = self._sweep(db, None, cached=False, now=now)
+            lease_order.sweep_waits(db, lambda owner: self._alive(owner, False))
         kept = {lease.id for lease in after}
         return [lease for lease in before if lease.id not in kept]
+
+    # -- the host's order ------------------------------------------------------------------------
+
+    def view(self) -> tuple[list[Lease], Order]:
+        """Every lease, and the host's order of waits at this moment, read at once."""
+        with self._reading() as db:
+            leases = self._all(db)
+            return leases, self._order(db, time.time(), leases)
+
+    def set_half_life(self, seconds: float) -> None:
+        """How fast past GPU use is forgotten in the order between users (0: only what is
+        held now counts)."""
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not (
+                0 <= seconds < 1e9):
+            raise ValueError(f"half-life {seconds!r} must be a number of seconds, 0 or more")
+        with self._transaction() as db:
+            lease_order.set_half_life(db, seconds)
+
+    def set_weight(self, user: str, weight: float) -> None:
+        """``user``'s weight in the order between users (1 by default: 2 gets twice the GPU
+        time of a user of weight 1 when both wait)."""
+        if not isinstance(user, str) or not user:
+            raise ValueError(f"user {user!r} must be a user name")
+        if (not isinstance(weight, (int, float)) or isinstance(weight, bool)
+                or not 0 < weight < 1e6):
+            raise ValueError(f"weight {weight!r} for user {user!r} must be a number above 0")
+        with self._transaction() as db:
+            lease_order.set_weight(db, user, float(weight))
+
+    def _order(self, db: sqlite3.Connection, now: float,
+               leases: list[Lease] | None = None) -> Order:
+        leases = self._all(db) if leases is None else leases
+        return lease_order.read(db, now, [(lease.owner.uid, lease.owner.user, lease.units,
+                                           lease.taken, lease.owner.pid) for lease in leases])
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -329,8 +402,8 @@ class Ledger:
         return SCALE - int(used)
 
     def version(self) -> int:
-        """A number that changes whenever any process takes or gives a lease: poll it (it costs
-        one small read) and re-read the leases only when it moved."""
+        """A number that changes whenever any process takes or gives a lease or records a
+        wait: poll it (it costs one small read) and re-read only when it moved."""
         with self._reading() as db:
             return _count(db)
 
@@ -338,11 +411,56 @@ class Ledger:
         """False when ``lease``'s holder is known to have ended."""
         return holder_alive(lease.owner)
 
+    # -- damage ------------------------------------------------------------------------------
+
+    def check(self) -> str | None:
+        """What happened to the ledger file since it was opened (deleted, replaced, truncated,
+        overwritten), or None while it is the file opened and looks whole."""
+        with self._lock:
+            if self._opened is None:
+                return None
+            return damage_of(self.path, self._opened)
+
+    def rebuild(self, holdings: Sequence[Lease],
+                waits: Iterable[WaitSpec] = ()) -> list[Lease | Refusal] | None:
+        """After damage or an error: open the ledger at the path again. When it is the file
+        this process had open, nothing was lost (None). Else (another scheduler made a new one
+        meanwhile, or this one moves the damaged file aside and makes a fresh one), this
+        process takes again what it holds (``holdings``, as it knows them) and its ``waits``:
+        for each of ``holdings``, its new lease or the :class:`Refusal` that says who took its
+        room meanwhile. Raises :class:`LedgerError` when no ledger can be used at the path
+        (the message says why and what to do)."""
+        with self._lock:
+            opened = self._opened
+            self._disconnect()
+            with rebuild_lock(self.path):
+                damage = damage_of(self.path, None)
+                if damage is not None:
+                    if not _may_move(self.path, opened, damage):
+                        raise LedgerError(f"{self.path} {damage}: it is left as it is; choose "
+                                          f"another ledger with ${LEASES_ENV}")
+                    move_aside(self.path, damage)
+                now = Health.of(self.path)
+                same = (damage is None and opened is not None and now is not None
+                        and (now.dev, now.ino) == (opened.dev, opened.ino))
+                self._db(remade=damage is not None)
+            if same:
+                return None
+            done = self.exchange((), [], waits=waits, recover=list(holdings))
+        return [got if isinstance(got, Refusal) else got[0] for got in done.taken]
+
+    # -- life ---------------------------------------------------------------------------------
+
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
+            self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
-            self._conn = None
+        self._conn = None
+        self._opened = None
 
     def __enter__(self) -> Ledger:
         return self
@@ -356,18 +474,21 @@ class Ledger:
     # -- inside ----------------------------------------------------------------------------------
 
     def _sweep(self, db: sqlite3.Connection, devices: list[str] | None,
-               cached: bool) -> list[Lease]:
+               cached: bool, now: float) -> list[Lease]:
         """Delete the leases of ended holders (of ``devices``, or all); return the others."""
-        return [_lease(row) for row in self._sweep_rows(db, devices, cached)]
+        return [lease_from_row(row) for row in self._sweep_rows(db, devices, cached, now)]
 
     def _sweep_rows(self, db: sqlite3.Connection, devices: list[str] | None,
-                    cached: bool) -> list[tuple]:
-        """:meth:`_sweep`, as the rows of the leases kept."""
+                    cached: bool, now: float) -> list[tuple]:
+        """:meth:`_sweep`, as the rows of the leases kept; the use of those taken back is
+        counted up to ``now``."""
         kept, ended = [], []
         for row in self._rows(db, devices):
             (kept if self._alive(row[3:10], cached) else ended).append(row)
         if ended:
             db.executemany("DELETE FROM leases WHERE id = ?", [(row[0],) for row in ended])
+            lease_order.record_use(db, [(row[3], row[4], row[2], row[12] or row[11])
+                                        for row in ended], now)
         return kept
 
     def _alive(self, owner: tuple, cached: bool) -> bool:
@@ -396,14 +517,14 @@ class Ledger:
 
     @classmethod
     def _all(cls, db: sqlite3.Connection, devices: list[str] | None = None) -> list[Lease]:
-        return [_lease(row) for row in cls._rows(db, devices)]
+        return [lease_from_row(row) for row in cls._rows(db, devices)]
 
     @staticmethod
     def _rows(db: sqlite3.Connection, devices: list[str] | None = None) -> list[tuple]:
         if devices is None:
-            return db.execute(f"SELECT {_COLUMNS} FROM leases ORDER BY id").fetchall()
+            return db.execute(f"SELECT {COLUMNS} FROM leases ORDER BY id").fetchall()
         marks = ", ".join("?" * len(devices))
-        return db.execute(f"SELECT {_COLUMNS} FROM leases WHERE device IN ({marks}) "
+        return db.execute(f"SELECT {COLUMNS} FROM leases WHERE device IN ({marks}) "
                           "ORDER BY id", devices).fetchall()
 
     @contextmanager
@@ -430,51 +551,50 @@ class Ledger:
         except sqlite3.DatabaseError as err:
             raise LedgerError(explain(self.path, err)) from err
 
-    def _db(self) -> sqlite3.Connection:
+    def _db(self, remade: bool = False) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
             # a connection must not cross a fork: the child opens its own
-            self._conn = open_ledger(self.path, self._shared, self._timeout)
-            self._pid = os.getpid()
+            existed = Health.of(self.path) is not None
+            conn = open_ledger(self.path, self._shared, self._timeout)
+            self._conn, self._pid = conn, os.getpid()
             self._seen_alive.clear()
+            self._opened = Health.of(self.path)
+            if remade or (not existed and made_before_this_boot(self.path)):
+                # it replaces a ledger whose holders may still run: they re-take what they
+                # hold before anyone takes anew
+                conn.execute("BEGIN IMMEDIATE")
+                lease_order.set_grace(conn, time.time() + GRACE)
+                conn.execute("COMMIT")
+            if remade or not existed:
+                note_made(self.path)
         return self._conn
 
 
-# -- rows --------------------------------------------------------------------------------------
+def _may_move(path: Path, opened: Health | None, damage: str) -> bool:
+    """Whether a damaged ledger may be moved aside: the file this process opened, a file of
+    this user's that looks like a ledger, or a link this user made in its place; never another
+    program's database, nor a file a ``--path`` named by mistake (``/etc/passwd``)."""
+    if "another database" in damage:
+        return False
+    now = Health.of(path)
+    if now is None:
+        return True  # (deleted: only SQLite's files beside it are left)
+    if opened is not None and (now.dev, now.ino) == (opened.dev, opened.ino):
+        return True
+    if stat.S_ISLNK(now.mode):
+        return now.uid == os.getuid()
+    return looks_like_a_ledger(path)
 
 
-def _short(shares: Mapping[str, int], used: Mapping[str, int]) -> str | None:
-    """The first device of ``shares`` that has less free than wanted."""
-    return next((d for d, units in shares.items() if units > SCALE - used[d]), None)
+def _any_waits(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT EXISTS (SELECT 1 FROM waits)").fetchone()[0] == 1
 
 
 def _count(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT count FROM changes").fetchone()[0])
 
 
-def _lease(row: tuple) -> Lease:
-    lid, device, units, uid, user, pid, started, host, pidns, label, task, since = row
-    return Lease(lid, device, units, Owner(uid, user, pid, started, host, pidns, label), task,
-                 since)
-
-
-def _holder_text(lease: Lease) -> str:
-    owner = lease.owner
-    who = "this process" if is_me(owner) else "another process"
-    parts = [f"pid {owner.pid}", f"user {owner.user}", owner.label,
-             f"task {lease.task}" if lease.task else ""]
-    return f"{lease.share} held by {who} ({', '.join(part for part in parts if part)})"
-
-
-def _check_share(device: object, units: object) -> None:
-    if not isinstance(device, str) or not device:
-        raise ValueError(f"device={device!r} is not a device key; give a GPU UUID or "
-                         f"device_key(gpu, host.key)")
-    if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= SCALE:
-        raise ValueError(f"units={units!r} is not a share of one device; give an int from 1 "
-                         f"to {SCALE:,} ({SCALE:,} units = the whole device)")
-
-
 __all__ = [
-    "FORMAT", "LEASES_ENV", "Exchange", "Lease", "Ledger", "LedgerError", "NotYourLease", "Refusal",
-    "device_key", "ledger_path", "short_device",
+    "FORMAT", "GRACE", "LEASES_ENV", "Exchange", "Lease", "Ledger", "LedgerError", "NotYourLease",
+    "Order", "Refusal", "WaitSpec", "device_key", "ledger_path", "short_device",
 ]

@@ -12,11 +12,13 @@ from collections.abc import Callable
 from .discovery import HostInfo
 from .nvml import Nvml, load_nvml
 
-Reading = dict[tuple[str, int], dict[str, int | None]]
+# (node, device index) -> {"utilization": %, "memory_used": bytes, "processes": [(pid, bytes)]}
+Reading = dict[tuple[str, int], dict]
 
 
 class GpuMonitor:
-    """``read()`` -> {(node, device index): {"utilization": %, "memory_used": bytes}}."""
+    """``read()`` -> {(node, device index): {"utilization": %, "memory_used": bytes,
+    "processes": [(pid, bytes)] or None}}."""
 
     def __init__(
         self,
@@ -58,6 +60,11 @@ class GpuMonitor:
                         "memory_used": self._nvml.memory_used(nvml_index)}
             except Exception:
                 used = {"utilization": None, "memory_used": None}
+            try:
+                found = self._nvml.processes(nvml_index)
+            except Exception:
+                found = None
+            used["processes"] = None if found is None else [(p.pid, p.used) for p in found]
             reading[(self.node, index)] = used
         self._last = reading
         return reading

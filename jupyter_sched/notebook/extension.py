@@ -25,13 +25,14 @@ def load_ipython_extension(ip) -> None:
         return
     from ..runtime.instance import get_scheduler
     from .comm import CommHub
-    from .magics import SchedMagics
+    from .magics import SchedMagics, tell_notices
 
     scheduler = get_scheduler()
     if scheduler not in ip.configurables:
         ip.configurables.append(scheduler)
     magics = SchedMagics(ip, scheduler=scheduler)
     ip.register_magics(magics)
+    tell_notices(magics)  # (what starting it had to say, under this cell)
     if give_empty_cells_a_body not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.append(give_empty_cells_a_body)
     _STATE[id(ip)] = magics

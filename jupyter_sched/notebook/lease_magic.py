@@ -23,9 +23,12 @@ class LeaseCommands:
         sched = self.scheduler
         leases = getattr(sched, "_leases", None)
         path = leases.ledger.path if leases is not None else default_path(sched.ledger_path)
-        mine = ("this kernel takes leases" if leases is not None else
-                "this kernel takes no leases (Scheduler.host_leases is off, or the ledger "
-                "could not be used)")
+        if leases is None:
+            mine = "this kernel takes no leases (Scheduler.host_leases is off)"
+        elif leases.view.blocked is not None:
+            mine = f"this kernel's GPU work waits: {leases.view.blocked}"
+        else:
+            mine = "this kernel takes leases"
         print(f"ledger  {path}\n        {mine}")
         if not path.exists():
             print("no lease ledger yet: no scheduler on this host has taken a lease")

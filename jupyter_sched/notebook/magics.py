@@ -71,6 +71,7 @@ class SchedMagics(LeaseCommands, Magics):
         super().__init__(shell)
         self._scheduler = scheduler
         self.live = LiveLines(shell, lambda: self.scheduler)
+        self.notices_seen = 0  # the scheduler's notices up to this one were shown
 
     @property
     def scheduler(self):
@@ -87,6 +88,7 @@ class SchedMagics(LeaseCommands, Magics):
         ``%sched --help`` lists the commands; ``%%sched --help`` lists the cell options.
         """
         __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
+        tell_notices(self)
         if cell is not None:
             return self._run_cell(line, cell)
         words = line.split(None, 1)
@@ -483,6 +485,17 @@ def _from_task(error: BaseException) -> BaseException:
     while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<task "):
         tb = tb.tb_next
     return error.with_traceback(tb) if tb is not None else error
+
+
+def tell_notices(magics: SchedMagics) -> None:
+    """What the scheduler must tell the user (its host's ledger was made again...), each once,
+    on the stderr of the cell running now."""
+    notices = getattr(magics.scheduler, "notices", None)
+    if notices is None:
+        return
+    for seq, _, text in notices(magics.notices_seen):
+        magics.notices_seen = seq
+        print(f"jupyter_sched: {text}", file=sys.stderr)
 
 
 def _wait_quietly(handle, timeout: float) -> None:

@@ -23,8 +23,16 @@ runtime thread:
   says processes outside every scheduler use (:class:`OutsideUse`), read every ``SWEEP``
   seconds while work waits.
 
-A ledger that cannot be used (:class:`~jupyter_sched.host.leases.LedgerError`, or an SQLite
-error later on) costs one warning: the scheduler goes on with its own accounting alone.
+* records the demands that wait only for what others hold (or reserve) as the host's waits,
+  and counts what waits ranked ahead of this kernel reserve as held elsewhere
+  (:mod:`jupyter_sched.host.fairness`): a busy kernel does not starve the others;
+* looks at the ledger file every ``CHECK`` seconds while it is used: a ledger deleted,
+  replaced, truncated or overwritten is made again and this kernel takes back what it holds
+  (the user is told once); until a ledger can be used, GPU work that needs a new lease waits,
+  its reason naming the file and the fix.
+
+Giving up on the ledger would let two kernels promise a GPU twice; ``host_leases = False``
+does that knowingly.
 """
 
 from __future__ import annotations
@@ -33,17 +41,21 @@ import logging
 import math
 import os
 import sqlite3
-import warnings
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..core import events as ev
 from ..host.discovery import HostInfo
+from ..host.lease_order import MAX_WAITS
 from ..host.leases import Lease, Ledger, LedgerError, Refusal, device_key, ledger_path
+from ..host.ledger_health import deep_damage
 from ..host.nvml import Nvml
 from ..host.outside import memory_used_by_others, process_tree
-from ..model.quantity import SCALE, format_bytes, format_units
+from ..model.quantity import SCALE
 from ..model.resources import GPU
+from ..model.tasks import Task
+from .lease_view import LeaseView, held_text
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +63,8 @@ POLL = 0.25  # seconds between reads of the ledger's version while work waits fo
 SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GPU
 READ = 0.02  # seconds between reads of the version while steps follow each other
 LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
+CHECK = 0.5  # seconds between looks at the ledger file (deleted, replaced, damaged?)
+ORDER = 1.0  # seconds between reads of the host's order while this kernel waits in it
 ERRORS = (LedgerError, sqlite3.Error, OSError)
 
 
@@ -93,13 +107,20 @@ class OutsideUse:
 
 
 class HostLeases:
-    """The leases of one scheduler's local node; used by the runtime thread only."""
+    """The leases of one scheduler's local node; used by the runtime thread only.
+
+    Its parts: :class:`~.lease_view.LeaseView` (what others hold and reserve, this kernel's
+    waits). ``notice(text)`` tells the user something they must know (the ledger was made
+    again)."""
 
     def __init__(self, ledger: Ledger, host: HostInfo, node: str,
-                 outside: OutsideUse | None = None) -> None:
+                 outside: OutsideUse | None = None,
+                 notice: Callable[[str], None] | None = None) -> None:
         self.ledger = ledger
         self.node = node
         self.outside = outside
+        self.view = LeaseView(node)
+        self._notice = notice or (lambda text: log.warning("%s", text))
         self._keys: dict[int, str] = {}
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
         self._next: dict[str, tuple[str, int]] = {}  # task -> the one sent ahead behind it
@@ -107,24 +128,35 @@ class HostLeases:
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
         self._now = 0.0  # the last time a step said (``settle``, ``poll``)
         self._version: int | None = None
-        self._sent: dict[int, int] | None = {}
         self._next_sweep = 0.0
         self._next_read = 0.0
+        self._next_check = 0.0
+        self._next_order = 0.0
         self.set_host(host)
 
     @classmethod
     def open(cls, path: Path, host: HostInfo, node: str, label: str = "",
-             outside: OutsideUse | None = None) -> HostLeases | None:
-        """The host's ledger at ``path``, or None with one warning when it cannot be used."""
+             outside: OutsideUse | None = None,
+             notice: Callable[[str], None] | None = None) -> HostLeases:
+        """The host's ledger at ``path``. One that cannot be used now is told once, and GPU
+        work waits (its reason says why) until it can: no GPU is leased twice meanwhile."""
         try:
-            return cls(Ledger(path, label=label), host, node, outside)
+            ledger = Ledger(path, label=label)
         except ERRORS as err:
-            _warn(err)
-            return None
+            leases = cls(Ledger(path, label=label, connect=False), host, node, outside, notice)
+            damage = deep_damage(path) if path.exists() else None
+            if damage is not None:
+                leases._rebuild(damage)  # a ledger of ours that was damaged: made again
+            else:
+                leases._blocked(err)
+            return leases
+        return cls(ledger, host, node, outside, notice)
 
     def set_host(self, host: HostInfo) -> None:
         """The local GPUs were (re)declared or discovered: their device keys change."""
         self._keys = {gpu.index: device_key(gpu, host.key) for gpu in host.gpus}
+        self.view.set_devices(self._keys, {gpu.index: gpu.memory for gpu in host.gpus
+                                           if gpu.memory})
         if self.outside is not None:
             self.outside = OutsideUse(host, self.outside.nvml)
         self._version = None  # read the holdings again for the new keys
@@ -141,13 +173,14 @@ class HostLeases:
     def settle(self, ended: Iterable[str], starts: Iterable[ev.Start],
                now: float) -> dict[str, str]:
         """Give back the leases of the tasks ``ended`` (and of earlier attempts of ``starts``)
-        and take those of ``starts``, each all or nothing, in one transaction of the ledger.
-        Leases given back that a start needs as they are (the same shares of the same devices)
-        pass to it instead; a step that only passes writes nothing: a stream of like tasks
-        changes nothing others need to read. The ledger learns which task holds a lease passed
-        on with the next transaction, at the latest ``LABEL`` seconds (of ``now``) after the
-        pass (:attr:`label_due`). Returns ``{task: reason}`` for the starts refused (another
-        kernel holds the share)."""
+        and take those of ``starts``, each all or nothing, in one transaction of the ledger,
+        with this kernel's waits when they changed. Leases given back that a start needs as
+        they are (the same shares of the same devices) pass to it instead; a step that only
+        passes writes nothing: a stream of like tasks changes nothing others need to read. The
+        ledger learns which task holds a lease passed on with the next transaction, at the
+        latest ``LABEL`` seconds (of ``now``) after the pass (:attr:`label_due`). Returns
+        ``{task: reason}`` for the starts refused (another kernel holds the share, or waits
+        ahead for it)."""
         self._now = now
         starts = list(starts)
         released = [leases for task in ended if (leases := self._release(task))]
@@ -168,14 +201,24 @@ class HostLeases:
                     takes.append((start, shares))
         gives = [lease.id for group in spare.values() for leases in group for lease in leases]
         due = self.label_due is not None and now >= self.label_due
-        if not gives and not takes and not due:
+        waits = self.view.wanted if self.view.due() else None
+        if not gives and not takes and not due and waits is None:
             return {}
+        if self.view.blocked is not None:  # no ledger to take from: they wait for one
+            return {start.task: self.view.blocked for start, _ in takes}
         passes = list(self._unlabelled.items())
+        try:
+            done = self.ledger.exchange(gives, [(start.task, shares) for start, shares in takes],
+                                        passes=passes, waits=waits)
+        except ERRORS as err:
+            self._failed(err)
+            return {start.task: self.view.blocked or str(err) for start, _ in takes}
         self._unlabelled.clear()
         self.label_due = None
-        done = self.ledger.exchange(gives, [(start.task, shares) for start, shares in takes],
-                                    passes=passes)
-        if done.before == self._version:
+        if waits is not None:
+            self.view.written = waits
+            self._version = None  # its own waits move it in the host's order: read again
+        elif done.before == self._version:
             self._version = done.after  # only our own changes since the last read
         for (task, _), got in zip(passes, done.passed, strict=True):
             self._labelled(task, got)
@@ -209,7 +252,7 @@ class HostLeases:
 
     def _refused(self, refusal: Refusal) -> str:
         self._version = None  # someone took it since the last read: read again, and
-        self._sent = None     # tell the core even what it was told before
+        self.view.resend()    # tell the core even what it was told before
         index = next((i for i, key in self._keys.items() if key == refusal.device), "?")
         return refusal.describe(f"GPU {index}")
 
@@ -223,7 +266,10 @@ class HostLeases:
         """Give back the leases of ``task`` (of any attempt but ``attempt``, when given); the
         task sent ahead behind it, if any, takes them over instead."""
         for lease in self._release(task, attempt):
-            self.ledger.give(lease)
+            try:
+                self.ledger.give(lease)
+            except ERRORS as err:
+                self._failed(err)  # (a ledger made again has no lease of it)
 
     def _release(self, task: str, attempt: int | None = None) -> tuple[Lease, ...]:
         """Forget the leases of ``task`` (as :meth:`give` says) and return those to give back:
@@ -246,13 +292,24 @@ class HostLeases:
         """The tasks this scheduler holds leases for."""
         return list(self._by_task)
 
-    def give_all(self, whole_process: bool) -> None:
-        """Give back this scheduler's leases; with ``whole_process`` every lease of this
-        process (``give_mine``: none is left behind by an earlier scheduler)."""
+    def give_all(self, whole_process: bool, keep: Iterable[str] = ()) -> list[str]:
+        """Give back this scheduler's leases but those of the tasks ``keep`` (their code may
+        still run: :meth:`give` them when it ends); with ``whole_process`` every other lease
+        of this process too (``give_mine``: none is left behind by an earlier scheduler), and
+        its waits end. Returns the tasks whose leases are kept."""
+        kept = [task for task in keep if task in self._by_task]
         for task in list(self._by_task):
-            self.give(task)
-        if whole_process:
-            self.ledger.give_mine()
+            if task not in kept:
+                self.give(task)
+        if self.view.blocked is not None:
+            return kept
+        try:
+            self.ledger.set_waits(())
+            if whole_process and not kept:
+                self.ledger.give_mine()
+        except ERRORS as err:
+            log.warning("giving back this kernel's GPU leases: %s", err)
+        return kept
 
     # -- what others hold -----------------------------------------------------------------------
 
@@ -261,95 +318,146 @@ class HostLeases:
         """Others' holdings are to be read again (never read, a refusal, new device keys)."""
         return self._version is None
 
+    @property
+    def busy(self) -> bool:
+        """This kernel holds leases or records waits: the ledger is looked after meanwhile."""
+        return bool(self._by_task or self.view.written or self.view.blocked)
+
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
-        """What others hold now, when it changed since the last call; sweeps for dead holders
-        every ``SWEEP`` seconds while ``waiting``. Reads the version at most every ``READ``
-        seconds (a burst of steps reads it once), but at once after a refusal or a sweep."""
+        """What others hold and reserve now, when it changed since the last call; sweeps for
+        dead holders every ``SWEEP`` seconds while ``waiting``; looks at the ledger file every
+        ``CHECK`` seconds while it is used. Reads the version at most every ``READ`` seconds
+        (a burst of steps reads it once), but at once after a refusal or a sweep."""
         self._now = now
-        if waiting and now >= self._next_sweep:
-            self._next_sweep = now + SWEEP
-            if self.ledger.sweep() or self.outside is not None:
-                self._version = None  # (outside use changes without the ledger's version)
-        if self._version is not None and now < self._next_read:
-            return None
-        self._next_read = now + READ
-        version = self.ledger.version()
-        if version == self._version:
-            return None
-        self._version = version
-        return self.held_elsewhere()
+        try:
+            if (waiting or self.busy) and now >= self._next_check:
+                self._next_check = now + CHECK
+                self._look_after()
+            if self.view.blocked is not None:
+                return self.view.event({})
+            if waiting and now >= self._next_sweep:
+                self._next_sweep = now + SWEEP
+                if self.ledger.sweep() or self.outside is not None:
+                    self._version = None  # (outside use changes without the ledger's version)
+            if self._version is not None and now < self._next_read:
+                return None
+            self._next_read = now + READ
+            version = self.ledger.version()
+            if self.view.written and now >= self._next_order:
+                # while this kernel waits, its place moves with others' use (their shares
+                # decay, their leases age) though nothing is written: read it again
+                self._next_order = now + ORDER
+                version = None
+            if version == self._version:
+                return None
+            self._version = version
+            return self.held_elsewhere()
+        except ERRORS as err:
+            self._failed(err)
+            return self.view.event({})
 
     def held_elsewhere(self) -> ev.HeldElsewhere | None:
-        """The ``HeldElsewhere`` event for the ledger's leases of other processes (None when it
+        """The ``HeldElsewhere`` event for what other processes hold and reserve (None when it
         says what the core was last told)."""
-        by_key = {key: index for index, key in self._keys.items()}
-        units: dict[int, int] = {}
-        holders: dict[int, list[Lease]] = {}
+        every, order = self.ledger.view()
         mine = {lease.id for _, leases in self._by_task.values() for lease in leases}
-        every = self.ledger.held()
-        for lease in every:
-            index = by_key.get(lease.device)
-            if index is None or lease.id in mine:  # (another scheduler of this process: others)
-                continue
-            units[index] = units.get(index, 0) + lease.units
-            holders.setdefault(index, []).append(lease)
-        reason = held_text(units, holders)
+        self.view.read(every, order, mine)
         outside = self.outside.shares(every) if self.outside is not None else {}
-        for index, (share, used) in sorted(outside.items()):
-            units[index] = min(SCALE, units.get(index, 0) + share)
-            reason += (f"{'; ' if reason else ''}{format_bytes(used)} of GPU {index}'s memory "
-                       f"({format_units(share)} of it) is used by processes outside the scheduler")
-        if units == self._sent:
-            return None
-        self._sent = units
-        return ev.HeldElsewhere(self.node, {GPU: units}, reason)
+        return self.view.event(outside)
+
+    def want_waits(self, tasks: Sequence[Task]) -> None:
+        """The core's jobs that wait only for what others hold: this kernel's waits, written
+        with the next exchange (:meth:`settle`)."""
+        self.view.want(tasks)
+
+    @property
+    def waits_due(self) -> bool:
+        return self.view.due()
+
+    # -- damage -----------------------------------------------------------------------------------
+
+    def _look_after(self) -> None:
+        """Make the ledger whole again when its file was deleted, replaced or damaged (or
+        could not be used), taking back what this kernel holds."""
+        damage = self.ledger.check()
+        if damage is None and self.view.blocked is None:
+            if self.view.order.grace_until is not None and (
+                    time.time() >= self.view.order.grace_until):
+                self._version = None  # the grace is over: read (and tell the core) again
+            return
+        self._rebuild(damage or deep_damage(self.ledger.path))
+
+    def _failed(self, err: BaseException) -> None:
+        """An error of the ledger in use: damaged (rebuild), or not usable now (wait)."""
+        damage = self.ledger.check() or deep_damage(self.ledger.path)
+        if damage is not None:
+            self._rebuild(damage)
+        else:
+            self._blocked(err)
+
+    def _rebuild(self, damage: str | None) -> None:
+        holdings = [(task, attempt, lease) for task, (attempt, leases) in self._by_task.items()
+                    for lease in leases]
+        was_blocked = self.view.blocked is not None
+        try:
+            got = self.ledger.rebuild([lease for _, _, lease in holdings], self.view.wanted)
+        except ERRORS as err:
+            self._blocked(err)
+            return
+        self.view.blocked = None
+        self._version = None
+        self.view.resend()
+        if got is None:  # the ledger it had open, which works again
+            if was_blocked:
+                self._notice(f"the host's GPU lease ledger {self.ledger.path} can be used "
+                             "again")
+            return
+        by_task: dict[str, tuple[int, list[Lease]]] = {}
+        lost = []
+        for (task, attempt, _), new in zip(holdings, got, strict=True):
+            if isinstance(new, Refusal):
+                lost.append(f"{task} ({self._refused(new)})")
+            else:
+                by_task.setdefault(task, (attempt, []))[1].append(new)
+        self._by_task = {task: (attempt, tuple(leases))
+                         for task, (attempt, leases) in by_task.items()}
+        self._unlabelled = {task: leases for task, leases in self._unlabelled.items()
+                            if task in self._by_task}
+        self.view.written = self.view.wanted
+        what = damage or "was made again by another kernel"
+        text = (f"the host's GPU lease ledger {self.ledger.path} {what}: a new one is in use, "
+                f"and this kernel took back the {len(holdings)} GPU share(s) it holds")
+        if lost:
+            text += "; could not take back: " + "; ".join(lost)
+        self._notice(text)
+
+    def _blocked(self, err: BaseException) -> None:
+        """No ledger can be used now: GPU work that needs a new lease waits (said once)."""
+        text = (f"the host's GPU lease ledger cannot be used ({err}); GPU tasks that need a "
+                f"share wait until it can (or %config Scheduler.host_leases = False: this "
+                f"kernel then schedules its GPUs alone)")
+        if self.view.blocked is None:  # (while it stays unusable, the reason may vary)
+            self._notice(text)
+        self.view.blocked = text
+        self.view.resend()
 
 
 def _shape(shares: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(shares))
 
 
-def open_host_leases(sched, host: HostInfo, node: str) -> HostLeases | None:
+def open_host_leases(sched, host: HostInfo, node: str,
+                     notice: Callable[[str], None] | None = None) -> HostLeases | None:
     """The leases of ``sched``'s local ``node`` as its settings say: None when
-    ``host_leases`` is off or the ledger cannot be used (with one warning)."""
+    ``host_leases`` is off."""
     if not sched.host_leases:
         return None
     monitor = sched._gpus
     nvml = monitor.nvml if sched.count_other_processes and monitor is not None else None
     outside = OutsideUse(host, nvml) if nvml is not None else None
-    return HostLeases.open(default_path(sched.ledger_path), host, node, kernel_label(), outside)
+    return HostLeases.open(default_path(sched.ledger_path), host, node, kernel_label(), outside,
+                           notice)
 
 
-def held_text(units: Mapping[int, int], holders: Mapping[int, list[Lease]]) -> str:
-    """``0.5 of GPU 0 is held by another kernel (pid 4242, notebook train.ipynb)``."""
-    parts = []
-    for index in sorted(units):
-        who = "; ".join(_holder(lease) for lease in holders.get(index, []))
-        parts.append(f"{format_units(units[index])} of GPU {index} is held by {who}")
-    return "; ".join(parts)
-
-
-def _holder(lease: Lease) -> str:
-    owner = lease.owner
-    details = [f"pid {owner.pid}", owner.label, f"task {lease.task}" if lease.task else ""]
-    if owner.uid != os.getuid():
-        details.insert(1, f"user {owner.user}")
-    return f"another kernel ({', '.join(d for d in details if d)})"
-
-
-def _message(err: BaseException) -> str:
-    return (f"jupyter_sched: the host's GPU lease ledger cannot be used ({err}); this kernel "
-            "schedules its GPUs alone, and other kernels on this host may use them too")
-
-
-def _warn(err: BaseException) -> None:
-    warnings.warn(_message(err), RuntimeWarning, stacklevel=3)
-
-
-def ledger_failed(err: BaseException) -> None:
-    """A ledger that worked stopped working (on the runtime thread): say so once."""
-    log.warning(_message(err))
-
-
-__all__ = ["ERRORS", "POLL", "READ", "SWEEP", "HostLeases", "OutsideUse", "default_path",
-           "held_text", "kernel_label", "ledger_failed", "open_host_leases"]
+__all__ = ["CHECK", "ERRORS", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases", "OutsideUse",
+           "default_path", "held_text", "kernel_label", "open_host_leases"]

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+NOTICES = 20  # notices kept for the views (the newest)
 _DEADLINE_SLACK = 0.0005  # wake this much after a time limit ends, so the Tick is past it
 _MAX_WAIT = 3600.0  # the longest the thread sleeps: far deadlines are looked at again, and
 # queue.get() overflows on timeouts past ~292 years
@@ -150,6 +151,9 @@ class RuntimeLoop(Records):
         # whether GPU work waits, as of the last step: executors read it from their threads
         # (engines' hosts are re-read only while it is true)
         self.gpu_work_waits = False
+        # what the user must be told (the host's ledger was made again...): (seq, time, text)
+        self._notices: deque[tuple[int, float, str]] = deque(maxlen=NOTICES)
+        self._notice_seq = itertools.count(1)
         self.death: BaseException | None = None  # why the runtime thread ended, if not asked to
         # debugging: check the core's invariants after every step (tests turn this on)
         self.debug_validate = False
@@ -434,9 +438,11 @@ class RuntimeLoop(Records):
             output.flush()
 
     def _publish(self, notify: bool = True) -> snapshots.Snapshot:
-        snap = snapshots.take(self._core, self.max_rows, list(self._history_tasks),
-                              live=self._gpus.read() if self._gpus is not None else None,
-                              now=self.now())
+        live = self._gpus.read() if self._gpus is not None else {}
+        holders = self._leases.view.holders(live) if self._leases is not None else None
+        snap = snapshots.take(self._core, self.max_rows, list(self._history_tasks), live=live,
+                              now=self.now(), holders=holders,
+                              notices=tuple(self.notices()[-5:]))
         self._snapshot = snap
         if notify:
             self._changed = False
@@ -455,6 +461,19 @@ class RuntimeLoop(Records):
             self.validation_errors.append(repr(err))
             log.error("core invariant broken: %r", err)
 
+    # -- what the user must be told -------------------------------------------------------------
+
+    def _notice(self, text: str) -> None:
+        """Tell the user (any thread): under their next ``%sched`` or ``%%sched`` cell, in the
+        snapshot (the sidebar, the status bar), and in the log."""
+        self._notices.append((next(self._notice_seq), time.time(), text))
+        self._changed = True
+        log.info("%s", text)  # (a notebook shows it once, under a cell: not the log's too)
+
+    def notices(self, after: int = 0) -> list[tuple[int, float, str]]:
+        """The notices after number ``after`` (the latest ones kept), oldest first."""
+        return [n for n in list(self._notices) if n[0] > after]
+
     def _close(self) -> None:
         """On the runtime thread, after STOP: stop everything, answer everyone, leave."""
         for executor in reversed(self._executors):
@@ -462,7 +481,7 @@ class RuntimeLoop(Records):
                 executor.close()
             except Exception:
                 log.exception("closing %r failed", executor)
-        self._close_leases()
+        self._release_leases()
         for record in list(self._live_records.values()):
             handle = self._handles.get(record.id)
             if handle is not None and handle._early:  # its Finished came after the STOP

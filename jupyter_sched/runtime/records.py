@@ -7,7 +7,10 @@ thread runs it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -24,9 +27,11 @@ if TYPE_CHECKING:
     from ..executors.local.executor import LocalExecutor
     from ..executors.local.output import Publisher
     from .handles import TaskHandle
+    from .leases import HostLeases
 
 log = logging.getLogger(__name__)
 
+HELD_POLL = 0.2  # seconds between looks at tasks whose leases outlive their scheduler
 HISTORY = 1000  # finished tasks whose records and handles the scheduler keeps
 
 
@@ -182,14 +187,14 @@ class Records:
                  if (task := core.tasks.get(held)) is None or task.state != RUNNING]
         starts = [i for i in instructions  # (only GPU shares take leases)
                   if isinstance(i, ev.Start) and i.after is None and i.devices.get(GPU)]
-        if not ended and not starts and (leases.label_due is None or now < leases.label_due):
+        if core.elsewhere or leases.view.wanted:  # what waits for others, for the host's order
+            leases.want_waits(core.waiting_elsewhere(leases.node, host_leases.MAX_WAITS))
+        if not ended and not starts and not leases.waits_due and (
+                leases.label_due is None or now < leases.label_due):
             return
         for start in starts:
             self._unleased.discard(start.task)
-        try:
-            self._refused = leases.settle(ended, starts, now)
-        except host_leases.ERRORS as err:
-            self._drop_leases(err)
+        self._refused = leases.settle(ended, starts, now)
 
     def _lease(self, start: ev.Start) -> bool:
         """Whether ``start`` got the host's leases (:meth:`_settle_leases` took them); False,
@@ -219,41 +224,46 @@ class Records:
             return
         if task is not None and task.state == RUNNING:  # (with a stop out it may run a while)
             return
-        try:
-            self._leases.give(task_id)
-        except host_leases.ERRORS as err:
-            self._drop_leases(err)
+        self._leases.give(task_id)
 
     def _poll_leases(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
-        try:
-            return self._leases.poll(now, waiting)
-        except host_leases.ERRORS as err:
-            self._drop_leases(err)
-            return None
+        return self._leases.poll(now, waiting)
 
     def _alone(self) -> bool:
         """No other scheduler of this process runs (its leases are then all this one's)."""
         return True
 
-    def _close_leases(self) -> None:
-        leases, self._leases = self._leases, None
-        if leases is not None:
-            try:
-                leases.give_all(whole_process=self._alone())
-                leases.ledger.close()
-            except host_leases.ERRORS as err:
-                log.warning("giving back this kernel's GPU leases: %s", err)
+    def _release_leases(self) -> None:
+        """At the end (the executors closed): give back the leases, but those of tasks whose
+        code still runs in a kernel thread (blocked in a call Python cannot interrupt): they
+        are held until that code returns, and the user is told which."""
+        still = self._local.running if self._local is not None else []
+        held = self._close_leases(still)
+        if held is None:
+            return
+        names = ", ".join(still)
+        self._notice(f"tasks still running in kernel threads after the scheduler stopped "
+                     f"(blocked in a call Python cannot interrupt): {names}; their GPU shares "
+                     f"stay leased until they return")
+        thread = threading.Thread(target=_give_when_returned, args=(held, self._local, still),
+                                  name="jupyter_sched-leases-held", daemon=True)
+        thread.start()
 
-    def _drop_leases(self, err: BaseException) -> None:
-        """The ledger stopped working: local accounting alone from now on, nothing lost."""
-        host_leases.ledger_failed(err)
+    def _close_leases(self, still_running: Iterable[str] = ()) -> HostLeases | None:
+        """Give back this scheduler's leases, but those of ``still_running`` tasks (whose
+        code may still run): the ledger is returned then, for them to be given back when it
+        ends."""
         leases, self._leases = self._leases, None
-        if leases is not None:
-            self.report(ev.HeldElsewhere(leases.node, {}, ""))
-            try:
-                leases.ledger.close()
-            except Exception:
-                log.debug("closing the ledger", exc_info=True)
+        if leases is None:
+            return None
+        kept = leases.give_all(whole_process=self._alone(), keep=still_running)
+        if kept:
+            return leases
+        with contextlib.suppress(*host_leases.ERRORS):
+            leases.ledger.close()
+        return None
+
+    _notice: Any  # (the runtime loop's)
 
     def _executor_for(self, start: ev.Start) -> Executor | None:
         if start.slot is None:
@@ -314,6 +324,20 @@ class Records:
             old_handle = self._handles.pop(old, None)
             if old_handle is not None and self._by_name.get(old_handle.name) == old:
                 del self._by_name[old_handle.name]
+
+
+def _give_when_returned(leases: HostLeases, executor: Any, tasks: list[str]) -> None:
+    """Give back each of ``tasks``' leases once its code in a kernel thread has returned."""
+    left = list(tasks)
+    while left:
+        running = set(executor.running)
+        for task in [t for t in left if t not in running]:
+            left.remove(task)
+            leases.give(task)
+        if left:
+            time.sleep(HELD_POLL)
+    with contextlib.suppress(*host_leases.ERRORS):
+        leases.ledger.close()
 
 
 __all__ = ["HISTORY", "Records"]

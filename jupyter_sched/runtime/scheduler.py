@@ -157,7 +157,7 @@ class Scheduler(RuntimeLoop, Configurable):
             self._gpus = GpuMonitor(host)
             self._local = LocalExecutor(self, visible_devices=submission.visible_devices(host))
             self._executors.append(self._local)
-            self._leases = open_host_leases(self, host, LOCAL)
+            self._leases = open_host_leases(self, host, LOCAL, self._notice)
             self._thread = threading.Thread(target=self._main, name="jupyter_sched-runtime",
                                             daemon=True)
             self._state = "running"
@@ -199,7 +199,7 @@ class Scheduler(RuntimeLoop, Configurable):
                 executor.close()
             except Exception:
                 log.exception("closing %r failed", executor)
-        self._close_leases()  # (the runtime thread is gone: nobody else touches them)
+        self._release_leases()  # (the runtime thread is gone: nobody else touches them)
         lost = list(self._live_records.values())
         counts: dict[str, int] = {}
         for record in lost:

@@ -27,6 +27,27 @@ SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
+class HolderView:
+    """Another process's lease on a device of this host (from the host's ledger)."""
+
+    user: str
+    label: str                # its notebook, when known
+    pid: int
+    share: float
+    since: float              # when it took the share (epoch seconds, wall clock)
+    task: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """A process NVML reports on a device that holds no lease (no scheduler started it)."""
+
+    pid: int
+    memory: int | None        # bytes of device memory, when NVML says
+    user: str = ""
+
+
+@dataclass(frozen=True)
 class DeviceView:
     index: int
     allocated: float          # share in use, 0.0 to 1.0
@@ -35,6 +56,8 @@ class DeviceView:
     declared: bool = False
     utilization: float | None = None  # live NVML use (percent), when known
     memory_used: int | None = None
+    others: tuple[HolderView, ...] = ()  # other kernels' leases (within allocated)
+    unmanaged: tuple[ProcessView, ...] = ()  # processes on it holding no lease
 
 
 @dataclass(frozen=True)
@@ -95,6 +118,7 @@ class Snapshot:
     history: tuple[TaskView, ...]      # most recent terminal tasks first, first max_rows
     queues: tuple[QueueView, ...]
     counts: dict[str, int]             # per state, over all tasks
+    notices: tuple[tuple[int, float, str], ...] = ()  # (number, epoch time, text), newest last
 
     def gpu_totals(self) -> tuple[float, float]:
         """(allocated, total) GPU over all nodes, e.g. (1.5, 2.0)."""
@@ -137,13 +161,17 @@ def task_view(task: Task, position: int | None = None) -> TaskView:
 
 
 def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
-         live: dict | None = None, now: float | None = None) -> Snapshot:
+         live: dict | None = None, now: float | None = None,
+         holders: dict | None = None, notices: tuple = ()) -> Snapshot:
     """A bounded snapshot of ``core``. ``history``: terminal tasks, newest first (the runtime
     keeps them); ``live``: NVML readings by (node, device index); ``now``: the time it is
     taken, which the durations it shows run to (the core's last tick if None: the core
-    knows no other time)."""
+    knows no other time); ``holders``: {(node, device index): (others' leases as
+    :class:`HolderView`, processes holding no lease as :class:`ProcessView`)}; ``notices``:
+    what the user must be told."""
     live = live or {}
-    nodes = tuple(_node_view(node, live) for node in core.cluster.nodes.values())
+    holders = holders or {}
+    nodes = tuple(_node_view(node, live, holders) for node in core.cluster.nodes.values())
     running = tuple(task_view(t) for t in itertools.islice(core.running.values(), max_rows))
     # each queue's first max_rows jobs are enough for the first max_rows rows of all
     positions = core.queue_position(max_rows)
@@ -168,10 +196,10 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     done = tuple(task_view(t) for t in ended[:max_rows])
     queues = tuple(_queue_view(q) for q in core.queues.queues.values() if q.name != "root")
     return Snapshot(core.now if now is None else max(now, core.now), nodes, running,
-                    tuple(waiting), done, queues, counts)
+                    tuple(waiting), done, queues, counts, tuple(notices))
 
 
-def _node_view(node, live: dict) -> NodeView:
+def _node_view(node, live: dict, holders: dict) -> NodeView:
     res = node.resources
     devices = []
     gpus = res.devices.get("GPU")
@@ -179,10 +207,12 @@ def _node_view(node, live: dict) -> NodeView:
         model = node.labels.get("gpu.model", "")
         for index in sorted(gpus.free):
             used = live.get((node.name, index), {})
+            others, unmanaged = holders.get((node.name, index), ((), ()))
             devices.append(DeviceView(
                 index=index, allocated=to_float(SCALE - gpus.free[index]), model=model,
                 memory=gpus.memory.get(index), declared=gpus.declared,
                 utilization=used.get("utilization"), memory_used=used.get("memory_used"),
+                others=tuple(others), unmanaged=tuple(unmanaged),
             ))
     return NodeView(
         name=node.name, kind=node.kind, labels=dict(node.labels),
@@ -202,5 +232,5 @@ def _queue_view(queue) -> QueueView:
     )
 
 
-__all__ = ["MEMORY", "SCHEMA_VERSION", "DeviceView", "NodeView", "QueueView", "Snapshot",
-           "TaskView", "take", "task_view"]
+__all__ = ["MEMORY", "SCHEMA_VERSION", "DeviceView", "HolderView", "NodeView", "ProcessView",
+           "QueueView", "Snapshot", "TaskView", "take", "task_view"]

@@ -104,10 +104,16 @@ def is_capped(queue: Queue | None) -> bool:
 def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
     """A job that waits only for shares other processes hold says so in its reason."""
     members = job.members if isinstance(job, Gang) else [job]
-    reason = core.held_elsewhere_reason(members[0].spec, node_passes)
+    node = core.held_elsewhere_node(members[0].spec, node_passes)
+    reason = core.elsewhere[node].reason or f"devices of {node!r} are held by other processes" \
+        if node else ""
     for member in members:
         if member.state == QUEUED:
             member.reason = reason
+    if node:
+        core.elsewhere_waits[members[0].id] = node
+    else:
+        core.elsewhere_waits.pop(members[0].id, None)
 
 
 def _place_run(session: Session, queue: Queue, key: ClassKey, classes: ClassHeap,

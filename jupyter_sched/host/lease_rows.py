@@ -1,0 +1,154 @@
+"""What the ledger holds, as values: a lease, a refusal, an exchange's outcome, and the rows
+they are read from and written as (:mod:`.leases` runs the transactions)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..model.quantity import SCALE, format_units
+from .fairness import Wait
+from .holders import Owner, is_me
+
+COLUMNS = "id, device, units, uid, user, pid, started, host, pidns, label, task, since, taken"
+INSERT = (f"INSERT INTO leases ({COLUMNS.removeprefix('id, ')}) "
+          f"VALUES ({', '.join('?' * COLUMNS.count(','))})")
+
+
+class NotYourLease(PermissionError):
+    """A lease of another user whose holder still runs: only that holder gives it back."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """``units`` of ``device`` held by ``owner`` for ``task`` since ``since`` (epoch seconds;
+    ``taken``: since when its holder has held it, through the tasks it passed it on to)."""
+
+    id: int
+    device: str
+    units: int
+    owner: Owner
+    task: str = ""
+    since: float = 0.0
+    taken: float = 0.0
+
+    @property
+    def share(self) -> str:
+        """The share as text: ``"0.5"``."""
+        return format_units(self.units)
+
+    def describe(self) -> str:
+        """``0.5 held by another process (pid 4242, user alice, train.ipynb, task t17)``."""
+        owner = self.owner
+        who = "this process" if is_me(owner) else "another process"
+        parts = [f"pid {owner.pid}", f"user {owner.user}", owner.label,
+                 f"task {self.task}" if self.task else "", since_text(self.since)]
+        return f"{self.share} held by {who} ({', '.join(part for part in parts if part)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a take failed: ``units`` of ``device`` were wanted, ``free`` units are left, or
+    are reserved for ``reserved`` (waits ranked ahead on the host), or the ledger was just
+    made again and its holders are re-taking what they hold (``until``).
+
+    Falsy, so ``if not (lease := ledger.take(...))`` reads as "refused". ``str()`` says who
+    holds what.
+    """
+
+    device: str
+    units: int
+    free: int
+    holders: tuple[Lease, ...] = field(default=())
+    reserved: tuple[Wait, ...] = field(default=())
+    until: float | None = None
+
+    def __bool__(self) -> bool:
+        return False
+
+    def describe(self, name: str | None = None) -> str:
+        """The reason, naming the device ``name`` (e.g. ``"GPU 0"``) when given."""
+        device = name or short_device(self.device)
+        if self.until is not None:
+            return (f"the host's lease ledger was made again: its holders re-take what they "
+                    f"hold until {clock(self.until)}, then {device} is leased again")
+        held = "; ".join(lease.describe() for lease in self.holders) or "nobody holds it"
+        text = (f"{format_units(self.units)} of {device} is not free "
+                f"(only {format_units(self.free)} is): {held}")
+        if self.reserved:
+            text += "; reserved for " + "; ".join(wait_text(w) for w in self.reserved)
+        return text
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """What :meth:`Ledger.exchange` did: per take (and per pass), its leases or its
+    :class:`Refusal`; the ledger's :meth:`~Ledger.version` just before and just after (equal
+    to ``before`` plus this exchange's own changes, so a reader that had seen ``before`` knows
+    nobody else wrote)."""
+
+    taken: list[tuple[Lease, ...] | Refusal]
+    before: int
+    after: int
+    passed: list[tuple[Lease, ...] | Refusal] = field(default_factory=list)  # per pass
+
+
+def lease_from_row(row: tuple) -> Lease:
+    lid, device, units, uid, user, pid, started, host, pidns, label, task, since, taken = row
+    return Lease(lid, device, units, Owner(uid, user, pid, started, host, pidns, label), task,
+                 since, taken or since)
+
+
+def owner_columns(owner: Owner) -> tuple:
+    return (owner.uid, owner.user, owner.pid, owner.started, owner.host, owner.pidns,
+            owner.label)
+
+
+def short_device(key: str) -> str:
+    """A device key for people: ``GPU-8932f937``, ``declared GPU 1``."""
+    if key.startswith("declared:"):
+        return f"declared GPU {key.rpartition(':')[2]}"
+    return key[:12] if key.startswith("GPU-") else key
+
+
+def clock(t: float) -> str:
+    """An epoch time as the time of day: ``12:03:04``."""
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def since_text(t: float) -> str:
+    return f"since {clock(t)}" if t > 0 else ""
+
+
+def wait_text(wait: Wait) -> str:
+    """``a task of another kernel waiting for 2 whole GPUs (pid 4242, user bob, train.ipynb,
+    task t3, since 12:03:04)``."""
+    parts = [f"pid {wait.pid}", f"user {wait.user}", wait.label,
+             f"task {wait.task}" if wait.task else "", since_text(wait.since)]
+    return (f"a task waiting for {wait.demand.text()} "
+            f"({', '.join(part for part in parts if part)})")
+
+
+def short_of(shares: Mapping[str, int], used: Mapping[str, int],
+             reserved: Mapping[str, int]) -> str | None:
+    """The first device of ``shares`` with less room than wanted beside what is held
+    (``used``) and reserved for waits ahead (``reserved``)."""
+    return next((d for d, units in shares.items()
+                 if units > SCALE - used[d] - reserved.get(d, 0)), None)
+
+
+def check_share(device: object, units: object) -> None:
+    if not isinstance(device, str) or not device:
+        raise ValueError(f"device={device!r} is not a device key; give a GPU UUID or "
+                         f"device_key(gpu, host.key)")
+    if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= SCALE:
+        raise ValueError(f"units={units!r} is not a share of one device; give an int from 1 "
+                         f"to {SCALE:,} ({SCALE:,} units = the whole device)")
+
+
+__all__ = ["COLUMNS", "INSERT", "Exchange", "Lease", "NotYourLease", "Refusal", "check_share",
+           "clock", "lease_from_row", "owner_columns", "short_device", "short_of", "wait_text"]

@@ -1,0 +1,181 @@
+"""Whether the ledger file is still the one a process opened, and whole; moving a damaged one
+aside for a fresh one (:meth:`.leases.Ledger.check`, :meth:`.leases.Ledger.rebuild`).
+
+A cleanup of the runtime directory deletes the file; an editor or a stray command truncates or
+overwrites it; another program replaces it. SQLite goes on with the file it has open (a
+deleted one keeps working for that process alone), so without a look at the path, each kernel
+would lease from a ledger of its own and the host's GPUs would be promised twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .discovery import boot_id
+from .ledger_file import APPLICATION_ID, LedgerError
+
+_HEADER = b"SQLite format 3\x00"
+_COMPANIONS = ("-wal", "-shm")  # SQLite's files beside the ledger, part of it
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What identifies the file opened: its device and inode, its owner and mode."""
+
+    dev: int
+    ino: int
+    uid: int
+    mode: int
+
+    @classmethod
+    def of(cls, path: Path) -> Health | None:
+        try:
+            info = path.lstat()
+        except OSError:
+            return None
+        return cls(info.st_dev, info.st_ino, info.st_uid, info.st_mode)
+
+
+def damage_of(path: Path, opened: Health | None) -> str | None:
+    """What is wrong with the ledger at ``path`` (compared with the file ``opened``, when
+    given), in words: ``"was deleted"``, ``"was replaced by a symbolic link"``, ``"was
+    truncated"``... or None when it is (still) a whole ledger."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return "was deleted"
+    except OSError as err:
+        return f"cannot be looked at ({err.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "was replaced by a symbolic link"
+    if not stat.S_ISREG(info.st_mode):
+        return "was replaced by something that is not a file"
+    if opened is not None and (info.st_dev, info.st_ino) != (opened.dev, opened.ino):
+        return "was replaced by another file"
+    if opened is not None and info.st_uid != opened.uid:
+        return f"changed owner (uid {opened.uid} to {info.st_uid})"
+    if opened is not None and info.st_mode != opened.mode and (
+            (info.st_mode & 0o600) != 0o600 or info.st_mode & ~opened.mode & 0o022):
+        return (f"changed mode ({stat.filemode(opened.mode)} to {stat.filemode(info.st_mode)})")
+    return _header_damage(path)
+
+
+def _header_damage(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        return f"cannot be read ({err.strerror})"
+    try:
+        head = os.pread(fd, 100, 0)
+    finally:
+        os.close(fd)
+    if len(head) < 100:
+        return f"was truncated (to {len(head)} bytes)"
+    if not head.startswith(_HEADER):
+        return "was overwritten (it is no SQLite database any more)"
+    if int.from_bytes(head[68:72], "big") != APPLICATION_ID:
+        return "was overwritten by another database"
+    return None
+
+
+def deep_damage(path: Path) -> str | None:
+    """:func:`damage_of`, and SQLite's own check of every page (after an SQLite error)."""
+    damage = damage_of(path, None)
+    if damage is not None:
+        return damage
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
+        try:
+            rows = db.execute("PRAGMA quick_check").fetchall()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as err:
+        return f"is damaged ({err})"
+    if rows != [("ok",)]:
+        return f"is damaged ({'; '.join(str(r[0]) for r in rows[:3])})"
+    return None
+
+
+def move_aside(path: Path, damage: str) -> None:
+    """Rename the damaged ledger and SQLite's files beside it out of the way (kept for a
+    look: ``NAME.damaged-TIME-PID``), so a fresh ledger never takes up an old journal."""
+    suffix = f".damaged-{int(time.time())}-{os.getpid()}"
+    for name in (path, *(Path(f"{path}{c}") for c in _COMPANIONS)):
+        try:
+            os.rename(name, f"{name}{suffix}")
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise LedgerError(
+                f"the lease ledger {path} {damage}, and {name} cannot be moved aside "
+                f"({err.strerror}); its owner can remove it (rm {name}), or choose another "
+                f"ledger with $JUPYTER_SCHED_LEASES") from None
+
+
+@contextlib.contextmanager
+def rebuild_lock(path: Path) -> Iterator[None]:
+    """One process at a time rebuilds the ledger at ``path`` (an advisory lock on a file
+    beside it, opened without following links)."""
+    lock = path.with_name(f".{path.name}.lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o660)
+    except OSError as err:
+        raise LedgerError(f"cannot lock {lock} to rebuild the lease ledger {path} "
+                          f"({err.strerror}); choose another ledger with "
+                          f"$JUPYTER_SCHED_LEASES") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise LedgerError(f"{lock} is not a regular file; remove it (rm {lock})")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(f".{path.name}.made")
+
+
+def made_before_this_boot(path: Path) -> bool:
+    """Whether a ledger was made at ``path`` earlier since this host booted (a ledger made now
+    replaces one whose holders may still run)."""
+    try:
+        fd = os.open(_marker(path), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        seen = os.read(fd, 256).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
+    return seen == _this_boot()
+
+
+def note_made(path: Path) -> None:
+    """Remember that a ledger was made at ``path`` this boot."""
+    marker = _marker(path)
+    with contextlib.suppress(OSError):
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o660)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, _this_boot().encode())
+        finally:
+            os.close(fd)
+
+
+def _this_boot() -> str:
+    return f"{socket.gethostname()}/{boot_id() or 'unknown'}"
+
+
+__all__ = ["Health", "damage_of", "deep_damage", "made_before_this_boot", "move_aside",
+           "note_made", "rebuild_lock"]

@@ -1,0 +1,235 @@
+"""What the rest of the host holds and waits for, as this kernel's core must see it.
+
+A part of :class:`~.leases.HostLeases` (the runtime thread only): it reads the ledger's view
+(leases, and the host's order of waits: :mod:`jupyter_sched.host.fairness`) when its version
+moved, and turns it into the one event the core knows, ``HeldElsewhere``: per GPU of the local
+node, the shares other processes hold, the room waits ranked ahead of this kernel reserve, and
+the memory processes outside every scheduler use. Its reason says who holds what, since when,
+and where this kernel stands in the host's order (``2nd on this host for GPU 0``).
+
+It also turns the core's jobs that wait only for what others hold into the waits this kernel
+records in the ledger (:meth:`LeaseView.want`): each demand keeps the time it began waiting, so
+the host's order ranks it by how long it has waited here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+
+import psutil
+
+from ..core import events as ev
+from ..host import fairness
+from ..host.lease_order import EMPTY, MAX_WAITS, Order, WaitSpec
+from ..host.lease_rows import clock, wait_text
+from ..host.leases import Lease
+from ..host.outside import process_tree
+from ..model.quantity import SCALE, format_bytes, format_units
+from ..model.resources import GPU
+from ..model.tasks import Task
+from ..views.snapshot import HolderView, ProcessView
+
+FORGET = 5.0  # seconds a demand may stop waiting (a start refused...) and keep its age
+
+
+class LeaseView:
+    """Others' holdings and reservations on the local node's GPUs; this kernel's waits."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.keys: dict[int, str] = {}  # local GPU index -> device key
+        self.memory: dict[int, int] = {}  # local GPU index -> bytes (GPU-memory demands)
+        self.others: list[Lease] = []  # others' leases of the local GPUs, as last read
+        self.order: Order = EMPTY
+        self.blocked: str | None = None  # why no lease can be taken now (the ledger)
+        self._sent: dict[int, int] | None = {}  # what the core was last told
+        self._since: dict[tuple, float] = {}  # (demand, priority) -> waiting since (epoch)
+        self._seen: dict[tuple, float] = {}  # (demand, priority) -> last seen waiting
+        self.wanted: tuple[WaitSpec, ...] = ()  # the waits to record
+        self.written: tuple[WaitSpec, ...] = ()  # the waits the ledger has
+
+    def set_devices(self, keys: Mapping[int, str], memory: Mapping[int, int]) -> None:
+        self.keys, self.memory = dict(keys), dict(memory)
+
+    # -- what others hold ------------------------------------------------------------------------
+
+    def read(self, leases: Sequence[Lease], order: Order, mine: set[int]) -> None:
+        """The ledger as just read: every lease (``mine``: the ids this scheduler holds) and
+        the order of waits."""
+        devices = set(self.keys.values())
+        self.others = [lease for lease in leases
+                       if lease.device in devices and lease.id not in mine]
+        self.order = order
+
+    def resend(self) -> None:
+        """Tell the core again, even what it was told before (after a refusal)."""
+        self._sent = None
+
+    def event(self, outside: Mapping[int, tuple[int, int]]) -> ev.HeldElsewhere | None:
+        """The ``HeldElsewhere`` for what others hold and reserve now (``outside``: units and
+        bytes of each GPU that processes outside every scheduler use), or None when it says
+        what the core was last told."""
+        by_key = {key: index for index, key in self.keys.items()}
+        units: dict[int, int] = {}
+        holders: dict[int, list[Lease]] = {}
+        for lease in self.others:
+            index = by_key[lease.device]
+            units[index] = units.get(index, 0) + lease.units
+            holders.setdefault(index, []).append(lease)
+        parts = [held_text(units, holders)] if units else []
+        reserved = self.order.ahead_of(os.getpid())
+        reserving: dict[int, int] = {}
+        for key, share in reserved.items():
+            index = by_key.get(key)
+            if index is not None:
+                reserving[index] = share
+                units[index] = min(SCALE, units.get(index, 0) + share)
+        if reserving:
+            parts.append(self._reserved_text(reserving, by_key))
+        for index, (share, used) in sorted(outside.items()):
+            units[index] = min(SCALE, units.get(index, 0) + share)
+            parts.append(f"{format_bytes(used)} of GPU {index}'s memory ({format_units(share)} "
+                         "of it) is used by processes outside the scheduler")
+        if self.blocked is not None:
+            units = dict.fromkeys(self.keys, SCALE)
+            parts = [self.blocked]
+        elif self.order.grace_until is not None and time.time() < self.order.grace_until:
+            units = dict.fromkeys(self.keys, SCALE)
+            parts = [f"the host's lease ledger was made again: the kernels that held GPUs take "
+                     f"back what they hold until {clock(self.order.grace_until)}"]
+        place = self._place_text()
+        if place and parts:
+            parts.append(place)
+        if units == self._sent:
+            return None
+        self._sent = units
+        return ev.HeldElsewhere(self.node, {GPU: units}, "; ".join(p for p in parts if p))
+
+    def _reserved_text(self, reserving: Mapping[int, int], by_key: Mapping[str, int]) -> str:
+        me = os.getpid()
+        waits = [w for w in fairness.ahead_of(self.order.waits, me)
+                 if w.pid != me and self.order.reservations.get(w.id)]
+        gpus = ", ".join(f"{format_units(u)} of GPU {i}" if u < SCALE else f"GPU {i}"
+                         for i, u in sorted(reserving.items()))
+        who = "; ".join(wait_text(w) for w in waits[:3])
+        more = f" and {len(waits) - 3} more" if len(waits) > 3 else ""
+        return f"{gpus} reserved for waits ahead on this host: {who}{more}"
+
+    def _place_text(self) -> str:
+        """``this kernel is 2nd on this host for GPU 0``, from its first wait."""
+        me = os.getpid()
+        mine = next((w for w in self.order.waits if w.pid == me), None)
+        if mine is None:
+            return ""
+        by_key = {key: index for index, key in self.keys.items()}
+        best = min(((fairness.position(self.order.waits, mine, key), index)
+                    for key, index in by_key.items() if key in mine.demand.devices),
+                   default=None)
+        if best is None or best[0] <= 0:
+            return ""
+        return f"this kernel is {fairness.ordinal(best[0])} on this host for GPU {best[1]}"
+
+    def holders(self, live: Mapping[tuple[str, int], Mapping]) -> dict:
+        """For the views, per local GPU: other kernels' leases, and the processes NVML reports
+        on it that hold none (``live``: the GPU monitor's reading, with their pids)."""
+        by_key = {key: index for index, key in self.keys.items()}
+        out: dict[tuple[str, int], tuple[list, list]] = {}
+        for lease in self.others:
+            index = by_key.get(lease.device)
+            if index is not None:
+                out.setdefault((self.node, index), ([], []))[0].append(HolderView(
+                    lease.owner.user, lease.owner.label, lease.owner.pid,
+                    lease.units / SCALE, lease.taken, lease.task))
+        ours: set[int] | None = None
+        for (node, index), reading in live.items():
+            found = reading.get("processes") if node == self.node else None
+            if not found:
+                continue
+            if ours is None:  # (the process trees are walked only when NVML lists any)
+                ours = process_tree([os.getpid(), *{lease.owner.pid for lease in self.others}])
+            for pid, used in found:
+                if pid not in ours:
+                    out.setdefault((node, index), ([], []))[1].append(
+                        ProcessView(pid, used, _user_of(pid)))
+        return out
+
+    # -- this kernel's waits ---------------------------------------------------------------------
+
+    def want(self, tasks: Sequence[Task], now: float | None = None) -> None:
+        """The core's jobs that wait only for what others hold or reserve: the waits to record
+        (at most ``MAX_WAITS``). Each demand waits since it first did, without a break."""
+        wall = time.time() if now is None else now
+        devices = tuple(self.keys.values())
+        specs, seen = [], set()
+        for task in tasks:
+            demand = self._demand(task, devices)
+            if demand is None:
+                continue
+            key = (demand, task.spec.priority)
+            seen.add(key)
+            since = self._since.setdefault(key, wall)
+            specs.append(WaitSpec(task.id, demand, task.spec.priority, since))
+            if len(specs) >= MAX_WAITS:
+                break
+        for key in [k for k, at in self._seen.items() if k not in seen and wall - at > FORGET]:
+            del self._since[key], self._seen[key]  # (not at once: a refused start is no break)
+        for key in seen:
+            self._seen[key] = wall
+        self.wanted = tuple(specs)
+
+    def due(self) -> bool:
+        """Whether the waits to record differ from those the ledger has (the task a wait
+        names is not compared: a demand's head changing is no news to other kernels)."""
+        return _shape(self.wanted) != _shape(self.written)
+
+    def _demand(self, task: Task, devices: tuple[str, ...]) -> fairness.Demand | None:
+        demand = task.spec.demand
+        count = len(task.gang.members) if task.gang is not None else 1
+        if demand.gpu_memory:
+            sizes = [m for m in self.memory.values() if m >= demand.gpu_memory]
+            if not sizes:
+                return None
+            units = min(SCALE, math.ceil(demand.gpu_memory * SCALE / min(sizes)))
+            return fairness.Demand(units, count, devices)
+        gpu = demand.gpu_units
+        if gpu <= 0 or not devices:
+            return None
+        if gpu < SCALE:
+            return fairness.Demand(gpu, count, devices)
+        return fairness.Demand(SCALE, count * (gpu // SCALE), devices)
+
+
+def _user_of(pid: int) -> str:
+    try:
+        return psutil.Process(pid).username()
+    except (psutil.Error, OSError, KeyError):
+        return ""
+
+
+def _shape(waits: Sequence[WaitSpec]) -> tuple:
+    return tuple((w.demand, w.priority, w.since) for w in waits)
+
+
+def held_text(units: Mapping[int, int], holders: Mapping[int, list[Lease]]) -> str:
+    """``0.5 of GPU 0 is held by another kernel (pid 4242, notebook train.ipynb, since
+    12:03:04)``."""
+    parts = []
+    for index in sorted(units):
+        who = "; ".join(_holder(lease) for lease in holders.get(index, []))
+        parts.append(f"{format_units(units[index])} of GPU {index} is held by {who}")
+    return "; ".join(parts)
+
+
+def _holder(lease: Lease) -> str:
+    owner = lease.owner
+    details = [f"pid {owner.pid}", owner.label, f"task {lease.task}" if lease.task else "",
+               f"since {clock(lease.taken)}" if lease.taken > 0 else ""]
+    if owner.uid != os.getuid():
+        details.insert(1, f"user {owner.user}")
+    return f"another kernel ({', '.join(d for d in details if d)})"
+
+
+__all__ = ["LeaseView", "held_text"]
