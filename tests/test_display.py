@@ -196,3 +196,33 @@ def test_a_task_whose_stop_is_out_shows_stopping_and_for_how_long():
     assert display.queue_bundle(snap)[display.MIME]["running"][0]["state"] == "stopping"
     sim.run()
     assert t.state == "cancelled"
+
+
+def test_who_else_holds_a_gpu_is_shown_everywhere_and_escaped():
+    """Other kernels' leases and the processes holding none, in %sched's text, its HTML and
+    the JSON payload (the sidebar's); user names and notebook paths are escaped."""
+    import dataclasses
+
+    sim = Simulation()
+    sim.add_node("local", {"CPU": 4, "GPU": 1})
+    sim.run()
+    snap = snapshot.take(sim.core)
+    evil = "<img src=x onerror=alert(1)>"
+    device = dataclasses.replace(
+        snap.nodes[0].devices[0],
+        others=(snapshot.HolderView("bob", f"notebook {evil}.ipynb", 4242, 0.5, 0.0, "t3"),),
+        unmanaged=(snapshot.ProcessView(777, 2 * 2**30, "carol"),))
+    node = dataclasses.replace(snap.nodes[0], devices=(device,))
+    snap = dataclasses.replace(snap, nodes=(node,), notices=((1, 0.0, f"made {evil}"),))
+    bundle = display.status_bundle(snap)
+    text = bundle["text/plain"]
+    assert f"0.5 held by bob (notebook {evil}.ipynb, pid 4242)" in text
+    assert "unmanaged: pid 777 (2 GiB) of carol" in text
+    assert evil not in bundle["text/html"] and "&lt;img" in bundle["text/html"]
+    data = bundle[display.MIME]
+    (dev,) = data["nodes"][0]["devices"]
+    assert dev["others"] == [{"user": "bob", "label": f"notebook {evil}.ipynb", "pid": 4242,
+                              "share": 0.5, "since": 0.0, "task": "t3"}]
+    assert dev["unmanaged"] == [{"pid": 777, "memory": 2 * 2**30, "user": "carol"}]
+    assert data["notices"] == [{"seq": 1, "time": 0.0, "text": f"made {evil}"}]
+    json.dumps(data)

@@ -366,7 +366,7 @@ class TaskHandle(_LightFuture):
     # -- display ----------------------------------------------------------------------------
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        return display.task_bundle(self, self.error)
+        return display.task_bundle(self, self.error, now=self._scheduler.now())
 
     def __repr__(self) -> str:
         where = f" on {self.node}" if self.node else ""
@@ -467,7 +467,8 @@ class GangHandle(_LightFuture):
             self.set_running_or_notify_cancel()
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        return display.gang_bundle(self.name, self.members, self.error)
+        return display.gang_bundle(self.name, self.members, self.error,
+                                   now=self._scheduler.now())
 
     def __repr__(self) -> str:
         return f"<GangHandle {self.name!r} {len(self.members)} members {self.state}>"

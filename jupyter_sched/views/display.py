@@ -88,11 +88,12 @@ def task_text(view: Any, error: str | None = None) -> str:
     return f"{task_label(view)}: {task_state_text(view, error)}{gang_text(view)}"
 
 
-def task_bundle(view: Any, error: str | None = None) -> dict[str, Any]:
+def task_bundle(view: Any, error: str | None = None, now: float | None = None) -> dict[str, Any]:
     """One task: ``t3 train-a: running on local, GPU 0 (0.5)``.
 
     ``view`` is a :class:`TaskView` or anything with its attributes (a ``TaskHandle``);
-    ``error`` is the task's error in one line, when it failed.
+    ``error`` is the task's error in one line, when it failed; ``now``: the scheduler's time
+    (the payload's ``time``, which its durations run to).
     """
     state = view_attr(view, "state", "pending")
     name = view_attr(view, "name", "") or ""
@@ -102,10 +103,13 @@ def task_bundle(view: Any, error: str | None = None) -> dict[str, Any]:
             + escape(task_state_text(view, error)[len(state):].lstrip(", :"))
             + escape(gang_text(view)) + "</span>")
     data = {"kind": "task", "task": _task_json(view), "error": error}
+    if now is not None:
+        data["time"] = now
     return _bundle(task_text(view, error), body, data)
 
 
-def gang_bundle(name: str, views: Iterable[Any], error: str | None = None) -> dict[str, Any]:
+def gang_bundle(name: str, views: Iterable[Any], error: str | None = None,
+                now: float | None = None) -> dict[str, Any]:
     """A gang and its members, one line each."""
     views = list(views)
     states = sorted({view_attr(v, "state", "pending") for v in views})
@@ -121,6 +125,8 @@ def gang_bundle(name: str, views: Iterable[Any], error: str | None = None) -> di
     body = (f"<b>gang {escape(name)}</b>" + (f": {escape(error)}" if error else "")
             + table_html(("id", "name", "rank", "state", "detail"), rows))
     data = {"kind": "gang", "name": name, "error": error, "tasks": [_task_json(v) for v in views]}
+    if now is not None:
+        data["time"] = now
     return _bundle("\n".join(lines), body, data)
 
 
@@ -378,7 +384,9 @@ def status_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
             "counts": dict(snapshot.counts), "nodes": to_json(snapshot.nodes),
             "running": to_json(snapshot.running[:limit]),
             "waiting": to_json(snapshot.waiting[:limit]),
-            "queues": to_json(snapshot.queues)}
+            "queues": to_json(snapshot.queues),
+            "notices": [{"seq": seq, "time": at, "text": said}
+                        for seq, at, said in snapshot.notices]}
     return _bundle(text, body, data)
 
 

@@ -8,6 +8,7 @@ handles are read alike (:func:`view_attr`), so a handle renders wherever a ``Tas
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -206,7 +207,30 @@ def device_details(device: Any) -> list[str]:
         details.append(f"memory used {format_bytes(device.memory_used)}")
     elif device.memory:
         details.append(format_bytes(device.memory))
+    details += holder_details(device)
     return details
+
+
+def holder_details(device: Any) -> list[str]:
+    """Who else holds a GPU: ``0.5 held by bob (train.ipynb, pid 4242, since 12:03:04)``, and
+    the processes on it that hold no lease (``unmanaged: pid 777 (2 GiB)``)."""
+    out = []
+    for other in getattr(device, "others", ()) or ():
+        where = ", ".join(p for p in (one_line(other.label, 60), f"pid {other.pid}",
+                                      _since(other.since)) if p)
+        out.append(f"{other.share:g} held by {one_line(other.user, 32) or 'another user'} "
+                   f"({where})")
+    unmanaged = list(getattr(device, "unmanaged", ()) or ())
+    if unmanaged:
+        parts = [f"pid {p.pid}" + (f" ({format_bytes(p.memory)})" if p.memory else "")
+                 + (f" of {one_line(p.user, 32)}" if p.user else "") for p in unmanaged[:3]]
+        more = f" and {len(unmanaged) - 3} more" if len(unmanaged) > 3 else ""
+        out.append(f"unmanaged: {', '.join(parts)}{more}")
+    return out
+
+
+def _since(epoch: float) -> str:
+    return f"since {time.strftime('%H:%M:%S', time.localtime(epoch))}" if epoch > 0 else ""
 
 
 def is_placeholder(device: Any) -> bool:
