@@ -14,34 +14,86 @@
 ``--json`` prints :meth:`HostInfo.to_json` with the node's totals and labels under ``"node"``.
 A bad ``--declare`` is one line on stderr and exit status 2.
 
-``jupyter-sched leases`` lists who holds which share of which device on this host, from the
-host's lease ledger (``--path`` to name another); ``--sweep`` first takes back the leases of
-holders that have ended::
+``jupyter-sched leases`` shows the host's lease ledger as every kernel sees it: who holds which
+share of which device, the demands waiting for what others hold in the host's order (and what
+each reserves), and each user's fair-share standing::
 
     $ jupyter-sched leases
     ledger  /home/alice/.local/share/jupyter/runtime/jupyter-sched-leases-ws1.db
-      device        share  pid   user   label        task  since                alive
-      GPU-8932f937  0.5    4242  alice  train.ipynb  t17   2024-11-23 09:58:12  yes
 
-A ledger that cannot be used is one line on stderr and exit status 1.
+    leases
+      device        share  user   pid   label        task  since     alive
+      GPU-8932f937  0.5    alice  4242  train.ipynb  t17   09:58:12  yes
+
+    waits, in the host's order
+      #  user  pid   label       task  waits for     priority  since     reserves
+      1  bob   5151  eval.ipynb  t3    2 whole GPUs  0         09:59:01  GPU-8932f937, GPU-11111111
+
+    fair share between users (the lowest standing first): half-life 5 min
+      user   GPU-seconds  weight  standing
+      bob    0.0          1       0.0
+      alice  421.7        1       421.7
+
+``--path`` names another ledger; ``--watch [SECONDS]`` shows it again every SECONDS (1) until
+Ctrl-C. Looking changes no file: a missing ledger is said to be missing and none is made; an
+empty file, another program's, a link or a directory is refused and left as it was. Only
+``--sweep`` (take back the leases and waits of holders that have ended), ``--weight USER=W``
+(repeatable) and ``--half-life SECONDS`` write, each saying what it changed; the last two only
+for the owner of the ledger file.
+
+``--json`` prints one object (with ``--watch``, one per line)::
+
+    ledger       the ledger's path
+    found        false when there is no ledger at that path (then every list is empty)
+    time         when it was read (epoch seconds)
+    leases       [{id, device, share, units, user, uid, pid, label, task, since, taken, host,
+                   alive}]: every lease; share = units / 10,000 of the device; since: when its
+                 task got it, taken: when its holder took it; alive: false once its holder ended
+    waits        [{position, id, user, uid, pid, label, task, waits_for, share, units, count,
+                   devices, priority, since, reserves: [{device, share, units}]}], in the
+                 host's order (position 1 goes first): count devices of units each, on any of
+                 devices; reserves: what it will start on as it frees up (empty: behind others)
+    users        [{user, uid, use, weight, standing}], the lowest standing first: use is the
+                 decayed GPU-seconds (with half_life 0: the GPUs held now), standing use/weight;
+                 uid is null for a user with a weight and no use yet
+    half_life    seconds after which past GPU use counts half
+    grace_until  while the ledger was just made again, until when new leases wait; else null
+    swept        [lease]: the leases --sweep took back ([] without --sweep)
+    set          {weights: {USER: {from, to}}, half_life: {from, to} or null}: what --weight
+                 and --half-life changed
+
+Errors are one line on stderr (exit status 1; 2 for a usage error), naming the file and what to
+do.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
 from .host.discovery import HostInfo, discover_host
+from .host.holders import user_name
+from .host.lease_rows import clock
+from .host.lease_text import (
+    Picture,
+    duration,
+    format_picture,
+    lease_json,
+    look,
+    picture_json,
+)
 from .host.lease_text import align_rows as _align
-from .host.lease_text import format_leases
 from .host.leases import Lease, Ledger, LedgerError, ledger_path
-from .model.quantity import SCALE, format_bytes, format_units
+from .model.quantity import format_bytes, format_units
 from .model.resources import resources_to_json
 
 PROG = "jupyter-sched"
@@ -96,15 +148,25 @@ def _parser() -> argparse.ArgumentParser:
     info.set_defaults(run=_info)
     leases = commands.add_parser(
         "leases",
-        help="list who holds which share of which GPU on this host",
-        description="List the leases of this host's ledger: who holds which share of which "
-        "device, and whether the holder still runs.",
+        help="list who holds and who waits for which GPU on this host",
+        description="Show this host's lease ledger as every kernel sees it: the leases, the "
+        "waits in the host's order and what they reserve, each user's fair-share standing. "
+        "Only --sweep, --weight and --half-life change the ledger.",
     )
-    leases.add_argument("--path", type=Path, help="the ledger file (default: this host's, in the "
-                        "Jupyter runtime directory, or $JUPYTER_SCHED_LEASES)")
+    leases.add_argument("--path", help="the ledger file (default: this host's, in the Jupyter "
+                        "runtime directory, or $JUPYTER_SCHED_LEASES)")
+    leases.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    leases.add_argument("--watch", nargs="?", const="1", metavar="SECONDS",
+                        help="show it again every SECONDS (default 1) until Ctrl-C")
     leases.add_argument("--sweep", action="store_true",
-                        help="first take back the leases of holders that have ended")
-    leases.add_argument("--json", action="store_true", help="print JSON instead of a table")
+                        help="first take back the leases and waits of holders that have ended")
+    leases.add_argument("--weight", action="append", metavar="USER=W",
+                        help="set USER's weight in the fair share between users (1 by "
+                        "default; 2 gets twice the GPU time); repeatable; the ledger's owner "
+                        "only")
+    leases.add_argument("--half-life", metavar="SECONDS",
+                        help="set after how long past GPU use counts half (0: only what is "
+                        "held now counts); the ledger's owner only")
     leases.set_defaults(run=_leases)
     return parser
 
@@ -122,30 +184,39 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass
+class _Changes:
+    """What ``jupyter-sched leases`` wrote: the leases ``swept`` (None: no sweep was asked),
+    ``weights`` set (user -> (from, to)), the ``half_life`` set (from, to)."""
+
+    swept: list[Lease] | None = None
+    weights: dict[str, tuple[float, float]] = field(default_factory=dict)
+    half_life: tuple[float, float] | None = None
+
+
 def _leases(args: argparse.Namespace) -> int:
-    path = args.path or _default_ledger()
-    if not path.exists():
-        message = f"no lease ledger at {path}: no scheduler on this host has taken a lease"
-        print(json.dumps({"ledger": str(path), "leases": []}) if args.json else message)
-        return 0
+    every = None if args.watch is None else _seconds(args.watch, "--watch", low=0.05)
+    weights = dict(_weight(spec) for spec in args.weight or ())
+    half_life = None if args.half_life is None else _seconds(args.half_life, "--half-life")
     try:
-        with Ledger(path) as ledger:
-            swept = ledger.sweep() if args.sweep else []
-            leases = [(lease, ledger.alive(lease)) for lease in ledger.held()]
+        path = _ledger_arg(args.path)
+        changes = _write(path, args.sweep, weights, half_life)
+        if every is not None:
+            return _watch(path, changes, every, args.json)
+        _show(look(path), changes, args.json)
     except LedgerError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps({"ledger": str(path), "swept": [_lease_json(lease) for lease in swept],
-                          "leases": [_lease_json(lease, alive) for lease, alive in leases]},
-                         indent=2))
-        return 0
-    print(f"ledger  {path}")
-    if args.sweep:
-        print(f"swept   {len(swept)} lease{'' if len(swept) == 1 else 's'} of ended holders "
-              f"taken back")
-    print(format_leases(leases))
     return 0
+
+
+def _ledger_arg(given: str | None) -> Path:
+    if given is None:
+        return _default_ledger()
+    if not given.strip():
+        raise LedgerError(f"the path --path {given!r} is empty: name the ledger file, or leave "
+                          f"--path out for this host's ledger")
+    return Path(given).expanduser()
 
 
 def _default_ledger() -> Path:
@@ -154,14 +225,127 @@ def _default_ledger() -> Path:
     return ledger_path(jupyter_runtime_dir())
 
 
-def _lease_json(lease: Lease, alive: bool | None = None) -> dict[str, object]:
-    owner = lease.owner
-    out = {"id": lease.id, "device": lease.device, "share": lease.units / SCALE,
-           "units": lease.units, "pid": owner.pid, "uid": owner.uid, "user": owner.user,
-           "label": owner.label, "task": lease.task, "since": lease.since, "host": owner.host}
-    if alive is not None:
-        out["alive"] = alive
-    return out
+def _seconds(text: str, option: str, low: float = 0.0) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not low <= seconds < 1e9:
+        raise ValueError(f"{option} {text!r} is not a number of seconds of at least {low:g}; "
+                         f"give one such as {option} 2")
+    return seconds
+
+
+def _weight(spec: str) -> tuple[str, float]:
+    """``--weight USER=W`` as (user, weight), checked before anything is written."""
+    user, sep, text = spec.partition("=")
+    user = user.strip()
+    try:
+        weight = float(text)
+    except ValueError:
+        weight = math.nan
+    if not sep or not user or not 0 < weight < 1e6:
+        raise ValueError(f"--weight {spec!r} must be written USER=WEIGHT with a weight above "
+                         f"0, such as --weight alice=2")
+    try:
+        import pwd
+
+        pwd.getpwnam(user)
+    except ImportError:  # (Windows: users are not checked)
+        pass
+    except KeyError:
+        raise ValueError(f"--weight {spec!r}: there is no user {user!r} on this host; give "
+                         f"a login name") from None
+    return user, weight
+
+
+def _write(path: Path, sweep: bool, weights: dict[str, float],
+           half_life: float | None) -> _Changes:
+    """Sweep, set weights and the half-life, as asked; only in a file that is a ledger already
+    (none is made, no empty file filled), and settings only in one this user owns."""
+    settings = bool(weights) or half_life is not None
+    if not (sweep or settings):
+        return _Changes()
+    what = " and ".join(["the weights"] * bool(weights) + ["the half-life"] * (
+        half_life is not None))
+    try:
+        Ledger.to_read(path).close()  # (a ledger, or refused as it is, unchanged)
+    except FileNotFoundError:
+        if settings:
+            raise LedgerError(f"no lease ledger at {path} to set {what} in: a scheduler makes "
+                              f"it on its first lease; set them then") from None
+        return _Changes(swept=[])
+    owner = path.lstat().st_uid
+    if settings and owner != os.getuid():
+        raise LedgerError(f"cannot set {what} of the lease ledger {path}: it belongs to user "
+                          f"{user_name(owner)!r}, and only its owner sets them; ask user "
+                          f"{user_name(owner)!r} to set them")
+    with Ledger(path) as ledger:
+        before = ledger.view()[1]
+        changes = _Changes(swept=ledger.sweep() if sweep else None)
+        for user, weight in weights.items():
+            ledger.set_weight(user, weight)
+            changes.weights[user] = (before.weights.get(user, 1.0), weight)
+        if half_life is not None:
+            ledger.set_half_life(half_life)
+            changes.half_life = (before.half_life, half_life)
+    return changes
+
+
+def _watch(path: Path, changes: _Changes, every: float, as_json: bool) -> int:
+    """Show the ledger every ``every`` seconds until Ctrl-C (exit status 0): on a terminal
+    over the last picture, else one after the other (one JSON object a line)."""
+    clear = not as_json and sys.stdout.isatty()
+    first = True
+    try:
+        while True:
+            picture = look(path)
+            if clear:
+                sys.stdout.write("\x1b[H\x1b[2J")
+            elif not (first or as_json):
+                print()
+            _show(picture, changes, as_json, every)
+            sys.stdout.flush()
+            changes, first = _Changes(), False
+            time.sleep(every)
+    except KeyboardInterrupt:  # Ctrl-C is how a watch ends
+        return 0
+
+
+def _show(picture: Picture, changes: _Changes, as_json: bool,
+          every: float | None = None) -> None:
+    if as_json:
+        out = picture_json(picture)
+        out["swept"] = [lease_json(lease) for lease in changes.swept or ()]
+        out["set"] = {"weights": {user: {"from": was, "to": now}
+                                  for user, (was, now) in changes.weights.items()},
+                      "half_life": None if changes.half_life is None else
+                      dict(zip(("from", "to"), changes.half_life, strict=True))}
+        print(json.dumps(out) if every is not None else json.dumps(out, indent=2))
+        return
+    lines = [] if picture.found else [f"no lease ledger at {picture.path}: no scheduler on "
+                                      f"this host has taken a lease"]
+    if picture.found:
+        lines.append(f"ledger  {picture.path}")
+    if every is not None:
+        lines.append(f"every   {every:g} s, until Ctrl-C; read at {clock(picture.order.now)}")
+    if picture.found:
+        lines += _change_lines(changes)
+        lines += ["", format_picture(picture)]
+    print("\n".join(lines))
+
+
+def _change_lines(changes: _Changes) -> list[str]:
+    lines = []
+    if changes.swept is not None:
+        n = len(changes.swept)
+        lines.append(f"swept   {n} lease{'' if n == 1 else 's'} of ended holders taken back")
+    for user, (was, now) in changes.weights.items():
+        lines.append(f"set     {user}'s weight from {was:g} to {now:g}")
+    if changes.half_life is not None:
+        was, now = changes.half_life
+        lines.append(f"set     the half-life from {duration(was)} to {duration(now)}")
+    return lines
 
 
 def format_host(host: HostInfo) -> str:

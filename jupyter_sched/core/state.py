@@ -363,6 +363,12 @@ class Core(Ledger):
                                      f"units={units!r}; give an int from 0 to {SCALE}")
         self.hold_elsewhere(node, event.device_shares, event.reason)
         self._dirty = True  # less held elsewhere: waiting work may fit now
+        for task_id, where in self.elsewhere_waits.items():  # their reason, as it is now
+            task = self.tasks.get(task_id)
+            if where == event.node and task is not None and task.state == QUEUED and task.reason:
+                for member in task.gang.members if task.gang is not None else (task,):
+                    if member.state == QUEUED:
+                        member.reason = event.reason or member.reason
 
     def _drop_reservations_on(self, node_name: str) -> None:
         for seq, reservation in list(self.reservations.items()):

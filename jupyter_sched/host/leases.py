@@ -101,6 +101,7 @@ from .ledger_health import (
     note_made,
     rebuild_lock,
 )
+from .ledger_read import open_ledger_to_read
 
 
 def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
@@ -154,6 +155,20 @@ class Ledger:
         if connect:  # (else on first use: a ledger that cannot be used yet)
             with self._lock:
                 self._db()
+
+    @classmethod
+    def to_read(cls, path: str | os.PathLike[str], *, timeout: float = 10.0) -> Ledger:
+        """The existing ledger at ``path``, opened in this process only to be read
+        (:meth:`view`, :meth:`held`, :meth:`version`, :meth:`alive`): no file is made or
+        changed, and a write raises :class:`LedgerError`. FileNotFoundError when there is
+        none; :class:`LedgerError` for a file that cannot be read as a ledger
+        (:func:`~.ledger_read.open_ledger_to_read`)."""
+        ledger = cls(path, timeout=timeout, connect=False)
+        with ledger._lock:
+            ledger._conn = open_ledger_to_read(ledger.path, timeout)
+            ledger._pid = os.getpid()
+            ledger._opened = Health.of(ledger.path)
+        return ledger
 
     @property
     def owner(self) -> Owner:

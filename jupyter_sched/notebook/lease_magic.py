@@ -1,11 +1,14 @@
-"""``%sched leases``: who holds which share of which GPU of this host, from its lease ledger
-(the table ``jupyter-sched leases`` prints)."""
+"""``%sched leases``: the host's lease ledger as every kernel sees it (the tables
+``jupyter-sched leases`` prints: leases, waits in the host's order, fair share between users),
+under this kernel's own status."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from IPython.core import magic_arguments as ma
 
-from ..host.lease_text import format_leases
+from ..host.lease_text import format_picture, look
 from ..host.leases import Ledger, LedgerError
 from ..runtime.leases import default_path
 from .cell_options import documented
@@ -16,10 +19,11 @@ class LeaseCommands:
 
     @ma.magic_arguments("sched leases")
     @ma.argument("--sweep", action="store_true",
-                 help="first take back the leases of holders that have ended")
+                 help="first take back the leases and waits of holders that have ended")
     @documented
     def _leases(self, args):
-        """List who holds which share of which GPU on this host (every kernel's leases)."""
+        """Show who holds and who waits for which GPU on this host (every kernel's), in the
+        host's order, and each user's fair-share standing."""
         sched = self.scheduler
         leases = getattr(sched, "_leases", None)
         path = leases.ledger.path if leases is not None else default_path(sched.ledger_path)
@@ -30,24 +34,35 @@ class LeaseCommands:
         else:
             mine = "this kernel takes leases"
         print(f"ledger  {path}\n        {mine}")
-        if not path.exists():
-            print("no lease ledger yet: no scheduler on this host has taken a lease")
-            return None
         try:
-            with Ledger(path) as ledger:
-                swept = ledger.sweep() if args.sweep else []
-                rows = [(lease, ledger.alive(lease)) for lease in ledger.held()]
+            swept = _sweep(path) if args.sweep else None
+            picture = look(path)
         except LedgerError as err:
             print(f"the ledger cannot be read: {err}")
             return None
-        if args.sweep:
-            print(f"swept   {len(swept)} lease{'' if len(swept) == 1 else 's'} of ended "
-                  "holders taken back")
-        print(format_leases(rows))
+        if not picture.found:
+            print("no lease ledger yet: no scheduler on this host has taken a lease")
+            return None
+        if swept is not None:
+            print(f"swept   {swept} lease{'' if swept == 1 else 's'} of ended holders taken "
+                  "back")
+        print()
+        print(format_picture(picture, sweep="%sched leases --sweep"))
         return None
 
     _leases.sub_name = "leases"
-    _leases.summary = "who holds which share of which GPU on this host"
+    _leases.summary = "who holds and who waits for which GPU on this host"
+
+
+def _sweep(path: Path) -> int:
+    """Take back the leases of ended holders in the ledger at ``path``, if there is one (none
+    is made, no empty file filled): how many."""
+    try:
+        Ledger.to_read(path).close()
+    except FileNotFoundError:
+        return 0
+    with Ledger(path) as ledger:
+        return len(ledger.sweep())
 
 
 __all__ = ["LeaseCommands"]

@@ -45,7 +45,7 @@ class LeaseView:
         self.others: list[Lease] = []  # others' leases of the local GPUs, as last read
         self.order: Order = EMPTY
         self.blocked: str | None = None  # why no lease can be taken now (the ledger)
-        self._sent: dict[int, int] | None = {}  # what the core was last told
+        self._sent: tuple | None = ({}, "")  # what the core was last told
         self._since: dict[tuple, float] = {}  # (demand, priority) -> waiting since (epoch)
         self._seen: dict[tuple, float] = {}  # (demand, priority) -> last seen waiting
         self.wanted: tuple[WaitSpec, ...] = ()  # the waits to record
@@ -103,10 +103,11 @@ class LeaseView:
         place = self._place_text()
         if place and parts:
             parts.append(place)
-        if units == self._sent:
+        reason = "; ".join(p for p in parts if p)
+        if (units, reason) == self._sent:
             return None
-        self._sent = units
-        return ev.HeldElsewhere(self.node, {GPU: units}, "; ".join(p for p in parts if p))
+        self._sent = (units, reason)
+        return ev.HeldElsewhere(self.node, {GPU: units}, reason)
 
     def _reserved_text(self, reserving: Mapping[int, int], by_key: Mapping[str, int]) -> str:
         me = os.getpid()

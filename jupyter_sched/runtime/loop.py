@@ -414,6 +414,12 @@ class RuntimeLoop(Records):
             touched.update(spec.id for spec in event.tasks)
         if isinstance(event, _NODE_EVENTS):
             self._sync_all = True
+        elif isinstance(event, ev.HeldElsewhere):  # the reasons of those waiting for it
+            for task_id in list(self._core.elsewhere_waits):
+                task = self._core.tasks.get(task_id)
+                members = task.gang.members if task is not None and task.gang else ()
+                touched.add(task_id)
+                touched.update(m.id for m in members)
 
     def _answer(self, request: _Request) -> None:
         error = request.error

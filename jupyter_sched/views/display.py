@@ -234,7 +234,8 @@ def _task_row(view: TaskView) -> tuple[str, ...]:
     state = view.state
     if state == "queued" and view.position:
         state = f"queued #{view.position}"
-    detail = task_state_text(view).partition(" ")[2].lstrip(", :") if view.state != "queued" else ""
+    detail = (task_state_text(view).partition(" ")[2].lstrip(", :") if view.state != "queued"
+              else one_line(view.reason))
     if view.gang:
         detail = (detail + gang_text(view)).strip()
     return (view.id, one_line(view.name, 30), state, one_line(view.queue),
@@ -252,7 +253,7 @@ def _task_rows_html(views: Iterable[TaskView]) -> list[str]:
             state += f" #{view.position}"
         detail = task_state_text(view).partition(" ")[2].lstrip(", :")
         if view.state == "queued":
-            detail = ""
+            detail = view.reason
         rows.append(row_html([
             escape(view.id), escape(view.name), state, escape(view.queue),
             escape(format_resources(view.demand)), escape(detail + gang_text(view)),
@@ -268,10 +269,25 @@ def queue_text(snapshot: Snapshot, limit: int = LIMIT) -> str:
     lines = [head]
     if rows:
         lines.append(table_text(_TASK_HEADER, rows))
+    lines += _why_text(waiting)
     more = [more_text(counts.get("running", 0) - len(running), "running"),
             more_text(waiting_count(counts) - len(waiting), "waiting")]
     lines.extend(m for m in more if m)
     return "\n".join(lines)
+
+
+def _why_text(waiting: Iterable[TaskView]) -> list[str]:
+    """Why queued tasks wait, in full (the table cuts it): what other kernels hold, what waits
+    ahead on the host reserve, this kernel's place there; one line per reason."""
+    by_reason: dict[str, list[str]] = {}
+    for view in waiting:
+        if view.state == "queued" and view.reason:
+            by_reason.setdefault(one_line(view.reason, 600), []).append(view.id)
+    lines = []
+    for reason, ids in by_reason.items():
+        who = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        lines.append(f"{who} wait{'s' if len(ids) == 1 else ''}: {reason}")
+    return lines
 
 
 def _queue_html(snapshot: Snapshot, limit: int = LIMIT) -> str:

@@ -109,7 +109,8 @@ def task_state_text(view: Any, error: str | None = None) -> str:
         position = view_attr(view, "position")
         queue = view_attr(view, "queue", "") or ""
         where = f" in {queue}" if queue else ""
-        return f"queued, position {position}{where}" if position else f"queued{where}"
+        text = f"queued, position {position}{where}" if position else f"queued{where}"
+        return f"{text}: {reason}" if reason else text  # (what others hold, when they do)
     if state == "infeasible":
         return f"infeasible: {reason}" if reason else "infeasible"
     if state == "running":
