@@ -26,8 +26,8 @@ each reserves), and each user's fair-share standing::
       GPU-8932f937  0.5    alice  4242  train.ipynb  t17   09:58:12  yes
 
     waits, in the host's order
-      #  user  pid   label       task  waits for     priority  since     reserves
-      1  bob   5151  eval.ipynb  t3    2 whole GPUs  0         09:59:01  GPU-8932f937, GPU-11111111
+      #  user  pid   label       task  waits for     since     reserves
+      1  bob   5151  eval.ipynb  t3    2 whole GPUs  09:59:01  GPU-8932f937, GPU-11111111
 
     fair share between users (the lowest standing first): half-life 5 min
       user   GPU-seconds  weight  standing
@@ -60,7 +60,7 @@ for the owner of the ledger file.
     grace_until  while the ledger was just made again, until when new leases wait; else null
     swept        [lease]: the leases --sweep took back ([] without --sweep)
     set          {weights: {USER: {from, to}}, half_life: {from, to} or null}: what --weight
-                 and --half-life changed
+                 and --half-life changed (with --watch, swept and set are in the first object)
 
 Errors are one line on stderr (exit status 1; 2 for a usage error), naming the file and what to
 do.
@@ -270,12 +270,12 @@ def _write(path: Path, sweep: bool, weights: dict[str, float],
         half_life is not None))
     try:
         Ledger.to_read(path).close()  # (a ledger, or refused as it is, unchanged)
+        owner = path.lstat().st_uid
     except FileNotFoundError:
         if settings:
             raise LedgerError(f"no lease ledger at {path} to set {what} in: a scheduler makes "
                               f"it on its first lease; set them then") from None
         return _Changes(swept=[])
-    owner = path.lstat().st_uid
     if settings and owner != os.getuid():
         raise LedgerError(f"cannot set {what} of the lease ledger {path}: it belongs to user "
                           f"{user_name(owner)!r}, and only its owner sets them; ask user "
@@ -323,15 +323,12 @@ def _show(picture: Picture, changes: _Changes, as_json: bool,
                       dict(zip(("from", "to"), changes.half_life, strict=True))}
         print(json.dumps(out) if every is not None else json.dumps(out, indent=2))
         return
-    lines = [] if picture.found else [f"no lease ledger at {picture.path}: no scheduler on "
-                                      f"this host has taken a lease"]
-    if picture.found:
-        lines.append(f"ledger  {picture.path}")
+    lines = [f"ledger  {picture.path}" if picture.found else
+             f"no lease ledger at {picture.path}: no scheduler on this host has taken a lease"]
     if every is not None:
         lines.append(f"every   {every:g} s, until Ctrl-C; read at {clock(picture.order.now)}")
     if picture.found:
-        lines += _change_lines(changes)
-        lines += ["", format_picture(picture)]
+        lines += [*_change_lines(changes), "", format_picture(picture)]
     print("\n".join(lines))
 
 

@@ -7,9 +7,9 @@ for every scheduler that reads the ledger:
 1. between users, by fair share of GPU use: a user's decayed GPU-seconds (a half-life, like
    Slurm's fair-share factor) divided by the user's weight, lower first;
 2. then priority, higher first;
-3. then, between the kernels of one user, the one holding less of the host's GPUs now first
-   (a kernel streaming work does not stay ahead of one that holds nothing);
-4. then age: how long the demand has waited on this host, older first.
+3. then age: how long the demand has waited on this host, older first. A demand's wait
+   begins again each time one of its tasks starts, so a kernel streaming work is never long
+   ahead of one that waits, and two kernels with backlogs take turns.
 
 Walking the waits in that order, each reserves the devices it will start on as they free up
 (:func:`reserve`): a whole-GPU demand the least-held free devices it can use, a share the
@@ -100,13 +100,10 @@ def standing(usage: Mapping[int, tuple[float, float]],
     return out
 
 
-def ranked(waits: Iterable[Wait], standings: Mapping[int, float],
-           holding: Mapping[int, int] | None = None) -> list[Wait]:
-    """The waits in host order: fair share, then priority, then what the waiter's process
-    holds now (``holding``: units by pid), then age (then the order they were recorded in)."""
-    held = holding or {}
-    return sorted(waits, key=lambda w: (standings.get(w.uid, 0.0), -w.priority,
-                                        held.get(w.pid, 0), w.since, w.id))
+def ranked(waits: Iterable[Wait], standings: Mapping[int, float]) -> list[Wait]:
+    """The waits in host order: fair share, then priority, then age (then the order they
+    were recorded in)."""
+    return sorted(waits, key=lambda w: (standings.get(w.uid, 0.0), -w.priority, w.since, w.id))
 
 
 def reserve(order: Sequence[Wait], held: Mapping[str, int]) -> dict[int, dict[str, int]]:

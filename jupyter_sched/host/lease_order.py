@@ -79,9 +79,6 @@ def read(db: sqlite3.Connection, now: float,
     usage = {uid: (value, at) for uid, _, value, at in db.execute("SELECT * FROM usage")}
     users = {uid: user for uid, user, *_ in db.execute("SELECT * FROM usage")}
     users.update((uid, user) for uid, user, *_ in leases)
-    holding: dict[int, int] = {}
-    for *_, units, _, pid in leases:
-        holding[pid] = holding.get(pid, 0) + units
     waits, owners = [], {}
     for row in rows:
         (wid, uid, user, pid, started, host, pidns, label, task, units, count, devices,
@@ -94,7 +91,7 @@ def read(db: sqlite3.Connection, now: float,
     standings = fairness.standing(usage, [(uid, units, taken)
                                           for uid, _, units, taken, _ in leases],
                                   weights, users, now, life)
-    order = fairness.ranked(waits, standings, holding)
+    order = fairness.ranked(waits, standings)
     held: dict[str, int] = {}
     for device, units in db.execute("SELECT device, sum(units) FROM leases GROUP BY device"):
         held[device] = units

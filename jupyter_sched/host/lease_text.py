@@ -12,8 +12,8 @@ object (its keys are listed in :mod:`jupyter_sched.__main__`)::
       GPU-8932f937  0.5    alice  4242  train.ipynb  t17   09:58:12  yes
 
     waits, in the host's order
-      #  user  pid   label      task  waits for     priority  since     reserves
-      1  bob   5151  eval.ipynb  t3    2 whole GPUs  0         09:59:01  GPU-8932f937, GPU-11111111
+      #  user  pid   label       task  waits for     since     reserves
+      1  bob   5151  eval.ipynb  t3    2 whole GPUs  09:59:01  GPU-8932f937, GPU-11111111
 
     fair share between users (the lowest standing first): half-life 5 min
       user   GPU-seconds  weight  standing
@@ -23,6 +23,7 @@ object (its keys are listed in :mod:`jupyter_sched.__main__`)::
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -32,7 +33,7 @@ from ..model.quantity import SCALE, format_units
 from .fairness import Wait
 from .lease_order import EMPTY, Order
 from .lease_rows import clock
-from .leases import Lease, Ledger, short_device
+from .leases import Lease, Ledger, LedgerError, short_device
 
 WIDTH = 100  # columns the tables fit in
 SWEEP = "jupyter-sched leases --sweep"
@@ -66,7 +67,25 @@ class Standing:
 def look(path: Path, timeout: float = 10.0) -> Picture:
     """The ledger at ``path`` as it is now, read without changing any file (a missing one is
     a picture with ``found`` False). Raises :class:`~.leases.LedgerError` for a file that
-    cannot be read as a ledger."""
+    cannot be read as a ledger.
+
+    A ledger no process had open is read as a file nobody writes (``immutable``:
+    :mod:`.ledger_read`); should a scheduler write it back meanwhile (its last connection
+    closing), the read is made again, so a torn read is never taken for a damaged ledger."""
+    for _ in range(3):
+        before = _stamp(path)
+        try:
+            picture = _read(path, timeout)
+        except LedgerError:
+            if _stamp(path) == before:
+                raise
+            continue
+        if _stamp(path) == before:
+            return picture
+    return _read(path, timeout)
+
+
+def _read(path: Path, timeout: float) -> Picture:
     try:
         ledger = Ledger.to_read(path, timeout=timeout)
     except FileNotFoundError:
@@ -74,6 +93,14 @@ def look(path: Path, timeout: float = 10.0) -> Picture:
     with ledger:
         leases, order = ledger.view()
         return Picture(path, [(lease, ledger.alive(lease)) for lease in leases], order)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def standings(order: Order) -> list[Standing]:
@@ -119,7 +146,7 @@ def format_leases(leases: Sequence[tuple[Lease, bool]], now: float | None = None
         table.append((short_device(lease.device), lease.share, owner.user, str(owner.pid),
                       owner.label or "-", lease.task or "-", when(lease.since, now),
                       "yes" if alive else "no (ended)"))
-    lines = align_rows(table, WIDTH, shrink=(2, 4, 5))
+    lines = align_rows(table, WIDTH, shrink=((2, 4, 5),))
     ended = sum(not alive for _, alive in leases)
     if ended:
         lines.append(f"  1 lease of an ended holder: `{sweep}` takes it back" if ended == 1
@@ -128,17 +155,16 @@ def format_leases(leases: Sequence[tuple[Lease, bool]], now: float | None = None
 
 
 def format_waits(order: Order) -> str:
-    """The waits in the host's order, and what each reserves."""
+    """The waits in the host's order, and what each reserves (their priorities, which rank
+    them after fair share, are in the JSON: a column more would not fit 100 columns)."""
     if not order.waits:
         return "  no waits: no scheduler waits for a GPU that others hold"
-    table = [("#", "user", "pid", "label", "task", "waits for", "priority", "since",
-              "reserves")]
+    table = [("#", "user", "pid", "label", "task", "waits for", "since", "reserves")]
     for position, wait in enumerate(order.waits, 1):
         table.append((str(position), wait.user, str(wait.pid), wait.label or "-",
-                      wait.task or "-", wait.demand.text(), str(wait.priority),
-                      when(wait.since, order.now),
+                      wait.task or "-", wait.demand.text(), when(wait.since, order.now),
                       reserves_text(order.reservations.get(wait.id, {}))))
-    return "\n".join(align_rows(table, WIDTH, shrink=(1, 3, 4, 8)))
+    return "\n".join(align_rows(table, WIDTH, shrink=((1, 3, 4), (7,))))
 
 
 def format_standings(order: Order) -> str:
@@ -148,7 +174,7 @@ def format_standings(order: Order) -> str:
         return "  no GPU use recorded yet"
     table = [("user", "GPU-seconds", "weight", "standing")]
     table += [(s.user, f"{s.use:.1f}", f"{s.weight:g}", f"{s.standing:.1f}") for s in rows]
-    return "\n".join(align_rows(table, WIDTH, shrink=(0,)))
+    return "\n".join(align_rows(table, WIDTH, shrink=((0,),)))
 
 
 def reserves_text(reserved: dict[str, int]) -> str:
@@ -185,20 +211,26 @@ def when(t: float, now: float) -> str:
 
 
 def align_rows(table: list[tuple[str, ...]], width: int | None = None,
-               shrink: Sequence[int] = ()) -> list[str]:
+               shrink: Sequence[Sequence[int]] = ()) -> list[str]:
     """``table`` (its first row the header) as lines indented by two, its columns aligned;
-    with ``width``, the columns ``shrink`` (the widest first, none below its header) are
-    narrowed until the lines fit, their cells cut with "…"."""
+    with ``width``, columns are narrowed until the lines fit, their cells cut with "…": those
+    of ``shrink[0]`` first (the widest first, none below 10 or its header), then
+    ``shrink[1]``..."""
+    table = [tuple(_CONTROL.sub("?", cell) for cell in row) for row in table]
     widths = [max(len(row[col]) for row in table) for col in range(len(table[0]))]
     over = 2 + sum(widths) + 2 * (len(widths) - 1) - (width or 10**9)
-    while over > 0:
-        narrow = [col for col in shrink if widths[col] > max(len(table[0][col]), 4)]
-        if not narrow:
-            break
-        widths[max(narrow, key=lambda col: widths[col])] -= 1
-        over -= 1
+    for tier in shrink:
+        while over > 0:
+            narrow = [col for col in tier if widths[col] > max(len(table[0][col]), 10)]
+            if not narrow:
+                break
+            widths[max(narrow, key=lambda col: widths[col])] -= 1
+            over -= 1
     return ["  " + "  ".join(_cut(cell, w).ljust(w) for cell, w in zip(row, widths, strict=True))
             .rstrip() for row in table]
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # (another user's label must not steer a terminal)
 
 
 def _cut(cell: str, width: int) -> str:

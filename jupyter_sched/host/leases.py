@@ -449,7 +449,9 @@ class Ledger:
             opened = self._opened
             self._disconnect()
             with rebuild_lock(self.path):
-                damage = damage_of(self.path, None)
+                damage = damage_of(self.path, opened)
+                if damage == "was replaced by another file" and damage_of(self.path, None) is None:
+                    damage = None  # (made again by another scheduler meanwhile: use it)
                 if damage is not None:
                     if not _may_move(self.path, opened, damage):
                         raise LedgerError(f"{self.path} {damage}: it is left as it is; choose "

@@ -46,7 +46,8 @@ class LeaseView:
         self.order: Order = EMPTY
         self.blocked: str | None = None  # why no lease can be taken now (the ledger)
         self._sent: tuple | None = ({}, "")  # what the core was last told
-        self._since: dict[tuple, float] = {}  # (demand, priority) -> waiting since (epoch)
+        # (demand, priority) -> (waiting since (epoch), the task at its head then)
+        self._since: dict[tuple, tuple[float, str]] = {}
         self._seen: dict[tuple, float] = {}  # (demand, priority) -> last seen waiting
         self.wanted: tuple[WaitSpec, ...] = ()  # the waits to record
         self.written: tuple[WaitSpec, ...] = ()  # the waits the ledger has
@@ -161,7 +162,9 @@ class LeaseView:
 
     def want(self, tasks: Sequence[Task], now: float | None = None) -> None:
         """The core's jobs that wait only for what others hold or reserve: the waits to record
-        (at most ``MAX_WAITS``). Each demand waits since it first did, without a break."""
+        (at most ``MAX_WAITS``). A demand waits since its present head began waiting: when
+        one of its tasks starts, the next one's wait begins then (so two kernels with
+        backlogs take turns), but a start refused by the ledger is no new beginning."""
         wall = time.time() if now is None else now
         devices = tuple(self.keys.values())
         specs, seen = [], set()
@@ -171,7 +174,10 @@ class LeaseView:
                 continue
             key = (demand, task.spec.priority)
             seen.add(key)
-            since = self._since.setdefault(key, wall)
+            since, head = self._since.get(key, (wall, task.id))
+            if head != task.id:
+                since = wall  # the head before it started: this one waits from now
+            self._since[key] = (since, task.id)
             specs.append(WaitSpec(task.id, demand, task.spec.priority, since))
             if len(specs) >= MAX_WAITS:
                 break
@@ -182,8 +188,7 @@ class LeaseView:
         self.wanted = tuple(specs)
 
     def due(self) -> bool:
-        """Whether the waits to record differ from those the ledger has (the task a wait
-        names is not compared: a demand's head changing is no news to other kernels)."""
+        """Whether the waits to record differ from those the ledger has."""
         return _shape(self.wanted) != _shape(self.written)
 
     def _demand(self, task: Task, devices: tuple[str, ...]) -> fairness.Demand | None:

@@ -1,0 +1,143 @@
+"""The host's lease ledger damaged under kernels that stream GPU work: truncated, overwritten
+with garbage, deleted, replaced by a symbolic link, its mode changed.
+
+Two kernels stream whole and half-GPU tasks on two declared GPUs while the ledger file is
+damaged, one way after another; a third kernel starts after the first damage and streams too.
+Every task writes down which device it held, how much, from when to when: computed offline
+from those records, no device is ever held beyond 1.0. Each kernel says what happened under
+its next ``%sched`` cell, and work goes on after each damage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from test_leases_kernels import kernels, most_held
+from test_magics_kernel import Kernel
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+WORK = '''
+import json, threading, time, jupyter_sched
+def work(i, log={log!r}, kernel={name!r}):
+    task = jupyter_sched.current_task()
+    start = time.time()
+    time.sleep(0.05)
+    end = time.time()
+    with open(log, "a") as f:
+        for device, share in task.devices["GPU"].items():
+            f.write(json.dumps(dict(kernel=kernel, i=i, device=device, share=share,
+                                    start=start, end=end)) + "\\n")
+stop = threading.Event()
+def stream():
+    sched, i = jupyter_sched.get_scheduler(), 0
+    while not stop.is_set():
+        if sched.snapshot(fresh=True).counts.get("queued", 0) < 4:
+            gpus = 1 if i % 3 == 0 else 0.5
+            sched.submit(work, i, resources={{"GPU": gpus}})
+            i += 1
+        else:
+            time.sleep(0.01)
+threading.Thread(target=stream, daemon=True).start()
+'''
+
+
+def truncate(path: Path) -> None:
+    os.truncate(path, 0)
+
+
+def garbage(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.write(os.urandom(4096))
+
+
+def delete(path: Path) -> None:
+    path.unlink()
+
+
+def symlink(path: Path) -> None:
+    target = path.with_name("elsewhere.txt")
+    target.write_text("not a ledger\n")
+    path.unlink()
+    path.symlink_to(target)
+
+
+def chmod(path: Path) -> None:
+    path.chmod(0o666)  # writable by anyone: no longer a ledger to trust
+
+
+DAMAGE = [truncate, garbage, delete, symlink, chmod]
+
+
+def ran(log: Path, since: float) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in (log.read_text().splitlines() if log.exists() else ()):
+        record = json.loads(line)
+        if record["start"] >= since:
+            counts[record["kernel"]] = counts.get(record["kernel"], 0) + 1
+    return counts
+
+
+def wait_for_work(log: Path, since: float, names: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = ran(log, since)
+        if all(counts.get(n, 0) >= 3 for n in names):
+            return
+        assert time.monotonic() < deadline, f"no work since the damage: {counts}"
+        time.sleep(0.2)
+
+
+def told(kernel: Kernel) -> str:
+    return kernel.run("%sched queue").stderr
+
+
+def test_no_damage_to_the_ledger_lets_a_gpu_be_held_twice(monkeypatch, tmp_path):
+    ledger = tmp_path / "leases.db"
+    log = tmp_path / "tasks.jsonl"
+    with kernels(monkeypatch, ledger, 2) as (a, b):
+        for name, k in (("a", a), ("b", b)):
+            assert k.run(WORK.format(log=str(log), name=name)).error is None
+        wait_for_work(log, 0.0, "ab")
+        c = None
+        try:
+            for damage in DAMAGE:
+                for k in (a, b) + ((c,) if c else ()):
+                    told(k)  # (what was said before is not this damage's)
+                damaged = time.time()
+                damage(ledger)
+                names = "ab" + ("c" if c else "")
+                try:
+                    wait_for_work(log, damaged + 3.0, names)  # after the rebuild's grace
+                except AssertionError as err:
+                    looks = {n: (k.value("[str(n) for n in jupyter_sched.get_scheduler()"
+                                         ".notices()]"),
+                                 k.value("str(jupyter_sched.get_scheduler()._leases.view."
+                                         "blocked)"),
+                                 k.value("[(t.id, t.state, t.reason[:200]) for t in "
+                                         "jupyter_sched.queue()][:3]"))
+                             for n, k in zip(names, (a, b, c), strict=False)}
+                    raise AssertionError(f"{damage.__name__}: {err}: {looks}") from None
+                for k in (a, b):
+                    said = told(k)
+                    assert "GPU lease ledger" in said and "a new one is in use" in said, \
+                        (damage.__name__, said)
+                if c is None:  # a kernel started after the damage coordinates too
+                    c = Kernel()
+                    assert c.run("%load_ext jupyter_sched\n%sched local --gpus 2 --cpus 4 "
+                                 "--mem 8GiB").error is None
+                    assert c.run(WORK.format(log=str(log), name="c")).error is None
+                    wait_for_work(log, time.time(), "abc")
+        finally:
+            for k in (a, b) + ((c,) if c else ()):
+                k.run("stop.set()\njupyter_sched.get_scheduler().cancel_all()")
+            if c is not None:
+                c.close()
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) > 100
+    most = most_held(records)
+    assert max(most.values()) <= 1.0 + 1e-9, most
