@@ -1,20 +1,37 @@
-"""The jupyter-sched command: `info` as text and JSON, declared resources, usage errors."""
+"""The jupyter-sched command: `info` as text and JSON, declared resources, usage errors;
+what `jupyter-sched leases` writes, and its errors.
+
+The picture `jupyter-sched leases` shows, its look that changes no file, and `--watch` are in
+test_cli_leases.py (with the helpers that make ledgers, used here too)."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_cli_leases import (
+    GPU,
+    ME,
+    OTHER,
+    ended_lease,
+    files,
+    holder,
+    leases,
+    one_line_error,
+    other_user,
+)
+from test_host_trust import RealUsers, why_no_real_users
 
 from jupyter_sched import __version__
 from jupyter_sched.__main__ import main
 from jupyter_sched.host import discovery
-from jupyter_sched.host.leases import LEASES_ENV, Ledger
+from jupyter_sched.host.leases import Ledger
 from jupyter_sched.testing import FakeNvml
 
 GiB = 2**30
@@ -195,120 +212,168 @@ def test_python_dash_m_bad_declaration():
     assert proc.stderr.count("\n") == 1
 
 
-# -- leases ------------------------------------------------------------------------------------
-
-GPU = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
+# -- leases: the writers ---------------------------------------------------------------------------
 
 
-def _ended_lease(path, device, units):
-    """A lease whose holder has ended: a child process that took it and exited."""
-    proc = _python("-c", "import sys; from jupyter_sched.host.leases import Ledger; "
-                         "print(Ledger(sys.argv[1], label='gone.ipynb').take(sys.argv[2], "
-                         "int(sys.argv[3]), task='t9').id)", str(path), device, str(units))
-    assert proc.returncode == 0, proc.stderr
-    return int(proc.stdout)
-
-
-def test_leases_lists_who_holds_what(capsys, tmp_path):
+def test_sweep_takes_back_ended_holders_and_says_so(tmp_path):
     path = tmp_path / "l.db"
-    with Ledger(path, label="train.ipynb") as ledger:
-        ledger.take(GPU, 5_000, task="t17")
-        ledger.take("declared:vm/boot:1", 2_500)
-        _ended_lease(path, GPU, 2_500)
-        code, out, err = run(capsys, "leases", "--path", str(path))
-    assert code == 0 and err == ""
-    lines = out.splitlines()
-    assert lines[0] == f"ledger  {path}"
-    assert lines[1].split() == ["device", "share", "pid", "user", "label", "task", "since",
-                                "alive"]
-    me = str(os.getpid())
-    assert lines[2].split()[:6] == ["GPU-8932f937", "0.5", me, _user(), "train.ipynb", "t17"]
-    assert lines[2].split()[-1] == "yes"
-    assert lines[3].split()[:3] == ["declared", "GPU", "1"]
-    assert lines[4].split()[4:6] == ["gone.ipynb", "t9"] and lines[4].endswith("no (ended)")
-    assert lines[5] == ("1 lease of ended holders: `jupyter-sched leases --sweep` takes them "
-                        "back (so does a take that needs their share)")
-    assert len({line.index("0.") for line in lines[2:5]}) == 1  # the columns line up
+    ended_lease(path, GPU, 5_000)
+    ended_lease(path, OTHER, 5_000)
+    proc = leases("--sweep", "--path", str(path))
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[1:5] == [
+        "swept   2 leases of ended holders taken back", "", "leases",
+        "  no leases: every GPU of this host is free"]
+    with Ledger.to_read(path) as ledger:
+        assert ledger.held() == []
 
 
-def test_leases_sweep_takes_back_ended_holders(capsys, tmp_path):
+def test_sweep_as_json_lists_what_it_took_back(tmp_path):
     path = tmp_path / "l.db"
-    _ended_lease(path, GPU, 5_000)
-    _ended_lease(path, "GPU-another", 5_000)  # on another device: not swept by this take
-    with Ledger(path) as ledger:
-        assert ledger.free_share(GPU) == 5_000
-        code, out, _ = run(capsys, "leases", "--sweep", "--path", str(path))
-        assert code == 0
-        assert out.splitlines()[1:] == ["swept   2 leases of ended holders taken back",
-                                        "no leases: every GPU of this host is free"]
-        assert ledger.free_share(GPU) == 10_000
-
-
-def test_leases_json(capsys, tmp_path):
-    path = tmp_path / "l.db"
-    with Ledger(path, label="nb.ipynb") as ledger:
-        lease = ledger.take(GPU, 2_500, task="t1")
-        gone = _ended_lease(path, GPU, 2_500)
-        data = json.loads(run(capsys, "leases", "--json", "--sweep", "--path", str(path))[1])
-    assert data["ledger"] == str(path)
-    assert [entry["id"] for entry in data["swept"]] == [gone]
+    gone = ended_lease(path, GPU, 2_500)
+    with holder(path, "nb.ipynb", [(GPU, 2_500, "t1")]) as live:
+        data = json.loads(leases("--json", "--sweep", "--path", str(path)).stdout)
+    assert [lease["id"] for lease in data["swept"]] == gone.ids
     [held] = data["leases"]
-    assert held["id"] == lease.id and held["share"] == 0.25 and held["units"] == 2_500
-    assert (held["pid"], held["label"], held["task"], held["alive"]) == (
-        os.getpid(), "nb.ipynb", "t1", True)
+    assert (held["id"], held["pid"], held["share"], held["alive"]) == (
+        live.ids[0], live.pid, 0.25, True)
 
 
-def test_leases_without_a_ledger_makes_none(capsys, tmp_path, monkeypatch):
-    monkeypatch.setenv(LEASES_ENV, str(tmp_path / "none.db"))
-    code, out, _ = run(capsys, "leases")
-    assert code == 0
-    assert out == (f"no lease ledger at {tmp_path / 'none.db'}: no scheduler on this host has "
-                   "taken a lease\n")
-    assert not (tmp_path / "none.db").exists()
-
-
-def test_leases_default_path_is_in_the_jupyter_runtime_dir(capsys, tmp_path, monkeypatch):
-    monkeypatch.delenv(LEASES_ENV, raising=False)
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    out = run(capsys, "leases")[1]
-    assert out.startswith(f"no lease ledger at {tmp_path}/jupyter-sched-leases-")
-
-
-def test_a_corrupt_ledger_is_one_line_and_exit_1(capsys, tmp_path):
-    path = tmp_path / "jupyter-sched-leases-vm.db"  # one of ours, damaged
-    path.write_text("not a database at all, " * 200)
-    code, out, err = run(capsys, "leases", "--path", str(path))
-    assert code == 1 and out == ""
-    assert err.startswith(f"jupyter-sched: error: the lease ledger {path} is not a usable "
-                          "SQLite database")
-    assert "delete it" in err
-    assert err.count("\n") == 1
-
-
-def test_a_file_that_is_not_a_ledger_is_never_to_be_deleted(capsys, tmp_path):
-    """``--path /etc/passwd``: refused, and no advice to delete what the user named."""
-    path = tmp_path / "passwd"
-    text = "root:x:0:0:root:/root:/bin/bash\n" * 40
-    path.write_text(text)
-    code, out, err = run(capsys, "leases", "--path", str(path))
-    assert code == 1 and out == ""
-    assert err.startswith(f"jupyter-sched: error: {path} is not a jupyter-sched lease ledger")
-    assert "delete" not in err and "remove" not in err and "move it" not in err
-    assert path.read_text() == text
-    code, out, err = run(capsys, "leases", "--path", str(tmp_path))  # a directory
-    assert code == 1 and "is a directory" in err
-    assert "delete" not in err and "remove" not in err
-
-
-def test_python_dash_m_leases(tmp_path):
+def test_weights_and_half_life_are_set_and_said(tmp_path):
     path = tmp_path / "l.db"
-    _ended_lease(path, GPU, 10_000)
-    proc = _python("-m", "jupyter_sched", "leases", "--path", str(path))
+    Ledger(path).close()
+    other = other_user()
+    proc = leases("--path", str(path), "--weight", f"{ME}=2", "--weight", f"{other}=0.5",
+                  "--half-life", "600")
     assert proc.returncode == 0, proc.stderr
-    assert "gone.ipynb" in proc.stdout and "no (ended)" in proc.stdout
+    assert proc.stdout.splitlines()[:5] == [
+        f"ledger  {path}", f"set     {ME}'s weight from 1 to 2",
+        f"set     {other}'s weight from 1 to 0.5", "set     the half-life from 5 min to 10 min",
+        ""]
+    assert "fair share between users (the lowest standing first): half-life 10 min" in (
+        proc.stdout)
+    with Ledger.to_read(path) as ledger:
+        order = ledger.view()[1]
+    assert (order.weights, order.half_life) == ({ME: 2.0, other: 0.5}, 600.0)
+    data = json.loads(leases("--path", str(path), "--json", "--weight", f"{ME}=1").stdout)
+    assert data["set"] == {"weights": {ME: {"from": 2.0, "to": 1.0}}, "half_life": None}
+    # (weight 1 is no weight: a user with neither weight nor use is in no table)
+    assert [(u["user"], u["weight"]) for u in data["users"]] == [(other, 0.5)]
 
 
-def _user():
-    import pwd
+@pytest.mark.parametrize(("args", "message"), [
+    (["--weight", "alice"], "--weight 'alice' must be written USER=WEIGHT with a weight above "
+                            "0, such as --weight alice=2"),
+    (["--weight", "=2"], "--weight '=2' must be written USER=WEIGHT"),
+    (["--weight", f"{ME}=0"], f"--weight '{ME}=0' must be written USER=WEIGHT"),
+    (["--weight", f"{ME}=lots"], f"--weight '{ME}=lots' must be written USER=WEIGHT"),
+    (["--weight", "no-such-user-x7=2"], "--weight 'no-such-user-x7=2': there is no user "
+                                         "'no-such-user-x7' on this host; give a login name"),
+    (["--half-life", "-1"], "--half-life '-1' is not a number of seconds of at least 0; give "
+                            "one such as --half-life 2"),
+    (["--half-life", "soon"], "--half-life 'soon' is not a number of seconds"),
+    (["--watch", "0"], "--watch '0' is not a number of seconds of at least 0.05"),
+])
+def test_a_bad_setting_is_a_usage_error_and_changes_nothing(tmp_path, args, message):
+    path = tmp_path / "l.db"
+    Ledger(path).close()
+    before = files(tmp_path)
+    assert one_line_error(leases("--path", str(path), *args), status=2).startswith(message)
+    assert files(tmp_path) == before
 
-    return pwd.getpwuid(os.getuid()).pw_name
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the ledger file to another user needs "
+                                               "root (chown)")
+def test_only_the_ledgers_owner_sets_weights_and_half_life(tmp_path):
+    path = tmp_path / "l.db"
+    Ledger(path).close()
+    os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
+    before = files(tmp_path)
+    for args, what in ((["--weight", "root=2"], "the weights"),
+                       (["--half-life", "60"], "the half-life"),
+                       (["--weight", "root=2", "--half-life", "60"],
+                        "the weights and the half-life")):
+        assert one_line_error(leases("--path", str(path), *args)) == (
+            f"cannot set {what} of the lease ledger {path}: it belongs to user 'nobody', and "
+            f"only its owner sets them; ask user 'nobody' to set them")
+    assert files(tmp_path) == before
+
+
+# -- leases: errors, one line and exit status 1 ----------------------------------------------------
+
+
+def _link(tmp_path: Path) -> str:
+    ended_lease(tmp_path / "l.db", GPU, 5_000)
+    (tmp_path / "link.db").symlink_to(tmp_path / "l.db")
+    return str(tmp_path / "link.db")
+
+
+def _corrupt(tmp_path: Path) -> str:
+    path = tmp_path / "jupyter-sched-leases-vm.db"  # one of ours, damaged
+    path.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    return str(path)
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda tmp: "", "the path --path '' is empty: name the ledger file, or leave --path out "
+                     "for this host's ledger"),
+    (str, "cannot read {path} as the lease ledger: it is a directory; name the ledger file "
+          "itself (jupyter-sched-leases-HOST.db)"),
+    (_link, "cannot read the lease ledger {path}: it is a symlink to {tmp}/l.db, and links are "
+            "never followed; name the file itself"),
+    (_corrupt, "the lease ledger {path} is not a usable SQLite database (file is not a "
+               "database); move it away or delete it (a new one is made on next use; running "
+               "kernels keep their own accounting), or choose another path with "
+               "$JUPYTER_SCHED_LEASES"),  # (a file of ours, named as a ledger: it may go)
+], ids=["empty-path", "directory", "symlink", "corrupt"])
+@pytest.mark.parametrize("args", [[], ["--sweep"]], ids=["list", "sweep"])
+def test_what_cannot_be_read_is_one_line_and_left_as_it_is(tmp_path, make, message, args):
+    path = make(tmp_path)
+    before = files(tmp_path)
+    assert one_line_error(leases("--path", path, *args)) == message.format(path=path,
+                                                                            tmp=tmp_path)
+    assert files(tmp_path) == before
+
+
+@pytest.fixture(scope="module")
+def reader():
+    reason = why_no_real_users()
+    if reason:
+        pytest.skip(reason)
+    users = RealUsers()
+    try:
+        users.reader = users.user("reader")
+        yield users
+    finally:
+        users.close()
+
+
+CLI = "import sys; from jupyter_sched.__main__ import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_another_users_ledger_that_one_may_not_read(reader):
+    """A ledger of root's (mode 0600) in a directory everyone may enter, and one in a
+    directory only root may enter, listed by a user made for the test."""
+    me = reader.reader.name
+    open_dir = reader.work / "open"
+    open_dir.mkdir(mode=0o755)
+    closed_dir = reader.work / "closed"
+    closed_dir.mkdir(mode=0o700)
+    expected = {
+        open_dir / "l.db": "cannot read the lease ledger {path}: it belongs to user 'root' "
+                           "(mode -rw-------) and user '{me}' may not read it; its owner can "
+                           "share it with a group of yours (chmod g+r), or look at a ledger of "
+                           "your own",
+        closed_dir / "l.db": "cannot read the lease ledger {path}: user '{me}' may not look "
+                             "into its directory {path.parent}; its owner can share the ledger "
+                             "with a group of yours, or look at a ledger of your own",
+    }
+    for path, message in expected.items():
+        ended_lease(path, GPU, 5_000)
+        before = files(path.parent)
+        for args in ([], ["--json"], ["--sweep"]):
+            proc = subprocess.run(reader.command(reader.reader, CLI,
+                                                 ("leases", "--path", str(path), *args)),
+                                  capture_output=True, text=True, timeout=60)
+            assert one_line_error(proc) == message.format(path=path, me=me)
+        assert files(path.parent) == before
