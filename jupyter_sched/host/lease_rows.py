@@ -3,6 +3,7 @@ they are read from and written as (:mod:`.leases` runs the transactions)."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -108,6 +109,39 @@ def owner_columns(owner: Owner) -> tuple:
             owner.label)
 
 
+def rows_of(db: sqlite3.Connection, devices: list[str] | None = None) -> list[tuple]:
+    """The lease rows, oldest first: all, or those of ``devices``."""
+    if devices is None:
+        return db.execute(f"SELECT {COLUMNS} FROM leases ORDER BY id").fetchall()
+    marks = ", ".join("?" * len(devices))
+    return db.execute(f"SELECT {COLUMNS} FROM leases WHERE device IN ({marks}) "
+                      "ORDER BY id", devices).fetchall()
+
+
+def leases_of(db: sqlite3.Connection, devices: list[str] | None = None) -> list[Lease]:
+    return [lease_from_row(row) for row in rows_of(db, devices)]
+
+
+def used_of(db: sqlite3.Connection, devices: list[str]) -> dict[str, int]:
+    """Units held of each of ``devices`` (ended holders' leases included)."""
+    marks = ", ".join("?" * len(devices))
+    used = dict.fromkeys(devices, 0)
+    used.update(db.execute(f"SELECT device, sum(units) FROM leases WHERE device IN ({marks}) "
+                           "GROUP BY device", devices))
+    return used
+
+
+def insert_lease(db: sqlite3.Connection, owner: Owner, task: str, shares: Mapping[str, int],
+                 since: float, taken: float) -> tuple[Lease, ...]:
+    """New leases of ``shares`` for ``owner``'s ``task`` (inside a transaction)."""
+    leases = []
+    for device, units in shares.items():
+        row = (device, units, *owner_columns(owner), task, since, taken)
+        lease_id = db.execute(INSERT, row).lastrowid
+        leases.append(Lease(lease_id, device, units, owner, task, since, taken))
+    return tuple(leases)
+
+
 def short_device(key: str) -> str:
     """A device key for people: ``GPU-8932f937``, ``declared GPU 1``."""
     if key.startswith("declared:"):
@@ -151,4 +185,5 @@ def check_share(device: object, units: object) -> None:
 
 
 __all__ = ["COLUMNS", "INSERT", "Exchange", "Lease", "NotYourLease", "Refusal", "check_share",
-           "clock", "lease_from_row", "owner_columns", "short_device", "short_of", "wait_text"]
+           "clock", "insert_lease", "lease_from_row", "leases_of", "owner_columns", "rows_of",
+           "short_device", "short_of", "used_of", "wait_text"]

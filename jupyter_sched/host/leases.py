@@ -59,11 +59,8 @@ import os
 import re
 import socket
 import sqlite3
-import stat
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,34 +71,21 @@ from .holders import Owner, holder_alive, is_me
 from .lease_order import GRACE, Order, WaitSpec
 from .lease_rows import (
     COLUMNS,
-    INSERT,
     Exchange,
     Lease,
     NotYourLease,
     Refusal,
     check_share,
+    insert_lease,
     lease_from_row,
-    owner_columns,
+    leases_of,
+    rows_of,
     short_device,
     short_of,
+    used_of,
 )
-from .ledger_file import (
-    FORMAT,
-    LEASES_ENV,
-    LedgerError,
-    explain,
-    looks_like_a_ledger,
-    open_ledger,
-)
-from .ledger_health import (
-    Health,
-    damage_of,
-    made_before_this_boot,
-    move_aside,
-    note_made,
-    rebuild_lock,
-)
-from .ledger_read import open_ledger_to_read
+from .ledger_conn import LedgerConnection
+from .ledger_file import FORMAT, LEASES_ENV, LedgerError
 
 
 def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
@@ -144,30 +128,23 @@ class Ledger:
         self.path = Path(path).expanduser()
         self.label = label
         self._owner = owner
-        self._timeout = timeout
         self._recheck = recheck
         self._seen_alive: dict[tuple, float] = {}  # owner columns -> when seen alive
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = -1
-        self._shared = shared
-        self._opened: Health | None = None  # the file as it was when connected
+        self._file = LedgerConnection(self.path, shared, timeout)
         if connect:  # (else on first use: a ledger that cannot be used yet)
-            with self._lock:
-                self._db()
+            with self._file.lock:
+                self._file.db()
 
     @classmethod
     def to_read(cls, path: str | os.PathLike[str], *, timeout: float = 10.0) -> Ledger:
         """The existing ledger at ``path``, opened in this process only to be read
         (:meth:`view`, :meth:`held`, :meth:`version`, :meth:`alive`): no file is made or
-        changed, and a write raises :class:`LedgerError`. FileNotFoundError when there is
-        none; :class:`LedgerError` for a file that cannot be read as a ledger
-        (:func:`~.ledger_read.open_ledger_to_read`)."""
+        changed, and a write raises :class:`LedgerError`. For one look: a ledger that no
+        process had open is read as its file holds it then (open it again to look again).
+        FileNotFoundError when there is none; :class:`LedgerError` for a file that cannot be
+        read as a ledger (:func:`~.ledger_read.open_ledger_to_read`)."""
         ledger = cls(path, timeout=timeout, connect=False)
-        with ledger._lock:
-            ledger._conn = open_ledger_to_read(ledger.path, timeout)
-            ledger._pid = os.getpid()
-            ledger._opened = Health.of(ledger.path)
+        ledger._file.open_to_read()
         return ledger
 
     @property
@@ -245,7 +222,7 @@ class Ledger:
         if grace is not None and now < grace:
             return [Refusal(next(iter(shares)), shares[next(iter(shares))], 0, until=grace)
                     for _, shares in takes]
-        used = self._used(db, sorted({d for _, shares in takes for d in shares}))
+        used = used_of(db, sorted({d for _, shares in takes for d in shares}))
         order = self._order(db, now) if _any_waits(db) else lease_order.EMPTY
         reserved = order.ahead_of(owner.pid)
         swept: set[str] = set()
@@ -257,11 +234,11 @@ class Ledger:
                 used[short] = sum(row[2] for row in self._sweep_rows(db, [short], True, now))
                 short = short_of(shares, used, reserved)
             if short is not None:
-                holders = tuple(lease_from_row(row) for row in self._rows(db, [short]))
+                holders = tuple(lease_from_row(row) for row in rows_of(db, [short]))
                 taken.append(Refusal(short, shares[short], SCALE - used[short], holders,
                                      order.blocking(owner.pid, short)))
                 continue
-            leases = self._insert(db, owner, task, shares, now, now)
+            leases = insert_lease(db, owner, task, shares, now, now)
             for device, units in shares.items():
                 used[device] += units
             taken.append(leases)
@@ -272,28 +249,18 @@ class Ledger:
         """Take ``leases`` again as they were, where no other holder took their room."""
         if not leases:
             return []
-        used = self._used(db, sorted({lease.device for lease in leases}))
+        used = used_of(db, sorted({lease.device for lease in leases}))
         out: list[tuple[Lease, ...] | Refusal] = []
         for lease in leases:
             if lease.units > SCALE - used[lease.device]:
-                holders = tuple(lease_from_row(row) for row in self._rows(db, [lease.device]))
+                holders = tuple(lease_from_row(row) for row in rows_of(db, [lease.device]))
                 out.append(Refusal(lease.device, lease.units, SCALE - used[lease.device],
                                    holders))
                 continue
             used[lease.device] += lease.units
-            out.append(self._insert(db, owner, lease.task, {lease.device: lease.units},
+            out.append(insert_lease(db, owner, lease.task, {lease.device: lease.units},
                                     lease.since, lease.taken))
         return out
-
-    @staticmethod
-    def _insert(db: sqlite3.Connection, owner: Owner, task: str, shares: Mapping[str, int],
-                since: float, taken: float) -> tuple[Lease, ...]:
-        leases = []
-        for device, units in shares.items():
-            row = (device, units, *owner_columns(owner), task, since, taken)
-            lease_id = db.execute(INSERT, row).lastrowid
-            leases.append(Lease(lease_id, device, units, owner, task, since, taken))
-        return tuple(leases)
 
     def _give(self, db: sqlite3.Connection, ids: list[int], owner: Owner, now: float) -> None:
         """Delete this process's leases of ``ids``, counting their use."""
@@ -360,7 +327,7 @@ class Ledger:
         the leases."""
         with self._transaction() as db:
             now = time.time()
-            before = self._all(db)
+            before = leases_of(db)
             after = self._sweep(db, None, cached=False, now=now)
             lease_order.sweep_waits(db, lambda owner: self._alive(owner, False))
         kept = {lease.id for lease in after}
@@ -371,7 +338,7 @@ class Ledger:
     def view(self) -> tuple[list[Lease], Order]:
         """Every lease, and the host's order of waits at this moment, read at once."""
         with self._reading() as db:
-            leases = self._all(db)
+            leases = leases_of(db)
             return leases, self._order(db, time.time(), leases)
 
     def set_half_life(self, seconds: float) -> None:
@@ -396,7 +363,7 @@ class Ledger:
 
     def _order(self, db: sqlite3.Connection, now: float,
                leases: list[Lease] | None = None) -> Order:
-        leases = self._all(db) if leases is None else leases
+        leases = leases_of(db) if leases is None else leases
         return lease_order.read(db, now, [(lease.owner.uid, lease.owner.user, lease.units,
                                            lease.taken, lease.owner.pid) for lease in leases])
 
@@ -406,7 +373,7 @@ class Ledger:
         """The leases, oldest first: all, or ``device``'s. Includes ended holders' leases that
         no take or sweep has taken back yet (:meth:`alive` tells them apart)."""
         with self._reading() as db:
-            return self._all(db, None if device is None else [device])
+            return leases_of(db, None if device is None else [device])
 
     def free_share(self, device: str) -> int:
         """Units of ``device`` no lease holds (an ended holder's lease still counts as held
@@ -431,53 +398,43 @@ class Ledger:
     def check(self) -> str | None:
         """What happened to the ledger file since it was opened (deleted, replaced, truncated,
         overwritten), or None while it is the file opened and looks whole."""
-        with self._lock:
-            if self._opened is None:
-                return None
-            return damage_of(self.path, self._opened)
+        return self._file.check()
 
-    def rebuild(self, holdings: Sequence[Lease],
-                waits: Iterable[WaitSpec] = ()) -> list[Lease | Refusal] | None:
+    def rebuild(self, holdings: Sequence[Lease], waits: Iterable[WaitSpec] = (),
+                settings: Order | None = None) -> list[Lease | Refusal] | None:
         """After damage or an error: open the ledger at the path again. When it is the file
         this process had open, nothing was lost (None). Else (another scheduler made a new one
         meanwhile, or this one moves the damaged file aside and makes a fresh one), this
-        process takes again what it holds (``holdings``, as it knows them) and its ``waits``:
-        for each of ``holdings``, its new lease or the :class:`Refusal` that says who took its
-        room meanwhile. Raises :class:`LedgerError` when no ledger can be used at the path
-        (the message says why and what to do)."""
-        with self._lock:
-            opened = self._opened
-            self._disconnect()
-            with rebuild_lock(self.path):
-                damage = damage_of(self.path, opened)
-                if damage == "was replaced by another file" and damage_of(self.path, None) is None:
-                    damage = None  # (made again by another scheduler meanwhile: use it)
-                if damage is not None:
-                    if not _may_move(self.path, opened, damage):
-                        raise LedgerError(f"{self.path} {damage}: it is left as it is; choose "
-                                          f"another ledger with ${LEASES_ENV}")
-                    move_aside(self.path, damage)
-                now = Health.of(self.path)
-                same = (damage is None and opened is not None and now is not None
-                        and (now.dev, now.ino) == (opened.dev, opened.ino))
-                self._db(remade=damage is not None)
-            if same:
+        process takes again what it holds (``holdings``, as it knows them) and its ``waits``,
+        and the half-life and weights it last read (``settings``) when the new ledger has
+        none: for each of ``holdings``, its new lease or the :class:`Refusal` that says who
+        took its room meanwhile. Raises :class:`LedgerError` when no ledger can be used at
+        the path (the message says why and what to do)."""
+        with self._file.lock:
+            if self._file.reopen():
                 return None
+            self._seen_alive.clear()
+            if settings is not None:
+                self._keep_settings(settings)
             done = self.exchange((), [], waits=waits, recover=list(holdings))
         return [got if isinstance(got, Refusal) else got[0] for got in done.taken]
+
+    def _keep_settings(self, seen: Order) -> None:
+        """A ledger made again has the half-life and weights the lost one had, as this
+        process last read them (unless another process set them first)."""
+        with self._transaction() as db:
+            if db.execute("SELECT count(*) FROM weights").fetchone()[0] == 0:
+                for user, weight in seen.weights.items():
+                    lease_order.set_weight(db, user, weight)
+            if db.execute("SELECT count(*) FROM settings WHERE key = 'half_life'"
+                          ).fetchone()[0] == 0:
+                lease_order.set_half_life(db, seen.half_life)
 
     # -- life ---------------------------------------------------------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            self._disconnect()
-
-    def _disconnect(self) -> None:
-        if self._conn is not None and self._pid == os.getpid():
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-        self._conn = None
-        self._opened = None
+        with self._file.lock:
+            self._file.close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -500,7 +457,7 @@ class Ledger:
         """:meth:`_sweep`, as the rows of the leases kept; the use of those taken back is
         counted up to ``now``."""
         kept, ended = [], []
-        for row in self._rows(db, devices):
+        for row in rows_of(db, devices):
             (kept if self._alive(row[3:10], cached) else ended).append(row)
         if ended:
             db.executemany("DELETE FROM leases WHERE id = ?", [(row[0],) for row in ended])
@@ -523,84 +480,15 @@ class Ledger:
             self._seen_alive.pop(owner, None)
         return alive
 
-    @staticmethod
-    def _used(db: sqlite3.Connection, devices: list[str]) -> dict[str, int]:
-        """Units held of each of ``devices`` (ended holders' leases included)."""
-        marks = ", ".join("?" * len(devices))
-        used = dict.fromkeys(devices, 0)
-        used.update(db.execute(f"SELECT device, sum(units) FROM leases WHERE device IN ({marks}) "
-                               "GROUP BY device", devices))
-        return used
+    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._file.transaction()
 
-    @classmethod
-    def _all(cls, db: sqlite3.Connection, devices: list[str] | None = None) -> list[Lease]:
-        return [lease_from_row(row) for row in cls._rows(db, devices)]
-
-    @staticmethod
-    def _rows(db: sqlite3.Connection, devices: list[str] | None = None) -> list[tuple]:
-        if devices is None:
-            return db.execute(f"SELECT {COLUMNS} FROM leases ORDER BY id").fetchall()
-        marks = ", ".join("?" * len(devices))
-        return db.execute(f"SELECT {COLUMNS} FROM leases WHERE device IN ({marks}) "
-                          "ORDER BY id", devices).fetchall()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._errors():
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.rollback()
-                raise
-            db.execute("COMMIT")
-
-    @contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._errors():
-            yield self._db()
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.DatabaseError as err:
-            raise LedgerError(explain(self.path, err)) from err
-
-    def _db(self, remade: bool = False) -> sqlite3.Connection:
-        if self._conn is None or self._pid != os.getpid():
-            # a connection must not cross a fork: the child opens its own
-            existed = Health.of(self.path) is not None
-            conn = open_ledger(self.path, self._shared, self._timeout)
-            self._conn, self._pid = conn, os.getpid()
+    def _reading(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        conn = self._file
+        if conn.fresh:  # (a new connection: holders seen alive on another ledger are not)
+            conn.fresh = False
             self._seen_alive.clear()
-            self._opened = Health.of(self.path)
-            if remade or (not existed and made_before_this_boot(self.path)):
-                # it replaces a ledger whose holders may still run: they re-take what they
-                # hold before anyone takes anew
-                conn.execute("BEGIN IMMEDIATE")
-                lease_order.set_grace(conn, time.time() + GRACE)
-                conn.execute("COMMIT")
-            if remade or not existed:
-                note_made(self.path)
-        return self._conn
-
-
-def _may_move(path: Path, opened: Health | None, damage: str) -> bool:
-    """Whether a damaged ledger may be moved aside: the file this process opened, a file of
-    this user's that looks like a ledger, or a link this user made in its place; never another
-    program's database, nor a file a ``--path`` named by mistake (``/etc/passwd``)."""
-    if "another database" in damage:
-        return False
-    now = Health.of(path)
-    if now is None:
-        return True  # (deleted: only SQLite's files beside it are left)
-    if opened is not None and (now.dev, now.ino) == (opened.dev, opened.ino):
-        return True
-    if stat.S_ISLNK(now.mode):
-        return now.uid == os.getuid()
-    return looks_like_a_ledger(path)
+        return conn.reading()
 
 
 def _any_waits(db: sqlite3.Connection) -> bool:

@@ -400,7 +400,8 @@ class HostLeases:
                     for lease in leases]
         was_blocked = self.view.blocked is not None
         try:
-            got = self.ledger.rebuild([lease for _, _, lease in holdings], self.view.wanted)
+            got = self.ledger.rebuild([lease for _, _, lease in holdings], self.view.wanted,
+                                      settings=self.view.order if self.view.order.now else None)
         except ERRORS as err:
             self._blocked(err)
             return
