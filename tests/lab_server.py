@@ -7,7 +7,10 @@ environment sees the packages of the Python running the tests (jupyterlab, ipyke
 through a ``.pth`` file placed after its own site-packages, so the wheel's ``jupyter_sched`` is
 the one imported, by the server and by its kernels, whatever editable install the outer Python
 has. :class:`LabServer` runs ``python -m jupyterlab`` from it on a free port of 127.0.0.1 with
-a token, its Jupyter and IPython folders in the temp folder, and no PYTHONPATH.
+a token, its Jupyter and IPython folders in the temp folder, and no PYTHONPATH; its kernels
+share the host's GPU lease ledger in a folder of that temp folder (``$JUPYTER_SCHED_LEASES``).
+:class:`OtherKernel` is one more kernel of that environment that no page shows, as another
+user's notebook would be, sharing that ledger.
 """
 
 from __future__ import annotations
@@ -142,19 +145,25 @@ class LabServer:
 
     def __init__(self, install: Install, root: Path, workdir: Path) -> None:
         self.install = install
+        self.workdir = workdir
         self.port = free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "server.log"
         self.runtime = workdir / "runtime"
+        # the host's lease ledger of every kernel of this server, and of OtherKernel's: a
+        # folder only this user may write, as the ledger requires
+        self.leases = workdir / "leases"
+        self.leases.mkdir(mode=0o700, exist_ok=True)
         dirs = {name: workdir / name for name in ("config", "data", "runtime", "ipython")}
         for path in dirs.values():
             path.mkdir(exist_ok=True)
-        env = _clean_env(
+        # the server's environment, which its kernels inherit
+        self.env = env = _clean_env(
             PATH=f"{install.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             JUPYTER_CONFIG_DIR=str(dirs["config"]), JUPYTER_DATA_DIR=str(dirs["data"]),
             JUPYTER_RUNTIME_DIR=str(dirs["runtime"]), IPYTHONDIR=str(dirs["ipython"]),
-            JUPYTER_PLATFORM_DIRS="0")
+            JUPYTER_PLATFORM_DIRS="0", JUPYTER_SCHED_LEASES=f"{self.leases}{os.sep}")
         cmd = [str(install.python), "-m", "jupyterlab", "--no-browser",
                "--ServerApp.open_browser=False", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
@@ -196,8 +205,11 @@ class LabServer:
     def kernels(self) -> list[dict]:
         return list(self.api("/api/kernels"))
 
-    def lab_url(self, path: str = "") -> str:
-        return f"{self.url}/lab/tree/{path}?token={self.token}"
+    def lab_url(self, path: str = "", workspace: str = "") -> str:
+        """The page of ``path``; in ``workspace`` (a layout JupyterLab keeps apart from the
+        default one's) when given."""
+        lab = f"{self.url}/lab/workspaces/{workspace}" if workspace else f"{self.url}/lab"
+        return f"{lab}/tree/{path}?token={self.token}"
 
     def stop(self) -> None:
         """Shut the kernels and the server down, politely first."""
@@ -222,6 +234,10 @@ class LabServer:
                 os.kill(pid, signal.SIGKILL)
         self._log.close()
 
+    def ledger_files(self) -> list[Path]:
+        """The host's lease ledger (one SQLite file per host name) in ``leases``."""
+        return sorted(self.leases.glob("jupyter-sched-leases-*.db"))
+
     def leftover_kernels(self) -> list[int]:
         """Processes still running with a connection file of this server's."""
         found = []
@@ -235,3 +251,78 @@ class LabServer:
             if str(self.runtime) in cmdline and "-f" in cmdline.split():
                 found.append(int(entry.name))
         return found
+
+
+class OtherKernel:
+    """A kernel that no page shows, as another user's notebook or another tab's would be: the
+    wheel's Python and the server's environment (so the same lease ledger), started through
+    ``jupyter_client``. ``name`` is the notebook the ledger names it by (``JPY_SESSION_NAME``,
+    which jupyter_server sets for its own kernels). Its connection file is in the server's
+    runtime folder, so :meth:`LabServer.leftover_kernels` finds it if it outlives the tests;
+    it runs in the server's temp folder, never in the notebooks' one nor in the checkout.
+    """
+
+    SPEC = "jupyter-sched-wheel"
+
+    def __init__(self, server: LabServer, name: str, timeout: float = 90) -> None:
+        from jupyter_client import KernelManager
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        specs = server.workdir / "kernelspecs"
+        (specs / self.SPEC).mkdir(parents=True, exist_ok=True)
+        (specs / self.SPEC / "kernel.json").write_text(json.dumps({
+            "argv": [str(server.install.python), "-m", "ipykernel_launcher", "-f",
+                     "{connection_file}"],
+            "display_name": "Python 3 (the wheel's)", "language": "python"}))
+        self.name = name
+        self.manager = KernelManager(
+            kernel_name=self.SPEC,
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]),
+            connection_file=str(server.runtime / f"kernel-other-{secrets.token_hex(6)}.json"))
+        self.manager.start_kernel(env=dict(server.env, JPY_SESSION_NAME=name),
+                                  cwd=str(server.workdir))
+        self.client = self.manager.client()
+        self.client.start_channels()
+        try:
+            self.client.wait_for_ready(timeout=timeout)
+            self.pid = int(self.run("import os; print(os.getpid())"))
+        except Exception:
+            self.shutdown()
+            raise
+
+    def run(self, code: str, timeout: float = 60) -> str:
+        """Run ``code``; what it printed and displayed as text. An error raises, with it."""
+        out: list[str] = []
+        errors: list[str] = []
+
+        def collect(msg: dict) -> None:
+            content = msg["content"]
+            kind = msg["header"]["msg_type"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind in ("display_data", "execute_result"):
+                out.append(content["data"].get("text/plain", ""))
+            elif kind == "error":
+                errors.append("\n".join(content["traceback"]))
+
+        reply = self.client.execute_interactive(code, timeout=timeout, output_hook=collect)
+        if errors or reply["content"]["status"] != "ok":
+            raise RuntimeError(f"{code!r} failed in the kernel of {self.name}:\n"
+                               + "\n".join(errors))
+        return "".join(out).strip()
+
+    def wait_until(self, expression: str, value: str, timeout: float = 60) -> None:
+        """Until ``expression`` prints ``value`` in the kernel (asked every 0.2 s)."""
+        deadline = time.monotonic() + timeout
+        while (said := self.run(f"print({expression})")) != value:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{expression} is {said!r} in the kernel of {self.name}, "
+                                   f"not {value!r}, after {timeout} s")
+            time.sleep(0.2)
+
+    def shutdown(self) -> None:
+        """Ask the kernel to shut down, as JupyterLab's Shut Down does; kill it if it does not."""
+        with contextlib.suppress(Exception):
+            self.client.stop_channels()
+        if self.manager.has_kernel:
+            self.manager.shutdown_kernel(now=False)

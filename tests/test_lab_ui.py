@@ -3,7 +3,11 @@
 The module builds a wheel of this checkout and installs it into an environment of its own
 (``lab_server.install``), starts ``jupyter lab`` from it on 127.0.0.1, and drives Debian's
 Chromium through Playwright (never a downloaded browser). The tests run in file order on one
-page: a notebook declares 2 GPUs and runs tasks that hold shares and queue; the sidebar at
+page: first, another kernel that the page does not show (``lab_server.OtherKernel``) holds half
+a GPU of the host, and a notebook's sidebar and status bar show who holds it, its task for 2
+GPUs waits naming that kernel, and starts once that kernel is shut down; the ledger deleted
+under it, the kernel's notice shows until dismissed. Then a notebook declares 2 GPUs and runs
+tasks that hold shares and queue; the sidebar at
 JupyterLab's default width, the status bar and the renderer; task names full of markup and a
 task that cannot run, with its reason; the sidebar at two widths in the light and the dark
 theme; cancelling from the sidebar, a waiting task and a running one (which stays stopping); a
@@ -27,7 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_server import ROOT, LabServer, Unavailable, install
+from lab_server import ROOT, LabServer, OtherKernel, Unavailable, install
 
 pytestmark = [pytest.mark.ui, pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -59,20 +63,35 @@ NOTEBOOKS = {
         f"%%sched --gpus 1 --name second-task\ntime.sleep({HOLD})",
     ],
     "plain.ipynb": ["1 + 1"],
+    "shared.ipynb": [
+        "%load_ext jupyter_sched\n%sched local --gpus 2",
+        "import threading\ngate = threading.Event()",
+        f"%%sched --gpus 2 --name wide --out wide\ngate.wait({HOLD})",
+        "%sched queue",
+        "%sched",
+        "gate.set()",
+    ],
 }
 # the cells of first.ipynb, by what they do
 LOAD, IMPORTS, TRAIN_A, TRAIN_B, SWEEP, STATUS, MARKUP, BIG, STATUS_MARKUP, PRINT_W, \
     STATUS_STOPPING = range(11)
 
+# the cells of shared.ipynb
+S_LOAD, S_IMPORTS, S_WIDE, S_QUEUE, S_STATUS, S_SET = range(6)
+
 # What the status bar says for each notebook once its tasks run. Both kernels declare their
 # GPUs on this host, so they share them through the host's lease ledger: the first
 # notebook's two halves fill GPU 0, the second notebook's task takes GPU 1 of its three, and
-# each kernel counts what the other holds as allocated.
+# each kernel counts what the other holds as allocated, and says so ("others 1").
 FIRST = r"^GPU 1/2 · 2 running · 1 queued$"
 FIRST_MARKUP = r"^GPU 1/2 · 2 running · 2 queued · 1 infeasible$"
 FIRST_CANCELLED = r"^GPU 1/2 · 2 running · 1 queued · 1 infeasible$"
-FIRST_SHARED = r"^GPU 2/2 · 2 running · 1 queued · 1 infeasible$"
-SECOND = r"^GPU 2/3 · 1 running · 0 queued$"
+FIRST_SHARED = r"^GPU 2/2 · 2 running · 1 queued · 1 infeasible · others 1$"
+SECOND = r"^GPU 2/3 · 1 running · 0 queued · others 1$"
+# once the first kernel restarted: its old process's halves of GPU 0 count as another
+# kernel's until the ledger finds that process gone
+FIRST_RESTARTED = r"^GPU ([12])/2 · 0 running · 0 queued · others \1$"
+SECOND_ALONE = r"^GPU (1/3 · 1 running · 0 queued|2/3 · 1 running · 0 queued · others 1)$"
 # a node card's free resources: each amount with its unit, once
 NODE_FREE = r"^CPU \d+/\d+ free · memory [\d.]+ [KMGT]iB/[\d.]+ [KMGT]iB free$"
 
@@ -441,14 +460,20 @@ LAYOUT = """sidebar => {
 }"""
 
 
-def check_layout(page) -> dict:
-    """The sidebar on show: nothing wider than its card, cut text whole in a tooltip, the
-    names of tasks that fit (all but the markup one) not cut at all."""
+def check_fits(page) -> dict:
+    """The sidebar on show: nothing wider than its card, cut text whole in a tooltip."""
     found = sidebar(page).evaluate(LAYOUT)
-    assert found["cards"] >= 8, found
     assert found["problems"] == []
     for cut in found["cut"]:
         assert cut["title"] is not None and cut["text"] in cut["title"], cut
+    return found
+
+
+def check_layout(page) -> dict:
+    """As :func:`check_fits`, and the names of tasks that fit (all but the markup one) are
+    not cut at all."""
+    found = check_fits(page)
+    assert found["cards"] >= 8, found
     labels = {label["text"]: label for label in found["labels"]}
     for name in ("train-a", "train-b", "sweep", "big"):
         [label] = [v for k, v in labels.items() if k.endswith(f" {name}")]
@@ -459,6 +484,115 @@ def check_layout(page) -> dict:
 
 
 # -- the tests, in order ---------------------------------------------------------------------------
+
+def session_of(lab, path: str) -> dict:
+    [found] = [s for s in lab.api("/api/sessions") if s["path"] == path]
+    return found
+
+
+def test_the_sidebar_shows_what_another_kernel_holds(page, lab, artifacts):
+    """Another kernel of this host, which the page does not show, holds half a GPU: the
+    notebook's node view and status bar say so, its task for 2 GPUs waits naming that kernel
+    (in the sidebar and under %sched queue), and starts once that kernel is shut down."""
+    from playwright.sync_api import expect
+
+    other = OtherKernel(lab, "other.ipynb")
+    try:
+        other.run("%load_ext jupyter_sched\n%sched local --gpus 2")
+        other.run("import threading\ngate = threading.Event()")
+        other.run(f"%%sched --gpus 0.5 --name other-hold --out h\ngate.wait({HOLD})")
+        other.wait_until("h.state", "running")
+
+        # a workspace of its own: the default one, which the next tests open, never has it
+        page.goto(lab.lab_url("shared.ipynb", workspace="others"))
+        wait_kernel_idle(page)
+        run_cells(page, S_LOAD, S_IMPORTS)
+        show_scheduler(page)
+        expect_status(page, r"^GPU 0\.5/2 · 0 running · 0 queued · others 0\.5$")
+        body = live_body(page)
+        other_line = f".jp-sched-holder[data-holder='other'][data-pid='{other.pid}']"
+        holder = body.locator(other_line)
+        # its share, the user, the notebook, the pid, since when (a time of day)
+        expect(holder).to_have_text(re.compile(
+            rf"^0\.5 \S.* · other\.ipynb · pid {other.pid} · since \d\d:\d\d:\d\d$"))
+        line = holder.text_content()
+        title = holder.get_attribute("title")
+        assert title.startswith(f"{line}\n"), title
+        assert f"notebook other.ipynb, pid {other.pid}, its task t1, since " in title, title
+        # in its GPU's bar, the other kernel's half is a part of its own, with its tooltip
+        bar = body.locator(".jp-sched-gpu-bar", has=page.locator(other_line))
+        assert bar.get_attribute("data-share") == "0.5"
+        assert bar.get_attribute("data-others") == "0.5"
+        part = bar.locator(".jp-sched-gpu-track .jp-sched-gpu-fill")
+        assert part.count() == 1 and part.get_attribute("data-holder") == "other"
+        assert f"other.ipynb, pid {other.pid}" in part.get_attribute("title")
+        assert "0.5 other kernels" in bar.locator("[role='meter']").get_attribute(
+            "aria-valuetext")
+        assert body.locator(".jp-sched-holder[data-holder='mine']").count() == 0
+        snap(page, artifacts, "others-holding", sidebar(page))
+
+        # a task for both GPUs waits, and says for whom
+        run_cells(page, S_WIDE)
+        expect_status(page, r"^GPU 0\.5/2 · 0 running · 1 queued · others 0\.5$")
+        held = rf"held by another kernel \(pid {other.pid}, notebook other\.ipynb, task t1, since "
+        wide = body.locator(".jp-sched-task[data-state='queued']", has_text="wide")
+        why = wide.locator(".jp-sched-task-detail")
+        reason = wait_text(why, held)
+        assert why.get_attribute("title") == f"queued, position 1 in default: {reason}"
+        assert wide.locator(".jp-sched-position").inner_text() == "#1"
+        run_cells(page, S_QUEUE)
+        rendered = cell_output(page, S_QUEUE).locator(
+            ".jp-sched-payload[data-kind='queue'] .jp-sched-task[data-state='queued']",
+            has_text="wide")
+        assert re.search(held, rendered.locator(".jp-sched-task-detail").inner_text())
+        check_fits(page)
+        snap(page, artifacts, "others-waiting")
+    finally:
+        other.shutdown()
+
+    # that kernel gone, its half is free: the task starts on both GPUs
+    expect_status(page, r"^GPU 2/2 · 1 running · 0 queued$")
+    body = live_body(page)
+    body.locator(".jp-sched-task[data-state='running']", has_text="wide").wait_for()
+    expect(body.locator(".jp-sched-holder[data-holder='other']")).to_have_count(0)
+    assert body.locator(".jp-sched-holder[data-holder='mine']").count() == 2
+    snap(page, artifacts, "others-gone", sidebar(page))
+
+
+def test_a_notice_shows_until_dismissed(page, lab, artifacts):
+    """The ledger deleted under a kernel that holds GPUs: it makes a new one and says so; the
+    sidebar shows that once, as an alert, and the status bar a ⚠ until it is dismissed."""
+    from playwright.sync_api import expect
+
+    ledgers = lab.ledger_files()
+    assert ledgers, f"no ledger in {lab.leases}"
+    for ledger in ledgers:
+        ledger.unlink()
+    # a kernel that only holds its GPUs looks at the ledger when its scheduler next steps:
+    # here, when the user asks for its status
+    run_cells(page, S_STATUS)
+    banner = sidebar(page).locator(".jp-sched-notices[role='alert']")
+    notice = banner.locator(".jp-sched-notice", has_text="was deleted")
+    text = wait_text(notice, r"^⚠ \d\d:\d\d:\d\d the host's GPU lease ledger .* was deleted")
+    assert str(lab.leases) in text
+    expect_status(page, r"^⚠ GPU 2/2 · 1 running · 0 queued$")
+    assert "notice" in page.locator(".jp-sched-statusbar-button").get_attribute("aria-label")
+    snap(page, artifacts, "notice", sidebar(page))
+    banner.locator("button.jp-sched-notices-dismiss").click()
+    expect(banner).to_have_count(0)
+    expect_status(page, r"^GPU 2/2 · 1 running · 0 queued$")
+
+    # the task ends; the notebook and its kernel go, holding nothing. (While the new ledger's
+    # grace lasts, a kernel counts every GPU as held elsewhere; one that then holds nothing
+    # and waits for nothing reads the ledger again only once GPU work comes: till then its
+    # GPUs may still show as allocated.)
+    run_cells(page, S_SET)
+    expect_status(page, r"^GPU [02]/2 · 0 running · 0 queued$")
+    assert banner.count() == 0  # every snapshot still carries the notice: it shows once
+    close_notebook(page, "shared.ipynb")
+    lab.api(f"/api/sessions/{session_of(lab, 'shared.ipynb')['id']}", method="DELETE")
+
+
 
 def test_the_sidebar_shows_the_gpu_shares_and_the_queue(page, lab, artifacts):
     page.goto(lab.lab_url("first.ipynb"))
@@ -650,14 +784,14 @@ def test_the_status_bar_follows_the_active_notebook(page, artifacts):
     expect(status_item(page)).to_be_hidden(timeout=WAIT)
     wait_kernel_idle(page)
     run_cells(page, LOAD)
-    expect_following(page, "first.ipynb", r"^GPU [12]/2 · 0 running · 0 queued$")
+    expect_following(page, "first.ipynb", FIRST_RESTARTED)
 
     # the closed notebook's kernel kept running: opened again, it is followed again
     open_notebook(page, "second.ipynb")
     show_scheduler(page)  # the file browser took the left panel
-    expect_following(page, "second.ipynb", r"^GPU [12]/3 · 1 running · 0 queued$")
+    expect_following(page, "second.ipynb", SECOND_ALONE)
     switch_to(page, "first.ipynb")
-    expect_following(page, "first.ipynb", r"^GPU [12]/2 · 0 running · 0 queued$")
+    expect_following(page, "first.ipynb", FIRST_RESTARTED)
     snap(page, artifacts, "status-after-restart")
 
 

@@ -7,12 +7,16 @@
  * loaded the extension answers the comm's opening with a close (ipykernel) or says nothing;
  * then the state is `not-loaded`, and the next cell that runs in that kernel (it may be
  * `%load_ext jupyter_sched`) brings one more try. Nothing polls.
+ *
+ * It also remembers, per kernel, the newest notice the user dismissed, so that following
+ * another notebook and coming back does not show them again.
  */
 
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel, KernelMessage as KM } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { dismissMark, INoticeMark } from './model';
 import {
   COMM_TARGET,
   COMM_VERSION,
@@ -79,6 +83,28 @@ export class SchedConnection {
   /** The last error the kernel reported, or the last command that failed. */
   get lastError(): string | null {
     return this._lastError;
+  }
+
+  /** The newest notice dismissed in the followed kernel, or null. */
+  get dismissed(): INoticeMark | null {
+    const id = this._kernel?.id;
+    return id === undefined ? null : (this._dismissed.get(id) ?? null);
+  }
+
+  /**
+   * Dismiss notices (those shown; all of the last snapshot's when not said): they are not
+   * shown again for this kernel, nor are older ones.
+   */
+  dismissNotices(shown?: ReadonlyArray<{ seq: number; time: number }>): void {
+    const id = this._kernel?.id;
+    if (id === undefined || !this._snapshot) {
+      return;
+    }
+    const mark = dismissMark(shown ?? this._snapshot.notices, this.dismissed);
+    if (mark) {
+      this._dismissed.set(id, mark);
+      this._changed.emit();
+    }
   }
 
   /** The followed session's name (a notebook's or console's), for headings. */
@@ -420,6 +446,8 @@ export class SchedConnection {
   private _lastAttempt = 0;
   private _timer: ReturnType<typeof setTimeout> | null = null;
   private _pending = new Map<string, IPending>();
+  /** Kernel id → the newest notice dismissed in it (a new scheduler's come later: model.ts). */
+  private _dismissed = new Map<string, INoticeMark>();
   private _nextId = 0;
   private _lastError: string | null = null;
   private _subscription: ISubscription;

@@ -12,7 +12,10 @@ import {
   Amounts,
   Counts,
   IDeviceView,
+  IHolderView,
   INodeView,
+  INotice,
+  IProcessView,
   IQueueView,
   IStatusPayload,
   ITaskView
@@ -20,6 +23,12 @@ import {
 
 /** Rows of one list that a view draws at most. */
 export const MAX_ROWS = 500;
+
+/** Holders listed under one GPU at most (this kernel, other kernels, unmanaged processes). */
+export const MAX_HOLDERS = 6;
+
+/** Notices the sidebar's banner shows at most: the newest. */
+export const MAX_NOTICES = 5;
 
 // -- text ---------------------------------------------------------------------------------------
 
@@ -69,6 +78,19 @@ export function formatDuration(seconds: number | null | undefined): string {
     return `${minutes} min ${Math.floor(s) % 60} s`;
   }
   return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+/**
+ * An epoch time (seconds, wall clock) as a time of day on this computer's clock: "12:03:04";
+ * "" when unknown.
+ */
+export function formatClock(epoch: number | null | undefined): string {
+  if (epoch === null || epoch === undefined || !Number.isFinite(epoch) || epoch <= 0) {
+    return '';
+  }
+  const date = new Date(epoch * 1000);
+  const two = (n: number) => String(n).padStart(2, '0');
+  return `${two(date.getHours())}:${two(date.getMinutes())}:${two(date.getSeconds())}`;
 }
 
 /**
@@ -169,8 +191,10 @@ export function taskStateText(task: ITaskView, error?: string | null): string {
   const where = taskWhere(task);
   switch (task.state) {
     case 'queued': {
+      // the reason, when there is one, says what others on the host hold (as the kernel)
       const queue = task.queue ? ` in ${task.queue}` : '';
-      return task.position ? `queued, position ${task.position}${queue}` : `queued${queue}`;
+      const text = task.position ? `queued, position ${task.position}${queue}` : `queued${queue}`;
+      return reason ? `${text}: ${reason}` : text;
     }
     case 'infeasible':
       return reason ? `infeasible: ${reason}` : 'infeasible';
@@ -247,18 +271,21 @@ export function taskRow(
   const stateText = taskStateText(task, error);
   const seconds = elapsed(task, now);
   const time = seconds === null ? '' : formatDuration(seconds);
+  const reason = oneLine(task.reason);
+  // a queued task's row shows its position beside its state: its line says why it waits
+  const detailText = state === 'queued' && reason ? reason : withoutState(stateText, state);
   return {
     id: task.id,
     name: task.name ?? '',
     label: taskLabel(task),
     state,
     stateText,
-    detailText: withoutState(stateText, state),
+    detailText,
     queue: task.queue ?? '',
     position: task.position ?? null,
     needs: formatAmounts(task.demand),
     where: taskWhere(task),
-    reason: oneLine(task.reason),
+    reason,
     elapsed: seconds,
     elapsedText: time,
     elapsedTitle: time ? elapsedTitle(task, time) : '',
@@ -311,11 +338,44 @@ function count(counts: Counts | undefined, ...states: string[]): number {
 
 // -- nodes and GPUs -----------------------------------------------------------------------------
 
+/**
+ * Who holds a GPU, one line each: this kernel's tasks (`mine`), another kernel's lease on the
+ * same host (`other`), a process on it that holds no lease at all (`unmanaged`).
+ */
+export interface IHolderRow {
+  kind: 'mine' | 'other' | 'unmanaged';
+  /** The holder's process, for other kernels and unmanaged processes; null for this kernel. */
+  pid: number | null;
+  /** The share held, or null for an unmanaged process (it holds none, it uses the GPU). */
+  share: number | null;
+  /** The share as shown first on the line ("0.5"), or "unmanaged". */
+  shareText: string;
+  /** The rest of the line: "bob · train.ipynb · pid 4242 · since 12:03:04". */
+  text: string;
+  /** The tooltip: the whole line (the sidebar may cut it short), then what it is in words. */
+  title: string;
+}
+
+/** A part of a GPU's bar: whose, and where, as shares of the GPU (0 to 1). */
+export interface IBarSegment {
+  kind: 'mine' | 'other' | 'reserved';
+  from: number;
+  width: number;
+  /** What it is, in words, for its tooltip. */
+  title: string;
+}
+
 export interface IGpuBar {
   node: string;
   index: number;
-  /** Share allocated, 0 to 1. */
+  /** Share allocated, 0 to 1: the sum of `mine`, `others` and `reserved`. */
   share: number;
+  /** Of it, what this kernel's tasks hold. */
+  mine: number;
+  /** Of it, what other kernels on this host hold (their leases). */
+  others: number;
+  /** Of it, what is neither: reserved for other kernels' waits, or used outside the scheduler. */
+  reserved: number;
   label: string;
   model: string;
   declared: boolean;
@@ -325,6 +385,16 @@ export interface IGpuBar {
   memory: number | null;
   /** One line: "0.5 allocated · 16 GiB · declared" / "… · 40% busy · 3 GiB/16 GiB used". */
   text: string;
+  /** The bar in words, for assistive technology: "1 allocated: 0.5 this kernel, 0.5 others". */
+  meterText: string;
+  /** The bar's parts that are not empty: this kernel's, other kernels', the reserved. */
+  segments: IBarSegment[];
+  /** This kernel first, then other kernels, then unmanaged processes; at most MAX_HOLDERS. */
+  holders: IHolderRow[];
+  /** Holders left out of `holders`. */
+  moreHolders: number;
+  /** Unmanaged processes on this GPU. */
+  unmanaged: number;
 }
 
 export interface INodeRow {
@@ -342,12 +412,141 @@ export interface INodeRow {
   gpus: IGpuBar[];
 }
 
+/** A list from the kernel, or none: an old kernel sends no such key. */
+function listOf<T>(value: T[] | null | undefined): T[] {
+  return Array.isArray(value)
+    ? value.filter(item => item !== null && typeof item === 'object')
+    : [];
+}
+
 function clampShare(value: number): number {
   return Number.isFinite(value) ? Math.min(1, Math.max(0, value)) : 0;
 }
 
-export function gpuBar(node: string, device: IDeviceView): IGpuBar {
+/** Shares are sums of floats: 0.1 + 0.2 is 0.3 here, and a crumb below 0.001 is none. */
+function tidy(share: number): number {
+  const value = Math.round(share * 1000) / 1000;
+  return value > 0 ? value : 0;
+}
+
+/** "notebook train.ipynb" → "train.ipynb": what the other kernel is, in the fewest words. */
+function holderLabel(label: string): string {
+  const text = oneLine(label);
+  return text.replace(/^notebook\s+/, '');
+}
+
+/** A holder's line; its tooltip is the line whole, then what it is in words. */
+function holderRow(
+  kind: IHolderRow['kind'],
+  pid: number | null,
+  share: number | null,
+  parts: string[],
+  what: string
+): IHolderRow {
+  const shareText = share === null ? 'unmanaged' : formatNumber(share);
+  const text = parts.filter(Boolean).join(' · ');
+  return { kind, pid, share, shareText, text, title: `${shareText} ${text}\n${what}` };
+}
+
+function otherRow(index: number, other: IHolderView): IHolderRow {
+  const share = clampShare(Number(other.share));
+  const user = oneLine(other.user) || 'another user';
+  const since = formatClock(other.since);
+  const pid = Number.isFinite(other.pid) ? other.pid : null;
+  const words = [
+    `user ${user}`,
+    oneLine(other.label ?? ''),
+    pid !== null ? `pid ${pid}` : '',
+    other.task ? `its task ${oneLine(other.task)}` : '',
+    since ? `since ${since}` : ''
+  ];
+  return holderRow(
+    'other',
+    pid,
+    share,
+    [
+      user,
+      holderLabel(other.label ?? ''),
+      pid !== null ? `pid ${pid}` : '',
+      since && `since ${since}`
+    ],
+    `another kernel's lease on GPU ${index}: ${words.filter(Boolean).join(', ')}`
+  );
+}
+
+function unmanagedRow(index: number, process: IProcessView): IHolderRow {
+  const pid = Number.isFinite(process.pid) ? process.pid : null;
+  const memory = process.memory ? formatBytes(process.memory) : '';
+  const user = oneLine(process.user);
+  const words = [
+    pid !== null ? `pid ${pid}` : '',
+    memory ? `${memory} of GPU memory` : '',
+    user ? `user ${user}` : ''
+  ];
+  return holderRow(
+    'unmanaged',
+    pid,
+    null,
+    [pid !== null ? `pid ${pid}` : '', memory, user],
+    `a process on GPU ${index} that holds no lease: ${words.filter(Boolean).join(', ')}`
+  );
+}
+
+/** This kernel's tasks on one GPU, for its holder line: "t1 train-a, t2 train-b and 3 more". */
+function mineRow(index: number, share: number, tasks: ReadonlyArray<ITaskView>): IHolderRow {
+  const names = tasks.slice(0, 3).map(taskLabel);
+  const more = tasks.length > 3 ? ` and ${tasks.length - 3} more` : '';
+  const which = names.length ? `${names.join(', ')}${more}` : '';
+  return holderRow(
+    'mine',
+    null,
+    share,
+    ['this kernel', which],
+    which
+      ? `this kernel's tasks on GPU ${index}: ${tasks.map(taskLabel).join(', ')}`
+      : `this kernel's share of GPU ${index}`
+  );
+}
+
+/** This kernel's running tasks on one node, by the GPUs they hold shares of. */
+export interface ITasksOnNode {
+  /** Device index → the tasks holding a share of it. */
+  byDevice: Map<number, ITaskView[]>;
+}
+
+function tasksOn(node: string, running: ReadonlyArray<ITaskView>): ITasksOnNode {
+  const byDevice = new Map<number, ITaskView[]>();
+  for (const task of running) {
+    if (task.node !== node) {
+      continue;
+    }
+    for (const index of Object.keys(task.devices?.GPU ?? {})) {
+      const list = byDevice.get(Number(index)) ?? [];
+      list.push(task);
+      byDevice.set(Number(index), list);
+    }
+  }
+  return { byDevice };
+}
+
+/**
+ * One GPU's bar and holders. `tasks`: this kernel's tasks on the node, when all of them are
+ * known (a status payload lists them); without them, what other kernels do not hold is taken
+ * to be this kernel's.
+ */
+export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode | null): IGpuBar {
   const share = clampShare(Number(device.allocated));
+  const others = listOf(device.others);
+  const unmanaged = listOf(device.unmanaged);
+  const othersSum = others.reduce((sum, o) => sum + (clampShare(Number(o.share)) || 0), 0);
+  const holding = tasks?.byDevice.get(device.index) ?? [];
+  const held = tasks
+    ? holding.reduce((sum, t) => sum + (Number(t.devices.GPU?.[String(device.index)]) || 0), 0)
+    : share - othersSum;
+  const mine = tidy(Math.min(share, Math.max(0, held)));
+  const theirs = tidy(Math.min(share - mine, othersSum));
+  const reserved = tidy(share - mine - theirs);
+
   const parts = [`${formatNumber(share)} allocated`];
   if (device.memory) {
     parts.push(formatBytes(device.memory));
@@ -362,17 +561,72 @@ export function gpuBar(node: string, device: IDeviceView): IGpuBar {
     const of = device.memory ? `/${formatBytes(device.memory)}` : '';
     parts.push(`${formatBytes(device.memory_used)}${of} used`);
   }
+
+  const split = [`${formatNumber(mine)} this kernel`];
+  if (theirs > 0) {
+    split.push(`${formatNumber(theirs)} other kernels`);
+  }
+  if (reserved > 0) {
+    split.push(`${formatNumber(reserved)} reserved or used outside the scheduler`);
+  }
+  if (unmanaged.length) {
+    split.push(`${unmanaged.length} unmanaged process${unmanaged.length === 1 ? '' : 'es'}`);
+  }
+  const meterText =
+    theirs > 0 || reserved > 0 || unmanaged.length
+      ? `${formatNumber(share)} allocated: ${split.join(', ')}`
+      : `${formatNumber(share)} allocated`;
+
+  const rows: IHolderRow[] = [];
+  if (mine > 0) {
+    rows.push(mineRow(device.index, mine, holding));
+  }
+  rows.push(...others.map(o => otherRow(device.index, o)));
+  rows.push(...unmanaged.map(p => unmanagedRow(device.index, p)));
+  const kept = rows.slice(0, MAX_HOLDERS);
+  const whom = others.slice(0, 3).map(o => {
+    const user = oneLine(o.user) || 'another user';
+    const where = [holderLabel(o.label ?? ''), `pid ${o.pid}`].filter(Boolean).join(', ');
+    return `${user} (${where})`;
+  });
+  const more = others.length > 3 ? ` and ${others.length - 3} more` : '';
+  const gpu = `${node} GPU ${device.index}`;
+  const segments: IBarSegment[] = [
+    { kind: 'mine', from: 0, width: mine, title: `${formatNumber(mine)} held by this kernel` },
+    {
+      kind: 'other',
+      from: mine,
+      width: theirs,
+      title: `${formatNumber(theirs)} held by other kernels: ${whom.join('; ')}${more}`
+    },
+    {
+      kind: 'reserved',
+      from: mine + theirs,
+      width: reserved,
+      title: `${formatNumber(reserved)} reserved for other kernels' waits or used outside the scheduler`
+    }
+  ];
   return {
     node,
     index: device.index,
     share,
+    mine,
+    others: theirs,
+    reserved,
     label: `GPU ${device.index}`,
     model: device.model ?? '',
     declared: !!device.declared,
     utilization: device.utilization ?? null,
     memoryUsed: device.memory_used ?? null,
     memory: device.memory ?? null,
-    text: parts.join(' · ')
+    text: parts.join(' · '),
+    meterText,
+    segments: segments
+      .filter(part => part.width > 0)
+      .map(part => ({ ...part, title: `${gpu}: ${part.title}` })),
+    holders: kept,
+    moreHolders: rows.length - kept.length,
+    unmanaged: unmanaged.length
   };
 }
 
@@ -386,7 +640,12 @@ function freeOf(node: INodeView, name: string): string | null {
   return `${name} ${amountText(name, free)}/${amountText(name, total)} free`;
 }
 
-export function nodeRow(node: INodeView): INodeRow {
+/**
+ * A node's card. `running`: this kernel's running tasks, when the list is all of them, so
+ * each GPU's line can say which of them hold it; otherwise (a `nodes` payload, a bounded
+ * list) what other kernels do not hold counts as this kernel's.
+ */
+export function nodeRow(node: INodeView, running?: ReadonlyArray<ITaskView> | null): INodeRow {
   const free = [freeOf(node, 'CPU'), freeOf(node, 'memory')].filter(Boolean) as string[];
   if (node.slots) {
     free.push(`slots ${node.free_slots}/${node.slots} free`);
@@ -394,6 +653,7 @@ export function nodeRow(node: INodeView): INodeRow {
   const labels = Object.entries(node.labels ?? {})
     .filter(([key]) => key !== 'kind' && key !== 'host')
     .map(([key, value]) => `${key}=${value}`);
+  const tasks = running ? tasksOn(node.name, running) : null;
   return {
     name: node.name,
     kind: node.kind,
@@ -403,8 +663,30 @@ export function nodeRow(node: INodeView): INodeRow {
     freeParts: free,
     labelsText: labels.join(', '),
     running: node.running ?? 0,
-    gpus: (node.devices ?? []).map(d => gpuBar(node.name, d))
+    gpus: (node.devices ?? []).map(d => gpuBar(node.name, d, tasks))
   };
+}
+
+/** Over all nodes: the GPU share other kernels hold, and the unmanaged processes (by pid). */
+export function heldElsewhere(nodes: ReadonlyArray<INodeView> | undefined): {
+  others: number;
+  unmanaged: number;
+} {
+  let others = 0;
+  let unmanaged = 0;
+  for (const node of nodes ?? []) {
+    const pids = new Set<number>();
+    for (const device of node.devices ?? []) {
+      for (const other of listOf(device.others)) {
+        others += clampShare(Number(other.share));
+      }
+      for (const process of listOf(device.unmanaged)) {
+        pids.add(process.pid); // one process on two GPUs is one process
+      }
+    }
+    unmanaged += pids.size;
+  }
+  return { others: tidy(others), unmanaged };
 }
 
 // -- queues -------------------------------------------------------------------------------------
@@ -445,8 +727,14 @@ export function queueRow(queue: IQueueView): IQueueRow {
 
 // -- the status bar -----------------------------------------------------------------------------
 
-/** `GPU 1.5/2 · 2 running · 3 queued` (and `· 1 infeasible` when there are some). */
-export function statusBarText(status: Pick<IStatusPayload, 'gpu' | 'counts'>): string {
+/**
+ * `GPU 1.5/2 · 2 running · 3 queued`, then what is non-zero of: `1 infeasible`, `others 0.5`
+ * (the GPU share other kernels on the host hold, counted in the allocated), `1 unmanaged`
+ * (processes on the GPUs that hold no lease).
+ */
+export function statusBarText(
+  status: Pick<IStatusPayload, 'gpu' | 'counts'> & { nodes?: INodeView[] }
+): string {
   const parts: string[] = [];
   const gpu = status.gpu ?? { allocated: 0, total: 0 };
   if (gpu.total > 0) {
@@ -458,7 +746,106 @@ export function statusBarText(status: Pick<IStatusPayload, 'gpu' | 'counts'>): s
   if (infeasible > 0) {
     parts.push(`${infeasible} infeasible`);
   }
+  const elsewhere = heldElsewhere(status.nodes);
+  if (elsewhere.others > 0) {
+    parts.push(`others ${formatNumber(elsewhere.others)}`);
+  }
+  if (elsewhere.unmanaged > 0) {
+    parts.push(`${elsewhere.unmanaged} unmanaged`);
+  }
   return parts.join(' · ');
+}
+
+export interface IStatusItemView {
+  /** What the item shows: the status-bar text, after a ⚠ while a notice is not dismissed. */
+  text: string;
+  /** "⚠" while a notice is not dismissed, else "". */
+  marker: string;
+  /** The status-bar text alone. */
+  summary: string;
+  /** Notices not dismissed. */
+  notices: number;
+  /** The item's accessible name and tooltip. */
+  title: string;
+}
+
+/** The status-bar item for a snapshot, given the notices dismissed in the sidebar. */
+export function statusItemView(
+  status: Pick<IStatusPayload, 'gpu' | 'counts' | 'notices'> & { nodes?: INodeView[] },
+  dismissed: INoticeMark | null = null
+): IStatusItemView {
+  const text = statusBarText(status);
+  const notices = pendingNotices(status.notices, dismissed).length;
+  const said = notices ? ` ${notices} notice${notices === 1 ? '' : 's'} to read.` : '';
+  return {
+    text: notices ? `⚠ ${text}` : text,
+    marker: notices ? '⚠' : '',
+    summary: text,
+    notices,
+    title: `Scheduler: ${text}.${said} Show the Scheduler sidebar`
+  };
+}
+
+// -- notices ------------------------------------------------------------------------------------
+
+/**
+ * The newest notice dismissed in one kernel. A notice is dismissed when its `seq` and its
+ * `time` are both at most the mark's: a new scheduler (the kernel restarted, the extension
+ * loaded again) counts its notices from 1 again, and those come later.
+ */
+export interface INoticeMark {
+  seq: number;
+  time: number;
+}
+
+export interface INoticeRow {
+  seq: number;
+  /** When it was said: epoch seconds. */
+  time: number;
+  /** When it was said, as a time of day: "12:03:04". */
+  timeText: string;
+  text: string;
+}
+
+function isDismissed(notice: INotice, mark: INoticeMark | null): boolean {
+  return mark !== null && notice.seq <= mark.seq && notice.time <= mark.time;
+}
+
+function validNotices<T extends Pick<INotice, 'seq'>>(notices: ReadonlyArray<T> | undefined): T[] {
+  return (Array.isArray(notices) ? notices : [])
+    .filter(n => n && Number.isFinite(n.seq))
+    .sort((a, b) => a.seq - b.seq);
+}
+
+/** The notices not dismissed, oldest first, the newest MAX_NOTICES of them. */
+export function pendingNotices(
+  notices: ReadonlyArray<INotice> | undefined,
+  dismissed: INoticeMark | null
+): INoticeRow[] {
+  const pending = validNotices(notices).filter(
+    n => typeof n.text === 'string' && !isDismissed(n, dismissed)
+  );
+  return pending.slice(-MAX_NOTICES).map(n => ({
+    seq: n.seq,
+    time: n.time,
+    timeText: formatClock(n.time),
+    text: n.text.trim()
+  }));
+}
+
+/** The mark that dismisses every notice of `notices` (and those dismissed before). */
+export function dismissMark(
+  notices: ReadonlyArray<Pick<INotice, 'seq' | 'time'>> | undefined,
+  before: INoticeMark | null
+): INoticeMark | null {
+  let mark = before;
+  for (const n of validNotices(notices)) {
+    const time = Number.isFinite(n.time) ? n.time : 0;
+    if (mark === null || n.seq > mark.seq || time > mark.time) {
+      mark = { seq: Math.max(n.seq, mark?.seq ?? 0), time: Math.max(time, mark?.time ?? 0) };
+    }
+  }
+  return mark;
 }
 
 // -- the sidebar --------------------------------------------------------------------------------
@@ -472,12 +859,16 @@ export interface ISidebarView {
   queues: IQueueRow[];
   /** Tasks that cancel all would reach (running and waiting, not stopping, over all tasks). */
   cancellable: number;
+  /** Notices not dismissed, oldest first. */
+  notices: INoticeRow[];
 }
 
 export interface IViewOptions {
   /** Now on the scheduler's clock (elapsed times tick with it); the snapshot's time if unset. */
   now?: number;
   maxRows?: number;
+  /** The notices dismissed in this kernel so far. */
+  dismissed?: INoticeMark | null;
 }
 
 export function sidebarView(status: IStatusPayload, options: IViewOptions = {}): ISidebarView {
@@ -493,15 +884,18 @@ export function sidebarView(status: IStatusPayload, options: IViewOptions = {}):
   const keptRunning = bounded(running, nRunning, maxRows);
   const keptWaiting = bounded(waiting, nWaiting, maxRows);
   const listed = [...running, ...waiting].filter(t => CANCELLABLE.has(String(t.state))).length;
+  // which of this kernel's tasks hold each GPU is known when the list has all of them
+  const allRunning = running.length >= nRunning ? running : null;
   // rows are made for the kept tasks only: 10,000 waiting tasks cost MAX_ROWS rows
   return {
     time: status.time,
     statusText: statusBarText(status),
-    nodes: nodes.map(nodeRow),
+    nodes: nodes.map(node => nodeRow(node, allRunning)),
     running: { rows: taskRows(keptRunning.rows, now), more: keptRunning.more },
     waiting: { rows: taskRows(keptWaiting.rows, now), more: keptWaiting.more },
     queues: (status.queues ?? []).map(queueRow),
-    cancellable: Math.max(count(counts, 'running') + nWaiting, listed)
+    cancellable: Math.max(count(counts, 'running') + nWaiting, listed),
+    notices: pendingNotices(status.notices, options.dismissed ?? null)
   };
 }
 

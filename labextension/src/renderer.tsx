@@ -7,8 +7,8 @@
  * was made, so "now" on that clock is `time` plus the seconds since the output arrived (the
  * sidebar estimates it the same way from its last snapshot). That holds for outputs made while
  * the page is open; a notebook opened later counts from when it was opened, since nothing in
- * the payload says when it was made on any other clock. A payload without a `time` (a task, a
- * gang) shows only the times of tasks that ended.
+ * the payload says when it was made on any other clock. Every kind carries its `time`; a task
+ * or gang payload of an older kernel has none, and shows only the times of tasks that ended.
  */
 
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
@@ -117,7 +117,7 @@ function KindView(props: { payload: Payload; now: number | null }): JSX.Element 
     case 'status':
       return <StatusView status={p} now={now} />;
     case 'nodes':
-      return <NodeList nodes={(p.nodes ?? []).map(nodeRow)} />;
+      return <NodeList nodes={(p.nodes ?? []).map(node => nodeRow(node))} />;
     case 'queue': {
       const view = sidebarView(
         { ...p, kind: 'status', gpu: { allocated: 0, total: 0 }, nodes: [], queues: [] },

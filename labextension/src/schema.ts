@@ -46,14 +46,42 @@ export interface ITaskView {
   stopping_since?: number | null;
 }
 
+/** Another kernel's lease on a GPU of this host, from the host's lease ledger. */
+export interface IHolderView {
+  user: string;
+  /** What the other kernel is, when known: usually `notebook NAME.ipynb`; may be `""`. */
+  label: string;
+  pid: number;
+  /** The share of the GPU it holds, above 0 and at most 1. */
+  share: number;
+  /** When it took the share: epoch seconds (wall clock, not the scheduler's). */
+  since: number;
+  /** Its task's id in that kernel (`t3`), or `""`. */
+  task: string;
+}
+
+/** A process NVML reports on a GPU that holds no lease (no scheduler started it). */
+export interface IProcessView {
+  pid: number;
+  /** Bytes of GPU memory it uses, or null when NVML does not say. */
+  memory: number | null;
+  /** Its user, or `""` when unknown. */
+  user: string;
+}
+
 export interface IDeviceView {
   index: number;
+  /** Share in use, 0 to 1: this kernel's tasks, other kernels' leases and what is reserved. */
   allocated: number;
   model: string;
   memory: number | null;
   declared: boolean;
   utilization: number | null;
   memory_used: number | null;
+  /** Other kernels' leases on this GPU (counted in `allocated`); absent from old kernels. */
+  others?: IHolderView[];
+  /** Processes on this GPU that hold no lease; absent from old kernels. */
+  unmanaged?: IProcessView[];
 }
 
 export interface INodeView {
@@ -95,6 +123,8 @@ export interface ITaskPayload extends IPayloadBase {
   kind: 'task';
   task: ITaskView;
   error: string | null;
+  /** The scheduler's clock when it was made; absent from old kernels. */
+  time?: number;
 }
 
 export interface IGangPayload extends IPayloadBase {
@@ -102,6 +132,17 @@ export interface IGangPayload extends IPayloadBase {
   name: string;
   error: string | null;
   tasks: ITaskView[];
+  /** The scheduler's clock when it was made; absent from old kernels. */
+  time?: number;
+}
+
+/** Something the user must be told (the host's lease ledger was made again, …). */
+export interface INotice {
+  /** Counts the scheduler's notices, from 1: a later notice has a greater `seq`. */
+  seq: number;
+  /** When it was said: epoch seconds (wall clock). */
+  time: number;
+  text: string;
 }
 
 export interface IStatusPayload extends IPayloadBase {
@@ -113,6 +154,8 @@ export interface IStatusPayload extends IPayloadBase {
   running: ITaskView[];
   waiting: ITaskView[];
   queues: IQueueView[];
+  /** The latest notices, newest last; absent from old kernels. */
+  notices?: INotice[];
 }
 
 export interface INodesPayload extends IPayloadBase {

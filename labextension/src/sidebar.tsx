@@ -1,7 +1,9 @@
 /**
- * The Scheduler sidebar: the followed kernel's nodes (a bar per GPU), its queue (running,
- * queued with position, infeasible with reason; cancel per task and cancel all), its queues and
- * a timeline of GPU holdings. `SidebarView` draws from props only; `SchedulerSidebar` is the
+ * The Scheduler sidebar: the kernel's notices (a banner the user dismisses), the followed
+ * kernel's nodes (a bar per GPU, with who holds it: this kernel, other kernels on the host,
+ * processes holding no lease), its queue (running, queued with position and why it waits,
+ * infeasible with reason; cancel per task and cancel all), its queues and a timeline of GPU
+ * holdings. `SidebarView` draws from props only; `SchedulerSidebar` is the
  * widget that feeds it from a `SchedConnection` and sends the commands its buttons ask for.
  */
 
@@ -12,7 +14,7 @@ import * as React from 'react';
 
 import { ConnectionState, SchedConnection } from './comm';
 import { NodeList, QueueTable, TaskList } from './components';
-import { sidebarView, statusBarText } from './model';
+import { INoticeMark, INoticeRow, pendingNotices, sidebarView, statusBarText } from './model';
 import { Command, ISnapshotData } from './schema';
 import { layoutTimeline, Timeline } from './timeline';
 
@@ -37,6 +39,10 @@ export interface ISidebarProps {
   onCommand?: (command: Command) => void;
   /** Height of the task lists at most, in pixels. */
   listHeight?: number;
+  /** The newest notice the user dismissed in this kernel (they are shown once). */
+  dismissed?: INoticeMark | null;
+  /** Dismiss these notices, the ones on show. */
+  onDismissNotices?: (shown: INoticeRow[]) => void;
 }
 
 function StateLine(props: { state: ConnectionState }): JSX.Element {
@@ -70,6 +76,52 @@ function Section(props: { title: string; name: string; children: React.ReactNode
       <summary className="jp-sched-section-title">{props.title}</summary>
       {props.children}
     </details>
+  );
+}
+
+/**
+ * What the kernel says the user must know (the host's lease ledger was made again, …), until
+ * dismissed: an alert, so a screen reader reads it when it appears.
+ */
+export function NoticeBanner(props: {
+  notices: INoticeRow[];
+  onDismiss?: (shown: INoticeRow[]) => void;
+}): JSX.Element | null {
+  const { notices, onDismiss } = props;
+  if (!notices.length) {
+    return null;
+  }
+  const one = notices.length === 1;
+  const label = one ? 'Dismiss the notice' : `Dismiss the ${notices.length} notices`;
+  return (
+    <div className="jp-sched-notices" role="alert">
+      <ul className="jp-sched-notice-list">
+        {notices.map(notice => (
+          <li key={notice.seq} className="jp-sched-notice" data-seq={notice.seq}>
+            <span className="jp-sched-notice-icon" aria-hidden="true">
+              ⚠
+            </span>{' '}
+            {notice.timeText ? (
+              <>
+                <span className="jp-sched-notice-time">{notice.timeText}</span>{' '}
+              </>
+            ) : null}
+            <span className="jp-sched-notice-text">{notice.text}</span>
+          </li>
+        ))}
+      </ul>
+      {onDismiss ? (
+        <button
+          type="button"
+          className="jp-sched-notices-dismiss jp-mod-styled"
+          aria-label={label}
+          title={`${label}: ${one ? 'it is' : 'they are'} not shown again for this kernel`}
+          onClick={() => onDismiss(notices)}
+        >
+          Dismiss
+        </button>
+      ) : null}
+    </div>
   );
 }
 
@@ -146,6 +198,7 @@ function LiveView(props: ISidebarProps & { snapshot: ISnapshotData }): JSX.Eleme
 export function SidebarView(props: ISidebarProps): JSX.Element {
   const { snapshot, state } = props;
   const live = state === 'live' && snapshot !== null;
+  const notices = live ? pendingNotices(snapshot.notices, props.dismissed ?? null) : [];
   return (
     <div className="jp-sched-sidebar-body" data-state={state}>
       <header className="jp-sched-header">
@@ -162,6 +215,7 @@ export function SidebarView(props: ISidebarProps): JSX.Element {
         ) : null}
         {live ? <div className="jp-sched-summary">{statusBarText(snapshot)}</div> : null}
       </header>
+      <NoticeBanner notices={notices} onDismiss={props.onDismissNotices} />
       {props.error ? (
         <p className="jp-sched-error" role="alert">
           {props.error}
@@ -237,6 +291,8 @@ export class SchedulerSidebar extends ReactWidget {
         error={c.lastError}
         timelineWindow={this._window}
         onCommand={this._onCommand}
+        dismissed={c.dismissed}
+        onDismissNotices={this._onDismissNotices}
       />
     );
   }
@@ -254,6 +310,10 @@ export class SchedulerSidebar extends ReactWidget {
       this._ticker = null;
     }
   }
+
+  private _onDismissNotices = (shown: INoticeRow[]): void => {
+    this._connection.dismissNotices(shown);
+  };
 
   private _onCommand = async (command: Command): Promise<void> => {
     if (command.command === 'cancel_all') {

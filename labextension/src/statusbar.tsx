@@ -1,6 +1,7 @@
 /**
- * The status-bar item: `GPU 1.5/2 · 2 running · 3 queued` for the followed kernel; a click
- * opens the Scheduler sidebar. Shown only while that kernel's scheduler answers, so kernels
+ * The status-bar item: `GPU 1.5/2 · 2 running · 3 queued` for the followed kernel, with
+ * `others 0.5` and `1 unmanaged` when other kernels or processes without a lease use its GPUs,
+ * after a ⚠ while a notice waits to be dismissed in the sidebar; a click opens the sidebar. Shown only while that kernel's scheduler answers, so kernels
  * without the extension leave the status bar as it was.
  *
  * JupyterLab's status bar shows or hides an item in two cases: when the item's
@@ -17,17 +18,35 @@ import { ISignal, Signal } from '@lumino/signaling';
 import * as React from 'react';
 
 import { SchedConnection } from './comm';
-import { statusBarText } from './model';
+import { IStatusItemView, statusItemView } from './model';
 
-export function StatusText(props: { text: string; onClick: () => void }): JSX.Element {
+/** The item: the figures, after a ⚠ in the warning colour while a notice waits. */
+export function StatusText(props: {
+  text: string;
+  onClick: () => void;
+  /** "⚠" while a notice waits to be dismissed in the sidebar. */
+  marker?: string;
+  /** Notices not dismissed. */
+  notices?: number;
+  title?: string;
+}): JSX.Element {
+  const title = props.title ?? `Scheduler: ${props.text}. Show the Scheduler sidebar`;
   return (
     <button
       type="button"
       className="jp-sched-statusbar-button"
-      title="Show the Scheduler sidebar"
-      aria-label={`Scheduler: ${props.text}. Show the Scheduler sidebar`}
+      data-notices={props.notices || undefined}
+      title={title}
+      aria-label={title}
       onClick={props.onClick}
     >
+      {props.marker ? (
+        <>
+          <span className="jp-sched-statusbar-marker" aria-hidden="true">
+            {props.marker}
+          </span>{' '}
+        </>
+      ) : null}
       {props.text}
     </button>
   );
@@ -51,9 +70,15 @@ export class SchedulerStatus extends ReactWidget {
     return this._connection.state === 'live' && this._connection.snapshot !== null;
   }
 
-  get text(): string {
+  get view(): IStatusItemView {
     const snapshot = this._connection.snapshot;
-    return snapshot ? statusBarText(snapshot) : '';
+    return snapshot
+      ? statusItemView(snapshot, this._connection.dismissed)
+      : { text: '', marker: '', summary: '', notices: 0, title: '' };
+  }
+
+  get text(): string {
+    return this.view.text;
   }
 
   dispose(): void {
@@ -62,14 +87,24 @@ export class SchedulerStatus extends ReactWidget {
   }
 
   protected render(): JSX.Element {
-    return <StatusText text={this.text} onClick={this._onClick} />;
+    const view = this.view;
+    return (
+      <StatusText
+        text={view.summary}
+        marker={view.marker}
+        notices={view.notices}
+        title={view.title}
+        onClick={this._onClick}
+      />
+    );
   }
 
   private _onChanged(): void {
     if (this.isActive() === this.isHidden) {
       this._activeStateChanged.emit();
     }
-    const text = this.text;
+    const view = this.view;
+    const text = `${view.text}\n${view.title}`;
     if (text !== this._lastText) {
       this._lastText = text;
       this.update();

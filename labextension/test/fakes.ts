@@ -37,6 +37,8 @@ export class FakeComm {
 }
 
 export class FakeKernel {
+  /** The server's id of the kernel: notices dismissed are remembered by it. */
+  id = `kernel-${++nextId}`;
   status = 'idle';
   isDisposed = false;
   statusChanged = new Signal<FakeKernel, string>(this);

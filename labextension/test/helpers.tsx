@@ -87,6 +87,38 @@ export function hostileStatus(): IStatusPayload {
   return status;
 }
 
+/** 12:03:04 on this computer's clock, in epoch seconds: times of day are shown in local time. */
+export const SINCE = new Date(2026, 10, 26, 12, 3, 4).getTime() / 1000;
+
+export const GiB = 2 ** 30;
+
+/**
+ * The kernel's status payload on a host it shares: t1 and t2 hold GPU 0, t3 half of GPU 1,
+ * bob's kernel (train.ipynb) the other half; process 777 of carol uses both GPUs without a
+ * lease. `user` and `label` are put over bob's.
+ */
+export function sharedStatus(other: { user?: string; label?: string } = {}): IStatusPayload {
+  const status = payload('status') as IStatusPayload;
+  status.running = status.running.filter(t => t.id !== 't4');
+  status.counts = { ...status.counts, running: 3 };
+  const [gpu0, gpu1] = status.nodes[0].devices;
+  const carol = { pid: 777, memory: 2 * GiB, user: 'carol' };
+  gpu0.others = [];
+  gpu0.unmanaged = [carol];
+  gpu1.others = [
+    {
+      user: other.user ?? 'bob',
+      label: other.label ?? 'notebook train.ipynb',
+      pid: 4242,
+      share: 0.5,
+      since: SINCE,
+      task: 't3'
+    }
+  ];
+  gpu1.unmanaged = [{ ...carol, memory: null }];
+  return status;
+}
+
 export function snapshotOf(
   status: IStatusPayload,
   extra: Partial<ISnapshotData> = {}

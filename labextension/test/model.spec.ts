@@ -1,21 +1,27 @@
 import {
   amountText,
   bounded,
+  dismissMark,
   formatAmounts,
   formatBytes,
+  formatClock,
   formatDevices,
   formatDuration,
   formatNumber,
+  gpuBar,
+  MAX_HOLDERS,
   MAX_ROWS,
   nodeRow,
+  pendingNotices,
   sidebarView,
   sortRunning,
   sortWaiting,
   statusBarText,
+  statusItemView,
   taskRow
 } from '../src/model';
-import { INodeView, IStatusPayload } from '../src/schema';
-import { payload, task } from './helpers';
+import { IDeviceView, INodeView, INotice, IStatusPayload } from '../src/schema';
+import { GiB, HOSTILE, payload, sharedStatus, SINCE, task } from './helpers';
 
 function status(fields: Partial<IStatusPayload>): IStatusPayload {
   return {
@@ -315,5 +321,306 @@ describe('rows', () => {
     expect(view.nodes[0].gpus[0].text).toBe(
       '0.5 allocated · 16 GiB · 40% busy · 4 GiB/16 GiB used'
     );
+  });
+});
+
+describe('who else holds a GPU', () => {
+  function device(fields: Partial<IDeviceView>): IDeviceView {
+    return {
+      index: 1,
+      allocated: 0,
+      model: '',
+      memory: null,
+      declared: true,
+      utilization: null,
+      memory_used: null,
+      ...fields
+    };
+  }
+
+  it("writes the time of day of an epoch time on this computer's clock", () => {
+    expect(formatClock(SINCE)).toBe('12:03:04');
+    expect(formatClock(new Date(2026, 0, 2, 7, 8, 9).getTime() / 1000)).toBe('07:08:09');
+    expect(formatClock(0)).toBe('');
+    expect(formatClock(null)).toBe('');
+  });
+
+  it('lists this kernel, the other kernels and the unmanaged processes under each GPU', () => {
+    const [node] = sidebarView(sharedStatus()).nodes;
+    const [gpu0, gpu1] = node.gpus;
+    const lines = (bar: typeof gpu0) => bar.holders.map(h => `${h.shareText} ${h.text}`);
+    expect(lines(gpu0)).toEqual([
+      '1 this kernel · t1 train-0, t2 train-1',
+      'unmanaged pid 777 · 2 GiB · carol'
+    ]);
+    expect(lines(gpu1)).toEqual([
+      '0.5 this kernel · t3 train-2',
+      '0.5 bob · train.ipynb · pid 4242 · since 12:03:04',
+      'unmanaged pid 777 · carol'
+    ]);
+    expect(gpu1.holders.map(h => [h.kind, h.pid, h.share])).toEqual([
+      ['mine', null, 0.5],
+      ['other', 4242, 0.5],
+      ['unmanaged', 777, null]
+    ]);
+    // the whole line, which the sidebar may cut, then what it is in words
+    expect(gpu1.holders.map(h => h.title)).toEqual([
+      "0.5 this kernel · t3 train-2\nthis kernel's tasks on GPU 1: t3 train-2",
+      '0.5 bob · train.ipynb · pid 4242 · since 12:03:04\n' +
+        "another kernel's lease on GPU 1: user bob, notebook train.ipynb, pid 4242, its task " +
+        't3, since 12:03:04',
+      'unmanaged pid 777 · carol\na process on GPU 1 that holds no lease: pid 777, user carol'
+    ]);
+    expect(gpu0.holders[1].title).toBe(
+      'unmanaged pid 777 · 2 GiB · carol\n' +
+        'a process on GPU 0 that holds no lease: pid 777, 2 GiB of GPU memory, user carol'
+    );
+  });
+
+  it("splits the bar into this kernel's part and the other kernels'", () => {
+    const [, gpu1] = sidebarView(sharedStatus()).nodes[0].gpus;
+    expect([gpu1.share, gpu1.mine, gpu1.others, gpu1.reserved]).toEqual([1, 0.5, 0.5, 0]);
+    expect(gpu1.segments).toEqual([
+      { kind: 'mine', from: 0, width: 0.5, title: 'local GPU 1: 0.5 held by this kernel' },
+      {
+        kind: 'other',
+        from: 0.5,
+        width: 0.5,
+        title: 'local GPU 1: 0.5 held by other kernels: bob (train.ipynb, pid 4242)'
+      }
+    ]);
+    expect(gpu1.meterText).toBe(
+      '1 allocated: 0.5 this kernel, 0.5 other kernels, 1 unmanaged process'
+    );
+    // the line under the bar is as before: who holds it is said line by line below it
+    expect(gpu1.text).toBe('1 allocated · 16 GiB · declared');
+  });
+
+  it("counts what is neither this kernel's nor another kernel's as reserved", () => {
+    // 0.25 reserved for a wait ahead on the host: allocated, held by nobody yet
+    const bar = gpuBar(
+      'local',
+      device({
+        allocated: 0.75,
+        others: [{ user: 'bob', label: '', pid: 9, share: 0.25, since: 0, task: '' }]
+      }),
+      { byDevice: new Map([[1, [task('t1', { devices: { GPU: { '1': 0.25 } } })]]]) }
+    );
+    expect([bar.mine, bar.others, bar.reserved]).toEqual([0.25, 0.25, 0.25]);
+    expect(bar.segments.map(s => [s.kind, s.from, s.width])).toEqual([
+      ['mine', 0, 0.25],
+      ['other', 0.25, 0.25],
+      ['reserved', 0.5, 0.25]
+    ]);
+    expect(bar.holders[1].text).toBe('bob · pid 9');
+    // without this kernel's tasks (a nodes payload), what others do not hold is its own
+    const alone = gpuBar('local', device({ allocated: 0.75 }));
+    expect([alone.mine, alone.others, alone.reserved]).toEqual([0.75, 0, 0]);
+    expect(alone.holders.map(h => h.text)).toEqual(['this kernel']);
+  });
+
+  it('lists at most MAX_HOLDERS holders and counts the others', () => {
+    const others = Array.from({ length: 10 }, (_, i) => ({
+      user: 'bob',
+      label: `notebook n${i}.ipynb`,
+      pid: 100 + i,
+      share: 0.1,
+      since: SINCE,
+      task: ''
+    }));
+    const bar = gpuBar('local', device({ allocated: 1, others }));
+    expect(bar.holders).toHaveLength(MAX_HOLDERS);
+    expect(bar.holders.map(h => h.kind)).toEqual(Array(MAX_HOLDERS).fill('other'));
+    expect(bar.moreHolders).toBe(10 - MAX_HOLDERS);
+    expect(bar.segments[0].title).toBe(
+      'local GPU 1: 1 held by other kernels: bob (n0.ipynb, pid 100); bob (n1.ipynb, pid 101); ' +
+        'bob (n2.ipynb, pid 102) and 7 more'
+    );
+    expect(bar.others).toBe(1);
+  });
+
+  it('reads an old kernel, which sends no holders, as before', () => {
+    const [node] = sidebarView(payload('status')).nodes;
+    expect(node.gpus.map(g => [g.mine, g.others, g.reserved])).toEqual([
+      [1, 0, 0],
+      [1, 0, 0]
+    ]);
+    expect(node.gpus[0].meterText).toBe('1 allocated');
+    expect(
+      nodeRow({ ...payload('status').nodes[0], devices: [device({ others: null as any })] }).gpus[0]
+        .holders
+    ).toEqual([]);
+  });
+
+  it('keeps user names and notebook labels as they are: text, in one line', () => {
+    const status = sharedStatus({ user: HOSTILE, label: `notebook ${HOSTILE}\nx.ipynb` });
+    const [, gpu1] = sidebarView(status).nodes[0].gpus;
+    expect(gpu1.holders[1].text).toBe(
+      `${HOSTILE} · ${HOSTILE} x.ipynb · pid 4242 · since 12:03:04`
+    );
+    expect(gpu1.holders[1].title).toContain(`user ${HOSTILE}, notebook ${HOSTILE} x.ipynb`);
+    expect(gpu1.segments[1].title).toBe(
+      `local GPU 1: 0.5 held by other kernels: ${HOSTILE} (${HOSTILE} x.ipynb, pid 4242)`
+    );
+  });
+});
+
+describe('the status bar counts what others hold', () => {
+  const NODE: INodeView = {
+    name: 'local',
+    kind: 'local',
+    labels: {},
+    total: {},
+    available: {},
+    slots: 0,
+    free_slots: 0,
+    running: 2,
+    drained: false,
+    devices: [
+      {
+        index: 0,
+        allocated: 1,
+        model: '',
+        memory: null,
+        declared: true,
+        utilization: null,
+        memory_used: null,
+        others: [],
+        unmanaged: [{ pid: 777, memory: GiB, user: 'carol' }]
+      },
+      {
+        index: 1,
+        allocated: 0.5,
+        model: '',
+        memory: null,
+        declared: true,
+        utilization: null,
+        memory_used: null,
+        others: [
+          { user: 'bob', label: 'notebook a.ipynb', pid: 9, share: 0.5, since: 1, task: '' }
+        ],
+        unmanaged: [{ pid: 777, memory: GiB, user: 'carol' }]
+      }
+    ]
+  };
+  const counts = { running: 2, queued: 1 };
+
+  it('says the share other kernels hold and the processes without a lease, when any', () => {
+    const text = statusBarText({ gpu: { allocated: 1.5, total: 2 }, counts, nodes: [NODE] });
+    expect(text).toBe('GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged');
+    expect(statusBarText(sharedStatus())).toBe(
+      'GPU 2/2 · 3 running · 2 queued · 1 infeasible · others 0.5 · 1 unmanaged'
+    );
+    const quiet = {
+      ...NODE,
+      devices: NODE.devices.map(d => ({ ...d, others: [], unmanaged: [] }))
+    };
+    expect(statusBarText({ gpu: { allocated: 1.5, total: 2 }, counts, nodes: [quiet] })).toBe(
+      'GPU 1.5/2 · 2 running · 1 queued'
+    );
+    const two = {
+      ...NODE.devices[1],
+      others: [...NODE.devices[1].others!, NODE.devices[1].others![0]]
+    };
+    expect(
+      statusBarText({
+        gpu: { allocated: 2, total: 2 },
+        counts,
+        nodes: [{ ...NODE, devices: [two] }]
+      })
+    ).toBe('GPU 2/2 · 2 running · 1 queued · others 1 · 1 unmanaged');
+  });
+
+  it('puts a ⚠ before it while a notice is not dismissed', () => {
+    const notices: INotice[] = [
+      { seq: 1, time: SINCE, text: 'first' },
+      { seq: 2, time: SINCE + 5, text: 'second' }
+    ];
+    const status = { gpu: { allocated: 1.5, total: 2 }, counts, nodes: [NODE], notices };
+    const view = statusItemView(status);
+    expect(view.text).toBe('⚠ GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged');
+    expect([view.marker, view.summary, view.notices]).toEqual([
+      '⚠',
+      'GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged',
+      2
+    ]);
+    expect(view.title).toBe(
+      'Scheduler: GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged. 2 notices to ' +
+        'read. Show the Scheduler sidebar'
+    );
+    expect(statusItemView(status, { seq: 1, time: SINCE }).text).toBe(
+      '⚠ GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged'
+    );
+    const read = statusItemView(status, { seq: 2, time: SINCE + 5 });
+    expect(read.text).toBe('GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged');
+    expect(read.title).toBe(
+      'Scheduler: GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged. Show the ' +
+        'Scheduler sidebar'
+    );
+    expect(statusItemView({ gpu: { allocated: 0, total: 0 }, counts: {} }).text).toBe(
+      '0 running · 0 queued'
+    );
+  });
+});
+
+describe('notices', () => {
+  const notices: INotice[] = [
+    { seq: 3, time: SINCE + 20, text: 'third  ' },
+    { seq: 1, time: SINCE, text: 'first' },
+    { seq: 2, time: SINCE + 10, text: 'second' }
+  ];
+
+  it('are shown oldest first, with their time of day, until dismissed', () => {
+    expect(pendingNotices(notices, null)).toEqual([
+      { seq: 1, time: SINCE, timeText: '12:03:04', text: 'first' },
+      { seq: 2, time: SINCE + 10, timeText: '12:03:14', text: 'second' },
+      { seq: 3, time: SINCE + 20, timeText: '12:03:24', text: 'third' }
+    ]);
+    const some = dismissMark(notices.slice(1, 3), null);
+    expect(some).toEqual({ seq: 2, time: SINCE + 10 });
+    expect(pendingNotices(notices, some).map(n => n.seq)).toEqual([3]);
+    const mark = dismissMark(notices, some);
+    expect(mark).toEqual({ seq: 3, time: SINCE + 20 });
+    expect(pendingNotices(notices, mark)).toEqual([]);
+    expect(pendingNotices(undefined, null)).toEqual([]);
+    expect(pendingNotices(null as any, mark)).toEqual([]);
+  });
+
+  it('come again only when newer: a later seq, or a new scheduler counting from 1', () => {
+    const mark = dismissMark(notices, null);
+    const later = [...notices, { seq: 4, time: SINCE + 30, text: 'fourth' }];
+    expect(pendingNotices(later, mark).map(n => n.text)).toEqual(['fourth']);
+    // the kernel restarted: its scheduler numbers from 1 again, later
+    const restarted = [{ seq: 1, time: SINCE + 60, text: 'after the restart' }];
+    expect(pendingNotices(restarted, mark).map(n => n.text)).toEqual(['after the restart']);
+    const both = dismissMark(restarted, mark);
+    expect(both).toEqual({ seq: 3, time: SINCE + 60 });
+    expect(pendingNotices(restarted, both)).toEqual([]);
+  });
+
+  it('are the newest few in the sidebar', () => {
+    const many = Array.from({ length: 12 }, (_, i) => ({
+      seq: i + 1,
+      time: SINCE + i,
+      text: `n${i + 1}`
+    }));
+    const view = sidebarView(status({ notices: many }), { dismissed: { seq: 2, time: SINCE + 1 } });
+    expect(view.notices.map(n => n.seq)).toEqual([8, 9, 10, 11, 12]);
+  });
+});
+
+describe('a task waiting for what other kernels hold', () => {
+  const REASON =
+    '1 of GPU 1 is held by another kernel (pid 4242, user bob, notebook train.ipynb, task t3, ' +
+    'since 12:03:04); GPU 0 reserved for waits ahead on this host: a task waiting for 2 whole ' +
+    'GPUs (pid 4343, user carol); this kernel is 2nd on this host for GPU 0';
+
+  it('says why on its line, and where it stands in its queue in its title', () => {
+    const row = taskRow(task('t9', { position: 1, reason: REASON, demand: { GPU: 2 } }));
+    expect(row.stateText).toBe(`queued, position 1 in default: ${REASON}`);
+    expect(row.detailText).toBe(REASON);
+    expect(row.reason).toBe(REASON);
+    // without a reason, as before
+    expect(taskRow(task('t9', { position: 1 })).detailText).toBe('position 1 in default');
   });
 });

@@ -10,6 +10,7 @@ import {
   hostileStatus,
   payload,
   render,
+  sharedStatus,
   task,
   waitFor
 } from './helpers';
@@ -118,6 +119,45 @@ describe('times and stopping tasks', () => {
     expect(container.querySelector('.jp-sched-elapsed')).toBeNull();
     expect(container.querySelectorAll('button')).toHaveLength(0);
     unmount();
+  });
+
+  it("counts a task payload's time up from the scheduler's time it carries", () => {
+    const [, stopping] = stoppingStatus().running;
+    const data = { version: 1, kind: 'task', time: 100, task: stopping, error: null };
+    expect(ticks(data)).toBe(true);
+    const view = render(<PayloadView data={data} text="" />);
+    const elapsed = () => view.container.querySelector('.jp-sched-elapsed')?.textContent;
+    expect(elapsed()).toBe('3.0 s');
+    view.rerender(<PayloadView data={data} text="" now={110} />);
+    expect(elapsed()).toBe('13 s');
+    const gang = {
+      version: 1,
+      kind: 'gang',
+      name: 'ring',
+      time: 100,
+      error: null,
+      tasks: [stopping]
+    };
+    expect(ticks(gang)).toBe(true);
+    expect(ticks({ ...gang, tasks: [{ ...stopping, ended: 99 }] })).toBe(false);
+    view.unmount();
+  });
+
+  it('shows who else holds each GPU, in a status and in a node list', () => {
+    const status = sharedStatus({ user: HOSTILE });
+    for (const data of [status, { version: 1, kind: 'nodes', time: 1, nodes: status.nodes }]) {
+      const { container, unmount } = render(<PayloadView data={data} text="" />);
+      const other = container.querySelector(
+        '.jp-sched-gpu-bar[data-device="1"] .jp-sched-holder[data-holder="other"]'
+      );
+      expect(other?.textContent).toBe(`0.5 ${HOSTILE} · train.ipynb · pid 4242 · since 12:03:04`);
+      expect(
+        container.querySelector('.jp-sched-gpu-bar[data-device="1"] [data-holder="other"]')
+      ).not.toBeNull();
+      expectOnlyText(container);
+      expect(container.querySelectorAll('button')).toHaveLength(0);
+      unmount();
+    }
   });
 
   it('ticks only payloads with a clock and a task that has not ended', () => {

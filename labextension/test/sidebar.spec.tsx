@@ -13,6 +13,8 @@ import {
   hostileStatus,
   payload,
   render,
+  sharedStatus,
+  SINCE,
   snapshotOf,
   task,
   waitFor
@@ -266,6 +268,135 @@ describe('long text in the sidebar', () => {
   });
 });
 
+describe('the node view on a shared host', () => {
+  it("shows this kernel's share, the other kernels' hatched beside it, and who they are", () => {
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(sharedStatus()) })} />
+    );
+    const bar = container.querySelector(
+      '.jp-sched-gpu-bar[data-node="local"][data-device="1"]'
+    ) as HTMLElement;
+    expect(bar.dataset.share).toBe('1');
+    expect(bar.dataset.others).toBe('0.5');
+    const parts = [...bar.querySelectorAll('.jp-sched-gpu-track .jp-sched-gpu-fill')].map(
+      p => p as HTMLElement
+    );
+    expect(parts.map(p => [p.dataset.holder, p.style.left, p.style.width])).toEqual([
+      ['mine', '0%', '50%'],
+      ['other', '50%', '50%']
+    ]);
+    expect(parts[1].title).toBe(
+      'local GPU 1: 0.5 held by other kernels: bob (train.ipynb, pid 4242)'
+    );
+    const meter = bar.querySelector('[role="meter"]') as HTMLElement;
+    expect(meter.getAttribute('aria-valuetext')).toBe(
+      '1 allocated: 0.5 this kernel, 0.5 other kernels, 1 unmanaged process'
+    );
+    const list = bar.querySelector('ul.jp-sched-holders') as HTMLElement;
+    expect(list.getAttribute('aria-label')).toBe('Holders of local GPU 1');
+    const rows = [...list.querySelectorAll('li.jp-sched-holder')].map(li => li as HTMLElement);
+    expect(rows.map(r => [r.dataset.holder, r.dataset.pid, r.textContent])).toEqual([
+      ['mine', undefined, '0.5 this kernel · t3 train-2'],
+      ['other', '4242', '0.5 bob · train.ipynb · pid 4242 · since 12:03:04'],
+      ['unmanaged', '777', 'unmanaged pid 777 · carol']
+    ]);
+    // a line cut short at the sidebar's width is whole in its tooltip
+    expect(rows[1].title).toBe(
+      '0.5 bob · train.ipynb · pid 4242 · since 12:03:04\n' +
+        "another kernel's lease on GPU 1: user bob, notebook train.ipynb, pid 4242, its task " +
+        't3, since 12:03:04'
+    );
+    expect(container.querySelector('.jp-sched-summary')?.textContent).toBe(
+      'GPU 2/2 · 3 running · 2 queued · 1 infeasible · others 0.5 · 1 unmanaged'
+    );
+    unmount();
+  });
+
+  it("shows other users' names and notebooks as text", () => {
+    const status = sharedStatus({ user: HOSTILE, label: `notebook ${HOSTILE}` });
+    status.nodes[0].devices[1].unmanaged = [{ pid: 777, memory: null, user: HOSTILE }];
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(status) })} />
+    );
+    expectOnlyText(container);
+    const other = container.querySelector('.jp-sched-holder[data-holder="other"]') as HTMLElement;
+    expect(other.textContent).toBe(`0.5 ${HOSTILE} · ${HOSTILE} · pid 4242 · since 12:03:04`);
+    expect(other.title).toContain(`user ${HOSTILE}, notebook ${HOSTILE}`);
+    const unmanaged = container.querySelector(
+      '.jp-sched-gpu-bar[data-device="1"] .jp-sched-holder[data-holder="unmanaged"]'
+    );
+    expect(unmanaged?.textContent).toBe(`unmanaged pid 777 · ${HOSTILE}`);
+    unmount();
+  });
+
+  it('says why a task waits for other kernels, whole in its tooltip', () => {
+    const reason =
+      '1 of GPU 1 is held by another kernel (pid 4242, user bob, notebook train.ipynb, task ' +
+      't3, since 12:03:04); this kernel is 2nd on this host for GPU 0';
+    const status = sharedStatus();
+    status.waiting = [task('t9', { name: 'wide', position: 1, reason, demand: { GPU: 2 } })];
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(status) })} />
+    );
+    const row = container.querySelector('.jp-sched-task[data-task-id="t9"]') as HTMLElement;
+    expect(row.dataset.state).toBe('queued');
+    expect(row.querySelector('.jp-sched-position')?.textContent).toBe('#1');
+    const why = row.querySelector('.jp-sched-task-detail') as HTMLElement;
+    expect(why.textContent).toBe(reason);
+    expect(why.title).toBe(`queued, position 1 in default: ${reason}`);
+    unmount();
+  });
+});
+
+describe('the notice banner', () => {
+  const notices = [
+    { seq: 1, time: SINCE, text: `the host's GPU lease ledger /tmp/x.db was deleted ${HOSTILE}` },
+    { seq: 2, time: SINCE + 2, text: "the host's GPU lease ledger cannot be used" }
+  ];
+
+  it('is an alert at the top with each notice and its time, until dismissed', () => {
+    const dismissed: number[][] = [];
+    const snapshot = snapshotOf(sharedStatus(), { notices });
+    const view = render(
+      <SidebarView
+        {...props({ snapshot, onDismissNotices: shown => dismissed.push(shown.map(n => n.seq)) })}
+      />
+    );
+    const banner = view.container.querySelector('.jp-sched-notices') as HTMLElement;
+    expect(banner.getAttribute('role')).toBe('alert');
+    // at the top: right under the heading, before the nodes
+    expect(banner.previousElementSibling?.classList.contains('jp-sched-header')).toBe(true);
+    const items = [...banner.querySelectorAll('.jp-sched-notice')] as HTMLElement[];
+    expect(items.map(i => [i.dataset.seq, i.textContent])).toEqual([
+      ['1', `⚠ 12:03:04 ${notices[0].text}`],
+      ['2', `⚠ 12:03:06 ${notices[1].text}`]
+    ]);
+    expectOnlyText(view.container);
+    const button = banner.querySelector('button.jp-sched-notices-dismiss') as HTMLElement;
+    expect(button.getAttribute('aria-label')).toBe('Dismiss the 2 notices');
+    expect(button.title).toBe('Dismiss the 2 notices: they are not shown again for this kernel');
+    click(button);
+    expect(dismissed).toEqual([[1, 2]]);
+    view.rerender(<SidebarView {...props({ snapshot, dismissed: { seq: 1, time: SINCE } })} />);
+    expect(
+      [...view.container.querySelectorAll('.jp-sched-notice')].map(i => i.getAttribute('data-seq'))
+    ).toEqual(['2']);
+    view.rerender(<SidebarView {...props({ snapshot, dismissed: { seq: 2, time: SINCE + 2 } })} />);
+    expect(view.container.querySelector('.jp-sched-notices')).toBeNull();
+    view.unmount();
+  });
+
+  it('is not shown without notices, nor without a live kernel', () => {
+    const snapshot = snapshotOf(sharedStatus(), { notices });
+    const quiet = render(<SidebarView {...props({})} />);
+    expect(quiet.container.querySelector('.jp-sched-notices')).toBeNull();
+    quiet.unmount();
+    const restarting = render(<SidebarView {...props({ snapshot, state: 'restarting' })} />);
+    expect(restarting.container.querySelector('[role="alert"]')).toBeNull();
+    restarting.unmount();
+  });
+});
+
 describe('SchedulerSidebar', () => {
   // the widget renders on its own schedule, as in JupyterLab, not inside act()
   beforeEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = false));
@@ -304,6 +435,55 @@ describe('SchedulerSidebar', () => {
   });
 });
 
+describe('SchedulerSidebar and notices', () => {
+  beforeEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = false));
+  afterEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = true));
+
+  it('shows each notice once per kernel, through switches to other kernels and back', async () => {
+    const connection = new SchedConnection({ interval: 0.5, window: 300 });
+    const first = new FakeContext(new FakeKernel());
+    const second = new FakeContext(new FakeKernel());
+    second.name = 'second.ipynb';
+    const said = { seq: 1, time: SINCE, text: 'the ledger was made again' };
+    const sidebar = new SchedulerSidebar({ connection, timelineWindow: 300 });
+    Widget.attach(sidebar, document.body);
+    const shown = () =>
+      [...sidebar.node.querySelectorAll('.jp-sched-notice-text')].map(n => n.textContent);
+    /** The kernel of `context` sends a snapshot; the sidebar draws it. */
+    const live = async (context: FakeContext, seq: number, notices: unknown[]) => {
+      context.session.kernel!.last.receive(snapshotMessage(seq, seq, { notices }));
+      const summary = () =>
+        [
+          sidebar.node.querySelector('.jp-sched-session')?.textContent,
+          sidebar.node.querySelector('.jp-sched-sidebar-body')?.getAttribute('data-state')
+        ].join(' ');
+      await waitFor(() => expect(summary()).toBe(`${context.name} live`));
+    };
+
+    connection.follow(first as any);
+    await live(first, 1, [said]);
+    expect(shown()).toEqual(['the ledger was made again']);
+    (sidebar.node.querySelector('.jp-sched-notices-dismiss') as HTMLElement).click();
+    await waitFor(() => expect(sidebar.node.querySelector('.jp-sched-notices')).toBeNull());
+    expect(connection.dismissed).toEqual({ seq: 1, time: SINCE });
+    await live(first, 2, [said]); // every snapshot carries it: not shown again
+    expect(shown()).toEqual([]);
+
+    // another kernel has its own notices; coming back, the first one's stay dismissed
+    connection.follow(second as any);
+    await live(second, 1, [said]);
+    expect(shown()).toEqual(['the ledger was made again']);
+    connection.follow(first as any);
+    await live(first, 1, [said]);
+    expect(shown()).toEqual([]);
+    // a newer one comes
+    await live(first, 2, [said, { seq: 2, time: SINCE + 1, text: 'a newer one' }]);
+    await waitFor(() => expect(shown()).toEqual(['a newer one']));
+    sidebar.dispose();
+    connection.dispose();
+  });
+});
+
 describe('StatusText', () => {
   it('is a labelled button that opens the sidebar', () => {
     let clicked = 0;
@@ -314,6 +494,28 @@ describe('StatusText', () => {
     expect(button.textContent).toBe('GPU 1.5/2 · 2 running · 3 queued');
     click(button);
     expect(clicked).toBe(1);
+    unmount();
+  });
+});
+
+describe('StatusText with a notice', () => {
+  it('puts the ⚠ before the figures, apart, and says so in its name', () => {
+    const { container, unmount } = render(
+      <StatusText
+        text="GPU 1.5/2 · 2 running · 1 queued · others 0.5"
+        marker="⚠"
+        notices={1}
+        title="Scheduler: GPU 1.5/2 · 2 running · 1 queued · others 0.5. 1 notice to read. Show the Scheduler sidebar"
+        onClick={() => undefined}
+      />
+    );
+    const button = container.querySelector('button') as HTMLButtonElement;
+    expect(button.textContent).toBe('⚠ GPU 1.5/2 · 2 running · 1 queued · others 0.5');
+    expect(button.dataset.notices).toBe('1');
+    expect(button.querySelector('.jp-sched-statusbar-marker')?.getAttribute('aria-hidden')).toBe(
+      'true'
+    );
+    expect(button.getAttribute('aria-label')).toContain('1 notice to read');
     unmount();
   });
 });

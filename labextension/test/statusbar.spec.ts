@@ -13,6 +13,7 @@ import { SchedConnection } from '../src/comm';
 import { followActiveKernel } from '../src/follow';
 import { SchedulerStatus } from '../src/statusbar';
 import { FakeContext, FakeKernel, snapshotMessage } from './fakes';
+import { sharedStatus, SINCE } from './helpers';
 import { FakePanel, FakeShell, FakeTracker } from './shell';
 
 /** What each notebook's kernel reports, and the item's text for it. */
@@ -119,6 +120,34 @@ describe('SchedulerStatus in the status bar', () => {
     answer(kernel, 'second.ipynb');
     expectShown('GPU 2/3 · 1 running · 0 queued');
     jest.restoreAllMocks();
+  });
+});
+
+describe('SchedulerStatus counts what others hold and marks notices', () => {
+  const notice = { seq: 1, time: SINCE, text: "the host's GPU lease ledger was made again" };
+
+  it('shows ⚠ until the notices are dismissed, and again for a newer one', () => {
+    const kernel = new FakeKernel();
+    connection.follow(new FakeContext(kernel) as any);
+    const shared = sharedStatus();
+    kernel.last.receive(snapshotMessage(1, 10, { ...shared, notices: [notice] }));
+    flush();
+    const figures = 'GPU 2/2 · 3 running · 2 queued · 1 infeasible · others 0.5 · 1 unmanaged';
+    expectShown(`⚠ ${figures}`);
+    const button = item.node.querySelector('button') as HTMLButtonElement;
+    expect(button.title).toBe(
+      `Scheduler: ${figures}. 1 notice to read. Show the Scheduler sidebar`
+    );
+    act(() => connection.dismissNotices());
+    flush();
+    expectShown(figures);
+    kernel.last.receive(snapshotMessage(2, 11, { ...shared, notices: [notice] }));
+    flush();
+    expectShown(figures);
+    const newer = { seq: 2, time: SINCE + 1, text: 'the ledger cannot be used' };
+    kernel.last.receive(snapshotMessage(3, 12, { ...shared, notices: [notice, newer] }));
+    flush();
+    expectShown(`⚠ ${figures}`);
   });
 });
 
