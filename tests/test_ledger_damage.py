@@ -132,6 +132,16 @@ def test_no_damage_to_the_ledger_lets_a_gpu_be_held_twice(monkeypatch, tmp_path)
                                  "--mem 8GiB").error is None
                     assert c.run(WORK.format(log=str(log), name="c")).error is None
                     wait_for_work(log, time.time(), "abc")
+            for k in (a, b, c):
+                k.run("stop.set()\njupyter_sched.get_scheduler().cancel_all()")
+                k.value("jupyter_sched.get_scheduler().wait(timeout=60) and 0")
+            # every lease was given back: none was taken twice or left behind by a rebuild
+            from jupyter_sched.host.leases import Ledger
+
+            deadline = time.monotonic() + 10
+            while (held := Ledger.to_read(ledger).held()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert held == [], held
         finally:
             for k in (a, b) + ((c,) if c else ()):
                 k.run("stop.set()\njupyter_sched.get_scheduler().cancel_all()")

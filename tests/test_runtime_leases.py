@@ -441,3 +441,24 @@ def test_a_start_in_the_step_that_ends_another_task_is_not_refused_by_its_own_le
         assert first.result(0) == "first come" and second.result(0) == "second come"
     finally:
         sched.shutdown()
+
+
+def test_a_kernel_that_only_holds_notices_its_ledger_deleted(path):
+    """Nothing waits, nothing else happens: the ledger file is still looked after while the
+    kernel holds a lease, made again with that lease, and the kernel's view of the GPUs comes
+    back once the grace of a ledger made again is over."""
+    s = Scheduler(local_resources="GPU=2", ledger_path=str(path)).start()
+    gate = threading.Event()
+    try:
+        h = s.submit(gate.wait, WAIT, resources={"GPU": 1})
+        assert wait_for(lambda: h.state == "running")
+        path.unlink()
+        assert wait_for(lambda: any("was deleted" in n[2] for n in s.notices()), 5)
+        with Ledger(path) as ledger:
+            assert [lease.task for lease in ledger.held()] == [h.id]
+        # after the grace, the other GPU is free again for this kernel, with nothing asked
+        assert wait_for(lambda: s.snapshot(fresh=True).nodes[0].devices[1].allocated == 0, 10)
+        assert s.submit(lambda: "on", resources={"GPU": 1}).result(WAIT) == "on"
+    finally:
+        gate.set()
+        s.shutdown()

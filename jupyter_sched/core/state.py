@@ -34,7 +34,7 @@ from . import invariants
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
 from .errors import InvalidTransition, Refused
 from .intake import check
-from .jobs import in_order
+from .jobs import in_order, job_key
 from .ledger import Ledger
 from .session import Session
 from .transitions import (
@@ -428,18 +428,22 @@ class Core(Ledger):
             for member in (gang.members if gang is not None else [task]):
                 self.tasks.pop(member.id, None)
 
-    def waiting_elsewhere(self, node: str, limit: int) -> list[Task]:
+    def waiting_elsewhere(self, node: str, limit: int) -> list[tuple[Task, int]]:
         """The jobs (a task, or a gang's first member) that wait only for shares other
-        processes hold on ``node``, as the last cycle that tried them found: at most ``limit``,
-        oldest first. (What is no longer so is forgotten here.)"""
-        out: list[Task] = []
+        processes hold on ``node``, as the last cycle that tried them found, each with how
+        many jobs wait in its class (at most ``limit`` of them, oldest first). What is no
+        longer so is forgotten here."""
+        out: list[tuple[Task, int]] = []
         gone: list[str] = []
         for task_id, where in self.elsewhere_waits.items():
             task = self.tasks.get(task_id)
             if task is None or task.state != QUEUED or not task.reason:
                 gone.append(task_id)
             elif where == node and len(out) < limit:
-                out.append(task)
+                job = task.gang if task.gang is not None else task
+                queue = self.queues.queues.get(task.queue)
+                fifo = queue.classes.get(job_key(job)) if queue is not None else None
+                out.append((task, max(1, len(fifo) if fifo is not None else 1)))
         for task_id in gone:
             del self.elsewhere_waits[task_id]
         return out

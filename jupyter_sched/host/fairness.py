@@ -7,9 +7,11 @@ for every scheduler that reads the ledger:
 1. between users, by fair share of GPU use: a user's decayed GPU-seconds (a half-life, like
    Slurm's fair-share factor) divided by the user's weight, lower first;
 2. then priority, higher first;
-3. then age: how long the demand has waited on this host, older first. A demand's wait
-   begins again each time one of its tasks starts, so a kernel streaming work is never long
-   ahead of one that waits, and two kernels with backlogs take turns.
+3. then, between kernels of one user, the same fair share by kernel: the one that used the
+   GPUs least lately goes first (in GPU time: a kernel of tiny tasks does not wait a long
+   task's turn for each of them);
+4. then age: how long the demand has waited on this host, older first. A demand's wait
+   begins again each time one of its tasks starts, so two kernels with equal use take turns.
 
 Walking the waits in that order, each reserves the devices it will start on as they free up
 (:func:`reserve`): a whole-GPU demand the least-held free devices it can use, a share the
@@ -36,8 +38,9 @@ DEFAULT_HALF_LIFE = 300.0
 
 @dataclass(frozen=True, slots=True)
 class Demand:
-    """``count`` devices of ``units`` each (a share: count 1, units below ``SCALE``; whole
-    devices: units ``SCALE``) on any of ``devices`` (the device keys the waiter can use)."""
+    """``count`` shares of ``units`` each (below ``SCALE``: a share of one device each, a
+    backlog of ``count`` of them; ``SCALE``: ``count`` whole devices) on any of ``devices``
+    (the device keys the waiter can use)."""
 
     units: int
     count: int
@@ -46,7 +49,8 @@ class Demand:
     def text(self) -> str:
         if self.units >= SCALE:
             return f"{self.count} whole GPU{'s' if self.count != 1 else ''}"
-        return f"{self.units / SCALE:g} of a GPU"
+        many = f"{self.count} x " if self.count > 1 else ""
+        return f"{many}{self.units / SCALE:g} of a GPU"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +104,19 @@ def standing(usage: Mapping[int, tuple[float, float]],
     return out
 
 
-def ranked(waits: Iterable[Wait], standings: Mapping[int, float]) -> list[Wait]:
-    """The waits in host order: fair share, then priority, then age (then the order they
-    were recorded in)."""
-    return sorted(waits, key=lambda w: (standings.get(w.uid, 0.0), -w.priority, w.since, w.id))
+def rank_key(wait: Wait, standings: Mapping[int, float],
+             kernels: Mapping[int, float]) -> tuple:
+    """Where a wait stands: its user's fair share, its priority, its kernel's use, its age."""
+    return (standings.get(wait.uid, 0.0), -wait.priority, kernels.get(wait.pid, 0.0),
+            wait.since, wait.id)
+
+
+def ranked(waits: Iterable[Wait], standings: Mapping[int, float],
+           kernels: Mapping[int, float] | None = None) -> list[Wait]:
+    """The waits in host order: their users' fair share, then priority, then their kernels'
+    use (``kernels``: GPU-seconds by pid), then age (then the order they were recorded in)."""
+    used = kernels or {}
+    return sorted(waits, key=lambda w: rank_key(w, standings, used))
 
 
 def reserve(order: Sequence[Wait], held: Mapping[str, int]) -> dict[int, dict[str, int]]:
@@ -129,24 +142,37 @@ def reserve(order: Sequence[Wait], held: Mapping[str, int]) -> dict[int, dict[st
                 for device in chosen:
                     reserved[device] = SCALE
             continue
-        room = [(held.get(d, 0) + reserved.get(d, 0), d) for d in demand.devices
-                if SCALE - reserved.get(d, 0) >= demand.units]
-        if room:
+        mine: dict[str, int] = {}
+        for _ in range(demand.count):  # a backlog of shares: each where it fits best
+            room = [(held.get(d, 0) + reserved.get(d, 0), d) for d in demand.devices
+                    if SCALE - reserved.get(d, 0) >= demand.units]
+            if not room:
+                break
             device = min(room)[1]
-            out[wait.id] = {device: demand.units}
+            mine[device] = mine.get(device, 0) + demand.units
             reserved[device] = reserved.get(device, 0) + demand.units
+        if mine:
+            out[wait.id] = mine
     return out
 
 
-def ahead_of(order: Sequence[Wait], pid: int) -> list[Wait]:
-    """The waits of other processes ranked before ``pid``'s first wait (all of them when it
-    has none): what ``pid`` must leave room for."""
-    out = []
-    for wait in order:
-        if wait.pid == pid:
-            break
-        out.append(wait)
-    return out
+def ahead_of(order: Sequence[Wait], pid: int, standing: tuple | None = None,
+             standings: Mapping[int, float] | None = None,
+             kernels: Mapping[int, float] | None = None) -> list[Wait]:
+    """The waits of other processes that ``pid`` must leave room for: those ranked before its
+    first wait; when it records none (its work runs, nothing of it waits), those ranked before
+    ``standing``, where a demand of it arriving now would stand (all of them without one)."""
+    if any(wait.pid == pid for wait in order):
+        out = []
+        for wait in order:
+            if wait.pid == pid:
+                break
+            out.append(wait)
+        return out
+    if standing is None:
+        return [wait for wait in order if wait.pid != pid]
+    return [wait for wait in order
+            if rank_key(wait, standings or {}, kernels or {}) < standing]
 
 
 def reserved_for(waits: Iterable[Wait], reservations: Mapping[int, Mapping[str, int]],
@@ -179,4 +205,4 @@ def ordinal(n: int) -> str:
 
 
 __all__ = ["DEFAULT_HALF_LIFE", "Demand", "Wait", "ahead_of", "decayed", "held_use", "ordinal",
-           "position", "ranked", "reserve", "reserved_for", "standing"]
+           "position", "rank_key", "ranked", "reserve", "reserved_for", "standing"]

@@ -44,15 +44,22 @@ class Order:
     now: float
     grace_until: float | None = None
     owners: dict[int, tuple] = field(default_factory=dict)  # wait id -> owner columns
+    kernels: dict[int, float] = field(default_factory=dict)  # pid -> its GPU-seconds
 
-    def ahead_of(self, pid: int) -> dict[str, int]:
-        """Units of each device reserved by waits of other processes ranked before ``pid``'s
-        first wait (by all of theirs when it has none): room ``pid`` must leave free."""
-        return fairness.reserved_for(fairness.ahead_of(self.waits, pid), self.reservations, pid)
+    def waits_ahead(self, pid: int, uid: int) -> list[Wait]:
+        """The waits of other processes ranked before ``pid``'s first wait, or, when it has
+        none, before a demand of its (priority 0) arriving now."""
+        standing = (self.standings.get(uid, 0.0), 0, self.kernels.get(pid, 0.0), self.now, 0)
+        return fairness.ahead_of(self.waits, pid, standing, self.standings, self.kernels)
 
-    def blocking(self, pid: int, device: str) -> tuple[Wait, ...]:
+    def ahead_of(self, pid: int, uid: int) -> dict[str, int]:
+        """Units of each device reserved by the waits ahead of ``pid``: room it must leave
+        free."""
+        return fairness.reserved_for(self.waits_ahead(pid, uid), self.reservations, pid)
+
+    def blocking(self, pid: int, uid: int, device: str) -> tuple[Wait, ...]:
         """The waits ahead of ``pid`` that reserve ``device``."""
-        return tuple(w for w in fairness.ahead_of(self.waits, pid)
+        return tuple(w for w in self.waits_ahead(pid, uid)
                      if w.pid != pid and device in self.reservations.get(w.id, {}))
 
 
@@ -72,6 +79,7 @@ def grace_until(db: sqlite3.Connection) -> float | None:
 def read(db: sqlite3.Connection, now: float,
          leases: Sequence[tuple[int, str, int, float, int]]) -> Order:
     """The order at ``now``; ``leases``: (uid, user, units, taken, pid) of every lease."""
+    kernels = _kernel_standings(db, now, leases)
     rows = db.execute(f"SELECT {WAIT_COLUMNS} FROM waits").fetchall()
     grace = grace_until(db)
     life = half_life(db)
@@ -91,12 +99,26 @@ def read(db: sqlite3.Connection, now: float,
     standings = fairness.standing(usage, [(uid, units, taken)
                                           for uid, _, units, taken, _ in leases],
                                   weights, users, now, life)
-    order = fairness.ranked(waits, standings)
+    order = fairness.ranked(waits, standings, kernels)
     held: dict[str, int] = {}
     for device, units in db.execute("SELECT device, sum(units) FROM leases GROUP BY device"):
         held[device] = units
     return Order(order, fairness.reserve(order, held), standings, users, weights, life, now,
-                 grace, owners)
+                 grace, owners, kernels)
+
+
+def _kernel_standings(db: sqlite3.Connection, now: float,
+                      leases: Sequence[tuple[int, str, int, float, int]]) -> dict[int, float]:
+    """Each process's decayed GPU-seconds, past and held, by pid: between kernels of one user,
+    the one that used the GPUs least goes first (in GPU time, not in tasks: a kernel of tiny
+    tasks is not made to wait a long task's turn for each)."""
+    life = half_life(db)
+    out: dict[int, float] = {}
+    for pid, _, value, at in db.execute("SELECT pid, started, value, at FROM kernel_use"):
+        out[pid] = out.get(pid, 0.0) + fairness.decayed(value, at, now, life)
+    for _, _, units, taken, pid in leases:
+        out[pid] = out.get(pid, 0.0) + fairness.held_use(units, taken, now, life)
+    return out
 
 
 def replace_waits(db: sqlite3.Connection, owner: Owner, waits: Iterable[WaitSpec]) -> None:
@@ -121,23 +143,33 @@ def sweep_waits(db: sqlite3.Connection, alive: Callable[[tuple], bool]) -> int:
     return len(ended)
 
 
-def record_use(db: sqlite3.Connection, given: Iterable[tuple[int, str, int, float]],
-               now: float) -> None:
-    """Count the GPU use of leases given back (uid, user, units, taken) in their users' past
-    use, decayed by the ledger's half-life."""
+def record_use(db: sqlite3.Connection,
+               given: Iterable[tuple[int, str, int, float, int, float]], now: float) -> None:
+    """Count the GPU use of leases given back (uid, user, units, taken, pid, started) in
+    their users' and their processes' past use, decayed by the ledger's half-life."""
     life = half_life(db)
     if life <= 0:
         return
     by_uid: dict[int, tuple[str, float]] = {}
-    for uid, user, units, taken in given:
+    by_process: dict[tuple[int, float], float] = {}
+    for uid, user, units, taken, pid, started in given:
         used = fairness.held_use(units, taken, now, life)
         name, total = by_uid.get(uid, (user, 0.0))
         by_uid[uid] = (name, total + used)
+        by_process[pid, started] = by_process.get((pid, started), 0.0) + used
     for uid, (user, used) in by_uid.items():
         row = db.execute("SELECT value, at FROM usage WHERE uid = ?", (uid,)).fetchone()
         value = fairness.decayed(row[0], row[1], now, life) if row else 0.0
         db.execute("INSERT OR REPLACE INTO usage (uid, user, value, at) VALUES (?, ?, ?, ?)",
                    (uid, user, value + used, now))
+    for (pid, started), used in by_process.items():
+        row = db.execute("SELECT value, at FROM kernel_use WHERE pid = ? AND started = ?",
+                         (pid, started)).fetchone()
+        value = fairness.decayed(row[0], row[1], now, life) if row else 0.0
+        db.execute("INSERT OR REPLACE INTO kernel_use (pid, started, value, at) "
+                   "VALUES (?, ?, ?, ?)", (pid, started, value + used, now))
+    # what has decayed to nothing (its kernel long gone, or idle) is forgotten
+    db.execute("DELETE FROM kernel_use WHERE at < ?", (now - 20 * life,))
 
 
 def set_half_life(db: sqlite3.Connection, seconds: float) -> None:

@@ -224,7 +224,7 @@ class Ledger:
                     for _, shares in takes]
         used = used_of(db, sorted({d for _, shares in takes for d in shares}))
         order = self._order(db, now) if _any_waits(db) else lease_order.EMPTY
-        reserved = order.ahead_of(owner.pid)
+        reserved = order.ahead_of(owner.pid, owner.uid)
         swept: set[str] = set()
         taken: list[tuple[Lease, ...] | Refusal] = []
         for task, shares in takes:
@@ -236,7 +236,7 @@ class Ledger:
             if short is not None:
                 holders = tuple(lease_from_row(row) for row in rows_of(db, [short]))
                 taken.append(Refusal(short, shares[short], SCALE - used[short], holders,
-                                     order.blocking(owner.pid, short)))
+                                     order.blocking(owner.pid, owner.uid, short)))
                 continue
             leases = insert_lease(db, owner, task, shares, now, now)
             for device, units in shares.items():
@@ -272,7 +272,7 @@ class Ledger:
                           (*ids, owner.pid, owner.started)).fetchall()
         db.executemany("DELETE FROM leases WHERE id = ? AND pid = ? AND started = ?",
                        [(i, owner.pid, owner.started) for i in ids])
-        lease_order.record_use(db, [(uid, user, units, taken or since)
+        lease_order.record_use(db, [(uid, user, units, taken or since, owner.pid, owner.started)
                                     for uid, user, units, taken, since in rows], now)
 
     @staticmethod
@@ -307,7 +307,8 @@ class Ledger:
                 )
             db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
             lease_order.record_use(db, [(theirs.owner.uid, theirs.owner.user, theirs.units,
-                                         theirs.taken)], time.time())
+                                         theirs.taken, theirs.owner.pid,
+                                         theirs.owner.started)], time.time())
         return True
 
     def give_mine(self) -> list[Lease]:
@@ -461,8 +462,8 @@ class Ledger:
             (kept if self._alive(row[3:10], cached) else ended).append(row)
         if ended:
             db.executemany("DELETE FROM leases WHERE id = ?", [(row[0],) for row in ended])
-            lease_order.record_use(db, [(row[3], row[4], row[2], row[12] or row[11])
-                                        for row in ended], now)
+            lease_order.record_use(db, [(row[3], row[4], row[2], row[12] or row[11], row[5],
+                                         row[6]) for row in ended], now)
         return kept
 
     def _alive(self, owner: tuple, cached: bool) -> bool:

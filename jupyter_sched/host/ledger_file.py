@@ -75,6 +75,8 @@ CREATE TABLE waits (
 );
 CREATE TABLE usage (uid INTEGER PRIMARY KEY, user TEXT NOT NULL, value REAL NOT NULL,
                     at REAL NOT NULL);
+CREATE TABLE kernel_use (pid INTEGER NOT NULL, started REAL NOT NULL, value REAL NOT NULL,
+                         at REAL NOT NULL, PRIMARY KEY (pid, started));
 CREATE TABLE weights (user TEXT PRIMARY KEY, weight REAL NOT NULL CHECK (weight > 0));
 CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TRIGGER count_waits AFTER INSERT ON waits
@@ -434,7 +436,8 @@ def _check_format(path: Path, db: sqlite3.Connection) -> None:
             f"host, or choose another path with ${LEASES_ENV}"
         )
     names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-    if not {"leases", "changes", "waits", "usage", "weights", "settings"} <= names:
+    if not {"leases", "changes", "waits", "usage", "kernel_use", "weights",
+            "settings"} <= names:
         raise LedgerError(f"the lease ledger {path} lacks its tables (damaged); move it away "
                           f"(a new one is made on next use) or choose another path with "
                           f"${LEASES_ENV}")

@@ -24,7 +24,7 @@ from urllib.parse import quote
 from .holders import user_name
 from .ledger_file import APPLICATION_ID, FORMAT, LEASES_ENV, LedgerError, explain
 
-_TABLES = {"leases", "changes", "waits", "usage", "weights", "settings"}
+_TABLES = {"leases", "changes", "waits", "usage", "kernel_use", "weights", "settings"}
 
 
 def open_ledger_to_read(path: Path, timeout: float) -> sqlite3.Connection:

@@ -45,6 +45,7 @@ class LeaseView:
         self.others: list[Lease] = []  # others' leases of the local GPUs, as last read
         self.order: Order = EMPTY
         self.blocked: str | None = None  # why no lease can be taken now (the ledger)
+        self.graced = False  # the core was told every GPU is held, for a ledger's grace
         self._sent: tuple | None = ({}, "")  # what the core was last told
         # (demand, priority) -> (waiting since (epoch), the task at its head then)
         self._since: dict[tuple, tuple[float, str]] = {}
@@ -81,7 +82,7 @@ class LeaseView:
             units[index] = units.get(index, 0) + lease.units
             holders.setdefault(index, []).append(lease)
         parts = [held_text(units, holders)] if units else []
-        reserved = self.order.ahead_of(os.getpid())
+        reserved = self.order.ahead_of(os.getpid(), os.getuid())
         reserving: dict[int, int] = {}
         for key, share in reserved.items():
             index = by_key.get(key)
@@ -94,10 +95,12 @@ class LeaseView:
             units[index] = min(SCALE, units.get(index, 0) + share)
             parts.append(f"{format_bytes(used)} of GPU {index}'s memory ({format_units(share)} "
                          "of it) is used by processes outside the scheduler")
+        self.graced = False
         if self.blocked is not None:
             units = dict.fromkeys(self.keys, SCALE)
             parts = [self.blocked]
         elif self.order.grace_until is not None and time.time() < self.order.grace_until:
+            self.graced = True
             units = dict.fromkeys(self.keys, SCALE)
             parts = [f"the host's lease ledger was made again: the kernels that held GPUs take "
                      f"back what they hold until {clock(self.order.grace_until)}"]
@@ -112,7 +115,7 @@ class LeaseView:
 
     def _reserved_text(self, reserving: Mapping[int, int], by_key: Mapping[str, int]) -> str:
         me = os.getpid()
-        waits = [w for w in fairness.ahead_of(self.order.waits, me)
+        waits = [w for w in self.order.waits_ahead(me, os.getuid())
                  if w.pid != me and self.order.reservations.get(w.id)]
         gpus = ", ".join(f"{format_units(u)} of GPU {i}" if u < SCALE else f"GPU {i}"
                          for i, u in sorted(reserving.items()))
@@ -160,19 +163,22 @@ class LeaseView:
 
     # -- this kernel's waits ---------------------------------------------------------------------
 
-    def want(self, tasks: Sequence[Task], now: float | None = None) -> None:
-        """The core's jobs that wait only for what others hold or reserve: the waits to record
-        (at most ``MAX_WAITS``). A demand waits since its present head began waiting: when
-        one of its tasks starts, the next one's wait begins then (so two kernels with
-        backlogs take turns), but a start refused by the ledger is no new beginning."""
+    def want(self, waiting: Sequence[tuple[Task, int]], now: float | None = None) -> None:
+        """The core's jobs that wait only for what others hold or reserve, each with how many
+        wait in its class: the waits to record (at most ``MAX_WAITS``). A backlog of shares
+        waits for as many shares as it has tasks (up to all the devices hold), so that a
+        kernel of short tasks is not served one share at a time. A demand waits since its
+        present head began waiting: when one of its tasks starts, the next one's wait begins
+        then (so two kernels with backlogs take turns), but a start refused by the ledger is
+        no new beginning."""
         wall = time.time() if now is None else now
         devices = tuple(self.keys.values())
         specs, seen = [], set()
-        for task in tasks:
-            demand = self._demand(task, devices)
+        for task, backlog in waiting:
+            demand = self._demand(task, backlog, devices)
             if demand is None:
                 continue
-            key = (demand, task.spec.priority)
+            key = (demand.units, task.spec.priority)
             seen.add(key)
             since, head = self._since.get(key, (wall, task.id))
             if head != task.id:
@@ -191,7 +197,8 @@ class LeaseView:
         """Whether the waits to record differ from those the ledger has."""
         return _shape(self.wanted) != _shape(self.written)
 
-    def _demand(self, task: Task, devices: tuple[str, ...]) -> fairness.Demand | None:
+    def _demand(self, task: Task, backlog: int,
+                devices: tuple[str, ...]) -> fairness.Demand | None:
         demand = task.spec.demand
         count = len(task.gang.members) if task.gang is not None else 1
         if demand.gpu_memory:
@@ -199,13 +206,15 @@ class LeaseView:
             if not sizes:
                 return None
             units = min(SCALE, math.ceil(demand.gpu_memory * SCALE / min(sizes)))
-            return fairness.Demand(units, count, devices)
-        gpu = demand.gpu_units
-        if gpu <= 0 or not devices:
+        else:
+            units = demand.gpu_units
+        if units <= 0 or not devices:
             return None
-        if gpu < SCALE:
-            return fairness.Demand(gpu, count, devices)
-        return fairness.Demand(SCALE, count * (gpu // SCALE), devices)
+        if units < SCALE:
+            if task.gang is None:  # a backlog of shares: as many as the devices hold
+                count = min(backlog, len(devices) * (SCALE // units))
+            return fairness.Demand(units, count, devices)
+        return fairness.Demand(SCALE, count * (units // SCALE), devices)
 
 
 def _user_of(pid: int) -> str:

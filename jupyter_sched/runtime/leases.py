@@ -323,6 +323,18 @@ class HostLeases:
         """This kernel holds leases or records waits: the ledger is looked after meanwhile."""
         return bool(self._by_task or self.view.written or self.view.blocked)
 
+    def look_due(self, now: float) -> float | None:
+        """When the runtime must call :meth:`poll` though no GPU work waits: to look at the
+        ledger file while this kernel holds leases or waits (``CHECK``), and when a ledger
+        made again ends its grace (what others hold is then read again)."""
+        due = []
+        if self.busy:
+            due.append(max(now, self._next_check))
+        grace = self.view.order.grace_until
+        if grace is not None and self.view.graced:
+            due.append(now + max(0.0, grace - time.time()))
+        return min(due) if due else None
+
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
         """What others hold and reserve now, when it changed since the last call; sweeps for
         dead holders every ``SWEEP`` seconds while ``waiting``; looks at the ledger file every
@@ -330,7 +342,7 @@ class HostLeases:
         (a burst of steps reads it once), but at once after a refusal or a sweep."""
         self._now = now
         try:
-            if (waiting or self.busy) and now >= self._next_check:
+            if (waiting or self.busy or self.view.graced) and now >= self._next_check:
                 self._next_check = now + CHECK
                 self._look_after()
             if self.view.blocked is not None:
@@ -343,9 +355,9 @@ class HostLeases:
                 return None
             self._next_read = now + READ
             version = self.ledger.version()
-            if self.view.written and now >= self._next_order:
-                # while this kernel waits, its place moves with others' use (their shares
-                # decay, their leases age) though nothing is written: read it again
+            if (self.view.written or self.view.order.waits) and now >= self._next_order:
+                # while anyone waits, places move with use (shares decay, leases age) though
+                # nothing is written: read the order again
                 self._next_order = now + ORDER
                 version = None
             if version == self._version:
@@ -365,7 +377,7 @@ class HostLeases:
         outside = self.outside.shares(every) if self.outside is not None else {}
         return self.view.event(outside)
 
-    def want_waits(self, tasks: Sequence[Task]) -> None:
+    def want_waits(self, tasks: Sequence[tuple[Task, int]]) -> None:
         """The core's jobs that wait only for what others hold: this kernel's waits, written
         with the next exchange (:meth:`settle`)."""
         self.view.want(tasks)
@@ -422,7 +434,9 @@ class HostLeases:
                 by_task.setdefault(task, (attempt, []))[1].append(new)
         self._by_task = {task: (attempt, tuple(leases))
                          for task, (attempt, leases) in by_task.items()}
-        self._unlabelled = {task: leases for task, leases in self._unlabelled.items()
+        # passes the ledger was not told of yet name the new leases (the old ids are gone:
+        # a pass of them would take the shares a second time)
+        self._unlabelled = {task: self._by_task[task][1] for task in self._unlabelled
                             if task in self._by_task}
         self.view.written = self.view.wanted
         what = damage or "was made again by another kernel"

@@ -284,6 +284,9 @@ class RuntimeLoop(Records):
                 due.append(now + POLL)  # another kernel may give its share back
             if self._leases.label_due is not None:
                 due.append(self._leases.label_due)  # the ledger learns who holds a lease
+            look = self._leases.look_due(now)
+            if look is not None:
+                due.append(look)  # the ledger file is looked at while it is used
         if not due:
             return None
         return min(_MAX_WAIT, max(0.0, min(due) - now))
@@ -354,7 +357,7 @@ class RuntimeLoop(Records):
         leases = self._leases
         return leases is not None and bool(
             self.gpu_work_waits or leases.unread or self._observers or calls
-            or _asks_for_gpu(requests))
+            or _asks_for_gpu(requests) or leases.look_due(self.now()) is not None)
 
     def _waits_for_gpu(self) -> bool:
         return any(q.waiting.get(GPU) for q in self._core.queues.leaves())
