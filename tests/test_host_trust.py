@@ -505,3 +505,39 @@ def test_two_members_share_a_setgid_group_directory(people):
         assert sum(lease.units for lease in held) <= 10_000
         assert [(lease.owner.user, lease.units) for lease in held] == \
             [(people.alice.name, 5_000), (people.bob.name, 2_500)]
+
+
+REBUILD = """
+import json, os, sys
+from pathlib import Path
+from jupyter_sched.host.leases import Ledger, LedgerError
+from jupyter_sched.host.ledger_health import made_before_this_boot
+path = Path(sys.argv[1])
+ledger = Ledger(path)
+lease = ledger.take(sys.argv[2], 5_000)
+path.unlink()  # (a cleanup of the directory)
+out = {"made_before": made_before_this_boot(path)}
+try:
+    got = ledger.rebuild([lease])
+    out["rebuilt"] = [g.units for g in got]
+except LedgerError as err:
+    out["error"] = str(err)
+print(json.dumps(out))
+"""
+
+
+def test_a_lock_or_marker_another_user_planted_beside_the_ledger_is_not_trusted(people,
+                                                                               sticky):
+    """In a directory like /tmp, another user plants the ledger's rebuild lock (to hold it
+    for ever) and its "made this boot" marker (to fake a past ledger): the lock is refused by
+    name, the marker says nothing."""
+    path = sticky / "l.db"
+    people.sh(people.mallory, f"touch {sticky}/.l.db.lock && echo x > {sticky}/.l.db.made")
+    seen = people.run(people.alice, REBUILD, str(path), GPU)
+    assert seen["made_before"] is False
+    assert "the lease ledger's lock, belongs to user" in seen["error"]
+    assert f"'{people.mallory.name}'" in seen["error"]
+    # without them, alice's ledger is made again with her lease
+    people.sh(people.mallory, f"rm -f {sticky}/.l.db.lock {sticky}/.l.db.made")
+    seen = people.run(people.alice, REBUILD, str(path), GPU)
+    assert seen == {"made_before": True, "rebuilt": [5_000]}

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .discovery import boot_id
+from .files import in_group
+from .holders import user_name
 from .ledger_file import APPLICATION_ID, LedgerError
 
 _HEADER = b"SQLite format 3\x00"
@@ -128,7 +130,7 @@ def rebuild_lock(path: Path) -> Iterator[None]:
     beside it, opened without following links)."""
     lock = path.with_name(f".{path.name}.lock")
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o660)
+        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o660)  # (flock needs no more)
     except OSError as err:
         raise LedgerError(f"cannot lock {lock} to rebuild the lease ledger {path} "
                           f"({err.strerror}); choose another ledger with "
@@ -137,10 +139,23 @@ def rebuild_lock(path: Path) -> Iterator[None]:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise LedgerError(f"{lock} is not a regular file; remove it (rm {lock})")
+        if not _trusted(info):  # (planted by another user: it could hold the lock forever)
+            raise LedgerError(f"{lock}, the lease ledger's lock, belongs to user "
+                              f"{user_name(info.st_uid)!r}, who is not trusted here; choose a "
+                              f"ledger of your own with $JUPYTER_SCHED_LEASES")
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
+
+
+def _trusted(info: os.stat_result) -> bool:
+    """A file of this user's, or of a member of its group that others cannot write (in a
+    group's ledger directory)."""
+    if info.st_uid == os.getuid():
+        return True
+    return not info.st_mode & stat.S_IWOTH and in_group(info.st_uid, info.st_gid) and \
+        in_group(os.getuid(), info.st_gid)
 
 
 def _marker(path: Path) -> Path:
@@ -155,6 +170,8 @@ def made_before_this_boot(path: Path) -> bool:
     except OSError:
         return False
     try:
+        if not _trusted(os.fstat(fd)):
+            return False  # (another user's: it says nothing)
         seen = os.read(fd, 256).decode("utf-8", "replace").strip()
     finally:
         os.close(fd)
@@ -165,9 +182,11 @@ def note_made(path: Path) -> None:
     """Remember that a ledger was made at ``path`` this boot."""
     marker = _marker(path)
     with contextlib.suppress(OSError):
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o660)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o660)
         try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and _trusted(info):  # (never another user's file)
+                os.ftruncate(fd, 0)
                 os.write(fd, _this_boot().encode())
         finally:
             os.close(fd)
