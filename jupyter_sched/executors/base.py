@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..model.quantity import units_to_shares
 from ..model.tasks import RUNNING
 
 if TYPE_CHECKING:
-    from ..core.events import Start
+    from ..core.events import Event, Start
+    from ..host.discovery import HostInfo
     from ..model.tasks import TaskSpec
 
 
@@ -119,8 +120,43 @@ class TaskRecord:
         self.runs.append((self.node, dict(self.devices.get("GPU", {})), self.started, end))
 
 
+@dataclass(frozen=True, slots=True)
+class ExecutorSettings:
+    """The scheduler's settings an executor reads, frozen: it gets a new one when they change
+    (:meth:`Executor.configure`)."""
+
+    host_leases: bool = True  # lease GPU shares in the ledgers of engines' hosts
+    ledger_path: str = ""  # the ledger file every host uses ("": each host's own)
+    push_warn_bytes: int = 100_000_000  # warn when a cell pushes more than this (0: never)
+    local_resources: str = ""  # the kernel's host as declared ("": discovered)
+
+
+class Runtime(Protocol):
+    """What an executor may see of the runtime it reports to: nothing else.
+
+    ``report`` and ``complete`` are called from any thread; ``register_slots`` before the
+    event that announces the slots; ``local_host`` (the kernel's host as the scheduler sees
+    it) and ``gpu_work_waits`` (whether GPU work waits now) are read from any thread."""
+
+    local_host: HostInfo | None
+    gpu_work_waits: bool
+
+    def report(self, event: Event) -> None: ...
+
+    def complete(self, task_id: str, result: Any = None, error: BaseException | None = None,
+                 traceback_text: str = "", attempt: int | None = None) -> None: ...
+
+    def register_slots(self, executor: Executor, node: str, slots: Iterable[str]) -> None: ...
+
+
 class Executor(ABC):
     """Carries out ``Start`` and ``Stop``/``Preempt`` for the tasks placed on it."""
+
+    settings: ExecutorSettings = ExecutorSettings()
+
+    def configure(self, settings: ExecutorSettings) -> None:
+        """The scheduler's settings, at start and whenever they change (runtime thread)."""
+        self.settings = settings
 
     @abstractmethod
     def start(self, start: Start, task: TaskRecord) -> None:
@@ -184,4 +220,5 @@ def _physical(gpus: list[int], visible: str | None) -> list[str]:
     return [entries[i] if i < len(entries) else str(i) for i in gpus]
 
 
-__all__ = ["Executor", "TaskRecord", "Work", "device_shares", "task_env"]
+__all__ = ["Executor", "ExecutorSettings", "Runtime", "TaskRecord", "Work", "device_shares",
+           "task_env"]

@@ -38,7 +38,7 @@ from traitlets.config import Configurable
 from ..core import events as ev
 from ..core.actions.pipeline import AHEAD
 from ..core.state import POLICIES, Core
-from ..executors.base import Executor, TaskRecord, Work
+from ..executors.base import Executor, ExecutorSettings, TaskRecord, Work
 from ..executors.local.executor import LocalExecutor
 from ..executors.local.output import Publisher
 from ..host.discovery import HostInfo, discover_host
@@ -156,7 +156,7 @@ class Scheduler(RuntimeLoop, Configurable):
             self.local_host = host
             self._gpus = GpuMonitor(host)
             self._local = LocalExecutor(self, visible_devices=submission.visible_devices(host))
-            self._executors.append(self._local)
+            self._add_executor(self._local)
             self._leases = open_host_leases(self, host, LOCAL, self._notice)
             self._thread = threading.Thread(target=self._main, name="jupyter_sched-runtime",
                                             daemon=True)
@@ -474,6 +474,19 @@ class Scheduler(RuntimeLoop, Configurable):
     def _add_executor(self, executor: Executor) -> None:
         if executor not in self._executors:
             self._executors.append(executor)
+            executor.configure(self.executor_settings())
+
+    def executor_settings(self) -> ExecutorSettings:
+        """What executors read of the settings (a new one for them when these change)."""
+        return ExecutorSettings(host_leases=self.host_leases, ledger_path=self.ledger_path,
+                                push_warn_bytes=self.push_warn_bytes,
+                                local_resources=self.local_resources)
+
+    @observe("host_leases", "ledger_path", "push_warn_bytes", "local_resources")
+    def _executor_setting(self, change: dict) -> None:
+        settings = self.executor_settings()
+        for executor in list(getattr(self, "_executors", ())):
+            executor.configure(settings)
 
     # -- debugging --------------------------------------------------------------------------------
 
