@@ -59,7 +59,7 @@ from .lease_view import LeaseView, held_text
 
 log = logging.getLogger(__name__)
 
-POLL = 0.25  # seconds between reads of the ledger's version while work waits for a GPU
+POLL = 0.05  # seconds between reads of the ledger's version while work waits for a GPU (handover)
 SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GPU
 READ = 0.02  # seconds between reads of the version while steps follow each other
 LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
