@@ -400,6 +400,8 @@ class GangHandle(_LightFuture):
         self._scheduler = scheduler
         self.name = name
         self.members = members
+        self._lock = threading.Lock()  # members end on several threads at once
+        self._left = len(members)  # members not ended yet: the last one settles the gang
         for member in members:
             member.add_done_callback(self._member_done)
 
@@ -454,8 +456,15 @@ class GangHandle(_LightFuture):
         return self.members[rank]
 
     def _member_done(self, _member: Future) -> None:
-        if self.done() or not all(m.done() for m in self.members):
-            return
+        """A member ended (each once): O(1), and the last one settles the gang, once, whatever
+        the threads the members end on."""
+        with self._lock:
+            self._left -= 1
+            if self._left > 0 or self.done():
+                return
+            self._settle_gang()
+
+    def _settle_gang(self) -> None:
         failed = [m for m in self.members if m.state == FAILED]
         ran = [m for m in self.members if m.started is not None]
         if failed:
