@@ -92,7 +92,7 @@ from .host.lease_text import (
     picture_json,
 )
 from .host.lease_text import align_rows as _align
-from .host.leases import Lease, Ledger, LedgerError, ledger_path
+from .host.leases import Lease, Ledger, LedgerError, default_ledger
 from .model.quantity import format_bytes, format_units
 from .model.resources import resources_to_json
 
@@ -212,17 +212,12 @@ def _leases(args: argparse.Namespace) -> int:
 
 def _ledger_arg(given: str | None) -> Path:
     if given is None:
-        return _default_ledger()
+        return default_ledger()
     if not given.strip():
         raise LedgerError(f"the path --path {given!r} is empty: name the ledger file, or leave "
                           f"--path out for this host's ledger")
     return Path(given).expanduser()
 
-
-def _default_ledger() -> Path:
-    from jupyter_core.paths import jupyter_runtime_dir
-
-    return ledger_path(jupyter_runtime_dir())
 
 
 def _seconds(text: str, option: str, low: float = 0.0) -> float:

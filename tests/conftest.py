@@ -31,13 +31,13 @@ def checked_scheduler(local_resources: str):
     from jupyter_sched.runtime.scheduler import Scheduler
 
     s = Scheduler(local_resources=local_resources, update_interval=0.02)
-    s.debug_validate = True
+    s.debug.validate = True
     s.start()
     try:
         yield s
     finally:
         s.shutdown()
-    assert s.validation_errors == []
+    assert s.debug.errors == []
 
 
 @pytest.fixture

@@ -324,7 +324,8 @@ def test_a_ledger_made_again_says_until_when_new_leases_wait(tmp_path):
 
 def test_sched_leases_shows_the_same_tables(host, capsys):
     handler = SchedMagics._subcommands()["leases"]
-    magics = SimpleNamespace(scheduler=SimpleNamespace(ledger_path=str(host.path)))
+    off = "this kernel takes no leases (Scheduler.host_leases is off)"
+    magics = SimpleNamespace(scheduler=SimpleNamespace(ledger_status=lambda: (host.path, off)))
     handler(magics, handler.parser.parse_args([]))
     shown = capsys.readouterr().out
     printed = leases("--path", str(host.path)).stdout
@@ -340,7 +341,8 @@ def test_sched_leases_sweep_fills_no_empty_file(tmp_path, capsys):
     path.touch()
     before = files(tmp_path)
     handler = SchedMagics._subcommands()["leases"]
-    magics = SimpleNamespace(scheduler=SimpleNamespace(ledger_path=str(path)))
+    off = "this kernel takes no leases (Scheduler.host_leases is off)"
+    magics = SimpleNamespace(scheduler=SimpleNamespace(ledger_status=lambda: (path, off)))
     handler(magics, handler.parser.parse_args(["--sweep"]))
     assert capsys.readouterr().out.splitlines()[2] == (
         f"the ledger cannot be read: cannot read {path} as the lease ledger: it is empty; it "

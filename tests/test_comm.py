@@ -213,7 +213,7 @@ def test_loading_announces_with_snapshot_0_then_nothing_until_a_subscribe(kernel
     kernel.run("sched.submit(lambda: None, resources={'GPU': 0.5}, name='unseen').result()")
     kernel.pump_for(1.0)
     assert [e["type"] for e in kernel.comms[own]] == ["comm_open"]
-    assert kernel.value("len(sched._observers)") == 0
+    assert kernel.value("len(sched._loop.shown.observers if sched._loop else ())") == 0
     # subscribing on it starts snapshots there, numbered from 1, after the reply
     answer = kernel.ask(own, "subscribe", interval=0.25)
     assert answer["ok"] and answer["result"] == {"interval": 0.25, "window": 300.0}
@@ -456,7 +456,7 @@ def test_unloading_closes_the_comms_and_the_target(kernel):
     kernel.run("%unload_ext jupyter_sched")
     kernel.wait(lambda: any(e["type"] == "comm_close" for e in kernel.comms[comm]))
     unanswered(kernel, kernel.open())
-    assert kernel.value("len(sched._observers)") == 0
+    assert kernel.value("len(sched._loop.shown.observers if sched._loop else ())") == 0
 
 
 def test_after_a_restart_loading_again_makes_snapshots_flow(kernel):

@@ -108,11 +108,11 @@ def test_the_announcement_gets_nothing_until_subscribed_and_costs_no_snapshots(h
     peer = hub._attach(Peer(comm))  # as start() announces: snapshot 0 went with the open
     sched.submit(lambda: None, resources={"GPU": 0.5}, name="quiet").result(timeout=10)
     time.sleep(0.5)
-    assert comm.sent == [] and not sched._observers and hub._thread is None
+    assert comm.sent == [] and not sched._loop.shown.observers and hub._thread is None
     answer = hub.receive(peer, command("cancel_all"))  # a command is answered, nothing more
     assert answer["ok"] and comm.kinds() == ["reply"]
     time.sleep(0.3)
-    assert comm.kinds() == ["reply"] and not sched._observers
+    assert comm.kinds() == ["reply"] and not sched._loop.shown.observers
     hub.receive(peer, command("subscribe", msg_id="s", interval=0.25))
     wait_until(lambda: comm.snapshots())
     assert comm.kinds()[1:3] == ["reply", "snapshot"] and comm.snapshots()[0]["seq"] == 1
@@ -237,7 +237,7 @@ def test_a_closed_comm_gets_nothing_more_and_nobody_listening_unsubscribes(hub):
     wait_until(lambda: a.snapshots()[-1]["data"]["counts"]["done"] == 1)
     assert len(b.snapshots()) == 1
     a.on_close_cb({})
-    wait_until(lambda: not sched._observers)
+    wait_until(lambda: not sched._loop.shown.observers)
     hub.close()
     assert hub._thread is not None and not hub._thread.is_alive()
 

@@ -97,7 +97,7 @@ def test_done_callbacks_run_on_the_scheduler_thread_once_the_end_is_recorded(sch
     seen: list = []
 
     def callback(future) -> None:
-        seen.append((threading.current_thread() is sched._thread, future._record.state,
+        seen.append((threading.current_thread() is sched._loop.inbox.thread, future._record.state,
                      future.result()))
         if len(seen) == 2:
             called.set()

@@ -141,7 +141,7 @@ def test_the_holdings_of_a_host_sweep_ended_holders_first(ledger_file):
 def test_the_default_ledger_is_the_one_every_kernel_of_the_host_finds(monkeypatch, tmp_path):
     monkeypatch.setenv("JUPYTER_SCHED_LEASES", f"{tmp_path}/")
     monkeypatch.setattr(on_host, "_ledgers", {})
-    from jupyter_sched.runtime.leases import default_path
+    from jupyter_sched.host.leases import default_ledger as default_path
 
     assert on_host.open_ledger("").path == default_path("")  # as the kernels here resolve it
     assert on_host.open_ledger(str(tmp_path / "x.db")).path == tmp_path / "x.db"

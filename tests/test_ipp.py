@@ -22,9 +22,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 @pytest.fixture(scope="module")
 def pinned():
     with scheduler_with_engines(engines_per_gpu=2) as (sched, executor):
-        sched.debug_validate = True
+        sched.debug.validate = True
         yield sched, executor
-        assert sched.validation_errors == []
+        assert sched.debug.errors == []
 
 
 # -- what the tasks run (engines import this module) ---------------------------------------------
@@ -146,7 +146,7 @@ def test_a_cluster_in_use_is_not_used_twice(pinned):
                        "in use already"):
         sched.connect(executor.cluster.cluster_id)
     assert sched.snapshot(fresh=True).nodes[0].slots == before
-    assert [e for e in sched._executors if isinstance(e, IppExecutor)] == [executor]
+    assert [e for e in sched._loop.executors if isinstance(e, IppExecutor)] == [executor]
 
 
 # -- sharing a GPU -------------------------------------------------------------------------------

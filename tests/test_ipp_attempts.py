@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def cluster():
     with scheduler_with_engines(engines=4) as (sched, executor):
-        sched.debug_validate = True
+        sched.debug.validate = True
         yield sched, executor
-        assert sched.validation_errors == []
+        assert sched.debug.errors == []
 
 
 def runs(path: Path) -> list[int]:

@@ -21,10 +21,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 @pytest.fixture(scope="module")
 def one_engine():
     with scheduler_with_engines(engines=1) as (sched, executor):
-        sched.debug_validate = True
+        sched.debug.validate = True
         sched.pipeline = 5.0
         yield sched, executor
-        assert sched.validation_errors == []
+        assert sched.debug.errors == []
 
 
 # -- what the tasks run (engines import this module) ---------------------------------------------
@@ -126,7 +126,7 @@ def test_a_task_cancelled_before_its_turn_in_a_bundle_never_runs_and_one_running
 
 def test_an_engine_dying_with_a_bundle_retries_each_of_its_tasks_once(tmp_path):
     with scheduler_with_engines(engines=2) as (sched, executor):
-        sched.debug_validate = True
+        sched.debug.validate = True
         sched.pipeline = 5.0
         warm_up(sched, tmp_path)
         firsts = [busy(sched, tmp_path / f"busy{k}", 1.0) for k in range(2)]
@@ -152,4 +152,4 @@ def test_an_engine_dying_with_a_bundle_retries_each_of_its_tasks_once(tmp_path):
         assert lost and 0 in lost and set(failures) <= {0, 1}
         assert all(failures[k] == 1 for k in range(0, 6, 2))
         assert sched.inspect_core(lambda core: core.stale_reports) == 0
-        assert sched.validation_errors == []
+        assert sched.debug.errors == []

@@ -100,7 +100,8 @@ def test_two_thousand_tiny_tasks_each_end_exactly_once(floating):
     sched, executor = floating
     assert len(executor.engines) == 2
     ends: collections.Counter = collections.Counter()
-    report = sched.report
+    loop = sched._loop  # (what executors report to)
+    report = loop.report
 
     def counting(event):
         if isinstance(event, (ev.Finished, ev.Failed, ev.Stopped)):
@@ -108,16 +109,22 @@ def test_two_thousand_tiny_tasks_each_end_exactly_once(floating):
         report(event)
 
     before = sched.inspect_core(lambda core: dict(core.ended))
-    sched.report = counting
+    loop.report = counting
     try:
         handles = sched.map(inc, range(2000), target="engines", chunksize=1)  # tasks
         sched.wait(handles, timeout=80)
     finally:
-        del sched.report
+        del loop.report
     assert [h.result() for h in handles] == [k + 1 for k in range(2000)]
     ids = [h.id for h in handles]
     assert len(set(ids)) == 2000
     assert all(ends[i] == 1 for i in ids), {i: ends[i] for i in ids if ends[i] != 1}
+    # and nothing of them is left behind in the runtime's tables (who runs after whom, live
+    # records, leases): the runtime keeps no entry per task once it ended
+    sched._catch_up()
+    left = sched.inspect_core(lambda core: (dict(loop.records.behind), set(loop.records.live),
+                                            loop.leases.tasks() if loop.leases else []))
+    assert left == ({}, set(), []), left
     after = sched.inspect_core(lambda core: dict(core.ended))  # all-time terminal tally
     assert {k: after[k] - before[k] for k in after} == {"done": 2000, "failed": 0,
                                                         "cancelled": 0}

@@ -53,7 +53,7 @@ def test_engines_per_gpu_counts_gpus_declared_with_sched_local(kernel):
     ok(run)
     assert not run.stderr.strip(), run.stderr
     assert "2/2" in run.texts()[0]  # two engine slots, one per declared GPU
-    pinned = kernel.value("sorted(e.visible for e in sched._executors[-1].engines.values())")
+    pinned = kernel.value("sorted(e.visible for e in sched._loop.executors[-1].engines.values())")
     assert pinned == [(0,), (1,)]
 
 

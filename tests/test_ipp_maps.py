@@ -23,11 +23,11 @@ WAIT = 60
 @pytest.fixture(scope="module")
 def engines():
     with scheduler_with_engines(engines=2) as (sched, executor):
-        sched.debug_validate = True
+        sched.debug.validate = True
         wait_for(lambda: len(executor.engines) == 2, 60, "two engines")
         sched.wait([sched.submit(tiny, 0, target="engines") for _ in range(4)], timeout=WAIT)
         yield sched
-        assert sched.validation_errors == []
+        assert sched.debug.errors == []
 
 
 # -- what the items run (engines import this module) ---------------------------------------------

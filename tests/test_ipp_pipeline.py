@@ -20,9 +20,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 @pytest.fixture(scope="module")
 def cluster():
     with scheduler_with_engines(engines=2) as (sched, executor):
-        sched.debug_validate = True
+        sched.debug.validate = True
         yield sched, executor
-        assert sched.validation_errors == []
+        assert sched.debug.errors == []
 
 
 # -- what the tasks run (engines import this module) ---------------------------------------------
@@ -160,7 +160,7 @@ def test_a_task_sent_ahead_says_running_once_it_took_over_its_slot(cluster, tmp_
 
 def test_an_engine_dying_with_a_task_sent_ahead_retries_both_once(tmp_path):
     with scheduler_with_engines(engines=2) as (sched, _):
-        sched.debug_validate = True
+        sched.debug.validate = True
         sched.pipeline = 5.0
         warm_up(sched, tmp_path)
         running_path, ahead_path = tmp_path / "running", tmp_path / "ahead"
@@ -183,7 +183,7 @@ def test_an_engine_dying_with_a_task_sent_ahead_retries_both_once(tmp_path):
 
         assert sched.inspect_core(attempts) == [(2, 1), (2, 1)]
         assert sched.inspect_core(lambda core: core.stale_reports) == 0
-        assert sched.validation_errors == []
+        assert sched.debug.errors == []
 
 
 def napper(path: str, seconds: float) -> int:

@@ -417,3 +417,18 @@ def test_cells_on_engines_push_and_pull(kernel):
     said = "left the ipyparallel engines (a cluster %sched start started is stopped)"
     assert said in run.stdout.splitlines()
     assert "1/1" not in kernel.run("%sched nodes").texts()[0]
+
+
+def test_after_a_shutdown_the_next_cell_gets_a_fresh_scheduler(kernel):
+    """``get_scheduler().shutdown()`` ends that scheduler; the magics then use a fresh one (the
+    same as ``get_scheduler()`` gives), not the closed one for the kernel's life."""
+    idle(kernel)
+    run = kernel.run("jupyter_sched.get_scheduler().shutdown()")
+    assert run.error is None, run.error
+    run = kernel.run("%%sched --wait\n6 * 7")
+    assert run.error is None, run.error
+    assert "42" in run.texts()
+    fresh = "jupyter_sched.get_scheduler()"
+    assert kernel.value(f"({fresh} is not sched, {fresh}.started, sched.state)") == (
+        True, True, "closed")
+    kernel.run(f"sched = {fresh}")  # (for any test after this one)

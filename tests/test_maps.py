@@ -21,10 +21,10 @@ WAIT = 20
 @pytest.fixture
 def sched():
     s = Scheduler(local_resources="GPU=2,CPU=4").start()
-    s.debug_validate = True
+    s.debug.validate = True
     yield s
     s.shutdown()
-    assert s.validation_errors == []
+    assert s.debug.errors == []
 
 
 def picky(x: int) -> int:

@@ -45,9 +45,9 @@ def net():
 @pytest.fixture(scope="module")
 def cluster(net):
     with cluster_on_hosts(net, {"h1": (2, H1), "h2": (2, H2)}) as made:
-        made.sched.debug_validate = True
+        made.sched.debug.validate = True
         yield made
-        assert made.sched.validation_errors == []
+        assert made.sched.debug.errors == []
 
 
 # -- what the tasks run (engines import this module) ---------------------------------------------

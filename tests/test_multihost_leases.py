@@ -52,9 +52,9 @@ def cluster(net):
     (mps / "nvidia-cuda-mps-control.pid").write_text(str(os.getpid()))
     env = {"JUPYTER_SCHED_DECLARE": DECLARE, PIPE_ENV: str(mps)}
     with cluster_on_hosts(net, {HOST: (2, env)}) as made:
-        made.sched.debug_validate = True
+        made.sched.debug.validate = True
         yield made
-        assert made.sched.validation_errors == []
+        assert made.sched.debug.errors == []
 
 
 def ledger(cluster) -> Ledger:
@@ -153,7 +153,7 @@ def test_a_task_waits_while_another_scheduler_on_the_host_holds_its_gpu(cluster,
                                                              core.tasks[h.id].failures))
         assert attempt >= 2 and failures == 0
         stale = sched.inspect_core(lambda core: core.stale_reports)
-        sched.report(ev.Failed(h.id, "an old refusal", attempt=attempt - 1, unstarted=True))
+        sched._loop.report(ev.Failed(h.id, "an old refusal", attempt=attempt - 1, unstarted=True))
         wait_for(lambda: sched.inspect_core(lambda core: core.stale_reports) == stale + 1, 10,
                  "the stale report to be counted")
         assert h.state == "running" and sched.inspect_core(

@@ -1,7 +1,7 @@
 """The runtime: one thread owns the core; sharing, validation, dispatch, shutdown.
 
 Every test runs a real Scheduler on a local node with two declared GPUs, with the core's
-invariants checked after every runtime step (``debug_validate``). Concurrency is proven with
+invariants checked after every runtime step (``Scheduler.debug``). Concurrency is proven with
 barriers and events, not with sleeps.
 """
 
@@ -287,7 +287,7 @@ def test_runtime_thread_idles_without_polling(sched):
     """Nothing due: the runtime waits on its queue with no timeout."""
     sched.snapshot(fresh=True)
     time.sleep(0.1)  # let the last publish go out
-    assert sched.inspect_core(lambda core: sched._timeout()) is None
+    assert sched.inspect_core(lambda core: sched._loop._timeout()) is None
 
 
 def test_a_snapshot_runs_durations_to_the_moment_it_is_taken(sched):

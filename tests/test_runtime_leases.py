@@ -31,11 +31,11 @@ def path(tmp_path):
 @pytest.fixture
 def sched(path):
     s = Scheduler(local_resources="GPU=1,CPU=4", update_interval=0.02, ledger_path=str(path))
-    s.debug_validate = True
+    s.debug.validate = True
     s.start()
     yield s
     s.shutdown()
-    assert s.validation_errors == []
+    assert s.debug.errors == []
 
 
 def gpu_key(sched, index=0):
@@ -109,7 +109,7 @@ def test_shares_held_elsewhere_keep_work_queued_with_the_reason(sched, path):
 def test_a_lost_race_requeues_the_attempt_without_a_retry(sched, path, monkeypatch):
     """Another kernel takes the share after the last read: the take is refused, the attempt
     ends unstarted, and the task runs once the share is back, its retries untouched."""
-    leases = sched._leases
+    leases = sched._loop.leases
     blind = threading.Event()
     blind.set()
     real_poll, real_settle = leases.poll, leases.settle
@@ -164,7 +164,7 @@ def test_a_corrupt_ledger_is_made_again_and_leases_go_on(path):
     try:
         handles = [s.submit(lambda i=i: i, resources="GPU=0.5") for i in range(4)]
         assert [h.result(WAIT) for h in handles] == [0, 1, 2, 3]
-        assert s._leases is not None and s._leases.view.blocked is None
+        assert s._loop.leases is not None and s._loop.leases.view.blocked is None
         assert [p.name for p in path.parent.iterdir() if ".damaged-" in p.name]
         with Ledger(path) as ledger:
             assert ledger.version() > 0  # a ledger again, and used
@@ -202,27 +202,27 @@ def test_a_ledger_that_fails_for_a_while_loses_no_task(sched, path, monkeypatch)
     and goes on when it works again; nothing runs without a lease meanwhile."""
     failing = threading.Event()
     failing.set()
-    real = sched._leases.ledger.exchange
+    real = sched._loop.leases.ledger.exchange
 
     def flaky(*args, **kwargs):
         if failing.is_set():
             raise runtime_leases.LedgerError("the disk went away")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sched._leases.ledger, "exchange", flaky)
+    monkeypatch.setattr(sched._loop.leases.ledger, "exchange", flaky)
     handles = [sched.submit(lambda i=i: i, resources="GPU=0.5") for i in range(3)]
     assert wait_for(lambda: "the disk went away" in handles[0].reason)
     assert all(h.state == "queued" for h in handles)
     failing.clear()
     assert [h.result(WAIT) for h in handles] == [0, 1, 2]
-    assert sched._leases.view.blocked is None
+    assert sched._loop.leases.view.blocked is None
 
 
 def test_leases_off_takes_none(path):
     s = Scheduler(local_resources="GPU=1", ledger_path=str(path), host_leases=False)
     try:
         assert s.submit(lambda: 1, resources="GPU=1").result(WAIT) == 1
-        assert s._leases is None
+        assert s._loop.leases is None
     finally:
         s.shutdown()
     assert not path.exists()
@@ -355,7 +355,7 @@ def test_a_lease_passed_on_is_named_for_its_new_task_by_the_label_time(path, cap
     assert leases.settle([], [], 10.5 + label / 2) == {} and named() == ["a", "b"]
     assert leases.settle([], [], 10.5 + label) == {} and named() == ["b", "c"]
     assert leases.label_due is None
-    leases.follow(start("d", after="b"))  # d runs after b on b's engine, on b's shares
+    leases.successor_of = {"b": ("d", 1)}.get  # d runs after b on b's engine, on b's shares
     assert leases.settle(["b"], [], 12.0) == {} and leases.tasks() == ["c", "d"]
     assert named() == ["b", "c"] and leases.label_due == 12.0 + label
     with Ledger(path) as other:  # b's lease removed behind this process's back
@@ -404,9 +404,9 @@ def test_a_scheduler_whose_thread_died_gives_its_leases_back(path):
             def crash():
                 raise SystemExit("injected crash")
 
-            first._next_items = crash
-            first._queue.put(object())  # wakes it
-            first._thread.join(WAIT)
+            first._loop._next_items = crash
+            first._loop.inbox.queue.put(object())  # wakes it
+            first._loop.inbox.thread.join(WAIT)
             assert "lost 1 running" in first.abandon()
             # its thread still waits (a call Python cannot interrupt): its code may use the
             # GPU, so its lease is held until it returns

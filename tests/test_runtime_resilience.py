@@ -38,12 +38,71 @@ def test_a_step_that_raises_answers_its_caller_and_the_next_request_is_served(sc
             raise RuntimeError("injected bug")
         return handle(*events)
 
-    sched._core = Watched(sched._core, broken_once)
+    sched._loop.core = Watched(sched._loop.core, broken_once)
     with pytest.raises((RuntimeError, ValueError)) as info:
         sched.submit(lambda: 1, resources={"CPU": 1}).result(WAIT)
     assert "injected bug" in str(info.value)
     assert sched.alive
     assert sched.submit(lambda: 41 + 1, resources={"GPU": 0.5}).result(WAIT) == 42
+
+
+def _finishing(task_id):
+    """Whether a step's events hold the ``Finished`` of ``task_id``."""
+    return lambda events: any(type(e).__name__ == "Finished" and e.task == task_id
+                              for e in events)
+
+
+@pytest.mark.parametrize("where", ["sync", "handle"])
+def test_a_report_taken_by_a_step_that_fails_is_applied_all_the_same(sched, where):
+    """A step that fails after taking a task's report (bringing the records up to date, or in
+    the core itself) does not lose it: the task ends done, its share is free, the user is told
+    once, and the next task runs."""
+    gate = threading.Event()
+    h = sched.submit(gate.wait, WAIT, resources={"GPU": 1})
+    assert wait_until(lambda: h.state == "running")
+    loop = sched._loop
+    armed = {"on": True}
+    if where == "sync":
+        real = loop.records.sync
+
+        def sync(touched):
+            if armed["on"] and h.id in touched:
+                armed["on"] = False
+                raise RuntimeError("injected: syncing failed")
+            return real(touched)
+
+        loop.records.sync = sync
+    else:
+        finishing = _finishing(h.id)
+
+        def broken(handle, *events):
+            if armed["on"] and finishing(events):
+                armed["on"] = False
+                raise RuntimeError("injected: the core failed")
+            return handle(*events)
+
+        loop.core = Watched(loop.core, broken)
+    gate.set()
+    assert h.result(WAIT) is True
+    assert wait_until(lambda: h.state == "done"), h.state  # not running forever
+    assert wait_until(lambda: sched.record(h.id).state == "done"), sched.record(h.id).state
+    assert not armed["on"]  # (the failure was injected, in the step that took the report)
+    said = [text for _, _, text in sched.notices() if "injected" in text]
+    assert len(said) == 1 and "the scheduler goes on" in said[0], said
+    assert sched.snapshot(fresh=True).running == ()
+    # the whole GPU is free again: a task that needs it runs
+    assert sched.submit(lambda: "next", resources={"GPU": 2}).result(WAIT) == "next"
+
+
+def wait_until(predicate, timeout=WAIT):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
 
 
 def test_a_failing_wake_up_computation_does_not_stop_the_thread(sched):
@@ -55,7 +114,7 @@ def test_a_failing_wake_up_computation_does_not_stop_the_thread(sched):
             raise OverflowError("timestamp out of range for platform time_t")
         return next_deadline()
 
-    sched._core = Watched(sched._core, next_deadline=overflowing)
+    sched._loop.core = Watched(sched._loop.core, next_deadline=overflowing)
     with pytest.raises(RuntimeError, match="OverflowError"):  # the step it broke says why
         sched.submit(lambda: None).result(WAIT)
     assert sched.alive
@@ -90,9 +149,9 @@ def test_a_dead_runtime_thread_is_replaced_once_saying_what_was_lost(capsys, mon
         def crash():
             raise SystemExit("injected crash")
 
-        first._next_items = crash
-        first._queue.put(object())  # wakes it
-        first._thread.join(WAIT)
+        first._loop._next_items = crash
+        first._loop.inbox.queue.put(object())  # wakes it
+        first._loop.inbox.thread.join(WAIT)
         assert not first.alive and first.death is not None
         with pytest.raises(RuntimeError, match="runtime thread stopped"):
             first.submit(lambda: 1)

@@ -380,4 +380,12 @@ def _memory() -> int:
     return int(psutil.virtual_memory().total)
 
 
-__all__ = ["DECLARE_ENV", "GpuInfo", "HostInfo", "discover_host", "visible_indices"]
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on this host now, on ``address`` ("" for every interface): the
+    rendezvous of a gang's processes (kernel threads, or a rank 0 engine)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+__all__ = ["DECLARE_ENV", "GpuInfo", "HostInfo", "discover_host", "free_port", "visible_indices"]

@@ -154,4 +154,15 @@ def _pid_namespace() -> str:
         return ""
 
 
-__all__ = ["START_TOLERANCE", "Owner", "holder_alive", "host_key", "is_me", "user_name"]
+def kernel_label(engine: bool = False) -> str:
+    """What other kernels see of this one in a ledger: its notebook, when Jupyter says
+    (``$JPY_SESSION_NAME``); with ``engine``, what its engines are on another host's ledger."""
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    notebook = f"notebook {os.path.basename(session)}" if session else ""
+    if not engine:
+        return notebook
+    return f"engine for {notebook or 'a kernel'} on {socket.gethostname()}"
+
+
+__all__ = ["START_TOLERANCE", "Owner", "holder_alive", "host_key", "is_me", "kernel_label",
+           "user_name"]

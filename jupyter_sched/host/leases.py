@@ -104,6 +104,17 @@ def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None
     return Path(directory).expanduser() / name
 
 
+def default_ledger(configured: str = "") -> Path:
+    """The ledger file a scheduler uses: ``configured`` when given (``Scheduler.ledger_path``),
+    else this host's file where ``$JUPYTER_SCHED_LEASES`` says or in the Jupyter runtime
+    directory. The one place the default is decided: kernels, engines and the command line."""
+    if configured:
+        return Path(configured).expanduser()
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return ledger_path(jupyter_runtime_dir())
+
+
 def device_key(gpu: GpuInfo, host: str) -> str:
     """The name every process of the host gives this GPU: its UUID, or for a declared GPU the
     host key (``HostInfo.key``) and its index, since declared GPUs have no UUID of their own."""
@@ -502,5 +513,6 @@ def _count(db: sqlite3.Connection) -> int:
 
 __all__ = [
     "FORMAT", "GRACE", "LEASES_ENV", "Exchange", "Lease", "Ledger", "LedgerError", "NotYourLease",
-    "Order", "Refusal", "WaitSpec", "device_key", "ledger_path", "short_device",
+    "Order", "Refusal", "WaitSpec", "default_ledger", "device_key", "ledger_path",
+    "short_device",
 ]

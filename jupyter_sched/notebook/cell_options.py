@@ -221,12 +221,11 @@ def parse_cell(line: str, user_ns: dict | None = None) -> tuple[argparse.Namespa
                 raise ValueError(f"--resource {name}={value}: {name} is already given by an "
                                  "option; give it once")
             resources[name] = value
-        Demand.parse(resources, args.gpu_mem)  # checks every amount; errors name the value
+        demand = Demand.parse(resources, args.gpu_mem)  # every amount; errors name the value
     except ValueError as err:
         raise UsageError(one_line(err)) from None
     submit: dict[str, Any] = {
-        "resources": resources or None,
-        "gpu_memory": args.gpu_mem,
+        "resources": demand,  # (parsed once: the scheduler takes a Demand as it is)
         "name": args.name,
         "queue": args.queue,
         "priority": args.priority,

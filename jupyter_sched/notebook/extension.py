@@ -36,7 +36,7 @@ def load_ipython_extension(ip) -> None:
     if give_empty_cells_a_body not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.append(give_empty_cells_a_body)
     _STATE[id(ip)] = magics
-    hub = CommHub(lambda: magics.scheduler)
+    hub = CommHub(lambda: magics.current)
     if hub.start(ip):
         _COMMS[id(ip)] = hub
 

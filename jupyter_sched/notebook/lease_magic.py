@@ -10,7 +10,6 @@ from IPython.core import magic_arguments as ma
 
 from ..host.lease_text import format_picture, look
 from ..host.leases import Ledger, LedgerError
-from ..runtime.leases import default_path
 from .cell_options import documented
 
 
@@ -24,15 +23,7 @@ class LeaseCommands:
     def _leases(self, args):
         """Show who holds and who waits for which GPU on this host (every kernel's), in the
         host's order, and each user's fair-share standing."""
-        sched = self.scheduler
-        leases = getattr(sched, "_leases", None)
-        path = leases.ledger.path if leases is not None else default_path(sched.ledger_path)
-        if leases is None:
-            mine = "this kernel takes no leases (Scheduler.host_leases is off)"
-        elif leases.view.blocked is not None:
-            mine = f"this kernel's GPU work waits: {leases.view.blocked}"
-        else:
-            mine = "this kernel takes leases"
+        path, mine = self.scheduler.ledger_status()
         print(f"ledger  {path}\n        {mine}")
         try:
             swept = _sweep(path) if args.sweep else None

@@ -75,11 +75,20 @@ class SchedMagics(LeaseCommands, Magics):
 
     @property
     def scheduler(self):
+        """The scheduler the magics use: the kernel's, and a fresh one once it was shut down
+        (``get_scheduler().shutdown()``) or its runtime thread died."""
         held = self._scheduler
-        if held is None or (getattr(held, "_state", "running") == "running"
-                            and not getattr(held, "alive", True)):
-            self._scheduler = get_scheduler()  # a fresh one when its runtime thread died
+        if held is None or held.state in ("closing", "closed") or (
+                held.state == "running" and not held.alive):
+            self._scheduler = get_scheduler()
+            self.notices_seen = 0  # (a new scheduler numbers its notices from 1)
         return self._scheduler
+
+    @property
+    def current(self):
+        """The scheduler the magics use now, as it is (the comm follows it: once it is shut
+        down, the comms close and the sidebar says so)."""
+        return self._scheduler if self._scheduler is not None else self.scheduler
 
     @line_cell_magic
     def sched(self, line: str = "", cell: str | None = None):
@@ -122,10 +131,9 @@ class SchedMagics(LeaseCommands, Magics):
             return None
         if not cell.strip():
             raise UsageError("the cell is empty: nothing to schedule")
-        code = self.shell.transform_cell(cell) if self.shell is not None else cell
         parent = current_parent()
-        try:
-            handle = self.scheduler.submit(code=code, namespace=self.shell.user_ns,
+        try:  # (the cell is transformed once, by submit)
+            handle = self.scheduler.submit(code=cell, namespace=self.shell.user_ns,
                                            parent=parent, **submit)
         except (ValueError, TypeError) as err:
             raise UsageError(one_line(err)) from None

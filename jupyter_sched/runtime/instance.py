@@ -25,13 +25,13 @@ def get_scheduler(**config: Any) -> Scheduler:
     global _scheduler
     with _lock:
         sched = _scheduler
-        if sched is not None and sched._state == "running" and not sched.alive:
+        if sched is not None and sched.state == "running" and not sched.alive:
             # its runtime thread died: say so once, and start a fresh one with its settings
             print(f"jupyter_sched: {sched.abandon()}", file=sys.stderr)
             config = {**{n: getattr(sched, n) for n in sched.trait_names(config=True)},
                       **config}
             sched = None
-        if sched is None or sched._state not in ("new", "running"):
+        if sched is None or sched.state not in ("new", "running"):
             ip = shell()
             if ip is not None:
                 sched = Scheduler(parent=ip, **config)

@@ -47,9 +47,11 @@ from pathlib import Path
 
 from ..core import events as ev
 from ..host.discovery import HostInfo
+from ..host.holders import kernel_label
 from ..host.lease_order import MAX_WAITS
-from ..host.leases import Lease, Ledger, LedgerError, Refusal, device_key, ledger_path
+from ..host.leases import Lease, Ledger, LedgerError, Refusal, default_ledger, device_key
 from ..host.ledger_health import deep_damage
+from ..host.live import GpuMonitor
 from ..host.nvml import Nvml
 from ..host.outside import memory_used_by_others, process_tree
 from ..model.quantity import SCALE
@@ -66,22 +68,6 @@ LABEL = 1.0  # seconds a lease passed on may still name the task before in the l
 CHECK = 0.5  # seconds between looks at the ledger file (deleted, replaced, damaged?)
 ORDER = 1.0  # seconds between reads of the host's order while this kernel waits in it
 ERRORS = (LedgerError, sqlite3.Error, OSError)
-
-
-def default_path(configured: str) -> Path:
-    """The ledger file: ``configured`` when given, else this host's file in the Jupyter runtime
-    directory (or where ``$JUPYTER_SCHED_LEASES`` says)."""
-    if configured:
-        return Path(configured).expanduser()
-    from jupyter_core.paths import jupyter_runtime_dir
-
-    return ledger_path(jupyter_runtime_dir())
-
-
-def kernel_label() -> str:
-    """What other kernels see of this one in the ledger: its notebook, when Jupyter says."""
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    return f"notebook {Path(session).name}" if session else ""
 
 
 class OutsideUse:
@@ -123,7 +109,9 @@ class HostLeases:
         self._notice = notice or (lambda text: log.warning("%s", text))
         self._keys: dict[int, str] = {}
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
-        self._next: dict[str, tuple[str, int]] = {}  # task -> the one sent ahead behind it
+        # the task sent ahead behind a task on its slot, and its attempt (the runtime's records
+        # keep who runs after whom): it takes the task's leases over as it ends
+        self.successor_of: Callable[[str], tuple[str, int] | None] = lambda task: None
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
         self._now = 0.0  # the last time a step said (``settle``, ``poll``)
@@ -256,12 +244,6 @@ class HostLeases:
         index = next((i for i, key in self._keys.items() if key == refusal.device), "?")
         return refusal.describe(f"GPU {index}")
 
-    def follow(self, start: ev.Start) -> None:
-        """``start`` was sent ahead to run after ``start.after`` on its engine, on the same
-        shares: it takes that task's leases over when that one ends (``give``)."""
-        if start.after is not None:
-            self._next[start.after] = (start.task, start.attempt)
-
     def give(self, task: str, attempt: int | None = None) -> None:
         """Give back the leases of ``task`` (of any attempt but ``attempt``, when given); the
         task sent ahead behind it, if any, takes them over instead."""
@@ -279,7 +261,7 @@ class HostLeases:
             return ()
         del self._by_task[task]
         self._unlabelled.pop(task, None)
-        successor = self._next.pop(task, None)
+        successor = self.successor_of(task)
         if successor is not None and successor[0] not in self._by_task:
             self._hand_over(successor[0], successor[1], held[1])
             return ()
@@ -461,18 +443,17 @@ def _shape(shares: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(shares))
 
 
-def open_host_leases(sched, host: HostInfo, node: str,
+def open_host_leases(enabled: bool, path: str, count_other_processes: bool,
+                     monitor: GpuMonitor | None, host: HostInfo, node: str,
                      notice: Callable[[str], None] | None = None) -> HostLeases | None:
-    """The leases of ``sched``'s local ``node`` as its settings say: None when
-    ``host_leases`` is off."""
-    if not sched.host_leases:
+    """The leases of the local ``node`` (None when ``enabled`` is off): in the ledger at
+    ``path`` ("": the default), counting what processes outside every scheduler use of the
+    GPUs when ``count_other_processes`` (from ``monitor``'s NVML)."""
+    if not enabled:
         return None
-    monitor = sched._gpus
-    nvml = monitor.nvml if sched.count_other_processes and monitor is not None else None
+    nvml = monitor.nvml if count_other_processes and monitor is not None else None
     outside = OutsideUse(host, nvml) if nvml is not None else None
-    return HostLeases.open(default_path(sched.ledger_path), host, node, kernel_label(), outside,
-                           notice)
-
+    return HostLeases.open(default_ledger(path), host, node, kernel_label(), outside, notice)
 
 __all__ = ["CHECK", "ERRORS", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases", "OutsideUse",
-           "default_path", "held_text", "kernel_label", "open_host_leases"]
+           "held_text", "open_host_leases"]

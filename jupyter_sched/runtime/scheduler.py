@@ -8,12 +8,13 @@
     sched.shutdown()
 
 Settings are traitlets (``%config Scheduler.policy = "spread"``). Public methods check what
-they can in the caller's thread (:mod:`.submission`), then hand the rest to the runtime thread
-(:mod:`.loop`, which the scheduler inherits) and wait for its answer: the core, and every
-record of a task, is changed on that thread only.
+they can in the caller's thread (:mod:`.submission`), then hand the rest to the runtime loop
+(:mod:`.loop`, which the scheduler has while it runs) and wait for its answer: the core, and
+every record of a task, is changed on that thread only.
 
-Executors report back with :meth:`Scheduler.report` (thread-safe, it only enqueues), after
-setting the outcome with :meth:`Scheduler.complete`.
+Executors see the loop, never the scheduler: they report back with its ``report``
+(thread-safe, it only enqueues), after setting the outcome with its ``complete``
+(:class:`~jupyter_sched.executors.base.Runtime`).
 
 The core's clock is ``time.monotonic()`` from the scheduler's start; ``clock_offset`` turns it
 into wall-clock time (``wall(t)``) for display.
@@ -25,11 +26,11 @@ import atexit
 import itertools
 import logging
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
+from pathlib import Path
 from typing import Any
 
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, observe, validate
@@ -42,6 +43,7 @@ from ..executors.base import Executor, ExecutorSettings, TaskRecord, Work
 from ..executors.local.executor import LocalExecutor
 from ..executors.local.output import Publisher
 from ..host.discovery import HostInfo, discover_host
+from ..host.leases import default_ledger
 from ..host.live import GpuMonitor
 from ..model.limits import check_seconds
 from ..model.resources import GPU, parse_resources
@@ -50,13 +52,18 @@ from ..views import snapshot as snapshots
 from . import maps, submission
 from .handles import GangHandle, TaskHandle
 from .items import ItemHandle
+from .lease_steps import LeaseSteps
 from .leases import open_host_leases
-from .loop import HISTORY, RuntimeLoop
+from .loop import HISTORY, Clock, Debugging, LoopSettings, RuntimeLoop
+from .publishing import EMPTY
+from .records import Records
 
 LOCAL = "local"
 
 log = logging.getLogger(__name__)
 _live: weakref.WeakSet = weakref.WeakSet()
+_NO_RECORDS = Records(lambda item: None, LeaseSteps(None, lambda event: None, print),
+                      lambda output: None, 1)
 
 
 @atexit.register
@@ -65,7 +72,7 @@ def _shutdown_all() -> None:
         sched.shutdown()
 
 
-class Scheduler(RuntimeLoop, Configurable):
+class Scheduler(Configurable):
     """Schedules tasks on this kernel's host (threads) and on ipyparallel engines."""
 
     policy = Enum(POLICIES, default_value="binpack", help=(
@@ -106,18 +113,14 @@ class Scheduler(RuntimeLoop, Configurable):
                                  "outside every scheduler use as taken.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._init_loop()
+        self._loop: RuntimeLoop | None = None  # while it runs (and after: its last state)
+        super().__init__(**kwargs)  # (settings given here are observed: no loop yet)
         self._lifecycle = threading.Lock()
-        self._state = "new"  # new -> running -> closing -> closed
+        self._closed = False  # shut down before it started
         self._ids = itertools.count(1)
-        self._t0 = time.monotonic()
-        self.clock_offset = time.time()
-        self.local_host: HostInfo | None = None
-        self._gpus: GpuMonitor | None = None  # live NVML use of the local node's real GPUs
-        self._local: LocalExecutor | None = None
-        self._publisher: Publisher | None = None
-        self._observer_ids = itertools.count(1)
+        self._clock = Clock.started()
+        self.debug = Debugging()  # tests: check the core's invariants after every step
+        self._pending_observers: list[tuple[Callable, list]] = []  # subscribed before start
         self._maps: set = set()  # batched maps with items not ended (wait() waits for them)
 
     @validate("pipeline")
@@ -129,100 +132,165 @@ class Scheduler(RuntimeLoop, Configurable):
 
     @observe("policy", "reservation_after", "preemption", "pipeline")
     def _core_setting(self, change: dict) -> None:
-        if getattr(self, "_state", "new") == "running":
+        if self.started:
             name, value = change["name"], change["new"]
             self._on_runtime(lambda core: setattr(core, name, value))
 
     @observe("local_resources")
     def _local_resources_changed(self, change: dict) -> None:
-        if getattr(self, "_state", "new") == "running":
+        if self.started:
             self.declare_local(change["new"])
+
+    @observe("update_interval", "max_rows")
+    def _loop_setting(self, change: dict) -> None:
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.settings = self._loop_settings()
+
+    def _loop_settings(self) -> LoopSettings:
+        return LoopSettings(update_interval=self.update_interval, max_rows=self.max_rows)
+
+    # -- what the loop is ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """``new`` (not started), ``running``, ``closing`` or ``closed``."""
+        if self._loop is None:
+            return "closed" if self._closed else "new"
+        return self._loop.state
+
+    @property
+    def alive(self) -> bool:
+        """Running, with its runtime thread there to serve requests."""
+        return self._loop is not None and self._loop.alive
+
+    @property
+    def death(self) -> BaseException | None:
+        """Why the runtime thread ended, when nobody asked it to."""
+        return self._loop.death if self._loop is not None else None
+
+    @property
+    def local_host(self) -> HostInfo | None:
+        """The kernel's host as the scheduler sees it (None before start)."""
+        return self._loop.local_host if self._loop is not None else None
+
+    @property
+    def clock_offset(self) -> float:
+        """``time.time()`` at the scheduler's start: its clock's times plus this are wall time."""
+        return self._clock.offset
+
+    def record(self, task_id: str) -> TaskRecord | None:
+        """The runtime's record of a task (where it runs, its reason, its outcome)."""
+        return self._records().records.get(task_id)
+
+    def ledger_status(self) -> tuple[Path, str]:
+        """The host's lease ledger this kernel uses, and one line on how it uses it."""
+        leases = self._loop.leases if self._loop is not None else None
+        if leases is None:
+            return default_ledger(self.ledger_path), (
+                "this kernel takes leases" if self.host_leases and not self.started else
+                "this kernel takes no leases (Scheduler.host_leases is off)")
+        if leases.view.blocked is not None:
+            return leases.ledger.path, f"this kernel's GPU work waits: {leases.view.blocked}"
+        return leases.ledger.path, "this kernel takes leases"
+
+    def notices(self, after: int = 0) -> list[tuple[int, float, str]]:
+        """What the user must be told, after number ``after``: (number, time, text)."""
+        return self._loop.notices(after) if self._loop is not None else []
 
     # -- life cycle -----------------------------------------------------------------------------
 
     def start(self) -> Scheduler:
         """Start the runtime thread and register the local node (idempotent)."""
         with self._lifecycle:
-            if self._state == "running":
+            if self._loop is not None and self._loop.state == "running":
                 return self
-            if self._state != "new":
+            if self._closed or self._loop is not None:
                 raise RuntimeError("this scheduler was shut down; create a new one "
                                    "(jupyter_sched.get_scheduler() does)")
             host = discover_host(declare=self.local_resources or None)
-            self._core = Core(policy=self.policy, reservation_after=self.reservation_after,
-                              preemption=self.preemption, pipeline=self.pipeline)
-            self._t0 = time.monotonic()
-            self.clock_offset = time.time()
-            self.local_host = host
-            self._gpus = GpuMonitor(host)
-            self._local = LocalExecutor(self, visible_devices=submission.visible_devices(host))
-            self._add_executor(self._local)
-            self._leases = open_host_leases(self, host, LOCAL, self._notice)
-            self._thread = threading.Thread(target=self._main, name="jupyter_sched-runtime",
-                                            daemon=True)
-            self._state = "running"
-            self._thread.start()
+            core = Core(policy=self.policy, reservation_after=self.reservation_after,
+                        preemption=self.preemption, pipeline=self.pipeline)
+            self._clock = Clock.started()
+            gpus = GpuMonitor(host)
+            loop = RuntimeLoop(core, host, self._clock, self._loop_settings(), self.debug,
+                               gpus=gpus, alone=self._alone,
+                               leases=lambda notice: open_host_leases(
+                                   self.host_leases, self.ledger_path,
+                                   self.count_other_processes, gpus, host, LOCAL, notice))
+            local = LocalExecutor(loop, visible_devices=submission.visible_devices(host))
+            local.configure(self.executor_settings())
+            for callback, keys in self._pending_observers:
+                keys.append(loop.subscribe(callback))
+            self._pending_observers = []
+            self._loop = loop
+            loop.start(local)
             _live.add(self)
-        self._request([ev.NodeAdded(LOCAL, host.node_resources(), host.labels(), kind="local",
-                                    threads=True)])
+        loop.request([ev.NodeAdded(LOCAL, host.node_resources(), host.labels(), kind="local",
+                                   threads=True)])
         return self
+
+    def _running(self) -> RuntimeLoop:
+        """The loop, started on first use."""
+        loop = self._loop
+        if loop is None or loop.state != "running":
+            self.start()
+            loop = self._loop
+        assert loop is not None
+        return loop
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop every task (local ones get ``KeyboardInterrupt``), close the executors, join the
         threads. Idempotent; unfinished handles end cancelled."""
         with self._lifecycle:
-            if self._state != "running":
-                if self._state == "new":
-                    self._state = "closed"
+            loop = self._loop
+            if loop is None:
+                self._closed = True
                 return
-            self._state = "closing"
-            self._ask_to_stop()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        loop.stop(timeout)
         _live.discard(self)
 
     @property
     def started(self) -> bool:
-        return self._state == "running"
+        return self._loop is not None and self._loop.state == "running"
 
     def abandon(self) -> str:
         """After the runtime thread died: stop the executors, end every unfinished task as
         failed with the reason, and say in one line what was lost."""
-        with self._lifecycle:
-            if self._state != "running" or self.alive:
-                return ""
-            self._state = "closed"
-        reason = str(self._gone()).split(";")[0]
-        for executor in reversed(self._executors):
-            try:
-                executor.close()
-            except Exception:
-                log.exception("closing %r failed", executor)
-        self._release_leases()  # (the runtime thread is gone: nobody else touches them)
-        lost = list(self._live_records.values())
-        counts: dict[str, int] = {}
-        for record in lost:
-            counts[record.state] = counts.get(record.state, 0) + 1
-            record.state, record.reason = "failed", reason
-            handle = self._handles.get(record.id)
-            if handle is not None and not handle.done():
-                handle._settle()
-        self._live_records.clear()
-        _live.discard(self)
-        what = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"
-        return f"{reason}: a fresh scheduler takes over; lost {what}"
+        loop = self._loop
+        said = loop.abandon() if loop is not None else ""
+        if said:
+            _live.discard(self)
+        return said
 
     def _alone(self) -> bool:
         return not any(s is not self and s.started for s in list(_live))
 
     def now(self) -> float:
         """The scheduler's clock: seconds since it started (``time.monotonic()`` based)."""
-        return time.monotonic() - self._t0
+        return self._clock.now()
 
     def wall(self, t: float | None) -> float | None:
         """A time on the scheduler's clock as ``time.time()`` (None stays None)."""
-        return None if t is None else t + self.clock_offset
+        return None if t is None else t + self._clock.offset
+
+    # -- talking to the runtime loop --------------------------------------------------------------
+
+    def _request(self, events: list, records: list | tuple = (), handles: list | tuple = (),
+                 after: Callable[[Core], Any] | None = None) -> Any:
+        return self._running().request(events, records, handles, after)
+
+    def _on_runtime(self, fn: Callable[[Core], Any]) -> Any:
+        return self._running().call(fn)
+
+    def _catch_up(self) -> None:
+        """Return once the runtime thread has handled what was queued before this call."""
+        if self._loop is not None:
+            self._loop.catch_up()
+
+    def _records(self) -> Records:
+        """The tasks' records (an empty table before the loop starts)."""
+        return self._loop.records if self._loop is not None else _NO_RECORDS
 
     # -- submitting -----------------------------------------------------------------------------
 
@@ -295,9 +363,9 @@ class Scheduler(RuntimeLoop, Configurable):
 
     def _submit(self, specs: list[TaskSpec], gang: GangSpec | None,
                 works: list[Work]) -> list[TaskHandle]:
-        self.start()
-        if self._publisher is None:
-            self._publisher = Publisher.find()
+        records_of = self._running().records
+        if records_of.publisher is None:  # (found in the caller's thread: the kernel's)
+            records_of.publisher = Publisher.find()
         records, handles = [], []
         for spec, work in zip(specs, works, strict=True):
             # the task's output capture is made when it starts: a queue of 100,000 stays light
@@ -321,8 +389,9 @@ class Scheduler(RuntimeLoop, Configurable):
             return False if task.done() else self._cancel_ids([task.id], reason)
         if not isinstance(task, str):
             raise ValueError(f"cancel needs a task handle, id or name, not {task!r}")
-        task_id = task if task in self._handles else self._by_name.get(task, task)
-        handle = self._handles.get(task_id)
+        records = self._records()
+        task_id = task if task in records.handles else records.by_name.get(task, task)
+        handle = records.handles.get(task_id)
         if handle is not None and handle.done():
             return False
         return self._cancel_ids([task_id], reason)
@@ -335,8 +404,9 @@ class Scheduler(RuntimeLoop, Configurable):
         """Cancel every task not finished (nor being stopped) yet; returns how many."""
         if not self.started:
             return 0
+        live = self._records().live
         ids = self._on_runtime(lambda core: [
-            i for i in self._live_records if i in core.tasks and core.tasks[i].stopping is None])
+            i for i in live if i in core.tasks and core.tasks[i].stopping is None])
         if ids:
             self._request([ev.Cancel(i, reason) for i in ids])
         return len(ids)
@@ -345,7 +415,7 @@ class Scheduler(RuntimeLoop, Configurable):
         """Wait for tasks (default: all submitted and not finished); returns their handles.
         ``TimeoutError`` if some are still not finished after ``timeout`` seconds."""
         if handles_or_ids is None:
-            handles = [h for h in list(self._handles.values()) if not h.done()]
+            handles = [h for h in list(self._records().handles.values()) if not h.done()]
             handles += [h for m in list(self._maps) for h in m.unfinished()]
         else:
             items = handles_or_ids
@@ -360,9 +430,10 @@ class Scheduler(RuntimeLoop, Configurable):
 
     def task(self, task_id: str) -> TaskHandle:
         """The handle of a task by id (``"t7"``) or by name (the latest with that name)."""
-        handle = self._handles.get(task_id)
-        if handle is None and task_id in self._by_name:
-            handle = self._handles.get(self._by_name[task_id])
+        records = self._records()
+        handle = records.handles.get(task_id)
+        if handle is None and task_id in records.by_name:
+            handle = records.handles.get(records.by_name[task_id])
         if handle is None:
             raise ValueError(f"no task {task_id!r} (ids look like 't7'; the scheduler keeps "
                              f"the last {HISTORY} finished tasks)")
@@ -373,14 +444,14 @@ class Scheduler(RuntimeLoop, Configurable):
         """Finished tasks, newest first (the last ``HISTORY``), as of every report queued
         before this call (a handle resolved from its reply is in it)."""
         self._catch_up()
-        return list(self._history_handles)
+        return list(self._records().history_handles)
 
     def snapshot(self, fresh: bool = False) -> snapshots.Snapshot:
         """The latest published state (immutable). ``fresh=True`` takes one now (waits for the
         runtime thread); so does any call while nobody subscribes and the state has moved on."""
-        if self.started and (fresh or (self._changed and not self._observers)):
-            return self._on_runtime(lambda core: self._publish(notify=False))
-        return self._snapshot
+        if self._loop is None:
+            return EMPTY  # (before it starts)
+        return self._loop.snapshot(fresh)
 
     def subscribe(self, callback: Callable[[snapshots.Snapshot], Any]) -> Callable[[], None]:
         """Call ``callback(snapshot)`` on the runtime thread as state changes (at most every
@@ -388,14 +459,18 @@ class Scheduler(RuntimeLoop, Configurable):
 
         (``observe`` stays traitlets' own: it watches this object's settings.)
         """
-        key = next(self._observer_ids)
-        self._observers[key] = callback
-        self._changed = True
-        if self.started:
-            self._wake()
+        with self._lifecycle:
+            if self._loop is not None:
+                return self._loop.subscribe(callback)
+            keys: list = []  # (subscribed when the loop starts)
+            self._pending_observers.append((callback, keys))
 
         def unsubscribe() -> None:
-            self._observers.pop(key, None)
+            with self._lifecycle:
+                self._pending_observers = [p for p in self._pending_observers
+                                           if p[0] is not callback]
+            for off in keys:
+                off()
 
         return unsubscribe
 
@@ -403,21 +478,21 @@ class Scheduler(RuntimeLoop, Configurable):
         """Re-declare the local node's resources (``"GPU=2,gpu_memory=16GiB"``; None or ""
         discovers them again). Devices going away keep what running tasks hold until they end."""
         host = discover_host(declare=spec or None)
-        self.start()
-        old = self.local_host
+        loop = self._running()
+        old = loop.local_host
         totals = dict(host.node_resources().total)
         totals.pop(GPU, None)
         for name in (old.node_resources().total if old else {}):
             if name != GPU:
                 totals.setdefault(name, 0)
         devices = {GPU: {g.index: g.memory for g in host.gpus}}
-        self._request([ev.NodeUpdated(LOCAL, totals, devices, host.labels(),
-                                      declared=host.gpus_declared)])
-        self.local_host = host
-        self._gpus = GpuMonitor(host)
-        self._on_runtime(lambda core: self._leases and self._leases.set_host(host))
-        if self._local is not None:
-            self._local.visible = submission.visible_devices(host)
+        loop.request([ev.NodeUpdated(LOCAL, totals, devices, host.labels(),
+                                     declared=host.gpus_declared)])
+        loop.local_host = host
+        loop.gpus = GpuMonitor(host)
+        loop.call(lambda core: loop.leases and loop.leases.set_host(host))
+        if loop.records.local is not None:
+            loop.records.local.visible = submission.visible_devices(host)
         return host
 
     def set_queue(self, name: str, parent: str | None = None, weight: int | None = None,
@@ -443,9 +518,9 @@ class Scheduler(RuntimeLoop, Configurable):
         cluster whose engines are in use already is a ``ValueError``."""
         from ..executors.ipp.executor import IppExecutor
 
-        self.start()
-        executor = IppExecutor.connect(self, cluster_or_client_or_profile, cluster_id=cluster_id,
-                                       timeout=timeout, others=list(self._executors))
+        loop = self._running()
+        executor = IppExecutor.connect(loop, cluster_or_client_or_profile, cluster_id=cluster_id,
+                                       timeout=timeout, others=list(loop.executors))
         self._add_executor(executor)
         return executor
 
@@ -457,24 +532,27 @@ class Scheduler(RuntimeLoop, Configurable):
         engines to it; without, it is a ``RuntimeError`` saying so."""
         from ..executors.ipp.executor import IppExecutor
 
-        self.start()
-        executor = IppExecutor.start_cluster(self, engines=engines,
+        loop = self._running()
+        executor = IppExecutor.start_cluster(loop, engines=engines,
                                              engines_per_gpu=engines_per_gpu, launcher=launcher,
-                                             add=add, others=list(self._executors), **kw)
+                                             add=add, others=list(loop.executors), **kw)
         self._add_executor(executor)
         return executor
 
     def stop_cluster(self) -> None:
         """Stop using every ipyparallel cluster (and stop those this scheduler started)."""
-        engines = [e for e in self._executors if e is not self._local]
-        for executor in engines:
+        loop = self._loop
+        if loop is None:
+            return
+        for executor in [e for e in loop.executors if e is not loop.records.local]:
             executor.close()
-            self._executors.remove(executor)
+            loop.executors.remove(executor)
 
     def _add_executor(self, executor: Executor) -> None:
-        if executor not in self._executors:
-            self._executors.append(executor)
+        loop = self._running()
+        if executor not in loop.executors:
             executor.configure(self.executor_settings())
+            loop.add_executor(executor)
 
     def executor_settings(self) -> ExecutorSettings:
         """What executors read of the settings (a new one for them when these change)."""
@@ -484,9 +562,11 @@ class Scheduler(RuntimeLoop, Configurable):
 
     @observe("host_leases", "ledger_path", "push_warn_bytes", "local_resources")
     def _executor_setting(self, change: dict) -> None:
-        settings = self.executor_settings()
-        for executor in list(getattr(self, "_executors", ())):
-            executor.configure(settings)
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            settings = self.executor_settings()
+            for executor in list(loop.executors):
+                executor.configure(settings)
 
     # -- debugging --------------------------------------------------------------------------------
 
@@ -496,7 +576,7 @@ class Scheduler(RuntimeLoop, Configurable):
         return self._on_runtime(fn)
 
     def __repr__(self) -> str:
-        return f"<Scheduler {self._state} policy={self.policy}>"
+        return f"<Scheduler {self.state} policy={self.policy}>"
 
 
 __all__ = ["HISTORY", "LOCAL", "Scheduler"]

@@ -31,8 +31,12 @@ def common(default_queue: str, resources: object = None, gpu_memory: object = No
            node: str | None = None, labels: object = None, time_limit: float | None = None,
            retries: int = 0, preemptible: bool = False) -> dict[str, Any]:
     """The checked options of a submission's tasks, as ``TaskSpec`` fields (``queue`` falls
-    back to ``default_queue``)."""
-    demand = Demand.parse(resources, gpu_memory)
+    back to ``default_queue``). ``resources`` may be a parsed ``Demand`` (with no
+    ``gpu_memory``): it is taken as it is."""
+    if isinstance(resources, Demand) and gpu_memory is None:
+        demand = resources
+    else:
+        demand = Demand.parse(resources, gpu_memory)
     if time_limit is not None:
         if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
             raise ValueError(f"time limit {time_limit!r} must be a number of seconds")
@@ -75,12 +79,30 @@ def work(fn, args, kwargs, code, namespace, push, pull, parent) -> Work:
             raise ValueError("positional arguments go with a callable, not with code=")
         if namespace is None:
             namespace = user_namespace()
+        code = transform_cell(code)
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ValueError(f"kwargs {kwargs!r} must be a mapping of keyword arguments")
     return Work(fn=fn, args=tuple(args), kwargs=dict(kwargs) if kwargs else _NO_KWARGS, code=code,
                 namespace=namespace, push=variable_names(push, "push"),
                 pull=variable_names(pull, "pull"),
                 parent=parent if parent is not None else current_parent())
+
+
+def transform_cell(code: str) -> str:
+    """Cell source as plain Python (``%magic``, ``!cmd``, ``x?``): once, at submission, by the
+    kernel's shell as it would run the cell, else by IPython's transformer when IPython is here;
+    every executor then runs it as it is."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None:
+        return shell.transform_cell(code)
+    if "%" not in code and "!" not in code and "?" not in code:
+        return code
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # plain Python: the cell is Python already
+        return code
+    return TransformerManager().transform_cell(code)
 
 
 def user_namespace() -> dict:

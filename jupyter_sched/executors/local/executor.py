@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-import socket
 import threading
 import time
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from ...core.events import Failed, Finished, Stopped
+from ...host.discovery import free_port
 from .. import context
 from ..base import Executor, TaskRecord, task_env
 from .output import TaskOutput, install, release, retain, route, unroute
@@ -133,7 +133,7 @@ class LocalExecutor(Executor):
         with self._lock:
             port = self._ports.get(key)
             if port is None:
-                port = self._ports[key] = _free_port()
+                port = self._ports[key] = free_port()
                 if len(self._ports) > 256:
                     self._ports.pop(next(iter(self._ports)))
         return task_env(start, visible=self.visible, master_addr="127.0.0.1", master_port=port)
@@ -227,12 +227,6 @@ class LocalExecutor(Executor):
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 __all__ = ["LocalExecutor"]

@@ -17,8 +17,6 @@ import os
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from .output import ipython_shell
-
 if TYPE_CHECKING:
     from ..base import Work
 
@@ -31,11 +29,10 @@ _HERE = os.path.dirname(__file__)
 def run_code(code: str, namespace: dict, filename: str) -> Any:
     """Run cell source in ``namespace``; the value of a last expression is the result.
 
-    With an IPython shell the cell is transformed first (magics, ``!cmd``), as the shell would.
+    The cell was transformed at submission (``submission.transform_cell``): it is Python.
     Top-level ``await`` runs in an event loop of the task's own thread.
     """
-    shell = ipython_shell()
-    source = shell.transform_cell(code) if shell is not None else code
+    source = code
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | _FLAGS)
     last = None

@@ -1,0 +1,138 @@
+"""The one queue into the runtime thread, the items it carries, and the thread's life.
+
+A part of the :class:`~.loop.RuntimeLoop`. Any thread puts items (callers their requests and
+calls, waiting on a future; executors their reports; outputs their flushes); only the runtime
+thread takes them. ``lock`` guards ``state`` (running -> closing -> closed): nothing is put
+once the loop stops, but reports, which go straight to the queue (an executor's thread must
+never fail to say what happened; after the end nobody reads them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from queue import Empty, SimpleQueue
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..core.state import Core
+    from ..executors.base import TaskRecord
+    from ..executors.local.output import TaskOutput
+    from .handles import TaskHandle
+
+STOP = object()  # the thread handles what came before, then closes and leaves
+WAKE = object()  # the thread looks again at what is due (a new observer)
+
+
+@dataclasses.dataclass(eq=False)
+class Request:
+    """Events the core may reject, with the caller's future (None: nobody waits)."""
+
+    events: tuple
+    reply: Future | None = None
+    records: tuple[TaskRecord, ...] = ()
+    handles: tuple[TaskHandle, ...] = ()
+    after: Callable[[Core], Any] | None = None  # run on the runtime thread on success
+    error: BaseException | None = None  # why the core rejected it
+
+
+@dataclasses.dataclass(eq=False)
+class Call:
+    """Run ``fn(core)`` on the runtime thread, after the step's events."""
+
+    fn: Callable[[Core], Any]
+    reply: Future
+
+
+@dataclasses.dataclass(eq=False)
+class Flush:
+    """A task's output is due to be flushed."""
+
+    output: TaskOutput
+
+
+class Inbox:
+    """The runtime thread (running ``main``) and its queue."""
+
+    def __init__(self, main: Callable[[], None]) -> None:
+        self.queue: SimpleQueue = SimpleQueue()
+        self.thread = threading.Thread(target=main, name="jupyter_sched-runtime", daemon=True)
+        self.lock = threading.Lock()
+        self.state = "running"
+        self.death: BaseException | None = None  # why the thread ended, if not asked to
+
+    @property
+    def alive(self) -> bool:
+        """Running, with its thread there to serve requests."""
+        return self.state == "running" and self.thread.is_alive()
+
+    @property
+    def on_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def gone(self) -> RuntimeError:
+        why = f" ({self.death!r})" if self.death is not None else ""
+        return RuntimeError(f"the scheduler's runtime thread stopped{why}; "
+                            "jupyter_sched.get_scheduler() starts a fresh scheduler")
+
+    def put(self, item: Any) -> None:
+        """Queue ``item`` for the thread; ``RuntimeError`` once it stopped or died."""
+        with self.lock:
+            if self.state != "running":
+                raise RuntimeError("the scheduler is shut down; jupyter_sched.get_scheduler() "
+                                   "starts a new one")
+            if not self.alive and not self.on_thread:
+                raise self.gone()
+            self.queue.put(item)
+
+    def ask(self, item: Request | Call) -> Any:
+        """Queue ``item`` and wait for its answer (its exception raised here)."""
+        self.put(item)
+        reply = item.reply
+        assert reply is not None
+        while True:
+            try:
+                return reply.result(timeout=1.0)
+            except FutureTimeout:
+                if not self.thread.is_alive():
+                    raise self.gone() from None
+
+    def take(self, timeout: float | None) -> list:
+        """Wait for the next item (at most ``timeout`` seconds), then take all queued."""
+        q = self.queue
+        try:
+            items = [q.get(timeout=timeout)]
+        except Empty:
+            items = []
+        while True:
+            try:
+                items.append(q.get_nowait())
+            except Empty:
+                return items
+
+    def stop(self, timeout: float) -> None:
+        """The thread handles what is queued before this, then leaves; wait for it at most
+        ``timeout`` seconds (not on that thread)."""
+        with self.lock:
+            if self.state != "running":
+                return
+            self.state = "closing"
+            self.queue.put(STOP)
+        if not self.on_thread:
+            self.thread.join(timeout)
+
+    def closed(self) -> None:
+        """On the thread, at its end: nothing more is taken; callers that got in before the
+        STOP are told the scheduler shut down."""
+        with self.lock:
+            self.state = "closed"
+        for item in self.take(0):
+            reply = getattr(item, "reply", None)
+            if reply is not None and not reply.done():
+                reply.set_exception(RuntimeError("the scheduler shut down"))
+
+
+__all__ = ["STOP", "WAKE", "Call", "Flush", "Inbox", "Request"]
