@@ -15,14 +15,29 @@ from pathlib import Path
 import pytest
 from conftest_ipp import scheduler_with_engines, wait_for
 
+from jupyter_sched.executors.ipp import bundles
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+# a bound far above anything these tasks take, however loaded the machine: a no-op item may
+# take a second there, and the busy task waits on a gate for as long as the test needs, so
+# every task of a map is sent ahead in the step that takes it (pipeline / last run >= 6)
+PIPELINE = 600.0
+
+
+@pytest.fixture(autouse=True)
+def bundles_hold_every_task_sent_ahead(monkeypatch):
+    """A bundle holds tasks whose family ran under ``BUNDLE_SECONDS`` together; a no-op item
+    takes 3 ms here but 20 ms or more on a loaded machine, and then fewer fit: these tests are
+    about what a bundle does, so every task sent ahead here fits (the bound has unit tests)."""
+    monkeypatch.setattr(bundles, "BUNDLE_SECONDS", 60.0)
 
 
 @pytest.fixture(scope="module")
 def one_engine():
     with scheduler_with_engines(engines=1) as (sched, executor):
         sched.debug.validate = True
-        sched.pipeline = 5.0
+        sched.pipeline = PIPELINE
         yield sched, executor
         assert sched.debug.errors == []
 
@@ -31,14 +46,20 @@ def one_engine():
 
 
 def item(args: tuple) -> int:
-    """Note the run and print; sleep ``seconds`` on the first run of ``path`` only; fail when
+    """Note the run and print; on the first run of ``path`` only, sleep ``seconds`` (a number)
+    or wait until the file ``seconds`` names exists (a gate the test opens); fail when
     asked."""
     path, seconds, fail = args
     with open(path, "a") as f:
         f.write(f"{os.getpid()}\n")
     print(f"item {Path(path).name} of {os.environ.get('JUPYTER_SCHED_TASK')}")
     if len(Path(path).read_text().split()) == 1:
-        time.sleep(seconds)
+        if isinstance(seconds, str):
+            end = time.monotonic() + 60
+            while not os.path.exists(seconds) and time.monotonic() < end:
+                time.sleep(0.01)
+        else:
+            time.sleep(seconds)
     if fail:
         raise ValueError(f"item {Path(path).name} fails")
     return os.getpid()
@@ -60,10 +81,12 @@ def warm_up(sched, tmp_path: Path) -> None:
                      target="engines").result(timeout=60)
 
 
-def busy(sched, path: Path, seconds: float):
-    """A task of the same family running ``seconds`` (tasks are sent ahead only behind their
-    own family)."""
-    return sched.submit(item, (str(path), seconds, False), target="engines")
+def busy(sched, path: Path):
+    """A task of the same family running until the test opens its gate (tasks are sent ahead
+    only behind their own family, and only while it runs: however slow the machine, it runs
+    until the test has seen what it sends ahead). Returns the handle and the gate."""
+    gate = path.with_suffix(".open")
+    return sched.submit(item, (str(path), str(gate), False), target="engines"), gate
 
 
 # -- tests ---------------------------------------------------------------------------------------
@@ -73,15 +96,16 @@ def test_tasks_sent_ahead_in_one_step_go_as_one_request_each_with_its_own_outcom
         one_engine, tmp_path):
     sched, executor = one_engine
     warm_up(sched, tmp_path)
-    first = busy(sched, tmp_path / "busy", 1.0)
+    first, gate = busy(sched, tmp_path / "busy")
     wait_for(lambda: first.state == "running", 30, "the engine to be busy")
     before = requests(executor)
     paths = [tmp_path / f"b{k}" for k in range(6)]
     hs = sched.map(item, [(str(p), 0, k == 2) for k, p in enumerate(paths)], chunksize=1,
                    target="engines")
-    wait_for(lambda: all(sched.record(h.id).start is not None for h in hs), 10,
+    wait_for(lambda: all(sched.record(h.id).start is not None for h in hs), 30,
              "the tasks to be sent ahead")
     assert requests(executor) == before + 1  # one request for the six
+    gate.touch()
     pid = first.result(timeout=60)
     assert [h.result(timeout=60) for h in hs[:2] + hs[3:]] == [pid] * 5
     with pytest.raises(ValueError, match="item b2 fails"):
@@ -103,12 +127,15 @@ def test_a_task_cancelled_before_its_turn_in_a_bundle_never_runs_and_one_running
     sched, executor = one_engine
     warm_up(sched, tmp_path)
     pids = [e.pid for e in executor.engines.values()]
-    first = busy(sched, tmp_path / "busy", 0.5)
+    first, gate = busy(sched, tmp_path / "busy")
     wait_for(lambda: first.state == "running", 30, "the engine to be busy")
     before = requests(executor)
     paths = [tmp_path / f"c{k}" for k in range(3)]
     hs = sched.map(item, [(str(paths[0]), 30, False), (str(paths[1]), 0, False),
                           (str(paths[2]), 0, False)], chunksize=1, target="engines")
+    wait_for(lambda: all(sched.record(h.id).start is not None for h in hs), 30,
+             "the tasks to be sent ahead")
+    gate.touch()
     first.result(timeout=60)
     assert requests(executor) == before + 1
     wait_for(lambda: runs(paths[0]), 30, "the bundle's first task to begin")
@@ -127,17 +154,22 @@ def test_a_task_cancelled_before_its_turn_in_a_bundle_never_runs_and_one_running
 def test_an_engine_dying_with_a_bundle_retries_each_of_its_tasks_once(tmp_path):
     with scheduler_with_engines(engines=2) as (sched, executor):
         sched.debug.validate = True
-        sched.pipeline = 5.0
+        sched.pipeline = PIPELINE
         warm_up(sched, tmp_path)
-        firsts = [busy(sched, tmp_path / f"busy{k}", 1.0) for k in range(2)]
+        busies = [busy(sched, tmp_path / f"busy{k}") for k in range(2)]
+        firsts = [h for h, _ in busies]
         wait_for(lambda: all(h.state == "running" for h in firsts), 30, "both engines busy")
         before = requests(executor)
         paths = [tmp_path / f"d{k}" for k in range(6)]
         hs = sched.map(item, [(str(p), 60 if k == 0 else 0, False)
                               for k, p in enumerate(paths)], chunksize=1, retries=1,
                        target="engines")
-        wait_for(lambda: runs(paths[0]), 30, "the long task to begin")
+        wait_for(lambda: all(sched.record(h.id).start is not None for h in hs), 30,
+                 "the tasks to be sent ahead")
         assert requests(executor) == before + 2  # a bundle of three for each engine
+        for _, gate in busies:
+            gate.touch()
+        wait_for(lambda: runs(paths[0]), 30, "the long task to begin")
         (pid,) = runs(paths[0])
         os.kill(pid, signal.SIGKILL)
         survivor = next(h.result(timeout=60) for h in firsts if h.result(timeout=60) != pid)

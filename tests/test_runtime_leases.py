@@ -453,7 +453,7 @@ def test_a_kernel_that_only_holds_notices_its_ledger_deleted(path):
         h = s.submit(gate.wait, WAIT, resources={"GPU": 1})
         assert wait_for(lambda: h.state == "running")
         path.unlink()
-        assert wait_for(lambda: any("was deleted" in n[2] for n in s.notices()), 5)
+        assert wait_for(lambda: any("was deleted" in n[2] for n in s.notices()), WAIT)
         with Ledger(path) as ledger:
             assert [lease.task for lease in ledger.held()] == [h.id]
         # after the grace, the other GPU is free again for this kernel, with nothing asked
