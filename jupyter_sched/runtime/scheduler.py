@@ -25,7 +25,9 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
+import math
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -45,7 +47,7 @@ from ..executors.local.output import Publisher
 from ..host.discovery import HostInfo, discover_host
 from ..host.leases import default_ledger
 from ..host.live import GpuMonitor
-from ..model.limits import check_seconds
+from ..model.limits import check_name, check_seconds
 from ..model.resources import GPU, parse_resources
 from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
@@ -59,11 +61,34 @@ from .publishing import EMPTY
 from .records import Records
 
 LOCAL = "local"
+MIN_UPDATE_INTERVAL = 0.02  # seconds: more often, snapshots would cost more than the work
+MAX_ROWS = 100_000  # tasks of each kind in a snapshot, at most
 
 log = logging.getLogger(__name__)
 _live: weakref.WeakSet = weakref.WeakSet()
 _NO_RECORDS = Records(lambda item: None, LeaseSteps(None, lambda event: None, print),
                       lambda output: None, 1)
+
+
+def _checked(check: Callable[..., Any], value: object, what: str, *args: Any) -> Any:
+    """``check(value, what, *args)``, its ``ValueError`` as traitlets' ``TraitError``."""
+    try:
+        return check(value, what, *args)
+    except ValueError as err:
+        raise TraitError(str(err)) from None
+
+
+def _between(value: object, what: str, low: float, high: float, unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+            value) or not low <= value <= high:
+        raise ValueError(f"{what} {value!r} must be a number of {unit} from {low:g} to {high:g}")
+    return float(value)
+
+
+def _whole(value: object, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} {value!r} must be a whole number from {low:,} to {high:,}")
+    return value
 
 
 @atexit.register
@@ -123,12 +148,53 @@ class Scheduler(Configurable):
         self._pending_observers: list[tuple[Callable, list]] = []  # subscribed before start
         self._maps: set = set()  # batched maps with items not ended (wait() waits for them)
 
-    @validate("pipeline")
-    def _valid_pipeline(self, proposal: dict) -> float:
-        try:
-            return check_seconds(proposal["value"], "Scheduler.pipeline")
-        except ValueError as err:
-            raise TraitError(str(err)) from None
+    # -- settings: each checked by name (a bad value is refused, the old one kept) -------------
+
+    @validate("pipeline", "reservation_after")
+    def _valid_seconds(self, proposal: dict) -> float:
+        name = proposal["trait"].name
+        return _checked(check_seconds, proposal["value"], f"Scheduler.{name}")
+
+    @validate("update_interval")
+    def _valid_update_interval(self, proposal: dict) -> float:
+        return _checked(_between, proposal["value"], "Scheduler.update_interval",
+                        MIN_UPDATE_INTERVAL, 3600.0, "seconds")
+
+    @validate("max_rows")
+    def _valid_max_rows(self, proposal: dict) -> int:
+        return _checked(_whole, proposal["value"], "Scheduler.max_rows", 1, MAX_ROWS)
+
+    @validate("push_warn_bytes")
+    def _valid_push_warn_bytes(self, proposal: dict) -> int:
+        return _checked(_whole, proposal["value"], "Scheduler.push_warn_bytes", 0, 2**53)
+
+    @validate("default_queue")
+    def _valid_default_queue(self, proposal: dict) -> str:
+        name = _checked(check_name, proposal["value"], "Scheduler.default_queue")
+        if self.started:
+            queues = self._on_runtime(lambda core: sorted(q.name for q in core.queues.leaves()))
+            if name not in queues:
+                raise TraitError(f"Scheduler.default_queue {name!r} is not a queue here; the "
+                                 f"queues are {', '.join(queues)} (make it first: "
+                                 f"%sched queue {name} ...)")
+        return name
+
+    @validate("local_resources")
+    def _valid_local_resources(self, proposal: dict) -> str:
+        value = proposal["value"]
+        if value:
+            try:
+                discover_host(declare=value)
+            except ValueError as err:
+                raise TraitError(f"Scheduler.local_resources {value[:60]!r}: {err}") from None
+        return value
+
+    @observe("host_leases", "ledger_path", "count_other_processes")
+    def _from_the_next_start(self, change: dict) -> None:
+        if self.started:
+            warnings.warn(f"Scheduler.{change['name']} = {change['new']!r} applies to this "
+                          f"kernel's own GPUs from the next start (get_scheduler().shutdown(), "
+                          f"then a new scheduler); to engines' hosts, from now", stacklevel=2)
 
     @observe("policy", "reservation_after", "preemption", "pipeline")
     def _core_setting(self, change: dict) -> None:
