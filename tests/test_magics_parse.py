@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
+from jupyter_sched.model.resources import Demand
 from jupyter_sched.notebook import magics
 from jupyter_sched.notebook.magics import SchedMagics, parse_cell, parse_gang, parse_on
 
@@ -13,7 +14,7 @@ def test_defaults_submit_nothing_but_the_cell():
     args, submit = parse_cell("")
     assert not args.wait and args.out is None
     assert submit == {
-        "resources": None, "gpu_memory": None, "name": None, "queue": None, "priority": 0,
+        "resources": Demand.parse(None), "name": None, "queue": None, "priority": 0,
         "gang": None, "strategy": "pack", "time_limit": None, "retries": 0,
         "preemptible": False, "target": "any", "node": None, "labels": None, "push": None,
         "pull": None,
@@ -29,8 +30,9 @@ def test_every_option():
         {"x": 1, "y": 2},
     )
     assert args.wait and args.timeout == 5.0 and args.out == "h"
-    assert submit["resources"] == {"GPU": "0.5", "CPU": "2", "memory": "4GiB",
-                                   "licenses": "1", "disk": "2"}
+    # parsed once, here: the scheduler takes the Demand as it is
+    assert submit["resources"] == Demand.parse({"GPU": "0.5", "CPU": "2", "memory": "4GiB",
+                                                "licenses": "1", "disk": "2"})
     assert submit["gang"] == ("ddp", 4, 2)
     assert submit["strategy"] == "spread"
     assert submit["target"] == "engines"
@@ -43,7 +45,7 @@ def test_every_option():
 
 def test_gpu_memory_and_node():
     _, submit = parse_cell("--gpu-mem 10GiB --on n7")
-    assert submit["gpu_memory"] == "10GiB" and submit["resources"] is None
+    assert submit["resources"] == Demand.parse(None, "10GiB") and "gpu_memory" not in submit
     assert submit["node"] == "n7" and submit["target"] == "any"
 
 
