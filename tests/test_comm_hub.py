@@ -23,7 +23,8 @@ class FakeComm:
         self.on_msg_cb = self.on_close_cb = None
 
     def send(self, data):
-        json.dumps(data, allow_nan=False)  # what the kernel's session would refuse
+        # what the kernel's session would refuse (it sends UTF-8: no lone surrogate)
+        json.dumps(data, allow_nan=False, ensure_ascii=False).encode("utf-8")
         self.sent.append(data)
 
     def close(self):
@@ -251,3 +252,34 @@ def test_shutting_the_scheduler_down_closes_the_comms(hub):
     sched.shutdown()
     wait_until(lambda: a.closed and announced.closed)
     assert hub._peers == {}
+
+
+@pytest.mark.parametrize("msg_id", ["\ud800", "a\udfffb", "\ud83d"])
+def test_a_command_whose_id_utf8_cannot_carry_is_answered_once(hub, msg_id):
+    """A JavaScript string may hold a lone surrogate; the kernel's messages are UTF-8, which
+    cannot carry it back: the command gets one ``error`` naming the id, and is not run."""
+    hub, _ = hub
+    comm, peer = opened(hub)
+    wait_until(lambda: comm.snapshots())
+    before = len(comm.sent)
+    answer = hub.receive(peer, command("cancel_all", msg_id=msg_id))
+    assert comm.sent[before:] == [answer]
+    assert answer["kind"] == "error" and "'id'" in answer["error"], answer
+    answer["error"].encode("utf-8")
+
+
+def test_snapshot_commands_are_paced_like_pushes(hub):
+    """A burst of ``snapshot`` commands gets one reply each, but snapshots at most every
+    0.25 s (each forced one after the last)."""
+    hub, _ = hub
+    comm, peer = opened(hub, interval=30)
+    wait_until(lambda: comm.snapshots())
+    start, count = time.monotonic(), len(comm.snapshots())
+    for k in range(400):
+        assert hub.receive(peer, command("snapshot", msg_id=f"s{k}"))["ok"]
+        time.sleep(0.0025)
+    elapsed = time.monotonic() - start
+    time.sleep(0.6)  # the last forced one comes within 0.25 s
+    sent = len(comm.snapshots()) - count
+    assert 1 <= sent <= elapsed / m.MIN_INTERVAL + 3, (sent, elapsed)
+    assert len([d for d in comm.sent if d["kind"] == "reply"]) >= 400

@@ -419,6 +419,22 @@ def test_cells_on_engines_push_and_pull(kernel):
     assert "1/1" not in kernel.run("%sched nodes").texts()[0]
 
 
+def test_a_huge_magic_line_is_refused_at_once_and_not_echoed(kernel):
+    """A line of 100,000 characters is read as written (no ``$var`` expansion walking it
+    first: that took 67 s) and the error shows at most 60 characters of the value."""
+    huge = "n" * 100_000
+    for code in (f"%%sched --name {huge}\n1", f"%sched cancel {huge[:20_000]}",
+                 f"%%sched --priority {'9' * 50_000}\n1"):
+        started = time.monotonic()
+        run = kernel.run(code, timeout=30)
+        assert time.monotonic() - started < 30
+        said = (run.error or {}).get("evalue", "") + run.stderr
+        assert "UsageError" in said or run.error is not None, said[:200]
+        longest = max(len(word) for word in said.split())
+        assert longest <= 80, said[:300]
+    idle(kernel)
+
+
 def test_after_a_shutdown_the_next_cell_gets_a_fresh_scheduler(kernel):
     """``get_scheduler().shutdown()`` ends that scheduler; the magics then use a fresh one (the
     same as ``get_scheduler()`` gives), not the closed one for the kernel's life."""

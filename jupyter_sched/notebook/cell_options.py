@@ -137,8 +137,14 @@ def give_empty_cells_a_body(lines: list[str]) -> list[str]:
     return lines
 
 
+SHOWN = 60  # characters of a value an error shows at most
+
+
 def one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
+    """An error as one line, each word of it (a value it names) cut to ``SHOWN`` characters:
+    a 100,000-character name is not echoed back whole."""
+    words = [w if len(w) <= SHOWN else f"{w[:SHOWN - 3]}..." for w in str(err).split()]
+    return " ".join(words) or type(err).__name__
 
 
 # -- %%sched: the cell options ------------------------------------------------------------------

@@ -38,6 +38,7 @@ from ..views.timeline import WINDOW, Run
 from .comm_messages import (
     CANCEL_REASON,
     INTERVAL,
+    MIN_INTERVAL,
     TARGET,
     VERSION,
     BadMessage,
@@ -318,8 +319,10 @@ class CommHub:
             seen = peer.seen
             if peer.closed or (seen and seen[0] is snap and seen[1] == window and not forced):
                 continue  # this snapshot was weighed for it already
-            due = peer.last + peer.interval
-            if now < due and not forced:  # look again when it is due, at the latest then
+            # a `snapshot` command forces one, changed or not, but no sooner than MIN_INTERVAL
+            # after the last: commands that come faster share the next one
+            due = peer.last + (MIN_INTERVAL if forced else peer.interval)
+            if now < due:  # look again when it is due, at the latest then
                 wait = due - now if wait is None else min(wait, due - now)
                 continue
             # encoded only when a comm may get it: at most 4 times a second per window

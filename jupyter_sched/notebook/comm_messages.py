@@ -77,8 +77,13 @@ REQUIRED = object()
 
 
 def _show(value: Any) -> str:
-    """``value`` for an error message: its repr, cut short."""
+    """``value`` for an error message: its repr, cut short (in ASCII when it holds what UTF-8
+    cannot carry, such as a lone surrogate)."""
     text = repr(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = ascii(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -130,9 +135,17 @@ COMMANDS: dict[str, dict[str, Argument]] = {
 
 
 def usable_id(data: Any) -> str | None:
-    """The message's ``id`` when it is one a reply can carry."""
+    """The message's ``id`` when it is one a reply can carry: 1 to ``MAX_ID`` characters of
+    text (a lone surrogate, which a JavaScript string may hold, is not: UTF-8 cannot carry it
+    back, so the answer to such a message is an ``error``)."""
     msg_id = data.get("id") if isinstance(data, dict) else None
-    return msg_id if isinstance(msg_id, str) and 0 < len(msg_id) <= MAX_ID else None
+    if not isinstance(msg_id, str) or not 0 < len(msg_id) <= MAX_ID:
+        return None
+    try:
+        msg_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return msg_id
 
 
 def over_size(value: Any, limit: int = MAX_IN) -> bool:

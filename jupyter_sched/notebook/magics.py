@@ -27,7 +27,7 @@ from typing import Any
 
 from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
 from ..executors.ipp.cluster import ClusterRunning
 from ..executors.local.output import current_parent
@@ -90,7 +90,8 @@ class SchedMagics(LeaseCommands, Magics):
         down, the comms close and the sidebar says so)."""
         return self._scheduler if self._scheduler is not None else self.scheduler
 
-    @line_cell_magic
+    @no_var_expand  # (the line is read as it is written: IPython's $var expansion walks the
+    @line_cell_magic  # whole line first, 67 s for 100,000 characters)
     def sched(self, line: str = "", cell: str | None = None):
         """Schedule a cell (``%%sched``) or show and steer the scheduler (``%sched``).
 
@@ -98,8 +99,15 @@ class SchedMagics(LeaseCommands, Magics):
         """
         __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
         tell_notices(self)
-        if cell is not None:
-            return self._run_cell(line, cell)
+        try:
+            if cell is not None:
+                return self._run_cell(line, cell)
+            return self._command(line)
+        except UsageError as err:  # (argparse's too: each value it names cut short)
+            raise UsageError(one_line(err)) from None
+
+    def _command(self, line: str):
+        __tracebackhide__ = True
         words = line.split(None, 1)
         if not words or words[0].startswith("-"):
             if words and words[0] in ("-h", "--help"):
