@@ -77,8 +77,8 @@ def test_settings_read_at_start_say_when_they_apply(sched, tmp_path):
 
 def test_bad_values_are_refused_before_the_start_too():
     s = Scheduler()
-    with pytest.raises(TraitError, match="Scheduler.max_rows"):
+    with pytest.raises(TraitError, match=r"Scheduler\.max_rows"):
         s.max_rows = -1
-    with pytest.raises(TraitError, match="Scheduler.update_interval"):
+    with pytest.raises(TraitError, match=r"Scheduler\.update_interval"):
         Scheduler(update_interval=math.nan)
     assert s.state == "new"

@@ -346,6 +346,10 @@ def _parse_declare(spec: object) -> _Declared:
             f"GPU={from_units(amounts[GPU])!r}: declare a whole number of GPUs "
             f"(a share of a GPU is something a task asks for, not something a host has)"
         )
+    for name, what in ((MEMORY, "its memory (32GiB)"), (CPU, "its CPU cores (8)")):
+        if amounts.get(name, None) == 0:
+            raise ValueError(f"{name}=0: a host that runs tasks has some; declare {what}, or "
+                             f"leave {name} out to use what this host has")
     if gpu_memory is not None and GPU not in amounts:
         raise ValueError(
             "gpu_memory sets the memory of each declared GPU; declare the GPUs too, "

@@ -9,6 +9,7 @@ changes.
 from __future__ import annotations
 
 import math
+import re
 from typing import Final
 
 MAX_DEVICES_PER_NODE: Final = 4_096
@@ -24,6 +25,20 @@ MAX_SECONDS: Final = 10 * 365.25 * 24 * 3600
 
 MAX_NAME_LENGTH: Final = 256
 """Characters in a task id or name, a queue, node, engine slot or gang name."""
+
+MAX_PRIORITY: Final = 1_000_000_000
+"""A priority is from ``-MAX_PRIORITY`` to ``MAX_PRIORITY``."""
+
+MAX_RETRIES: Final = 1_000
+"""Retries of one task."""
+
+MAX_WEIGHT: Final = 1_000_000
+"""A queue's share weight."""
+
+MAX_ENGINES: Final = 1_024
+"""Engines one ``start_cluster`` starts (floating, or per GPU times the GPUs)."""
+
+_WHOLE_TEXT = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: no '1_0', no '٢'
 
 
 def check_seconds(value: object, what: str, *, zero: bool = True) -> float:
@@ -48,6 +63,37 @@ def check_name(value: object, what: str) -> str:
         raise ValueError(f"{what} {value[:40]!r}... is {len(value):,} characters long; "
                          f"the most is {MAX_NAME_LENGTH}")
     return value
+
+
+def check_whole(value: object, what: str, low: int, high: int) -> int:
+    """``value`` as a whole number from ``low`` to ``high``: an ``int`` (a ``bool`` is not one)
+    or its text in ASCII digits (no underscores, no other script's digits), the one way every
+    count and number the API, the magics and the command line take is read."""
+    if isinstance(value, str):
+        if not _WHOLE_TEXT.fullmatch(value.strip()):
+            raise ValueError(f"{what} {value[:60]!r} is not a whole number in ASCII digits "
+                             f"(from {low:,} to {high:,})")
+        text = value.strip()
+        if len(text) > 30:  # (far past any bound; int() of thousands of digits is refused)
+            raise ValueError(f"{what} {text[:20]}... ({len(text):,} digits) must be from "
+                             f"{low:,} to {high:,}")
+        value = int(text)
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} {value!r} must be a whole number from {low:,} to {high:,}")
+    if not low <= value <= high:
+        shown = (f"{value:,}" if abs(value) < 10**30  # (str() of a huge int is refused)
+                 else f"{'-' if value < 0 else ''}a number of about "
+                      f"{int(value.bit_length() * 0.30103) + 1:,} digits")
+        raise ValueError(f"{what} {shown} must be from {low:,} to {high:,}")
+    return value
+
+
+def check_int(value: object, what: str, low: int, high: int) -> int:
+    """``value`` as an ``int`` already (a spec's field: the shells parse text), not a bool,
+    from ``low`` to ``high``."""
+    if type(value) is not int:
+        raise ValueError(f"{what} {value!r} must be a whole number from {low:,} to {high:,}")
+    return check_whole(value, what, low, high)
 
 
 def check_count(value: int, bound: int, what: str) -> int:

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
-from .limits import check_name
+from .limits import MAX_PRIORITY, MAX_WEIGHT, check_int, check_name
 from .quantity import to_float
 from .resources import format_amount
 
@@ -212,13 +212,13 @@ class QueueTree:
             parent = queue.parent.name if queue is not None and queue.parent else ROOT
         if parent not in self.queues:
             raise ValueError(f"parent queue {parent!r} does not exist; known: {self.names()}")
-        if weight is not None and (not isinstance(weight, int) or weight < 1):
-            raise ValueError(f"queue {name!r}: weight {weight!r} must be a whole number >= 1")
+        if weight is not None:
+            check_int(weight, f"queue {name!r}: weight", 1, MAX_WEIGHT)
         if state is not None and state not in QUEUE_STATES:
             raise ValueError(f"queue {name!r}: state {state!r} is not one of "
                              f"{', '.join(QUEUE_STATES)}")
-        if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
-            raise ValueError(f"queue {name!r}: priority {priority!r} must be a whole number")
+        if priority is not None:
+            check_int(priority, f"queue {name!r}: priority", -MAX_PRIORITY, MAX_PRIORITY)
         _check_guarantee(name, capability if capability is not None else (
             queue.capability if queue is not None else {}), guarantee if guarantee is not None
             else (queue.guarantee if queue is not None else {}))

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .limits import MAX_GANG_SIZE, MAX_NAME_LENGTH, check_count, check_name, check_seconds
+from .limits import (
+    MAX_GANG_SIZE,
+    MAX_NAME_LENGTH,
+    MAX_PRIORITY,
+    MAX_RETRIES,
+    check_int,
+    check_name,
+    check_seconds,
+)
 from .resources import Demand
 
 TARGETS = ("any", "local", "engines")
+
 STRATEGIES = ("pack", "spread", "strict-pack", "strict-spread")
 
 
@@ -38,8 +47,9 @@ class TaskSpec:
     def check(self) -> None:
         if (type(self.id) is str and type(self.name) is str  # the common case, in one look
                 and len(self.id) <= MAX_NAME_LENGTH >= len(self.name) and self.target in TARGETS
-                and type(self.priority) is int and self.time_limit is None
-                and type(self.family) is str and type(self.retries) is int and self.retries >= 0
+                and type(self.priority) is int and -MAX_PRIORITY <= self.priority <= MAX_PRIORITY
+                and self.time_limit is None and type(self.family) is str
+                and type(self.retries) is int and 0 <= self.retries <= MAX_RETRIES
                 and type(self.demand) is Demand and type(self.queue) is str
                 and type(self.preemptible) is bool and self.node is None and self.selector == ()):
             return  # (once per task, on the core's hot path)
@@ -49,14 +59,12 @@ class TaskSpec:
             check_name(self.name, "task name")
         if self.target not in TARGETS:
             raise ValueError(f"target {self.target!r} is not one of {', '.join(TARGETS)}")
-        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
-            raise ValueError(f"priority {self.priority!r} must be a whole number")
+        check_int(self.priority, "priority", -MAX_PRIORITY, MAX_PRIORITY)
         if self.time_limit is not None:
             check_seconds(self.time_limit, "time limit", zero=False)
         if not isinstance(self.family, str):
             raise ValueError(f"family {self.family!r} must be a string")
-        if not isinstance(self.retries, int) or self.retries < 0:
-            raise ValueError(f"retries {self.retries!r} must be a whole number, 0 or more")
+        check_int(self.retries, "retries", 0, MAX_RETRIES)
         if not isinstance(self.demand, Demand):
             raise ValueError(f"demand {self.demand!r} must be a Demand (Demand.parse(...))")
         if not isinstance(self.queue, str):
@@ -93,9 +101,7 @@ class GangSpec:
 
     def check(self) -> None:
         check_name(self.name, "gang name")
-        if type(self.size) is not int or self.size < 1:
-            raise ValueError(f"gang {self.name!r}: size {self.size!r} must be a whole number >= 1")
-        check_count(self.size, MAX_GANG_SIZE, f"gang {self.name!r}: size")
+        check_int(self.size, f"gang {self.name!r}: size", 1, MAX_GANG_SIZE)
         if self.min is not None and type(self.min) is not int:
             raise ValueError(f"gang {self.name!r}: min {self.min!r} must be a whole number")
         if not 1 <= self.min_members <= self.size:

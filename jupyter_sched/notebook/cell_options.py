@@ -14,9 +14,17 @@ from typing import Any
 from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 
-from ..model.limits import MAX_SECONDS
+from ..model.limits import (
+    MAX_ENGINES,
+    MAX_PRIORITY,
+    MAX_RETRIES,
+    MAX_SECONDS,
+    MAX_WEIGHT,
+    check_whole,
+)
 from ..model.resources import Demand
-from ..model.tasks import STRATEGIES, GangSpec
+from ..model.tasks import STRATEGIES
+from ..runtime import submission
 
 # -- argument types: each names the value it rejects ---------------------------------------------
 
@@ -45,9 +53,22 @@ def _number(convert: Callable[[str], Any], rule: str, ok: Callable[[Any], bool])
     return parse
 
 
-INT = _number(int, "a whole number", lambda v: True)
-COUNT = _number(int, "a whole number, 0 or more", lambda v: v >= 0)
-POSITIVE = _number(int, "a whole number, 1 or more", lambda v: v >= 1)
+def _whole(what: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a bounded whole number in ASCII digits (``check_whole``, the one way
+    the API, the magics and the command line read numbers)."""
+    def parse(text: str) -> int:
+        try:
+            return check_whole(text, what, low, high)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
+
+
+PRIORITY = _whole("priority", -MAX_PRIORITY, MAX_PRIORITY)
+RETRIES = _whole("retries", 0, MAX_RETRIES)
+ENGINES = _whole("engines", 1, MAX_ENGINES)
+WEIGHT = _whole("weight", 1, MAX_WEIGHT)
 SECONDS = _number(float, f"a positive number of seconds, at most {MAX_SECONDS:,.0f} (10 years)",
                   lambda v: 0 < v <= MAX_SECONDS)
 
@@ -160,7 +181,7 @@ def one_line(err: BaseException) -> str:
              help="a custom resource, e.g. licenses=1 (repeatable)")
 @ma.argument("--name", metavar="NAME", help="a name for the task (default: its id)")
 @ma.argument("--queue", metavar="QUEUE", help="the queue to submit to (default: default)")
-@ma.argument("--priority", metavar="N", type=INT, default=0,
+@ma.argument("--priority", metavar="N", type=PRIORITY, default=0,
              help="higher runs first within its queue (default 0)")
 @ma.argument("--gang", metavar="NAME:SIZE[:MIN]",
              help="run SIZE copies together, started when at least MIN (default SIZE) fit; "
@@ -176,7 +197,7 @@ def one_line(err: BaseException) -> str:
              help="with --wait: stop waiting after SECONDS (the task goes on)")
 @ma.argument("--time-limit", metavar="SECONDS", type=SECONDS,
              help="stop the task when it has run this long")
-@ma.argument("--retries", metavar="N", type=COUNT, default=0,
+@ma.argument("--retries", metavar="N", type=RETRIES, default=0,
              help="run again up to N times when it fails (default 0)")
 @ma.argument("--preemptible", action="store_true",
              help="may be stopped and re-queued for higher-priority work")
@@ -282,22 +303,14 @@ def _resource_pairs(spec: str) -> dict[str, str]:
 
 
 def parse_gang(text: str, strategy: str = "pack") -> tuple:
-    """``ddp:4`` -> ``("ddp", 4)``; ``ddp:4:3`` -> ``("ddp", 4, 3)``; errors name the value."""
-    parts = text.split(":")
-    if len(parts) not in (2, 3) or not parts[0].strip():
-        raise UsageError(f"--gang {text!r} must be NAME:SIZE or NAME:SIZE:MIN, e.g. ddp:4")
+    """``ddp:4`` -> ``("ddp", 4)``; ``ddp:4:3`` -> ``("ddp", 4, 3)``; read as ``submit`` reads
+    a gang (ASCII digits, bounded); errors name the value."""
     try:
-        numbers = [int(p) for p in parts[1:]]
-    except ValueError:
-        raise UsageError(f"--gang {text!r}: SIZE and MIN must be whole numbers, e.g. ddp:4:2"
-                         ) from None
-    spec = GangSpec(parts[0].strip(), numbers[0], numbers[1] if len(numbers) > 1 else None,
-                    strategy)
-    try:
-        spec.check()
+        spec = submission.parse_gang(text, strategy)
     except ValueError as err:
-        raise UsageError(f"--gang {text!r}: {one_line(err)}") from None
-    return (spec.name, *numbers)
+        raise UsageError(f"--{one_line(err)}") from None
+    assert spec is not None
+    return (spec.name, spec.size) if spec.min is None else (spec.name, spec.size, spec.min)
 
 
 def parse_on(values: Iterable[str]) -> dict[str, Any]:

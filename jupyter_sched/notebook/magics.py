@@ -37,9 +37,10 @@ from ..views import format as fmt
 from ..views import tables
 from .cell_options import (
     CELL_PARSER,
-    INT,
-    POSITIVE,
+    ENGINES,
+    PRIORITY,
     SECONDS,
+    WEIGHT,
     documented,
     help_text,
     one_line,
@@ -380,8 +381,8 @@ class SchedMagics(LeaseCommands, Magics):
 
     @_sub("start", "start an ipyparallel cluster and use its engines")
     @ma.magic_arguments("sched start")
-    @ma.argument("--engines", metavar="N", type=POSITIVE, help="how many engines")
-    @ma.argument("--engines-per-gpu", metavar="K", type=POSITIVE,
+    @ma.argument("--engines", metavar="N", type=ENGINES, help="how many engines")
+    @ma.argument("--engines-per-gpu", metavar="K", type=ENGINES,
                  help="pin K engines to each GPU instead (CUDA_VISIBLE_DEVICES)")
     @ma.argument("--launcher", metavar="NAME",
                  help="ipyparallel engine launcher: local (default), mpi, slurm, pbs, ssh ...")
@@ -428,10 +429,10 @@ class SchedMagics(LeaseCommands, Magics):
     @ma.argument("action", nargs="?", choices=("add", "open", "close", "drain"),
                  help="add a queue, or open, close or drain one")
     @ma.argument("name", nargs="?", metavar="NAME")
-    @ma.argument("--weight", metavar="W", type=POSITIVE, help="share weight (add)")
+    @ma.argument("--weight", metavar="W", type=WEIGHT, help="share weight (add)")
     @ma.argument("--capability", metavar="SPEC", help="the most it may hold, e.g. GPU=4")
     @ma.argument("--guarantee", metavar="SPEC", help="what it is owed, e.g. GPU=1")
-    @ma.argument("--priority", metavar="P", type=INT, help="queue priority")
+    @ma.argument("--priority", metavar="P", type=PRIORITY, help="queue priority")
     @ma.argument("--parent", metavar="NAME", help="parent queue (default root)")
     @documented
     def _queues(self, args):

@@ -47,7 +47,7 @@ from ..executors.local.output import Publisher
 from ..host.discovery import HostInfo, discover_host
 from ..host.leases import default_ledger
 from ..host.live import GpuMonitor
-from ..model.limits import check_name, check_seconds
+from ..model.limits import MAX_ENGINES, check_int, check_name, check_seconds
 from ..model.resources import GPU, parse_resources
 from ..model.tasks import GangSpec, TaskSpec
 from ..views import snapshot as snapshots
@@ -398,9 +398,8 @@ class Scheduler(Configurable):
                                    target, node, labels, time_limit, retries, preemptible)
         common["family"] = submission.family(fn) if gang is None else ""
         gang_spec = submission.parse_gang(gang, strategy)
-        base_name = name if name is not None else submission.default_name(fn, code)
-        if not isinstance(base_name, str):
-            raise ValueError(f"name {name!r} must be a string")
+        base_name = (submission.check_task_name(name) if name is not None
+                     else submission.default_name(fn, code))
         if gang_spec is None:
             specs = [self._spec(base_name, common)]
         else:
@@ -480,6 +479,8 @@ class Scheduler(Configurable):
     def wait(self, handles_or_ids: object = None, timeout: float | None = None) -> list:
         """Wait for tasks (default: all submitted and not finished); returns their handles.
         ``TimeoutError`` if some are still not finished after ``timeout`` seconds."""
+        if timeout is not None:
+            timeout = check_seconds(timeout, "wait timeout")
         if handles_or_ids is None:
             handles = [h for h in list(self._records().handles.values()) if not h.done()]
             handles += [h for m in list(self._maps) for h in m.unfinished()]
@@ -598,6 +599,9 @@ class Scheduler(Configurable):
         engines to it; without, it is a ``RuntimeError`` saying so."""
         from ..executors.ipp.executor import IppExecutor
 
+        for what, count in (("engines", engines), ("engines_per_gpu", engines_per_gpu)):
+            if count is not None:
+                check_int(count, what, 1, MAX_ENGINES)
         loop = self._running()
         executor = IppExecutor.start_cluster(loop, engines=engines,
                                              engines_per_gpu=engines_per_gpu, launcher=launcher,

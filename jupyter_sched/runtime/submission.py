@@ -9,6 +9,7 @@ local node's GPU indices refer to in the environment a task gets.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..executors.base import Work
 from ..executors.local.output import current_parent
+from ..model.limits import MAX_GANG_SIZE, check_int, check_whole
 from ..model.resources import Demand
 from ..model.tasks import GangSpec, TaskSpec
 
@@ -41,9 +43,11 @@ def common(default_queue: str, resources: object = None, gpu_memory: object = No
         if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
             raise ValueError(f"time limit {time_limit!r} must be a number of seconds")
         time_limit = float(time_limit)
+    if not isinstance(preemptible, bool):
+        raise ValueError(f"preemptible {_short(preemptible)} must be True or False")
     return dict(demand=demand, queue=queue or default_queue, priority=priority,
                 target=target, node=node, selector=selector(labels),
-                time_limit=time_limit, retries=retries, preemptible=bool(preemptible))
+                time_limit=time_limit, retries=retries, preemptible=preemptible)
 
 
 def family(fn: Callable | None) -> str:
@@ -137,8 +141,31 @@ def selector(labels: object) -> tuple[tuple[str, str], ...]:
             pairs.append((key.strip(), value.strip()))
         labels = dict(pairs)
     if not isinstance(labels, Mapping):
-        raise ValueError(f"labels {labels!r} must be a mapping such as {{'gpu.model': 'A100'}}")
-    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        raise ValueError(f"labels {_short(labels)} must be a mapping such as "
+                         "{'gpu.model': 'A100'}")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError(f"label {_short(key)}: {_short(value)}: a label and its value are "
+                             "strings, such as {'gpu.model': 'A100'}")
+    return tuple(sorted(labels.items()))
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+TASK_ID = re.compile(r"t[0-9]+")  # what task ids look like
+
+
+def check_task_name(name: object) -> str:
+    """A name given to a task: a string, not one that reads as another task's id."""
+    if not isinstance(name, str):
+        raise ValueError(f"name {_short(name)} must be a string")
+    if TASK_ID.fullmatch(name):
+        raise ValueError(f"name {name!r} reads as a task id (ids are t1, t2, ...): "
+                         f"%sched cancel {name} would mean that task; choose another name")
+    return name
 
 
 def default_name(fn: Callable | None, code: str | None) -> str:
@@ -158,15 +185,16 @@ def parse_gang(gang: object, strategy: str = "pack") -> GangSpec | None:
         parts = gang.split(":") if isinstance(gang, str) else gang
         if not isinstance(parts, (list, tuple)) or len(parts) not in (2, 3):
             raise ValueError(f"gang {gang!r} must be NAME:SIZE or NAME:SIZE:MIN, e.g. 'ddp:4'")
-        name = str(parts[0]).strip()
-        if not name:
-            raise ValueError(f"gang {gang!r} needs a name, e.g. 'ddp:4'")
+        if not isinstance(parts[0], str) or not parts[0].strip():
+            raise ValueError(f"gang {_short(gang)} needs a name, e.g. 'ddp:4'")
+        name = parts[0].strip()
+        # in a string, ASCII digits; in a tuple, ints (the one way numbers are read)
+        check = check_whole if isinstance(gang, str) else check_int
         try:
-            size = int(parts[1])
-            least = int(parts[2]) if len(parts) == 3 else None
-        except (TypeError, ValueError):
-            raise ValueError(f"gang {gang!r}: size and min must be whole numbers, "
-                             "e.g. 'ddp:4' or 'ddp:4:3'") from None
+            size = check(parts[1], "size", 1, MAX_GANG_SIZE)
+            least = check(parts[2], "min", 1, MAX_GANG_SIZE) if len(parts) == 3 else None
+        except ValueError as err:
+            raise ValueError(f"gang {_short(gang)}: {err}") from None
         spec = GangSpec(name, size, least, strategy)
     try:
         spec.check()
