@@ -9,8 +9,12 @@ and in the environment on engines). That is all this needs::
     best = allreduce(score, op="max")
 
 Rank 0 listens on ``MASTER_ADDR:MASTER_PORT``; the others connect, send their value and get
-the result back. Values are numbers or (nested) lists of numbers, the same shape on every
-member; they are reduced in rank order, so every member gets the same, reproducible result.
+the result back. Any process of the host may connect to that port, so each member also carries
+the gang's secret (``JUPYTER_SCHED_GANG_SECRET``, set by the scheduler): rank 0 takes a
+member's value only with it, and a connection without it is closed and ignored (it can neither
+add a value nor hold the others up). Values are numbers or (nested) lists of numbers, the same
+shape on every member; they are reduced in rank order, so every member gets the same,
+reproducible result.
 Every member must call ``allreduce`` the same number of times, with the same ``op``. It is for
 small values (metrics, counters, a few parameters): use ``torch.distributed`` for tensors.
 
@@ -21,13 +25,15 @@ which rank and what.
 
 from __future__ import annotations
 
+import hmac
 import json
 import math
 import os
+import selectors
 import socket
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import reduce
 from typing import Any
 
@@ -41,6 +47,7 @@ _MAX_MESSAGE = 64 * 1024 * 1024  # bytes; a larger length is not one of our mess
 _RETRY = 0.05  # seconds between attempts to reach rank 0 while it is not listening yet
 _GRACE = 2.0  # seconds the other ranks wait past the timeout for rank 0's verdict
 _POLL = 0.1  # seconds a socket call blocks at most before it looks at the clock again
+SECRET_ENV = "JUPYTER_SCHED_GANG_SECRET"  # the gang's secret: only its members know it
 
 OPS: dict[str, Callable[[list[Number]], Number]] = {
     "sum": math.fsum,
@@ -71,11 +78,13 @@ def allreduce(value: Value, op: str = "sum", *, timeout: float = 60.0,
     shape = _shape(value, "value")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout {timeout!r} must be a positive number of seconds")
+    env = _environment(env)
     rank, size, addr, port = rendezvous(env)
     if size == 1:
         return _reduce([value], op)
     deadline = time.monotonic() + timeout
-    hello = {"rank": rank, "world_size": size, "op": op, "shape": shape, "value": value}
+    hello = {"rank": rank, "world_size": size, "op": op, "shape": shape, "value": value,
+             "secret": str(env.get(SECRET_ENV, ""))}
     if rank == 0:
         return _lead(hello, addr, port, deadline, timeout)
     return _follow(hello, addr, port, deadline, timeout)
@@ -84,9 +93,7 @@ def allreduce(value: Value, op: str = "sum", *, timeout: float = 60.0,
 def rendezvous(env: Mapping[str, str] | None = None) -> tuple[int, int, str, int]:
     """``(rank, world_size, master_addr, master_port)``, checked, from ``env`` (default: the
     running task's environment, else ``os.environ``)."""
-    if env is None:
-        task = current_task()
-        env = task.env if task is not None and "RANK" in task.env else os.environ
+    env = _environment(env)
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in env]
     if missing:
         raise CollectiveError(
@@ -105,6 +112,14 @@ def rendezvous(env: Mapping[str, str] | None = None) -> tuple[int, int, str, int
 
 # -- rank 0 ---------------------------------------------------------------------------------------
 
+def _environment(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    """``env``, else the running task's environment, else ``os.environ``."""
+    if env is None:
+        task = current_task()
+        env = task.env if task is not None and "RANK" in task.env else os.environ
+    return env
+
+
 def _lead(hello: dict, addr: str, port: int, deadline: float, timeout: float) -> Value:
     size = hello["world_size"]
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
@@ -117,10 +132,15 @@ def _lead(hello: dict, addr: str, port: int, deadline: float, timeout: float) ->
     values = {0: hello["value"]}
     try:
         with server:
-            while len(peers) < size - 1:
-                conn = _accept(server, deadline, timeout, size, peers)
-                other, value = _join(conn, hello, peers, deadline)
-                peers[other], values[other] = conn, value
+            for conn, message in _hellos(server, hello.pop("secret"), deadline, timeout, size,
+                                         peers):
+                try:
+                    other = _check_hello(message, hello, peers)
+                except BaseException as err:
+                    _send_quietly(conn, {"error": f"rank 0: {_describe(err)}"})
+                    conn.close()
+                    raise
+                peers[other], values[other] = conn, message["value"]
         answer = {"value": _reduce([values[r] for r in range(size)], hello["op"])}
     except BaseException as err:
         answer = {"error": f"rank 0: {_describe(err)}"}
@@ -132,21 +152,93 @@ def _lead(hello: dict, addr: str, port: int, deadline: float, timeout: float) ->
     return answer["value"]
 
 
-def _accept(server: socket.socket, deadline: float, timeout: float, size: int,
-            peers: Mapping[int, socket.socket]) -> socket.socket:
-    # in short waits: a gang member stopped in a kernel thread (KeyboardInterrupt from its
-    # executor) stops between two of them, not when the whole timeout is over
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise _late(timeout, size, peers)
-        server.settimeout(min(left, _POLL))
+class _Dropped(Exception):
+    """A connection that is not a member of this gang (no message, garbage, a wrong secret)."""
+
+
+def _hellos(server: socket.socket, secret: str, deadline: float, timeout: float, size: int,
+            peers: Mapping[int, socket.socket]) -> Iterator[tuple[socket.socket, dict]]:
+    """Each member's hello as it comes, read from every connection at once: a connection that
+    sends nothing cannot hold the others up, and one without the gang's secret (any local
+    process may connect to MASTER_PORT) is closed and ignored, never counted. Short waits: a
+    gang member stopped in a kernel thread stops between two of them."""
+    reading: dict[socket.socket, bytearray] = {}
+    server.setblocking(False)
+    with selectors.DefaultSelector() as selector:
+        selector.register(server, selectors.EVENT_READ)
         try:
-            conn, _ = server.accept()
-        except TimeoutError:
-            continue
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
+            while len(peers) < size - 1:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _late(timeout, size, peers)
+                for key, _ in selector.select(min(left, _POLL)):
+                    conn = key.fileobj
+                    if conn is server:
+                        _accepted(server, selector, reading, size)
+                        continue
+                    assert isinstance(conn, socket.socket)
+                    try:
+                        message = _message(conn, reading[conn])
+                        if message is not None and secret and not hmac.compare_digest(
+                                str(message.get("secret", "")).encode(), secret.encode()):
+                            raise _Dropped
+                    except _Dropped:
+                        selector.unregister(conn)
+                        del reading[conn]
+                        conn.close()
+                        continue
+                    if message is not None:
+                        selector.unregister(conn)
+                        del reading[conn]
+                        conn.setblocking(True)
+                        yield conn, message
+        finally:
+            for conn in reading:
+                conn.close()
+
+
+def _accepted(server: socket.socket, selector: selectors.BaseSelector,
+              reading: dict[socket.socket, bytearray], size: int) -> None:
+    try:
+        conn, _ = server.accept()
+    except (BlockingIOError, InterruptedError):
+        return
+    if len(reading) >= 4 * size:  # (a flood of connections: the oldest goes)
+        oldest = next(iter(reading))
+        selector.unregister(oldest)
+        del reading[oldest]
+        oldest.close()
+    conn.setblocking(False)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reading[conn] = bytearray()
+    selector.register(conn, selectors.EVENT_READ)
+
+
+def _message(conn: socket.socket, buffer: bytearray) -> dict | None:
+    """What ``conn`` sent so far, read without waiting: its message once whole, else None."""
+    try:
+        chunk = conn.recv(1 << 20)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        raise _Dropped from None
+    if not chunk:
+        raise _Dropped
+    buffer += chunk
+    if len(buffer) < _HEADER.size:
+        return None
+    (length,) = _HEADER.unpack(buffer[:_HEADER.size])
+    if length > _MAX_MESSAGE:
+        raise _Dropped
+    if len(buffer) < _HEADER.size + length:
+        return None
+    try:
+        message = json.loads(bytes(buffer[_HEADER.size:_HEADER.size + length]))
+    except ValueError:
+        raise _Dropped from None
+    if not isinstance(message, dict):
+        raise _Dropped
+    return message
 
 
 def _late(timeout: float, size: int, peers: Mapping[int, socket.socket]) -> TimeoutError:
@@ -154,18 +246,6 @@ def _late(timeout: float, size: int, peers: Mapping[int, socket.socket]) -> Time
     return TimeoutError(f"allreduce: rank{'s' if len(missing) > 1 else ''} "
                         f"{', '.join(map(str, missing))} of {size} did not join within "
                         f"{timeout:g} s")
-
-
-def _join(conn: socket.socket, hello: dict, peers: Mapping[int, socket.socket],
-          deadline: float) -> tuple[int, Value]:
-    """A member's hello, checked against rank 0's: its rank and its value."""
-    try:
-        message = _receive(conn, deadline, "a member")
-        return _check_hello(message, hello, peers), message["value"]
-    except BaseException as err:
-        _send_quietly(conn, {"error": f"rank 0: {_describe(err)}"})
-        conn.close()
-        raise
 
 
 def _check_hello(message: dict, hello: dict, peers: Mapping[int, socket.socket]) -> int:

@@ -22,9 +22,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def gang_env(rank: int, size: int, port: int) -> dict[str, str]:
-    return {"RANK": str(rank), "WORLD_SIZE": str(size), "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port)}
+def gang_env(rank: int, size: int, port: int, secret: str = "") -> dict[str, str]:
+    env = {"RANK": str(rank), "WORLD_SIZE": str(size), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port)}
+    if secret:
+        env["JUPYTER_SCHED_GANG_SECRET"] = secret
+    return env
 
 
 def in_threads(size: int, member, timeout: float = 20.0) -> list:
@@ -207,3 +210,48 @@ def test_a_failing_member_stops_rank_0_waiting_in_allreduce_at_once(scheduler):
     assert [(m.state, m.reason) for m in gang] == [
         ("cancelled", f"gang 'ddp': {gang[1].id} failed"),
         ("failed", "RuntimeError: rank 1 broke")]
+
+
+def test_a_local_process_without_the_gangs_secret_can_neither_add_a_value_nor_block():
+    """Any process of the host may connect to MASTER_PORT first: one that claims rank 1 with
+    a value, and one that connects and says nothing, are both ignored; the members, who carry
+    the gang's secret, reduce their own values."""
+    import json
+    import struct
+
+    port, secret, size = free_port(), "s3cret-of-this-gang", 3
+    results: list = [None] * size
+    started = threading.Event()
+
+    def member(rank: int) -> None:
+        if rank:
+            started.wait(10)
+        try:
+            results[rank] = allreduce(rank + 1, env=gang_env(rank, size, port, secret),
+                                      timeout=20)
+        except BaseException as err:
+            results[rank] = err
+
+    lead = threading.Thread(target=member, args=(0,))
+    lead.start()
+    intruders = []
+    deadline = time.monotonic() + 10
+    while len(intruders) < 2 and time.monotonic() < deadline:
+        try:
+            intruders.append(socket.create_connection(("127.0.0.1", port), timeout=1))
+        except OSError:
+            time.sleep(0.02)
+    assert len(intruders) == 2, "rank 0 never listened"
+    forged = json.dumps({"rank": 1, "world_size": size, "op": "sum", "shape": None,
+                         "value": 1000, "secret": "a guess"}).encode()
+    intruders[0].sendall(struct.pack("!I", len(forged)) + forged)  # a value, no secret
+    # intruders[1] connects and says nothing
+    started.set()
+    others = [threading.Thread(target=member, args=(r,)) for r in (1, 2)]
+    for t in others:
+        t.start()
+    for t in (lead, *others):
+        t.join(30)
+    for conn in intruders:
+        conn.close()
+    assert results == [6, 6, 6], results  # 1 + 2 + 3: the forged 1000 is not in it

@@ -18,7 +18,10 @@ called before the ``NodeAdded``/``SlotAdded`` event that announces those slots i
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -192,8 +195,8 @@ def task_env(
     ``visible`` is the ``CUDA_VISIBLE_DEVICES`` of the process the task's GPU indices refer to
     (they are positions in that list): ``visible="2,3"`` and GPU 1 give ``"3"``. Gang members
     also get ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (the rank; per-host numbering is the
-    executor's to refine), ``MASTER_ADDR``/``MASTER_PORT`` (rank 0's host and a free port on it)
-    and ``JUPYTER_SCHED_GANG``.
+    executor's to refine), ``MASTER_ADDR``/``MASTER_PORT`` (rank 0's host and a free port on it),
+    ``JUPYTER_SCHED_GANG`` and ``JUPYTER_SCHED_GANG_SECRET`` (:func:`gang_secret`).
     """
     env = {"JUPYTER_SCHED_TASK": start.task}
     gpus = start.gpu_indices()
@@ -208,7 +211,20 @@ def task_env(
             env["MASTER_ADDR"] = master_addr
         if master_port is not None:
             env["MASTER_PORT"] = str(master_port)
+            env[GANG_SECRET_ENV] = gang_secret(start.gang, master_addr or "", master_port)
     return env
+
+
+GANG_SECRET_ENV = "JUPYTER_SCHED_GANG_SECRET"
+_KEY = secrets.token_bytes(32)  # this kernel's: the secrets of its gangs derive from it
+
+
+def gang_secret(gang: str, address: str, port: int) -> str:
+    """The secret the members of one gang's start share (and nobody else on the host knows):
+    the collectives' rank 0 takes a connection on ``MASTER_PORT`` only with it. Derived from
+    a key of this kernel's, the gang and its rendezvous, so each member's environment, made
+    apart, holds the same one."""
+    return hmac.new(_KEY, f"{gang}\n{address}\n{port}".encode(), hashlib.sha256).hexdigest()
 
 
 def _physical(gpus: list[int], visible: str | None) -> list[str]:
@@ -220,5 +236,5 @@ def _physical(gpus: list[int], visible: str | None) -> list[str]:
     return [entries[i] if i < len(entries) else str(i) for i in gpus]
 
 
-__all__ = ["Executor", "ExecutorSettings", "Runtime", "TaskRecord", "Work", "device_shares",
-           "task_env"]
+__all__ = ["GANG_SECRET_ENV", "Executor", "ExecutorSettings", "Runtime", "TaskRecord", "Work",
+           "device_shares", "gang_secret", "task_env"]
