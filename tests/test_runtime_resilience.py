@@ -176,7 +176,9 @@ def test_cancelling_a_long_queue_gives_memory_back_while_handles_are_held():
     sched = Scheduler(local_resources="GPU=1").start()
     gate = threading.Event()
     try:
-        sched.submit(gate.wait, WAIT, resources={"GPU": 1})
+        # held until the test ends (queueing 20,000 under tracemalloc takes a while when the
+        # machine is loaded: a wait of WAIT seconds could end first, and then 20,000 are live)
+        sched.submit(gate.wait, 600, resources={"GPU": 1})
         gc.collect()
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
