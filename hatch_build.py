@@ -1,17 +1,25 @@
-"""Hatchling build hook: the scheduling core's modules compiled with mypyc.
+"""Hatchling build hook: the scheduling core's modules compiled with mypyc, where they can be.
 
 The core's hot modules (``[tool.hatch.build.hooks.custom] compile`` in pyproject.toml) are
 compiled to C extension modules; everything else, and everything where user input enters
 (events, specs, resources, ``core/intake.py``), stays interpreted. The sources ship beside the
-extensions, and work alike without them (``JUPYTER_SCHED_PURE=1``: nothing is compiled).
+extensions, and work alike without them.
 
+* Where there is no working C compiler or no Python headers (a laptop without build tools, a
+  slim container), the core is installed as plain Python and the build says so in one line
+  on stderr, naming why (:func:`toolchain_problem` tries the compiler on two probes first,
+  :func:`toolchain_failure` reads a build that failed all the same); pip shows a backend's
+  output with ``-v``. ``JUPYTER_SCHED_PURE=1`` chooses plain Python knowingly, silently.
+* A type error in a compiled module, or a C compile that fails with a working compiler, is a
+  bug, not a missing toolchain: it fails the build with mypyc's output.
 * mypyc runs in a child interpreter with a temporary working directory, so the generated C,
-  objects and the mypy cache never touch the source tree; a type error or a missing C
-  compiler fails the build with mypyc's output and names ``JUPYTER_SCHED_PURE``.
-* A wheel gets the extensions beside the .py sources, and a platform tag.
+  objects and the mypy cache never touch the source tree.
+* A wheel gets the extensions beside the .py sources, and a platform tag; a wheel of plain
+  Python stays ``py3-none-any``.
 * An editable install imports from the source tree, so the extensions are copied there, with
   a stamp (``jupyter_sched/_compiled.json``: the sha256 of each compiled source) by which
-  ``tests/test_compiled.py`` tells a fresh build from sources edited since.
+  ``tests/test_compiled.py`` tells a fresh build from sources edited since. A plain Python
+  build removes the extensions and the stamp an earlier one left there.
 * The shared library is a top-level module (``jupyter_sched_core__mypyc``): mypyc's runtime
   expects it above the package tree.
 """
@@ -22,24 +30,133 @@ import glob
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
+# The child's exit status when mypy or mypyc refused the sources (a bug in them), and when the
+# C extensions did not build (a missing toolchain, or a bug if the toolchain works).
+TYPE_CHECK_FAILED = 3
+C_BUILD_FAILED = 4
+NO_MYPYC = 5  # a build without isolation, where the build requirements are not installed
+
 # Run in a child interpreter; argv[1] is JSON [out_dir, group_name, mypy_args].
-_BUILD_SCRIPT = """
+_BUILD_SCRIPT = f"""
 import json, sys
-from setuptools import setup
-from mypyc.build import mypycify
 out, group, mypy_args = json.loads(sys.argv[1])
-setup(name="mypyc-build", ext_modules=mypycify(mypy_args, group_name=group, target_dir="c"),
-      script_args=["build_ext", "--build-lib", out, "--build-temp", "obj"])
+try:
+    from mypyc.build import mypycify
+    from setuptools import setup
+except ImportError as exc:
+    print(exc)
+    sys.exit({NO_MYPYC})
+try:
+    modules = mypycify(mypy_args, group_name=group, target_dir="c")
+except BaseException as exc:  # mypy's errors are printed, then sys.exit(1)
+    if not isinstance(exc, SystemExit):
+        import traceback; traceback.print_exc()
+    elif exc.code not in (None, 0, 1):
+        print(exc.code)
+    sys.exit({TYPE_CHECK_FAILED})
+sys.stdout.flush()
+try:
+    setup(name="mypyc-build", ext_modules=modules,
+          script_args=["build_ext", "--build-lib", out, "--build-temp", "obj"])
+except BaseException as exc:  # setuptools ends a failed build with SystemExit("error: ...")
+    print(exc if isinstance(exc, SystemExit) else repr(exc), flush=True)
+    sys.exit({C_BUILD_FAILED})
 """
+
+FALLBACK = ("{name}: {reason}: the scheduling core is installed as plain Python, the same but "
+            "slower; install a C compiler and the Python headers (gcc and python3-dev on Debian) "
+            "and reinstall to compile it, or set {pure_env}=1 to choose plain Python knowingly")
+
+# What a compile that failed for want of a toolchain prints (setuptools, gcc, clang, MSVC, Xcode)
+_MISSING_TOOLCHAIN = [
+    (re.compile(r"Microsoft Visual C\+\+ [\d.]+ or greater is required"),
+     "no Microsoft Visual C++ here"),
+    (re.compile(r"Python\.h: No such file or directory|'Python\.h' file not found"
+                r"|Cannot open include file: 'Python\.h'"),
+     "no Python headers here"),
+    (re.compile(r"command '([^']+)' failed: No such file or directory"
+                r"|unable to execute '?([^':]+)'?: No such file or directory"),
+     "no C compiler here ({} not found)"),
+    (re.compile(r"cannot find '(ld)'|(ld): command not found"), "no linker here ({} not found)"),
+    (re.compile(r"xcrun: error: invalid active developer path"),
+     "no Xcode command line tools here"),
+]
+
+_PROBE_C = "int main(void) { return 0; }\n"
+_PROBE_PYTHON_H = "#include <Python.h>\nint main(void) { return 0; }\n"
+
+
+def _compiles(argv: list[str], source: str, env: Mapping[str, str]) -> str | None:
+    """None when ``argv`` compiles ``source`` to an object file, else what went wrong."""
+    with tempfile.TemporaryDirectory(prefix="cc-probe-") as tmp:
+        src, obj = os.path.join(tmp, "probe.c"), os.path.join(tmp, "probe.o")
+        Path(src).write_text(source)
+        try:
+            proc = subprocess.run([*argv, "-c", src, "-o", obj], cwd=tmp, env=dict(env),
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        except FileNotFoundError:
+            return "not found"
+        except (OSError, subprocess.SubprocessError) as exc:
+            return str(exc) or type(exc).__name__
+        if proc.returncode != 0 or not os.path.isfile(obj):
+            return proc.stderr.decode(errors="replace") or f"exit status {proc.returncode}"
+    return None
+
+
+def toolchain_problem(env: Mapping[str, str] | None = None,
+                      include_dirs: list[str] | None = None) -> str | None:
+    """Why C extensions cannot be built here, or None when they can, found by trying: the C
+    compiler setuptools would use (``$CC``, else the one this Python was built with) compiles
+    an empty program, then one that includes ``Python.h`` from this Python's include folder.
+    On Windows setuptools finds the compiler (MSVC) itself, so only the headers are looked
+    for there; :func:`toolchain_failure` reads what a failed build said."""
+    env = os.environ if env is None else env
+    if include_dirs is None:
+        paths = sysconfig.get_paths()
+        include_dirs = list(dict.fromkeys([paths["include"], paths["platinclude"]]))
+    if os.name == "nt":
+        if not os.path.isfile(os.path.join(include_dirs[0], "Python.h")):
+            return f"no Python headers here (no Python.h in {include_dirs[0]})"
+        return None
+    compiler = env.get("CC") or sysconfig.get_config_var("CC") or ""
+    argv = shlex.split(compiler)
+    if not argv:
+        return "no C compiler here (this Python names none, and CC is not set)"
+    name = f"CC={compiler}" if env.get("CC") else argv[0]
+    flags = [*shlex.split(env.get("CPPFLAGS", "")), *shlex.split(env.get("CFLAGS", ""))]
+    failed = _compiles([*argv, *flags], _PROBE_C, env)
+    if failed == "not found":
+        return f"no C compiler here ({name} not found)"
+    if failed is not None:
+        return f"no working C compiler here ({name} fails to compile an empty program)"
+    failed = _compiles([*argv, *flags, *(f"-I{d}" for d in include_dirs)], _PROBE_PYTHON_H, env)
+    if failed is None:
+        return None
+    if not any(os.path.isfile(os.path.join(d, "Python.h")) for d in include_dirs):
+        return f"no Python headers here (no Python.h in {include_dirs[0]})"
+    return f"no working C compiler here ({name} fails to compile against Python.h)"
+
+
+def toolchain_failure(output: str) -> str | None:
+    """The missing piece of the toolchain a failed compile's ``output`` names, or None."""
+    for pattern, reason in _MISSING_TOOLCHAIN:
+        found = pattern.search(output)
+        if found:
+            return reason.format(next((g for g in found.groups() if g), ""))
+    return None
 
 
 class CustomBuildHook(BuildHookInterface):
@@ -50,13 +167,18 @@ class CustomBuildHook(BuildHookInterface):
         if self.target_name != "wheel":
             return
         editable = version == "editable"
+        built = None
         if os.environ.get(self.pure_env, "") not in ("", "0"):
             self.app.display_info(f"{self.pure_env} is set: not compiling with mypyc")
+        elif problem := toolchain_problem():
+            self.fall_back(problem)
+        else:
+            self._tmp_dir = tempfile.mkdtemp(prefix="mypyc-build-")
+            built = self.build_extensions(os.path.join(self._tmp_dir, "out"))
+        if built is None:  # plain Python
             if editable:
                 self.remove_inplace_artifacts()
             return
-        self._tmp_dir = tempfile.mkdtemp(prefix="mypyc-build-")
-        built = self.build_extensions(os.path.join(self._tmp_dir, "out"))
         if not editable:
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
@@ -75,6 +197,11 @@ class CustomBuildHook(BuildHookInterface):
 
     def clean(self, versions: list[str]) -> None:
         self.remove_inplace_artifacts()
+
+    def fall_back(self, reason: str) -> None:
+        """The one line saying the core is built as plain Python, and why."""
+        self.app.display_warning(FALLBACK.format(name=self.metadata.core.raw_name, reason=reason,
+                                                 pure_env=self.pure_env))
 
     @property
     def compile_paths(self) -> list[str]:
@@ -105,8 +232,9 @@ class CustomBuildHook(BuildHookInterface):
         common_dir = os.path.commonpath([os.path.dirname(p) for p in self.compile_paths])
         return os.path.join(self.root, common_dir, "_compiled.json")
 
-    def build_extensions(self, out_dir: str) -> dict[str, str]:
-        """Build into ``out_dir``; {built file: its path in the wheel (under import_root)}."""
+    def build_extensions(self, out_dir: str) -> dict[str, str] | None:
+        """Build into ``out_dir``: {built file: its path in the wheel (under import_root)}, or
+        None when the C compile failed for want of a toolchain (said in one line)."""
         mypy_args = ["--config-file", os.path.join(self.root, "pyproject.toml"),
                      *self.config.get("mypy-args", [])]
         mypy_args += [os.path.join(self.root, p) for p in self.compile_paths]
@@ -116,16 +244,30 @@ class CustomBuildHook(BuildHookInterface):
             [sys.executable, "-c", _BUILD_SCRIPT, request],
             cwd=self._tmp_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
-        if proc.returncode != 0:
-            shutil.rmtree(self._tmp_dir, ignore_errors=True)  # finalize() won't run
-            raise RuntimeError(
-                f"mypyc compilation failed (exit code {proc.returncode}). Its output:\n"
-                f"{proc.stdout}\n"
-                f"mypyc compilation failed. To build pure Python instead, set {self.pure_env}=1 "
-                f"(e.g. `{self.pure_env}=1 pip install -e .`)."
-            )
-        found = glob.glob(os.path.join(out_dir, "**", "*.*"), recursive=True)
-        return {path: os.path.relpath(path, out_dir) for path in found if os.path.isfile(path)}
+        if proc.returncode == 0:
+            found = glob.glob(os.path.join(out_dir, "**", "*.*"), recursive=True)
+            return {path: os.path.relpath(path, out_dir) for path in found if os.path.isfile(path)}
+        shutil.rmtree(self._tmp_dir, ignore_errors=True)  # finalize() won't run on a raise
+        self._tmp_dir = ""
+        if proc.returncode == C_BUILD_FAILED:
+            missing = toolchain_problem() or toolchain_failure(proc.stdout)
+            if missing:
+                self.fall_back(missing)
+                return None
+            what = ("mypyc's C code did not compile, with a working C compiler and the Python "
+                    "headers: a bug, not a missing toolchain")
+        elif proc.returncode == TYPE_CHECK_FAILED:
+            what = ("mypy or mypyc refused the modules it compiles (a type error is a bug in "
+                    "them, not a missing toolchain)")
+        elif proc.returncode == NO_MYPYC:
+            what = ("mypyc or setuptools is missing from the build environment (install the "
+                    "build requirements of pyproject.toml, or build with build isolation)")
+        else:
+            what = f"mypyc compilation failed (exit code {proc.returncode})"
+        raise RuntimeError(
+            f"{what}. Its output:\n{proc.stdout}\n{what}. To build the core as plain Python "
+            f"meanwhile, set {self.pure_env}=1 (e.g. `{self.pure_env}=1 pip install -e .`)."
+        )
 
     def remove_inplace_artifacts(self) -> None:
         stems = [os.path.join(self.root, p[:-3]) for p in self.compile_paths]
