@@ -12,6 +12,9 @@ extensions, and work alike without them.
   output with ``-v``. ``JUPYTER_SCHED_PURE=1`` chooses plain Python knowingly, silently.
 * A type error in a compiled module, or a C compile that fails with a working compiler, is a
   bug, not a missing toolchain: it fails the build with mypyc's output.
+* The build environment gets mypy and setuptools only for a wheel whose core is compiled here,
+  and JupyterLab only where npm may build the extension (:meth:`CustomBuildHook.dependencies`):
+  installing an sdist with no compiler installs neither.
 * mypyc runs in a child interpreter with a temporary working directory, so the generated C,
   objects and the mypy cache never touch the source tree.
 * A wheel gets the extensions beside the .py sources, and a platform tag; a wheel of plain
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -168,7 +172,7 @@ class CustomBuildHook(BuildHookInterface):
             return
         editable = version == "editable"
         built = None
-        if os.environ.get(self.pure_env, "") not in ("", "0"):
+        if self.pure_requested:
             self.app.display_info(f"{self.pure_env} is set: not compiling with mypyc")
         elif problem := toolchain_problem():
             self.fall_back(problem)
@@ -190,6 +194,31 @@ class CustomBuildHook(BuildHookInterface):
         root = Path(self.root)
         stamp = {p: hashlib.sha256((root / p).read_bytes()).hexdigest() for p in self.compile_paths}
         Path(self.stamp_path).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
+
+    def dependencies(self) -> list[str]:
+        """What the build needs beyond ``[build-system] requires``, asked before it starts, so
+        that a build that compiles nothing installs no mypy, and one that runs no npm no
+        JupyterLab: ``compile-requires`` for a wheel whose core is compiled here,
+        ``extension-requires`` unless the JupyterLab extension surely comes built
+        (``labextension/build_hook.py``, :func:`npm_may_run`)."""
+        needs: list[str] = []
+        if self.target_name == "wheel" and not self.pure_requested and not toolchain_problem():
+            needs += self.config.get("compile-requires", [])
+        extension = self._extension_hook()
+        if extension is None or extension.npm_may_run():
+            needs += self.config.get("extension-requires", [])
+        return needs
+
+    def _extension_hook(self) -> Any:
+        """``labextension/build_hook.py`` as a module, or None where there is none."""
+        path = os.path.join(self.root, "labextension", "build_hook.py")
+        if not os.path.isfile(path):
+            return None
+        spec = importlib.util.spec_from_file_location("_jupyter_sched_extension_hook", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         if self._tmp_dir:
@@ -214,6 +243,10 @@ class CustomBuildHook(BuildHookInterface):
     @property
     def group_name(self) -> str:
         return self.config.get("group-name") or self.metadata.name.replace("-", "_")
+
+    @property
+    def pure_requested(self) -> bool:
+        return os.environ.get(self.pure_env, "") not in ("", "0")
 
     @property
     def pure_env(self) -> str:

@@ -72,11 +72,29 @@ def _run(cmd: list[str]) -> None:
     subprocess.run(cmd, cwd=HERE, check=True)
 
 
+def _skipped() -> bool:
+    return bool(os.environ.get("HATCH_JUPYTER_BUILDER_SKIP_NPM") == "1"
+                or os.environ.get("SKIP_JUPYTER_BUILDER"))
+
+
+def npm_may_run() -> bool:
+    """Whether a build here may run npm, and so ``jupyter labextension build``, which needs
+    JupyterLab in the build environment (``hatch_build.py`` asks before the build starts).
+    False only where :func:`build` surely uses the extension as it is: an unpacked sdist
+    that carries it, or a tree that has it built and no Node.js."""
+    if _skipped():
+        return False
+    if not _built():
+        return True
+    return not (ROOT / "PKG-INFO").is_file() and bool(shutil.which("node") and
+                                                       shutil.which("npm"))
+
+
 def build(target_name: str, version: str, build_cmd: str = "build:prod", **_: object) -> None:
     """The build function hatch-jupyter-builder calls: ``version`` is ``standard`` or
     ``editable``, ``build_cmd`` the npm script (pyproject.toml's build kwargs)."""
     logging.basicConfig(level=logging.INFO)
-    if os.environ.get("HATCH_JUPYTER_BUILDER_SKIP_NPM") == "1":
+    if _skipped():
         log.info("HATCH_JUPYTER_BUILDER_SKIP_NPM=1: the JupyterLab extension is not built")
         return
     if (ROOT / "PKG-INFO").is_file() and _built():
