@@ -7,8 +7,9 @@
   no C compiler either (``CC=false``, none on ``PATH``) the core installs as plain Python, and
   the build says so in one line that names why and ``JUPYTER_SCHED_PURE=1``.
 
-Slow (virtual environments, isolated builds, a mypyc compile): marked ``integration``, and
-skipped when the package index cannot be reached. Packages come through pip's cache, so only
+The build's look for a toolchain is quick and checked first; the rest is slow (virtual
+environments, isolated builds, a mypyc compile): marked ``integration``, and skipped when the
+package index cannot be reached. Packages come through pip's cache, so only
 a first run downloads them. The sources are copied to a temporary folder first: a build writes
 the extension there, never into this checkout.
 """
@@ -28,8 +29,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 tomllib = pytest.importorskip("tomllib")  # (Python 3.11+)
 
@@ -172,15 +171,49 @@ def _core_files(python: Path, work: Path) -> list[str]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _compiler_here() -> bool:
+def _hatch_build():
     sys.path.insert(0, str(ROOT))
     try:
-        from hatch_build import toolchain_problem
+        import hatch_build
     finally:
         sys.path.remove(str(ROOT))
-    return toolchain_problem(_env()) is None
+    return hatch_build
 
 
+def _compiler_here() -> bool:
+    return _hatch_build().toolchain_problem(_env()) is None
+
+
+def test_a_missing_toolchain_is_found_by_trying_it(tmp_path):
+    hb = _hatch_build()
+    assert hb.toolchain_problem(_env(CC="false")) == (
+        "no working C compiler here (CC=false fails to compile an empty program)")
+    assert hb.toolchain_problem(_env(CC="no-such-cc -O2")) == (
+        "no C compiler here (CC=no-such-cc -O2 not found)")
+    if not _compiler_here():
+        pytest.skip("no C compiler here to look for headers with")
+    assert hb.toolchain_problem(_env(), include_dirs=[str(tmp_path)]) == (
+        f"no Python headers here (no Python.h in {tmp_path})")
+
+
+def test_a_build_that_failed_all_the_same_is_read_for_what_is_missing():
+    hb = _hatch_build()
+    read = hb.toolchain_failure
+    assert read("error: command 'x86_64-linux-gnu-gcc' failed: No such file or directory") == (
+        "no C compiler here (x86_64-linux-gnu-gcc not found)")
+    assert read("build/c/__native.c:1:10: fatal error: Python.h: No such file or directory"
+                ) == "no Python headers here"
+    assert read("collect2: fatal error: cannot find 'ld'") == "no linker here (ld not found)"
+    assert read("error: Microsoft Visual C++ 14.0 or greater is required.") == (
+        "no Microsoft Visual C++ here")
+    assert read("core/state.py:12: error: Incompatible types in assignment") is None
+    line = hb.FALLBACK.format(name="jupyter_sched", reason="no C compiler here (cc not found)",
+                              pure_env="JUPYTER_SCHED_PURE")
+    assert "\n" not in line and "JUPYTER_SCHED_PURE=1" in line and FALLBACK in line
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(1200)
 def test_build_makes_a_wheel_with_the_compiled_core_and_the_extension(dists):
     _, wheel, output = dists
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -201,6 +234,8 @@ def test_build_makes_a_wheel_with_the_compiled_core_and_the_extension(dists):
     assert FALLBACK not in output
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(1200)
 def test_the_sdist_carries_the_built_extension_and_no_build_outputs(dists):
     sdist, _, _ = dists
     with tarfile.open(sdist) as tar:
@@ -212,6 +247,8 @@ def test_the_sdist_carries_the_built_extension_and_no_build_outputs(dists):
     assert not [n for n in names if "node_modules" in n or n.endswith((".so", ".pyd"))]
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(1200)
 def test_the_wheel_installs_in_a_clean_venv_and_jupyterlab_lists_the_extension(dists, work):
     _, wheel, _ = dists
     python = _venv(work / "wheel-venv")
@@ -228,6 +265,8 @@ def test_the_wheel_installs_in_a_clean_venv_and_jupyterlab_lists_the_extension(d
         assert not [f for f in files if f.endswith(".py")], files
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(1200)
 def test_the_sdist_installs_with_no_node_and_no_compiler_as_plain_python(dists, work):
     """No Node.js, no C compiler: the sdist installs, with the extension it carries and the
     core as plain Python, and the build says why in one line."""
