@@ -526,7 +526,8 @@ def test_watching_a_ledger_that_is_not_there_yet(tmp_path):
     assert json.loads(proc.stdout.readline())["found"] is False
     assert not path.exists()
     with holder(path, "late.ipynb", [(GPU, 5_000, "t1")]):
-        while not (data := json.loads(proc.stdout.readline()))["found"]:
+        # (the ledger may be seen made before the holder's lease is in it: a later look)
+        while not ((data := json.loads(proc.stdout.readline()))["found"] and data["leases"]):
             pass
         ctrl_c(proc)
     assert [lease["label"] for lease in data["leases"]] == ["late.ipynb"]
