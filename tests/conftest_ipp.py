@@ -138,10 +138,10 @@ def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str =
 
 
 class FakeRuntime:
-    """What an executor needs of a runtime, recording what it is told."""
+    """What an executor may see of a runtime (``executors.base.Runtime``), recording what it
+    is told."""
 
-    push_warn_bytes = 100_000_000
-    local_resources = "GPU=2"
+    gpu_work_waits = True
 
     def __init__(self, local_host: object = None) -> None:
         self.local_host = local_host

@@ -6,18 +6,19 @@ tests/test_multihost_leases.py."""
 from __future__ import annotations
 
 import os
-import threading
 
 import psutil
 import pytest
 from conftest_ipp import FakeRuntime
 
 from jupyter_sched.core import events as ev
+from jupyter_sched.executors.base import ExecutorSettings
 from jupyter_sched.executors.ipp import leases as kernel_side
 from jupyter_sched.executors.ipp import on_host
 from jupyter_sched.executors.ipp.engines import EngineInfo, HostMap
+from jupyter_sched.executors.ipp.futures import Reply
 from jupyter_sched.executors.ipp.on_host import REFUSED, host_call, host_holdings
-from jupyter_sched.executors.ipp.state import _Engine, _Run
+from jupyter_sched.executors.ipp.state import Engine, Guard, Run
 from jupyter_sched.host.discovery import discover_host
 from jupyter_sched.host.holders import Owner
 from jupyter_sched.host.leases import Ledger, device_key
@@ -213,8 +214,8 @@ def engine_on_h1(declare="GPU=2,gpu_memory=16GiB", visible="1,0"):
     info = EngineInfo(h1, 4321, visible, "h1", "10.0.0.11")
     hosts = HostMap(None)
     joined = hosts.join("e0", info)
-    engine = _Engine(0, "e0", joined.node, info, joined.visible, info.pinned, local_host=False,
-                     ours=False)
+    engine = Engine(0, "e0", joined.node, info, joined.visible, info.pinned, local_host=False,
+                    ours=False)
     return hosts, engine, h1
 
 
@@ -263,87 +264,109 @@ def test_holdings_become_held_elsewhere_without_this_kernels_engines():
     assert kernel_side.held_event(node, [], ours=set()).device_shares == {GPU: {}}
 
 
-class Executor(kernel_side.LeasesMixin):
-    """The parts of an IppExecutor the lease part uses."""
+class Engines:
+    """The registry as the lease part sees it (:class:`.leases.Hosts`): node h1's engines."""
 
-    def __init__(self, hosts, engine, runtime):
-        self.hosts, self.runtime = hosts, runtime
-        self._lock = threading.RLock()
-        self._closed = False
-        self._engines = {engine.eid: engine}
-        self.client = None
-        self._init_leases()
+    def __init__(self, hosts, engine):
+        self.hosts, self.engine = hosts, engine
+
+    def node(self, name):
+        return self.hosts.nodes.get(name)
+
+    def on_node(self, name):
+        return [self.engine] if self.engine.node == name else []
+
+
+class Requests:
+    """The connection as the lease part uses it: requests recorded, answered by no one."""
+
+    def __init__(self):
+        self.sent = []
+
+    def apply(self, eid, fn, args, hook, output=None):
+        reply = Reply(f"m{len(self.sent)}")
+        hook(reply)
+        self.sent.append((eid, fn, args))
+        return reply
+
+
+def host_leases(hosts, engine, runtime, busy=(), requests=None):
+    """The lease part over one engine on h1 (``busy``: the engine ids running a task)."""
+    return kernel_side.HostLeases(Guard(runtime), requests or Requests(),
+                                  Engines(hosts, engine), lambda eid: eid not in busy,
+                                  lambda: ExecutorSettings(),
+                                  lambda: runtime.gpu_work_waits)
 
 
 def test_a_refusal_reports_what_is_held_first_then_an_unstarted_attempt():
     hosts, engine, h1 = engine_on_h1()
     runtime = FakeRuntime()
-    executor = Executor(hosts, engine, runtime)
-    run = _Run("t7", engine, None, start(5_000, attempt=3))
+    leases = host_leases(hosts, engine, runtime)
+    guard = leases._guard
+    run = Run("t7", engine, None, start(5_000, attempt=3))
     head = {"reason": "0.5 of GPU 1 on h1 is not free (only 0 is): ...",
             "holdings": [("declared:h1/boot:1", 10_000, 99, h1.key, "pid 99")],
             "device": "declared:h1/boot:1", "taken": 10_000}
+
+    def refused(status, head):
+        with guard as out:
+            return leases.refused(run, status, head, out)
+
+    def changed(holdings):
+        with guard:
+            return leases.changed("h1", holdings)
+
     try:
-        assert executor._host_reply(run, REFUSED, head)
+        assert refused(REFUSED, head)
         held, failed = runtime.events
         assert held == ev.HeldElsewhere("h1", {GPU: {1: 10_000}},
                                         "1 of GPU 1 on h1 is held by another process (pid 99)")
         assert failed == ev.Failed("t7", head["reason"], attempt=3, unstarted=True)
-        assert executor._held_sent == {"h1": {1: 10_000}} and executor._held_timer is not None
+        assert leases.told == {"h1": {1: 10_000}} and leases.timer is not None
         # a read that finds the same says nothing; one that finds it freed says so, once
-        assert executor._held_changed("h1", head["holdings"]) is None
-        assert executor._held_changed("h1", []) == ev.HeldElsewhere("h1", {GPU: {}}, "")
-        assert executor._held_changed("h1", []) is None and executor._held_sent == {}
+        assert changed(head["holdings"]) is None
+        assert changed([]) == ev.HeldElsewhere("h1", {GPU: {}}, "")
+        assert changed([]) is None and leases.told == {}
         # a reply that ran is not this part's business
-        assert not executor._host_reply(run, "ok", {"notes": []})
+        assert not refused("ok", {"notes": []})
         # a refusal by this kernel's own engine (its task just ended) counts until next read
         runtime.events.clear()
         mine = [("declared:h1/boot:1", 7_500, 4321, h1.key, "pid 4321")]
-        executor._host_reply(run, REFUSED, {**head, "holdings": mine, "taken": 7_500})
+        refused(REFUSED, {**head, "holdings": mine, "taken": 7_500})
         assert runtime.events[0] == ev.HeldElsewhere("h1", {GPU: {1: 7_500}}, head["reason"])
-        assert executor._held_changed("h1", mine) == ev.HeldElsewhere("h1", {GPU: {}}, "")
+        assert changed(mine) == ev.HeldElsewhere("h1", {GPU: {}}, "")
         run.stopping = "cancelled"  # a refusal of a task being stopped: it stopped
         runtime.events.clear()
-        executor._host_reply(run, REFUSED, head)
+        refused(REFUSED, head)
         assert runtime.events[-1] == ev.Stopped("t7", attempt=3)
     finally:
-        executor._close_leases()
+        with guard:
+            leases.close()
 
 
 def test_reads_go_to_an_idle_engine_only_while_gpu_work_waits():
     hosts, engine, _ = engine_on_h1()
     runtime = FakeRuntime()
-    sent = []
-
-    class Client:
-        def send_apply_request(self, socket, fn, args, kwargs, ident=b""):
-            sent.append((fn, args))
-            return Future()
-
-    class Future:
-        def add_done_callback(self, fn):
-            self.callback = fn
-
-    executor = Executor(hosts, engine, runtime)
-    executor.client = Client()
-    executor._held_sent["h1"] = {1: 5_000}
+    requests, busy = Requests(), {engine.eid}
+    leases = host_leases(hosts, engine, runtime, busy=busy, requests=requests)
+    leases.told["h1"] = {1: 5_000}
     try:
         runtime.gpu_work_waits = False
-        executor._read_held()
-        assert sent == []
+        leases.read()
+        assert requests.sent == []
         runtime.gpu_work_waits = True
-        engine.task = "t9"  # busy: a read would wait behind its task
-        executor._read_held()
-        assert sent == []
-        engine.task = None
-        executor._read_held()
-        ((fn, (meta,)),) = sent
-        assert fn is kernel_side.HOLDINGS and meta["devices"] == {"declared:h1/boot:0": 0,
-                                                                  "declared:h1/boot:1": 1}
-        executor._read_held()
-        assert len(sent) == 1  # one read at a time per node
+        leases.read()  # busy: a read would wait behind its task
+        assert requests.sent == []
+        busy.clear()
+        leases.read()
+        ((eid, fn, (meta,)),) = requests.sent
+        assert eid == engine.eid and fn is kernel_side.HOLDINGS
+        assert meta["devices"] == {"declared:h1/boot:0": 0, "declared:h1/boot:1": 1}
+        leases.read()
+        assert len(requests.sent) == 1  # one read at a time per node
     finally:
-        executor._close_leases()
+        with leases._guard:
+            leases.close()
 
 
 # -- a real GPU under a real MPS daemon ---------------------------------------------------------

@@ -24,7 +24,7 @@ from jupyter_sched.model.specs import TaskSpec
 @pytest.fixture
 def fake():
     runtime, client = FakeRuntime(LOCAL), FakeClient()
-    executor = IppExecutor(runtime, client, stop_grace=60)
+    executor = IppExecutor(runtime, client, stop_grace=60, connection=client)
     yield runtime, client, executor
     executor.close()
 
@@ -42,7 +42,7 @@ def running(executor, client, seconds=0.001):
     """Engine 0 runs t0, of family ``f``, whose last run took ``seconds``."""
     client.register(0, report())
     executor.start(ev.Start("t0", "local", "e0", {}), record("t0"))
-    executor._family_seconds["f"] = seconds
+    executor._timings.seconds["f"] = seconds
 
 
 def functions(client):
@@ -60,7 +60,7 @@ def test_the_tasks_sent_ahead_in_a_step_go_as_one_request_in_order(fake):
     (calls,) = client.sent[-1][2]
     assert [request for request, _, _ in calls] == [f"jupyter_sched:t{k}:1" for k in (1, 2, 3)]
     assert [meta[0] for _, meta, _ in calls] == ["t1", "t2", "t3"]
-    assert executor._engines[0].behind == ["t1", "t2", "t3"]
+    assert executor._pipeline.line(0) == ["t0", "t1", "t2", "t3"]  # t0 runs, the rest wait
 
 
 def test_what_cannot_go_in_a_bundle_is_sent_after_the_bundle_before_it(fake):
@@ -69,7 +69,7 @@ def test_what_cannot_go_in_a_bundle_is_sent_after_the_bundle_before_it(fake):
     were started."""
     _, client, executor = fake
     running(executor, client)
-    executor._family_seconds["slow"] = BUNDLE_SECONDS
+    executor._timings.seconds["slow"] = BUNDLE_SECONDS
     starts = [("t1", record("t1")), ("t2", record("t2")), ("t3", record("t3", code="x = 1")),
               ("t4", record("t4")), ("t5", record("t5", family="new")),
               ("t6", record("t6", family="slow")), ("t7", record("t7", family=""))]
@@ -80,7 +80,7 @@ def test_what_cannot_go_in_a_bundle_is_sent_after_the_bundle_before_it(fake):
     executor.end_step()
     assert functions(client) == [CALL, BUNDLE, CELL, CALL, CALL, CALL, CALL]
     assert [meta[0] for _, meta, _ in client.sent[2][2][0]] == ["t1", "t2"]
-    assert executor._engines[0].behind == [f"t{k}" for k in range(1, 8)]
+    assert executor._pipeline.line(0) == [f"t{k}" for k in range(8)]
 
 
 def test_a_bundle_holds_at_most_its_seconds_of_work_by_the_familys_last_run(fake):
@@ -113,8 +113,8 @@ def test_a_bundles_reply_ends_each_task_as_its_own_reply_would(fake):
                                    ev.Stopped("t3", attempt=1)]
     assert runtime.outcomes["t1"]["result"] == 5
     assert isinstance(runtime.outcomes["t2"]["error"], KeyError)
-    assert executor._family_seconds["f"] == 0.004
-    assert executor._engines[0].task is None and executor._engines[0].behind == []
+    assert executor._timings.seconds["f"] == 0.004
+    assert executor._pipeline.line(0) == []
 
 
 def test_a_bundle_answered_wrongly_or_lost_with_its_engine_fails_each_task_once(fake):

@@ -1,4 +1,5 @@
-"""Apply requests made without ``send_apply_request``: the client's tables, the light futures."""
+"""Apply requests made without ``send_apply_request`` (``executors/ipp/internals.py``): the
+client's tables, the light futures, the small arguments pickled as they are."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from ipyparallel.client.client import Metadata
 from ipyparallel.serialize import unpack_apply_message
 from jupyter_client.session import Session
 
+from jupyter_sched.executors.ipp.connection import pickled_call
+from jupyter_sched.executors.ipp.futures import Reply
+from jupyter_sched.executors.ipp.internals import send_apply
 from jupyter_sched.executors.ipp.on_engine import CALL, Ref
-from jupyter_sched.executors.ipp.requests import Reply, send_apply
 
 
 class Loop:
@@ -34,14 +37,21 @@ class Client:
         self.metadata = collections.defaultdict(Metadata)
         self.outstanding, self.history = set(), []
         self._outstanding_dict = collections.defaultdict(set)
+        self._queue_handlers = {"apply_reply": lambda msg: None}
+
+
+def request(client, fn, args, hook):
+    """A request as the fast connection makes it: small arguments pickled, then sent."""
+    fn, args = pickled_call(fn, args, client.session.buffer_threshold)
+    return send_apply(client, "socket", b"engine-0", fn, args, hook)
 
 
 def test_a_request_is_kept_as_the_client_keeps_its_own_until_both_futures_are_done():
     client = Client()
     hooked = []
     meta = ("t1", "name", {"JUPYTER_SCHED_TASK": "t1"})
-    reply = send_apply(client, "socket", b"engine-0", CALL, [meta, b"stream"],
-                       lambda f: hooked.append((f, len(client._io_loop.calls))))
+    reply = request(client, CALL, [meta, b"stream"],
+                    lambda f: hooked.append((f, len(client._io_loop.calls))))
     msg_id = reply.msg_id
     assert hooked == [(reply, 0)]  # before the request leaves
     assert client._futures[msg_id] is reply and client._output_futures[msg_id] is reply.output
@@ -64,17 +74,9 @@ def test_a_request_is_kept_as_the_client_keeps_its_own_until_both_futures_are_do
     assert msg_id not in client.results and msg_id not in client.metadata
 
 
-def test_a_client_without_the_tables_gets_send_apply_request():
-    sent = []
-
-    class Plain:
-        def send_apply_request(self, socket, f, args, kwargs, ident=None,
-                               message_future_hook=None):
-            sent.append((f, args))
-            return "future"
-
-    assert send_apply(Plain(), "socket", b"e", CALL, [("t1",), b"x" * 2000], print) == "future"
-    ((_, (meta, big)),) = sent
+def test_small_arguments_are_pickled_as_they_are_and_big_ones_left_to_ipyparallel():
+    fn, (meta, big) = pickled_call(len, [("t1",), b"x" * 2000], 1024)
+    assert fn is len  # (only the package's own wrappers go by name, pickled once)
     assert pickle.loads(meta.buffers[0]) == ("t1",)  # small: pickled as it is
     assert big == b"x" * 2000  # a big stream is left to ipyparallel (sent without copies)
 
@@ -114,8 +116,8 @@ def test_replies_to_these_requests_are_read_without_the_clients_metadata():
     own = []
     client._queue_handlers = {"apply_reply": own.append}
     client._unwrap_exception = lambda content: RuntimeError(content["evalue"])
-    ok = send_apply(client, "socket", b"engine-0", CALL, [("t1",), b""], lambda f: None)
-    failed = send_apply(client, "socket", b"engine-0", CALL, [("t2",), b""], lambda f: None)
+    ok = request(client, CALL, [("t1",), b""], lambda f: None)
+    failed = request(client, CALL, [("t2",), b""], lambda f: None)
 
     def reply(request, status, **content):
         return {"parent_header": {"msg_id": request.msg_id}, "header": {},
@@ -148,7 +150,7 @@ def test_a_spreading_wrapper_calls_its_function_with_the_tuple_it_gets(monkeypat
 def test_big_arguments_keep_their_own_frames():
     client = Client()
     big = b"x" * 5000  # (past the client's buffer threshold: sent without a copy)
-    send_apply(client, "socket", b"engine-0", CALL, [("t1",), big], lambda f: None)
+    request(client, CALL, [("t1",), big], lambda f: None)
     ((_, _, kwargs),) = client._io_loop.calls
     f, args, _ = unpack_apply_message(kwargs["buffers"])
     assert not f.spread and list(args) == [("t1",), big]

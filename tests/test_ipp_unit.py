@@ -6,26 +6,24 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import pickle
 import sys
 import threading
 import time
-import types
 from concurrent.futures import Future
 
 import pytest
 from conftest_ipp import FakeRuntime
 from ipyparallel import error
-from ipyparallel.serialize import PrePickled
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors import context
 from jupyter_sched.executors.base import TaskRecord, Work
 from jupyter_sched.executors.ipp.carry import Packer, unpack
+from jupyter_sched.executors.ipp.connection import Connection
 from jupyter_sched.executors.ipp.dispatch import _may_send
 from jupyter_sched.executors.ipp.engines import probe
 from jupyter_sched.executors.ipp.executor import EngineLost, IppExecutor, RemoteTaskError
-from jupyter_sched.executors.ipp.faults import _exit_text, _remote_tb
+from jupyter_sched.executors.ipp.faults import exit_text, remote_traceback
 from jupyter_sched.executors.ipp.leases import HOST_CALL
 from jupyter_sched.executors.ipp.on_engine import (
     ARGUMENTS,
@@ -36,11 +34,9 @@ from jupyter_sched.executors.ipp.on_engine import (
     FUNCTION,
     PROBE,
     RESULT,
-    Ref,
     engine_call,
     engine_cell,
 )
-from jupyter_sched.executors.ipp.requests import _PICKLED_REFS
 from jupyter_sched.host.discovery import discover_host
 from jupyter_sched.model.cluster import SlotSpec
 from jupyter_sched.model.tasks import TaskSpec
@@ -172,73 +168,56 @@ def test_engine_cell_explicit_pull_of_a_name_not_set_fails():
 
 
 class FakeFuture(Future):
-    def __init__(self, msg_id):
+    def __init__(self, msg_id, output=None):
         super().__init__()
         self.msg_id = msg_id
-        self.iopub_callbacks = []
+        self.relay = output  # what the request's output goes to
         self.output = Future()
 
 
-def _unpickled(value):
-    """What the engine reads of an argument sent pickled (the wrapper: the kernel's own)."""
-    if not isinstance(value, PrePickled):
-        return value
-    for ref, pickled in _PICKLED_REFS.items():
-        if pickled is value:
-            return ref
-    value = pickle.loads(value.buffers[0])
-    known = (CALL, CELL, HOST_CALL)
-    return next((ref for ref in known if repr(ref) == repr(value)), value)
-
-
-def _known(value):
-    """The kernel's own wrapper for a copy of it."""
-    if isinstance(value, Ref):
-        return next((r for r in (CALL, CELL, HOST_CALL, FREE_PORT, PROBE) if r == value), value)
-    return value
-
-
-class FakeClient:
-    """Records requests; the test answers them."""
+class FakeClient(Connection):
+    """A connection to no cluster (the parts' only view of ipyparallel): records requests,
+    aborts and signals; the test answers them, and registers and unregisters engines."""
 
     def __init__(self):
-        self._registration_callbacks = []
-        self._engines = {}
-        self._config = {"interface": "tcp://127.0.0.1"}
-        self.ids = []
+        super().__init__(self)
+        self.engine_ids = []
+        self.watching = None  # (joined, left) while the executor listens
         self.sent = []  # (engine id, function, args, kwargs, future)
         self.aborted = []
         self.abort_replies = []  # a future per abort: the engine took it
         self.signals = []
         self.closed = False
 
-    def direct_view(self, eid):
-        return type("View", (), {"_socket": eid})()
-
-    def _build_targets(self, eid):
-        return [str(eid).encode()], [eid]
-
-    session = types.SimpleNamespace(buffer_threshold=1024)
-
-    def send_apply_request(self, socket, f, args, kwargs, ident=None, metadata=None,
-                           message_future_hook=None, track=False):
-        future = FakeFuture(f"m{len(self.sent)}")
-        if message_future_hook is not None:
-            message_future_hook(future)
-        f, args = _unpickled(f), [_unpickled(a) for a in args]
-        if f.spread:  # (its small arguments came as one tuple: as the engine reads them)
-            f, (args,) = Ref(f.module, f.name), args
-        self.sent.append((socket, _known(f), [_known(a) for a in args], dict(kwargs), future))
+    def apply(self, eid, fn, args, hook, output=None):
+        future = FakeFuture(f"m{len(self.sent)}", output)
+        hook(future)
+        self.sent.append((eid, fn, list(args), {}, future))
         return future
 
-
-    def abort(self, jobs, targets=None, block=None):
-        self.aborted.append(jobs)
+    def abort(self, request, eid):
+        self.aborted.append(request)
         self.abort_replies.append(Future())
         return self.abort_replies[-1]
 
-    def send_signal(self, sig, targets=None, block=None):
-        self.signals.append((sig, targets))
+    def signal(self, eid, signum):
+        self.signals.append((signum, [eid]))
+
+    @property
+    def ids(self):
+        return list(self.engine_ids)
+
+    def knows_engine(self, eid):
+        return eid in self.engine_ids
+
+    def watch(self, joined, left):
+        self.watching = (joined, left)
+
+    def unwatch(self):
+        self.watching = None
+
+    def controller_address(self):
+        return "127.0.0.1"
 
     def close(self):
         self.closed = True
@@ -246,19 +225,17 @@ class FakeClient:
     # the test's side
 
     def register(self, eid, report):
-        self._engines[eid] = f"uuid-{eid}"
-        self.ids.append(eid)
-        for callback in list(self._registration_callbacks):
-            callback({"event": "register", "id": eid})
+        self.engine_ids.append(eid)
+        if self.watching is not None:
+            self.watching[0](eid)
         _, f, _, _, future = self.sent[-1]
         assert f is PROBE
         future.set_result(report)
 
     def unregister(self, eid):
-        self.ids.remove(eid)
-        del self._engines[eid]
-        for callback in list(self._registration_callbacks):
-            callback({"event": "unregister", "id": eid})
+        self.engine_ids.remove(eid)
+        if self.watching is not None:
+            self.watching[1](eid)
 
 
 LOCAL = discover_host(declare="GPU=2")
@@ -274,7 +251,7 @@ def report(visible=None, pid=2**31 - 2, host=LOCAL):  # (no such process)
 def setup():
     runtime = FakeRuntime(LOCAL)
     client = FakeClient()
-    executor = IppExecutor(runtime, client, stop_grace=60)
+    executor = IppExecutor(runtime, client, stop_grace=60, connection=client)
     yield runtime, client, executor
     executor.close()
 
@@ -559,38 +536,38 @@ def test_close_fails_what_runs_and_removes_the_slots(setup):
     client.abort_replies[-1].set_result({"content": {"status": "ok"}})  # the engine took it:
     assert len(client.signals) == 1  # its task is interrupted
     assert client.closed is False  # not its client
-    assert client._registration_callbacks == []
+    assert client.watching is None
 
 
 def test_exit_text_and_tracebacks():
-    assert _exit_text(-9) == "killed by SIGKILL"
-    assert _exit_text(1) == "exit code 1"
-    assert _exit_text(None) == "exit status unknown"
+    assert exit_text(-9) == "killed by SIGKILL"
+    assert exit_text(1) == "exit code 1"
+    assert exit_text(None) == "exit status unknown"
     err = error.RemoteError("KeyError", "k", "\x1b[31mTraceback\x1b[0m\nKeyError: 'k'")
-    assert _remote_tb(err) == "[Engine Exception]\nTraceback\nKeyError: 'k'"
+    assert remote_traceback(err) == "[Engine Exception]\nTraceback\nKeyError: 'k'"
 
 
 def test_engines_per_gpu_counts_gpus_declared_after_the_start():
-    from jupyter_sched.executors.ipp.cluster import _engine_sets
+    from jupyter_sched.executors.ipp.cluster import engine_sets
 
-    class Runtime:  # as after %sched local --gpus 2: local_resources was never set
-        local_resources = ""
-        local_host = discover_host(declare="GPU=2,gpu_memory=16GiB,CPU=3")
-
-    sets = _engine_sets(Runtime(), None, 1, None, None)
+    # as after %sched local --gpus 2: local_resources was never set, the host says it
+    host = discover_host(declare="GPU=2,gpu_memory=16GiB,CPU=3")
+    sets = engine_sets(host, None, 1, None, None)
     assert [env["CUDA_VISIBLE_DEVICES"] for _, env in sets] == ["0", "1"]
     assert {env["JUPYTER_SCHED_DECLARE"] for _, env in sets} == {"GPU=2,gpu_memory=17179869184"}
-    Runtime.local_host = discover_host(declare="GPU=0")
     with pytest.raises(ValueError, match="this host has no GPUs; declare some"):
-        _engine_sets(Runtime(), None, 1, None, None)
+        engine_sets(discover_host(declare="GPU=0"), None, 1, None, None)
+    # a runtime that has no host yet: the local_resources setting says what is declared
+    sets = engine_sets(None, None, 1, None, None, "GPU=2")
+    assert {env["JUPYTER_SCHED_DECLARE"] for _, env in sets} == {"GPU=2"}
 
 
 def test_a_second_clusters_slots_are_named_apart():
     from types import SimpleNamespace as Executor
 
-    from jupyter_sched.executors.ipp.cluster import _prefix
+    from jupyter_sched.executors.ipp.cluster import slot_prefix
 
-    assert _prefix([]) == ""
-    assert _prefix([Executor(prefix="")]) == "c2."
-    assert _prefix([Executor(prefix=""), Executor(prefix="c2.")]) == "c3."
-    assert _prefix([Executor(prefix="c2.")]) == ""
+    assert slot_prefix([]) == ""
+    assert slot_prefix([Executor(prefix="")]) == "c2."
+    assert slot_prefix([Executor(prefix=""), Executor(prefix="c2.")]) == "c3."
+    assert slot_prefix([Executor(prefix="c2.")]) == ""

@@ -17,43 +17,87 @@ engine runs everything in the order it was started.
 
 Each task of a bundle keeps what makes it a task: its own environment and ``current_task()``,
 its own outcome (one failing fails only itself), and its own stop: it is aborted by an id of
-its own (``_Run.request``), which the engine checks before the task's turn and while it runs.
+its own (``Run.request``), which the engine checks before the task's turn and while it runs.
 What it prints is kept on the engine and written to the task when the bundle replies.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import Any, Protocol
 
-from .dispatch import _write
+from .connection import Connection
+from .futures import Reply
 from .on_engine import BUNDLE, CALL
-from .requests import send_apply
-from .state import _Engine, _Outbox, _Run
+from .pipeline import Pipeline
+from .replies import write
+from .state import Engine, Guard, Outbox, Run
 
 BUNDLE_SECONDS = 0.02  # the work a bundle holds at most, by its family's last run
 BUNDLE_BYTES = 64 * 1024  # the largest stream a task of a bundle carries (it is copied)
+_FAMILIES = 1024  # families whose last run is kept at most
 
 
-class BundlesMixin:
-    """The part of :class:`~.executor.IppExecutor` that sends tasks in bundles."""
+class Timings:
+    """How long each family's last run on an engine took, as the engines say (lock held)."""
 
-    def _send_or_hold(self, run: _Run, out: _Outbox) -> None:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def learn(self, family: str, seconds: Any) -> None:
+        if family and isinstance(seconds, float):
+            self.seconds[family] = seconds
+            if len(self.seconds) > _FAMILIES:
+                del self.seconds[next(iter(self.seconds))]
+
+    def get(self, family: str) -> float | None:
+        return self.seconds.get(family)
+
+
+class Sender(Protocol):
+    """What bundles ask of dispatch: send a run alone; end a run with its part of a reply."""
+
+    def send(self, run: Run, out: Outbox) -> None: ...
+
+    def finish(self, run: Run, reply: Any) -> None: ...
+
+
+class Quiet(Protocol):
+    def quiet_left(self, engine: Engine) -> float: ...
+
+
+class Bundles:
+    """The runs held for their engine's bundle until the runtime's step ends.
+
+    Threads: the runtime thread (``submit``, ``flush``; lock held), the client's IO thread (a
+    bundle's reply). Its table (the runs held per engine) changes under the executor's lock.
+    """
+
+    def __init__(self, guard: Guard, connection: Connection, pipeline: Pipeline, quiet: Quiet,
+                 sender: Sender, timings: Timings) -> None:
+        self._guard = guard
+        self._connection = connection
+        self._pipeline = pipeline
+        self._quiet = quiet
+        self._sender = sender
+        self._timings = timings
+        self._held: dict[int, list[Run]] = {}  # engine id -> the runs held for its bundle
+
+    def submit(self, run: Run, out: Outbox) -> None:
         """Hold ``run`` for its engine's bundle, or send it (and the bundle before it) now
         (lock held)."""
         engine = run.engine
         seconds = self._bundles_by(run)
+        held = self._held.get(engine.eid, ())
         if seconds is None:
-            if engine.bundle:
-                self._send_bundle(engine, out)
-            self._send(run, out)
+            if held:
+                self._send_bundle(engine.eid, out)
+            self._sender.send(run, out)
             return
-        if seconds * (len(engine.bundle) + 1) > BUNDLE_SECONDS:
-            self._send_bundle(engine, out)
-        engine.bundle.append(run)
-        self._holding.add(engine.eid)
+        if seconds * (len(held) + 1) > BUNDLE_SECONDS:
+            self._send_bundle(engine.eid, out)
+        self._held.setdefault(engine.eid, []).append(run)
 
-    def _bundles_by(self, run: _Run) -> float | None:
+    def _bundles_by(self, run: Run) -> float | None:
         """The last run of ``run``'s family, when ``run`` may go in a bundle; else None."""
         start, engine = run.start, run.engine
         if start.after is None or start.gang is not None:
@@ -61,37 +105,24 @@ class BundlesMixin:
         fn, args, _ = run.call
         family = run.record.spec.family
         if (fn is not CALL or len(args) != 2 or len(args[1]) > BUNDLE_BYTES or not family
-                or engine.quiet_until > time.monotonic()):
+                or self._quiet.quiet_left(engine) > 0):
             return None
-        seconds = self._family_seconds.get(family)
+        seconds = self._timings.get(family)
         return seconds if seconds is not None and seconds < BUNDLE_SECONDS / 2 else None
 
-    def _learn(self, run: _Run, seconds: Any) -> None:
-        """The engine says how long ``run`` took (lock held)."""
-        family = run.record.spec.family
-        if family and isinstance(seconds, float):
-            self._family_seconds[family] = seconds
-            if len(self._family_seconds) > 1024:
-                del self._family_seconds[next(iter(self._family_seconds))]
+    def flush(self, out: Outbox) -> None:
+        """The runtime's step has carried out its starts: send the bundles it made (lock
+        held)."""
+        for eid in list(self._held):
+            self._send_bundle(eid, out)
 
-    def end_step(self) -> None:
-        """The runtime's step has carried out its starts: send the bundles it made."""
-        out = _Outbox(self.runtime)
-        with self._lock:
-            for eid in self._holding:
-                engine = self._engines.get(eid)
-                if engine is not None and engine.bundle:
-                    self._send_bundle(engine, out)
-            self._holding.clear()
-        out.send()
-
-    def _send_bundle(self, engine: _Engine, out: _Outbox) -> None:
-        """Send the runs held for ``engine``: one request for them all (lock held)."""
-        runs = [run for run in engine.bundle if not run.done]
-        engine.bundle = []
+    def _send_bundle(self, eid: int, out: Outbox) -> None:
+        """Send the runs held for engine ``eid``: one request for them all (lock held)."""
+        held = self._held.pop(eid, [])
+        runs = [run for run in held if not run.done]
         if len(runs) <= 1:
             for run in runs:
-                self._send(run, out)
+                self._sender.send(run, out)
             return
         calls = []
         for run in runs:
@@ -99,22 +130,21 @@ class BundlesMixin:
             run.request = f"jupyter_sched:{run.task}:{run.start.attempt}"
             calls.append((run.request, meta, data))
 
-        def hook(future: Any) -> None:  # before the request leaves
-            future.add_done_callback(lambda f: self._bundle_replied(runs, f))
+        def hook(future: Reply) -> None:  # before the request leaves
+            future.add_done_callback(lambda f: self._replied(runs, f))
 
         try:
-            future = send_apply(self.client, engine.socket, engine.ident, BUNDLE, [tuple(calls)],
-                                hook)
+            future = self._connection.apply(eid, BUNDLE, [tuple(calls)], hook)
         except Exception as err:
             for run in runs:
-                self._forget(run)
-                out.fail(run.task, err, f"could not send the task to engine {engine.eid}: "
+                self._pipeline.remove(run)
+                out.fail(run.task, err, f"could not send the task to engine {eid}: "
                          f"{type(err).__name__}: {err}", attempt=run.start.attempt)
             return
         for run in runs:
             run.future = future
 
-    def _bundle_replied(self, runs: list[_Run], future: Any) -> None:
+    def _replied(self, runs: list[Run], future: Any) -> None:
         """IO thread: the engine answered a bundle (or the client gave up on it): each run
         ends as it would on a reply of its own, in the engine's order."""
         reply = future.result()
@@ -124,17 +154,17 @@ class BundlesMixin:
                                  f"{len(runs)} tasks with {type(reply).__name__}")
         for k, run in enumerate(runs):
             try:
-                self._finish(run, reply if isinstance(reply, BaseException)
-                             else _answer(run, reply[k]))
+                self._sender.finish(run, reply if isinstance(reply, BaseException)
+                                    else _answer(run, reply[k]))
             except Exception as err:  # (the rest of the bundle still ends)
-                self._finish(run, RuntimeError(f"engine {run.engine.eid}'s answer for "
-                                               f"{run.task} cannot be read: "
-                                               f"{type(err).__name__}: {err}"))
+                self._sender.finish(run, RuntimeError(
+                    f"engine {run.engine.eid}'s answer for {run.task} cannot be read: "
+                    f"{type(err).__name__}: {err}"))
 
 
-def _answer(run: _Run, answer: Any) -> Any:
-    """One task's part of a bundle's reply, as :meth:`_finish` takes it: its reply, with its
-    output written to the task first, or the exception it ended with."""
+def _answer(run: Run, answer: Any) -> Any:
+    """One task's part of a bundle's reply, as :meth:`.dispatch.Dispatcher.finish` takes it:
+    its reply, with its output written to the task first, or the exception it ended with."""
     from ipyparallel import error
 
     if type(answer) is tuple and answer[:1] == ("aborted",):
@@ -142,5 +172,8 @@ def _answer(run: _Run, answer: Any) -> Any:
     if type(answer) is not tuple or len(answer) < 3 or type(answer[1]) is not dict:
         raise ValueError(f"not a task's reply: {type(answer).__name__}")
     for name, text in answer[1].pop("output", ()):
-        _write(run.record, name, text)
+        write(run.record, name, text)
     return answer
+
+
+__all__ = ["BUNDLE_BYTES", "BUNDLE_SECONDS", "Bundles", "Timings"]

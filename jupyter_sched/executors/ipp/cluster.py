@@ -1,4 +1,5 @@
-"""Getting engines: connecting to a running ipyparallel cluster, or starting one and stopping it.
+"""The cluster's life cycle: connecting to a running ipyparallel cluster, or starting one, adding
+engines to it, and stopping it.
 
 ::
 
@@ -10,7 +11,9 @@
 A cluster we start runs on an event loop thread of its own (:class:`_LoopThread`), so that its
 launchers report their engines' exit. Every process it runs is recorded as it appears, stopped
 with it, and stopped by a small process if the kernel dies without doing so (:mod:`.processes`).
-:class:`ClusterControl` holds these for the executor.
+:class:`ClusterControl` holds these for the executor: it is called from the thread that connects,
+starts, adds engines or closes (the runtime's caller), keeps its own state, and needs no lock
+of the executor's.
 """
 
 from __future__ import annotations
@@ -19,150 +22,18 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...host.discovery import HostInfo, discover_host
 from ...model.resources import GPU
+from ..base import Runtime
 from .processes import ProcessBook, start_reaper
 
 log = logging.getLogger(__name__)
 
 ENGINE_ARGS = ["--IPEngine.enable_nanny=True",  # a dead engine is noticed at once
                "--IPEngine.log_level=WARN"]  # not a log line per task
-
-_E = TypeVar("_E", bound="ClusterMixin")
-
-
-class ClusterMixin:
-    """The part of :class:`~.executor.IppExecutor` that gets engines."""
-
-    @classmethod
-    def connect(cls: type[_E], runtime: Any, target: Any = None, *, cluster_id: str | None = None,
-                timeout: float = 30, others: Iterable[Any] = (), **kwargs: Any) -> _E:
-        """Use a running cluster: an ``ipp.Cluster``, an ``ipp.Client``, a profile name or a
-        cluster id (None: the default profile). Returns once its engines are probed.
-
-        ``others``: the executors the runtime has already. A cluster one of them uses is
-        refused (its engines are slots already); the slots of a second cluster are named
-        apart (``c2.e0``).
-        """
-        cluster, client, owns_client = _open(target, cluster_id, timeout)
-        engines = [o for o in others if isinstance(o, ClusterMixin) and not o._closed]
-        same = next((o for o in engines if o.controller == _controller(client)), None)
-        if same is not None:
-            if owns_client:
-                with contextlib.suppress(Exception):
-                    client.close()
-            raise ClusterInUse(f"the engines of {same.describe()} are in use already; "
-                               "%sched stop (stop_cluster()) leaves them first")
-        kwargs.setdefault("prefix", _prefix(engines))
-        executor = cls(runtime, client, cluster=cluster, owns_client=owns_client, **kwargs)
-        executor._cluster.watch(executor._launcher_stopped)
-        try:
-            executor.wait_ready(timeout)
-        except BaseException:
-            executor.close()
-            raise
-        return executor
-
-    @classmethod
-    def start_cluster(cls: type[_E], runtime: Any, engines: int | None = None,
-                      engines_per_gpu: int | None = None, launcher: str | None = None, *,
-                      gpus: int | None = None, timeout: float = 120, stop_grace: float = 5.0,
-                      add: bool = False, others: Iterable[Any] = (),
-                      **cluster_kwargs: Any) -> _E:
-        """Start a controller and engines and use them; ``close()`` stops them all.
-
-        ``engines=N`` starts N floating engines (bound to devices by their first GPU task).
-        ``engines_per_gpu=K`` starts K engines per GPU, each launched with
-        ``CUDA_VISIBLE_DEVICES`` naming its GPU; the GPUs are this host's (discovered, or
-        declared: ``%sched local --gpus``, ``local_resources``), or ``gpus=G`` for the engines'
-        host. ``launcher`` picks ipyparallel's engine launcher (``"mpi"``, ``"slurm"``,
-        ``"pbs"``, ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the
-        nanny, so a dead engine is noticed at once.
-
-        ``others``: the executors the runtime has already. If one of them started a cluster,
-        that one is used: with ``add=True`` these engines are added to it (and it is
-        returned), else :class:`ClusterRunning` says so (one cluster started per scheduler:
-        a second one would only double the processes).
-        """
-        engines_now = [o for o in others if isinstance(o, ClusterMixin) and not o._closed]
-        running = next((o for o in engines_now if o.owns_cluster), None)
-        if running is not None:
-            if not add:
-                raise ClusterRunning(
-                    f"{running.describe()}, started here, is already running; %sched stop "
-                    "(stop_cluster()) stops it first, or %sched start --add --engines N "
-                    "(start_cluster(..., add=True)) adds engines to it")
-            running.grow(engines, engines_per_gpu, launcher, gpus=gpus, timeout=timeout)
-            return running
-        sets = _engine_sets(runtime, engines, engines_per_gpu, launcher, gpus)
-        control, client = ClusterControl.start(launcher, cluster_kwargs)
-        executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace,
-                       prefix=_prefix(engines_now))
-        try:
-            executor._start_sets(sets, timeout)
-        except BaseException:
-            executor.close()
-            raise
-        return executor
-
-    def grow(self, engines: int | None = None, engines_per_gpu: int | None = None,
-             launcher: str | None = None, *, gpus: int | None = None,
-             timeout: float = 120) -> None:
-        """Add engines to the cluster this executor started (as ``start_cluster`` counts
-        them); returns once they are slots."""
-        if launcher is not None and launcher != self._cluster.launcher:
-            raise ValueError(f"launcher={launcher!r}: engines are added with the running "
-                             f"cluster's launcher ({self._cluster.launcher or 'local'!r}); "
-                             "leave the launcher out")
-        self._start_sets(_engine_sets(self.runtime, engines, engines_per_gpu, launcher, gpus),
-                         timeout)
-
-    def _start_sets(self, sets: list[tuple[int, dict[str, str]]], timeout: float) -> None:
-        expected = len(self.client.ids) + sum(n for n, _ in sets)
-        for n, set_env in sets:
-            self.add_engines(n, environment=set_env)
-        self.client.wait_for_engines(expected, timeout=timeout, block=True, interactive=False)
-        self.wait_ready(timeout)
-
-    @property
-    def controller(self) -> tuple[str | None, str | None]:
-        """Where this executor's controller is (its host and registration address)."""
-        return _controller(self.client)
-
-    def describe(self) -> str:
-        """``cluster 1700000000-abcd (4 engines)``, as users know it."""
-        cluster = self._cluster.cluster
-        name = getattr(cluster, "cluster_id", "") or getattr(cluster, "profile", "")
-        what = f"cluster {name!r}" if name else f"the cluster at {self.controller[1]}"
-        n = len(self._engines)
-        return f"{what} ({n} engine{'s' if n != 1 else ''})"
-
-    def add_engines(self, n: int = 1, environment: Mapping[str, str] | None = None,
-                    **launcher_kwargs: Any) -> str:
-        """Start ``n`` more engines in the cluster this executor started (they join as slots
-        when they register). ``environment`` is theirs, e.g. ``{"CUDA_VISIBLE_DEVICES": "1"}``
-        to pin them. Returns the engine set id."""
-        set_id = self._cluster.start_engines(n, environment, **launcher_kwargs)
-        self._cluster.watch(self._launcher_stopped)
-        return set_id
-
-    def processes(self) -> list[tuple[int, float]]:
-        """(pid, create time) of every process of the cluster this executor started, as
-        recorded so far (empty for a cluster it did not start)."""
-        return self._cluster.processes()
-
-    @property
-    def cluster(self) -> Any:
-        """The ``ipp.Cluster`` of these engines (None when connected through a bare client)."""
-        return self._cluster.cluster
-
-    @property
-    def owns_cluster(self) -> bool:
-        """Whether ``close()`` stops the cluster."""
-        return self._cluster.owned
 
 
 class ClusterRunning(RuntimeError):
@@ -173,12 +44,7 @@ class ClusterInUse(ValueError):
     """The engines of this cluster are slots of the scheduler already."""
 
 
-def _controller(client: Any) -> tuple[str | None, str | None]:
-    config = getattr(client, "_config", None) or {}
-    return config.get("location"), config.get("registration")
-
-
-def _prefix(engines: list) -> str:
+def slot_prefix(engines: list) -> str:
     """Slot names of a second cluster's engines (``c2.e0``), apart from the first's."""
     taken = {e.prefix for e in engines}
     if "" not in taken:
@@ -357,9 +223,12 @@ class _LoopThread:
         self.thread.join(10)
 
 
-def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
-                 launcher: str | None, gpus: int | None) -> list[tuple[int, dict[str, str]]]:
-    """The engines ``start_cluster`` starts: (how many, their environment) per set."""
+def engine_sets(host: HostInfo | None, engines: int | None, engines_per_gpu: int | None,
+                launcher: str | None, gpus: int | None,
+                declared: str = "") -> list[tuple[int, dict[str, str]]]:
+    """The engines ``start_cluster`` starts: (how many, their environment) per set. ``host``:
+    the kernel's host as the runtime has it (None: as ``declared``, the ``local_resources``
+    setting, says)."""
     for label, value in (("engines", engines), ("engines_per_gpu", engines_per_gpu)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or value < 0):
@@ -370,7 +239,7 @@ def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
                              "engines_per_gpu=K")
         engines = 2
     env: dict[str, str] = {}
-    declared = _declared_gpus(runtime)
+    declared = _declared_gpus(host) if isinstance(host, HostInfo) else declared
     if declared and "JUPYTER_SCHED_DECLARE" not in os.environ and launcher in (None, "local"):
         env["JUPYTER_SCHED_DECLARE"] = declared  # engines here see what the kernel declared
     sets: list[tuple[int, dict[str, str]]] = []
@@ -386,13 +255,10 @@ def _engine_sets(runtime: Any, engines: int | None, engines_per_gpu: int | None,
     return sets
 
 
-def _declared_gpus(runtime: Any) -> str:
+def _declared_gpus(host: HostInfo) -> str:
     """The GPUs the kernel's host has by declaration (``%sched local --gpus 2`` or
     ``local_resources``), as a declaration engines on this host take on: they must number
     the same GPUs to join the local node with them. Empty when the GPUs are discovered."""
-    host = getattr(runtime, "local_host", None)
-    if not isinstance(host, HostInfo):
-        return getattr(runtime, "local_resources", "") or ""
     if GPU not in host.declared:
         return ""
     spec = f"GPU={len(host.gpus)}"
@@ -410,7 +276,7 @@ def _gpu_values(gpus: int | None, declared: str) -> list[str]:
     return [str(g.index) if g.declared else g.uuid for g in host.gpus]
 
 
-def _open(target: Any, cluster_id: str | None, timeout: float) -> tuple[Any, Any, bool]:
+def open_client(target: Any, cluster_id: str | None, timeout: float) -> tuple[Any, Any, bool]:
     """What ``connect`` connects to: (the cluster or None, a client, whether the client is
     ours to close)."""
     import ipyparallel as ipp
@@ -449,20 +315,10 @@ def _load_cluster(target: Any, cluster_id: str | None) -> Any:
     return None
 
 
-def _controller_address(client: Any) -> str | None:
-    """The controller's IP as this client reaches it (engines report the address they reach
-    it from: the one gang members on other hosts can use)."""
-    try:
-        host = client._config["interface"].split("://", 1)[1]
-    except Exception:
-        return None
-    return None if host in ("*", "") else host
-
-
-def _local_host(runtime: Any) -> HostInfo:
-    """The kernel's host, as the runtime's local node has it."""
-    host = getattr(runtime, "local_host", None)
+def local_host(runtime: Runtime, declared: str = "") -> HostInfo:
+    """The kernel's host, as the runtime's local node has it (else as ``declared``, the
+    ``local_resources`` setting, says)."""
+    host = runtime.local_host
     if isinstance(host, HostInfo):
         return host
-    declared = getattr(runtime, "local_resources", "") or None
-    return discover_host(declare=declared)
+    return discover_host(declare=declared or None)

@@ -7,125 +7,305 @@ Getting engines::
     executor = IppExecutor.start_cluster(runtime, engines_per_gpu=2)        # 2 pinned per GPU
     executor = IppExecutor.start_cluster(runtime, engines=16, launcher="slurm")
 
-:class:`IppExecutor` is made of parts that share its tables and its lock:
+:class:`IppExecutor` owns parts with one job each, its own state, and a small interface; they
+change their state under the executor's lock, and every report leaves through its outbox
+(:class:`.state.Guard`):
 
-* :mod:`.cluster`: connecting to a running cluster, or starting one (and stopping it on
-  ``close``);
-* :mod:`.registry`: each engine is probed once when it registers; the reports become
-  ``NodeAdded``/``SlotAdded``/``NodeUpdated`` events (:class:`.engines.HostMap`);
-* :mod:`.dispatch`: running a task on its slot's engine (environment, pushed names, output,
-  outcome, names pulled back), and gangs (rank 0's engine names a port for all);
-* :mod:`.bundles`: the tasks sent ahead to one engine in one step, as one request;
-* :mod:`.requests`: the apply request itself, with less than ``send_apply_request`` makes;
-* :mod:`.faults`: stopping a task (interrupt, then kill its engine), and engines that die or
-  leave (their task fails with ``lost=True``; ``SlotRemoved``, ``NodeRemoved``);
-* :mod:`.leases`: GPU leases in the ledgers of engines' hosts, and MPS on engines.
-
-What the parts share is in :mod:`.state`.
+* :class:`.connection.Connection`: the client, fast through :mod:`.internals` or public;
+* :class:`.cluster.ClusterControl`: the cluster's life cycle (started here, or connected to);
+* :class:`.registry.Registry`: engines joining (probed once), the engines in use, their nodes;
+* :class:`.pipeline.Pipeline`: the runs, and who runs after whom on each engine;
+* :class:`.dispatch.Dispatcher`: what is sent for a task, and what its reply becomes;
+* :class:`.bundles.Bundles`: tasks sent ahead to one engine in one step, as one request;
+* :class:`.gangs.Gangs`: gang members held until rank 0's host names a port;
+* :class:`.faults.Faults`: stops (interrupt, then kill), and engines that die or leave;
+* :class:`.leases.HostLeases`: GPU leases in the ledgers of engines' hosts, and MPS.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...core import events as ev
-from ..base import Executor
-from .bundles import BundlesMixin
+from ..base import Executor, ExecutorSettings, Runtime, TaskRecord
+from .bundles import Bundles, Timings
 from .cluster import (
     ClusterControl,
     ClusterInUse,
-    ClusterMixin,
     ClusterRunning,
-    _controller_address,
-    _local_host,
+    engine_sets,
+    local_host,
+    open_client,
+    slot_prefix,
 )
-from .dispatch import DispatchMixin, PushSizeWarning, _Gang
+from .connection import Connection, open_connection
+from .dispatch import Dispatcher, PushSizeWarning
 from .engines import HostMap
-from .faults import EngineLost, FaultsMixin, RemoteTaskError
-from .leases import LeasesMixin
-from .registry import EngineView, RegistryMixin
-from .state import _Engine, _Outbox, _Run
+from .faults import EngineLost, Faults, RemoteTaskError
+from .gangs import Gangs
+from .leases import HostLeases
+from .pipeline import Pipeline
+from .registry import EngineView, Registry
+from .state import Guard, Run
 
 log = logging.getLogger(__name__)
 
 
-class IppExecutor(ClusterMixin, RegistryMixin, DispatchMixin, BundlesMixin, FaultsMixin,
-                  LeasesMixin, Executor):
+class IppExecutor(Executor):
     """Runs tasks on ipyparallel engines; see the module docstring.
 
     ``cluster`` is the ``ipp.Cluster`` of ``client``'s engines, if known (``start_cluster``
-    gives the :class:`~.cluster.ClusterControl` it made).
+    gives the :class:`~.cluster.ClusterControl` it made). ``connection``: the client as the
+    parts see it (default: :func:`.connection.open_connection` of ``client``).
     """
 
-    def __init__(self, runtime: Any, client: Any, *, cluster: Any = None,
+    def __init__(self, runtime: Runtime, client: Any, *, cluster: Any = None,
                  owns_cluster: bool = False, owns_client: bool = False,
-                 stop_grace: float = 5.0, prefix: str = "") -> None:
+                 stop_grace: float = 5.0, prefix: str = "",
+                 connection: Connection | None = None,
+                 settings: ExecutorSettings | None = None) -> None:
+        if settings is not None:
+            self.configure(settings)
         self.runtime = runtime
         self.client = client
         self.owns_client = owns_client
-        self.stop_grace = stop_grace
         self.prefix = prefix
+        self.connection = connection if connection is not None else open_connection(client)
         self._cluster = (cluster if isinstance(cluster, ClusterControl)
                          else ClusterControl(cluster, owned=owns_cluster))
-        self._lock = threading.RLock()
-        self._engines: dict[int, _Engine] = {}
-        self._by_slot: dict[str, _Engine] = {}
-        self._runs: dict[str, _Run] = {}
-        self._gangs: dict[str, _Gang] = {}
-        self._family_seconds: dict[str, float] = {}  # a family's last run on an engine
-        self._holding: set[int] = set()  # engines with runs held for a bundle (.bundles)
-        self._probing: dict[int, Any] = {}
         self._closed = False
-        self._init_leases()
-        self.hosts = HostMap(_local_host(runtime))
-        self._peer = _controller_address(client)
-        self._callback = self._on_registration
-        client._registration_callbacks.append(self._callback)
-        for eid in list(client.ids):
-            self._probe(eid)
+        guard = self._guard = Guard(runtime)
+        hosts = HostMap(local_host(runtime, self.settings.local_resources))
+        self._registry = Registry(guard, self.connection, hosts, self, self._cluster,
+                                  prefix=prefix)
+        self._pipeline = Pipeline(on_head=self._head_changed)
+        self._faults = Faults(guard, self.connection, self._registry, self._pipeline,
+                              stop_grace=stop_grace)
+        self._leases = HostLeases(guard, self.connection, self._registry, self._pipeline.idle,
+                                  lambda: self.settings, lambda: runtime.gpu_work_waits)
+        self._timings = Timings()
+        self._dispatch = Dispatcher(guard, self.connection, self._registry, self._pipeline,
+                                    self._faults, self._leases, self._timings,
+                                    lambda: self.settings)
+        self._bundles = Bundles(guard, self.connection, self._pipeline, self._faults,
+                                self._dispatch, self._timings)
+        self._gangs = Gangs(guard, self.connection, self._pipeline, self._dispatch.send)
+        self._registry.start(left=self._faults.engine_lost)
+
+    # -- getting engines --------------------------------------------------------------------------
+
+    @classmethod
+    def connect(cls, runtime: Runtime, target: Any = None, *, cluster_id: str | None = None,
+                timeout: float = 30, others: Iterable[Any] = (), **kwargs: Any) -> IppExecutor:
+        """Use a running cluster: an ``ipp.Cluster``, an ``ipp.Client``, a profile name or a
+        cluster id (None: the default profile). Returns once its engines are probed.
+
+        ``others``: the executors the runtime has already. A cluster one of them uses is
+        refused (its engines are slots already); the slots of a second cluster are named
+        apart (``c2.e0``).
+        """
+        cluster, client, owns_client = open_client(target, cluster_id, timeout)
+        connection = open_connection(client)
+        engines = [o for o in others if isinstance(o, IppExecutor) and not o.closed]
+        where = connection.controller()
+        same = next((o for o in engines if where is not None and o.controller == where), None)
+        if same is not None:
+            if owns_client:
+                with contextlib.suppress(Exception):
+                    client.close()
+            raise ClusterInUse(f"the engines of {same.describe()} are in use already; "
+                               "%sched stop (stop_cluster()) leaves them first")
+        kwargs.setdefault("prefix", slot_prefix(engines))
+        executor = cls(runtime, client, cluster=cluster, owns_client=owns_client,
+                       connection=connection, **kwargs)
+        executor._cluster.watch(executor._faults.launcher_stopped)
+        try:
+            executor.wait_ready(timeout)
+        except BaseException:
+            executor.close()
+            raise
+        return executor
+
+    @classmethod
+    def start_cluster(cls, runtime: Runtime, engines: int | None = None,
+                      engines_per_gpu: int | None = None, launcher: str | None = None, *,
+                      gpus: int | None = None, timeout: float = 120, stop_grace: float = 5.0,
+                      add: bool = False, others: Iterable[Any] = (),
+                      **cluster_kwargs: Any) -> IppExecutor:
+        """Start a controller and engines and use them; ``close()`` stops them all.
+
+        ``engines=N`` starts N floating engines (bound to devices by their first GPU task).
+        ``engines_per_gpu=K`` starts K engines per GPU, each launched with
+        ``CUDA_VISIBLE_DEVICES`` naming its GPU; the GPUs are this host's (discovered, or
+        declared: ``%sched local --gpus``, ``local_resources``), or ``gpus=G`` for the engines'
+        host. ``launcher`` picks ipyparallel's engine launcher (``"mpi"``, ``"slurm"``,
+        ``"pbs"``, ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the
+        nanny, so a dead engine is noticed at once.
+
+        ``others``: the executors the runtime has already. If one of them started a cluster,
+        that one is used: with ``add=True`` these engines are added to it (and it is
+        returned), else :class:`ClusterRunning` says so (one cluster started per scheduler:
+        a second one would only double the processes).
+        """
+        engines_now = [o for o in others if isinstance(o, IppExecutor) and not o.closed]
+        running = next((o for o in engines_now if o.owns_cluster), None)
+        if running is not None:
+            if not add:
+                raise ClusterRunning(
+                    f"{running.describe()}, started here, is already running; %sched stop "
+                    "(stop_cluster()) stops it first, or %sched start --add --engines N "
+                    "(start_cluster(..., add=True)) adds engines to it")
+            running.grow(engines, engines_per_gpu, launcher, gpus=gpus, timeout=timeout)
+            return running
+        sets = engine_sets(runtime.local_host, engines, engines_per_gpu, launcher, gpus)
+        control, client = ClusterControl.start(launcher, cluster_kwargs)
+        executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace,
+                       prefix=slot_prefix(engines_now))
+        try:
+            executor._start_sets(sets, timeout)
+        except BaseException:
+            executor.close()
+            raise
+        return executor
+
+    def grow(self, engines: int | None = None, engines_per_gpu: int | None = None,
+             launcher: str | None = None, *, gpus: int | None = None,
+             timeout: float = 120) -> None:
+        """Add engines to the cluster this executor started (as ``start_cluster`` counts
+        them); returns once they are slots."""
+        if launcher is not None and launcher != self._cluster.launcher:
+            raise ValueError(f"launcher={launcher!r}: engines are added with the running "
+                             f"cluster's launcher ({self._cluster.launcher or 'local'!r}); "
+                             "leave the launcher out")
+        self._start_sets(engine_sets(self.runtime.local_host, engines, engines_per_gpu,
+                                     launcher, gpus, self.settings.local_resources), timeout)
+
+    def _start_sets(self, sets: list[tuple[int, dict[str, str]]], timeout: float) -> None:
+        expected = len(self.connection.ids) + sum(n for n, _ in sets)
+        for n, set_env in sets:
+            self.add_engines(n, environment=set_env)
+        self.client.wait_for_engines(expected, timeout=timeout, block=True, interactive=False)
+        self.wait_ready(timeout)
+
+    def add_engines(self, n: int = 1, environment: Mapping[str, str] | None = None,
+                    **launcher_kwargs: Any) -> str:
+        """Start ``n`` more engines in the cluster this executor started (they join as slots
+        when they register). ``environment`` is theirs, e.g. ``{"CUDA_VISIBLE_DEVICES": "1"}``
+        to pin them. Returns the engine set id."""
+        set_id = self._cluster.start_engines(n, environment, **launcher_kwargs)
+        self._cluster.watch(self._faults.launcher_stopped)
+        return set_id
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Wait until every registered engine has been probed and announced."""
+        self._registry.wait_ready(timeout)
+
+    # -- what it is -------------------------------------------------------------------------------
+
+    @property
+    def engines(self) -> dict[int, EngineView]:
+        """The engines in use, by engine id."""
+        with self._guard.lock:
+            return self._registry.views(self._pipeline.head)
+
+    @property
+    def hosts(self) -> HostMap:
+        """The nodes the engines make (the registry's)."""
+        return self._registry.hosts
+
+    @property
+    def stop_grace(self) -> float:
+        """Seconds a stopped task has before its engine is killed."""
+        return self._faults.stop_grace
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def controller(self) -> tuple[str | None, str | None] | None:
+        """Where this executor's controller is (its host and registration address; None when
+        the client does not say)."""
+        return self.connection.controller()
+
+    def describe(self) -> str:
+        """``cluster 1700000000-abcd (4 engines)``, as users know it."""
+        cluster = self._cluster.cluster
+        name = getattr(cluster, "cluster_id", "") or getattr(cluster, "profile", "")
+        where = self.controller
+        what = (f"cluster {name!r}" if name else
+                f"the cluster at {where[1]}" if where else "a cluster")
+        with self._guard.lock:
+            n = len(self._registry)
+        return f"{what} ({n} engine{'s' if n != 1 else ''})"
+
+    def processes(self) -> list[tuple[int, float]]:
+        """(pid, create time) of every process of the cluster this executor started, as
+        recorded so far (empty for a cluster it did not start)."""
+        return self._cluster.processes()
+
+    @property
+    def cluster(self) -> Any:
+        """The ``ipp.Cluster`` of these engines (None when connected through a bare client)."""
+        return self._cluster.cluster
+
+    @property
+    def owns_cluster(self) -> bool:
+        """Whether ``close()`` stops the cluster."""
+        return self._cluster.owned
+
+    # -- the executor's interface -----------------------------------------------------------------
+
+    def start(self, start: ev.Start, task: TaskRecord) -> None:
+        with self._guard as out:
+            engine = self._registry.by_slot(start.slot)
+            if engine is None or self._closed:
+                self._dispatch.lost(start, out)
+                return
+            run = Run(start.task, engine, task, start)
+            try:
+                self._dispatch.prepare(run)
+            except Exception as err:
+                out.fail(start.task, err, f"{type(err).__name__}: {err}", attempt=start.attempt)
+                return
+            self._pipeline.add(run, behind=start.after is not None)
+            if start.gang is None:
+                self._bundles.submit(run, out)
+            else:
+                self._gangs.join(run, out)
+
+    def stop(self, task_id: str, reason: str) -> None:
+        self._faults.stop(task_id, reason)
+
+    def end_step(self) -> None:
+        """The runtime's step has carried out its starts: send the bundles it made."""
+        with self._guard as out:
+            self._bundles.flush(out)
 
     def close(self) -> None:
         """Stop what runs, announce the engines as gone, stop the cluster if we started it."""
-        out = _Outbox(self.runtime)
-        with self._lock:
+        with self._guard as out:
             if self._closed:
                 return
             self._closed = True
-            self._close_leases()
-            with contextlib.suppress(ValueError):
-                self.client._registration_callbacks.remove(self._callback)
-            for run in list(self._runs.values()):
-                self._forget(run)
-                if run.future is not None:  # (interrupted once the engine took the abort)
-                    self._abort(run, then_interrupt=True)
-                if run.stopping is not None:
-                    out.report(ev.Stopped(run.task, attempt=run.start.attempt))
-                else:
-                    out.fail(run.task, EngineLost("the engines were closed"),
-                             f"engine {run.engine.eid} was closed", lost=True,
-                             attempt=run.start.attempt)
-            for engine in list(self._engines.values()):
-                engine.alive = False
-                if engine.death_timer is not None:
-                    engine.death_timer.cancel()
-                for event in self.hosts.leave(engine.slot, "the engines were closed"):
-                    out.report(event)
-            self._engines.clear()
-            self._by_slot.clear()
-        try:
-            out.send()
-        except Exception as err:  # the runtime may be shutting down too
-            log.debug("reporting the engines' end: %s", err)
+            self._leases.close()
+            self._faults.close(out)
+            self._registry.close(out)
         self._cluster.stop()
         if self.owns_client:
             with contextlib.suppress(Exception):
                 self.client.close()
 
+    def _head_changed(self, run: Run) -> None:
+        self._faults.head_changed(run)
+
     def __repr__(self) -> str:
-        return (f"<IppExecutor engines={len(self._engines)} running={len(self._runs)}"
+        with self._guard.lock:
+            engines, running = len(self._registry), len(self._pipeline)
+        return (f"<IppExecutor engines={engines} running={running}"
                 f"{' closed' if self._closed else ''}>")
 
 

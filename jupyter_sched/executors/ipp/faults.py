@@ -26,7 +26,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...core import events as ev
-from .state import _Engine, _Outbox, _Run, _timer
+from .connection import Connection
+from .pipeline import Pipeline
+from .registry import Registry
+from .state import Engine, Guard, Outbox, Run, timer
 
 log = logging.getLogger(__name__)
 
@@ -49,69 +52,95 @@ class EngineLost(RuntimeError):
     """The engine running a task went away."""
 
 
-class FaultsMixin:
-    """The part of :class:`~.executor.IppExecutor` that stops tasks and loses engines."""
+class Faults:
+    """Stops and engine deaths.
+
+    Threads: the runtime thread (``stop``), the client's IO thread (aborts taken, replies that
+    say an engine died, registrations), timer threads (a second interrupt, the kill, the wait
+    for an exit status), the cluster's loop thread (launchers' exit statuses). Its own tables
+    (when each engine may take a task again after a signal, the deaths waiting for their exit
+    status) change under the executor's lock.
+    """
+
+    def __init__(self, guard: Guard, connection: Connection, registry: Registry,
+                 pipeline: Pipeline, *, stop_grace: float) -> None:
+        self._guard = guard
+        self._connection = connection
+        self._registry = registry
+        self._pipeline = pipeline
+        self.stop_grace = stop_grace
+        self._quiet: dict[int, float] = {}  # engine id -> monotonic time its signal is past
+        self._statuses: dict[int, str] = {}  # engine id -> how it ended, once known
+        self._deaths: dict[int, Any] = {}  # engine id -> the timer waiting for its status
+        self._closed = False
 
     # -- stopping ---------------------------------------------------------------------------------
 
     def stop(self, task_id: str, reason: str) -> None:
-        out = _Outbox(self.runtime)
-        with self._lock:
-            run = self._runs.get(task_id)
+        with self._guard as out:
+            run = self._pipeline.get(task_id)
             if run is None:
                 pass  # it has ended and its report is on its way
-            elif run.future is None:  # not sent yet: a gang member waiting for its port
-                run.stopping = reason
-                self._forget(run)
+            elif run.future is None:  # not sent yet (a gang member waiting for its port,
+                run.stopping = reason  # a task held for a bundle or for a signal to pass)
+                self._pipeline.remove(run)
                 out.report(ev.Stopped(task_id, attempt=run.start.attempt))
             elif run.stopping is None:
                 run.stopping = reason
-                if run.engine.task == run.task:
-                    self._interrupt(run)
+                if self._pipeline.is_head(run):
+                    self.interrupt(run)
                 else:  # sent ahead, queued behind the engine's task: abort it, signal nothing
-                    self._abort(run)
-        out.send()
+                    self.abort(run)
 
-    def _interrupt(self, run: _Run) -> None:
+    def head_changed(self, run: Run) -> None:
+        """``run`` is its engine's task now (lock held): one stopped while it waited behind
+        the one before it is interrupted now."""
+        if run.stopping is not None and run.future is not None:
+            self.interrupt(run)
+
+    def interrupt(self, run: Run) -> None:
         """Abort the request, interrupt it once the engine has taken the abort (it may run),
         and kill its engine if it has not stopped after ``stop_grace`` seconds (lock held)."""
-        self._abort(run, then_interrupt=True)
+        self.abort(run, then_interrupt=True)
         run.looked = self.stop_grace <= _RESIGNAL
-        run.timer = _timer(self.stop_grace if run.looked else _RESIGNAL, self._stop_overdue, run)
+        run.timer = timer(self.stop_grace if run.looked else _RESIGNAL, self._stop_overdue, run)
 
-    def _abort(self, run: _Run, then_interrupt: bool = False) -> None:
+    def abort(self, run: Run, then_interrupt: bool = False) -> None:
         """Abort the request (lock held). With ``then_interrupt``, signal its engine when the
         engine has taken the abort: a signal interrupts only an aborted request
         (``on_engine._own_interrupts``), so the request queued behind is safe from it."""
         try:
-            taken = self.client.abort(run.request or run.future.msg_id,
-                                      targets=[run.engine.eid], block=False)
+            taken = self._connection.abort(run.request or run.future.msg_id, run.engine.eid)
         except Exception as err:
             log.debug("task %s: abort: %s", run.task, err)
             return
         if then_interrupt:
             taken.add_done_callback(lambda _: self._abort_taken(run))
 
-    def _abort_taken(self, run: _Run) -> None:
-        with self._lock:  # (a closing executor has forgotten its runs: each is signalled)
+    def quiet_left(self, engine: Engine) -> float:
+        """Seconds before a new task may go to ``engine`` (a signal may be on its way there)."""
+        return self._quiet.get(engine.eid, 0.0) - time.monotonic()
+
+    def _abort_taken(self, run: Run) -> None:
+        with self._guard:  # (a closing executor has forgotten its runs: each is signalled)
             if not run.done or self._closed:
                 self._signal(run.engine, signal.SIGINT)
 
-    def _stop_overdue(self, run: _Run) -> None:
-        with self._lock:
-            if run.done or not run.engine.alive:
+    def _stop_overdue(self, run: Run) -> None:
+        with self._guard:
+            if run.done or not self._registry.alive(run.engine):
                 return
             if not run.looked:  # _RESIGNAL after the interrupt: once more if it may be lost
                 run.looked = True
                 self._signal(run.engine, signal.SIGINT)
-                run.timer = _timer(self.stop_grace - _RESIGNAL, self._stop_overdue, run)
+                run.timer = timer(self.stop_grace - _RESIGNAL, self._stop_overdue, run)
                 return
             log.warning("task %s ignored its interrupt for %gs; killing engine %d",
                         run.task, self.stop_grace, run.engine.eid)
             self._signal(run.engine, signal.SIGKILL)
 
-    def _signal(self, engine: _Engine, signum: int) -> None:
-        engine.quiet_until = time.monotonic() + _QUIET_AFTER_SIGNAL
+    def _signal(self, engine: Engine, signum: int) -> None:
+        self._quiet[engine.eid] = time.monotonic() + _QUIET_AFTER_SIGNAL
         if engine.local_host:
             try:
                 os.kill(engine.info.pid, signum)
@@ -119,67 +148,82 @@ class FaultsMixin:
             except OSError as err:
                 log.debug("engine %d: kill(%d): %s", engine.eid, signum, err)
         with contextlib.suppress(Exception):  # through the engine's nanny
-            self.client.send_signal(signum, targets=[engine.eid], block=False)
+            self._connection.signal(engine.eid, signum)
 
     # -- engines going away -------------------------------------------------------------------
 
-    def _engine_lost(self, engine: _Engine, how: str, exit_status: str | None = None) -> None:
+    def engine_lost(self, engine: Engine, how: str, exit_status: str | None = None) -> None:
         """An engine died or left. For one our cluster launched, its exit status is waited
         for a moment, so that the reason can say how it ended."""
-        with self._lock:
-            if not engine.alive:
+        with self._guard:
+            if not self._registry.alive(engine):
                 return
             if exit_status is not None:
-                engine.exit_status = exit_status
-            if engine.exit_status is None and engine.ours:
-                if engine.death_timer is None:
-                    engine.death_timer = _timer(_DEATH_WAIT, self._engine_gone, engine, how)
+                self._statuses[engine.eid] = exit_status
+            if engine.eid not in self._statuses and engine.ours:
+                if engine.eid not in self._deaths:
+                    self._deaths[engine.eid] = timer(_DEATH_WAIT, self._engine_gone, engine, how)
                 return
         self._engine_gone(engine, how)
 
-    def _engine_gone(self, engine: _Engine, how: str) -> None:
-        out = _Outbox(self.runtime)
-        with self._lock:
-            if not engine.alive:
+    def _engine_gone(self, engine: Engine, how: str) -> None:
+        with self._guard as out:
+            if not self._registry.alive(engine):
                 return
-            engine.alive = False
-            if engine.death_timer is not None:
-                engine.death_timer.cancel()
-            self._engines.pop(engine.eid, None)
-            self._by_slot.pop(engine.slot, None)
-            status = engine.exit_status or "exit status unknown"
+            death = self._deaths.pop(engine.eid, None)
+            if death is not None:
+                death.cancel()
+            self._quiet.pop(engine.eid, None)
+            status = self._statuses.pop(engine.eid, None) or "exit status unknown"
             reason = f"engine {engine.eid} on host {engine.info.hostname} {how} ({status})"
-            for run in [r for r in self._runs.values() if r.engine is engine]:
-                self._forget(run)
+            for run in self._pipeline.on_engine(engine.eid):
+                self._pipeline.remove(run)
                 if run.stopping is not None:
                     out.report(ev.Stopped(run.task, attempt=run.start.attempt))
                 else:  # failed (or retried) by the SlotRemoved below, with this reason: a
                     # Failed first would free the dead slot for a moment, and the runtime may
                     # place the retry there before it hears the slot is gone
                     out.complete(run.task, error=EngineLost(reason), attempt=run.start.attempt)
-            for event in self.hosts.leave(engine.slot, reason):
+            for event in self._registry.remove(engine, reason):
                 out.report(event)
-        out.send()  # (the engine's join was reported before it could be found here)
 
-    def _launcher_stopped(self, stop_data: Mapping[str, Any] | None) -> None:
+    def launcher_stopped(self, stop_data: Mapping[str, Any] | None) -> None:
         """A launcher of our cluster object saw its engine process end."""
         if not stop_data or self._closed:
             return
-        pid = stop_data.get("pid")
-        with self._lock:
-            engine = next((e for e in self._engines.values() if e.info.pid == pid), None)
+        with self._guard:
+            engine = self._registry.by_pid(stop_data.get("pid"))
         if engine is not None:
-            self._engine_lost(engine, "died", _exit_text(stop_data.get("exit_code")))
+            self.engine_lost(engine, "died", exit_text(stop_data.get("exit_code")))
+
+    def close(self, out: Outbox) -> None:
+        """The executor closes (lock held): every run ends now, as stopped or as lost; deaths
+        waiting for a status are not waited for."""
+        self._closed = True
+        for run in self._pipeline.all():
+            self._pipeline.remove(run)
+            if run.future is not None:  # (interrupted once the engine took the abort)
+                self.abort(run, then_interrupt=True)
+            if run.stopping is not None:
+                out.report(ev.Stopped(run.task, attempt=run.start.attempt))
+            else:
+                out.fail(run.task, EngineLost("the engines were closed"),
+                         f"engine {run.engine.eid} was closed", lost=True,
+                         attempt=run.start.attempt)
+        for death in self._deaths.values():
+            death.cancel()
+        self._deaths.clear()
 
 
-def _engine_died(error: BaseException) -> bool:
+def engine_died(error: BaseException) -> bool:
+    """Whether a request's exception says its engine died."""
     return getattr(error, "ename", None) == "EngineError" or type(error).__name__ == "EngineError"
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def _remote_tb(error: BaseException) -> str:
+def remote_traceback(error: BaseException) -> str:
     """ipyparallel's traceback of a failure outside our wrapper, without terminal colours."""
     try:
         text = "\n".join(error.render_traceback())
@@ -188,7 +232,7 @@ def _remote_tb(error: BaseException) -> str:
     return _ANSI.sub("", text)
 
 
-def _exit_text(code: Any) -> str:
+def exit_text(code: Any) -> str:
     if code is None:
         return "exit status unknown"
     code = int(code)
@@ -198,3 +242,7 @@ def _exit_text(code: Any) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+__all__ = ["EngineLost", "Faults", "RemoteTaskError", "engine_died", "exit_text",
+           "remote_traceback"]

@@ -22,6 +22,8 @@ MPS serves it and sets the variables for the task's share (:mod:`.on_host`).
 
 ``Scheduler.host_leases = False`` takes no lease anywhere; ``Scheduler.ledger_path`` names the
 ledger file on engines' hosts too (empty: each host's default, as resolved there).
+
+:class:`HostLeases` is this part of the executor.
 """
 
 from __future__ import annotations
@@ -30,18 +32,21 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ...core import events as ev
 from ...host.leases import device_key
 from ...model.quantity import SCALE, format_units
 from ...model.resources import GPU
+from ..base import ExecutorSettings
+from .connection import Connection
 from .engines import NodeEntry
+from .futures import Reply
 from .on_engine import Ref
 from .on_host import REFUSED
-from .state import _Engine, _Run, _timer
+from .state import Engine, Guard, Outbox, Run, timer
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +62,7 @@ def node_keys(node: NodeEntry) -> dict[int, str]:
     return {index: device_key(gpu, node.key) for index, gpu in node.gpus.items()}
 
 
-def host_meta(start: ev.Start, engine: _Engine, node: NodeEntry, *, lease: bool,
+def host_meta(start: ev.Start, engine: Engine, node: NodeEntry, *, lease: bool,
               ledger: str = "", label: str = "") -> dict[str, Any] | None:
     """What :func:`.on_host.host_call` needs for a task, or None when it needs nothing: no
     lease (``lease`` false, or no GPU share) and no fraction of a GPU for MPS."""
@@ -103,146 +108,173 @@ def kernel_label() -> str:
     return f"engine for {whose} on {socket.gethostname()}"
 
 
-class LeasesMixin:
-    """The part of :class:`~.executor.IppExecutor` that leases GPUs on engines' hosts."""
+class Hosts(Protocol):
+    """What the lease part asks of the engines in use (:class:`.registry.Registry`)."""
 
-    def _init_leases(self) -> None:
-        self._held_sent: dict[str, dict[int, int]] = {}  # node -> what the core was told
-        self._held_reading: set[str] = set()
-        self._held_timer = None
-        self._ledger_warned: set[str] = set()
+    def node(self, name: str) -> NodeEntry | None: ...
+
+    def on_node(self, name: str) -> list[Engine]: ...
+
+
+class HostLeases:
+    """Leases on engines' hosts, from the kernel's side.
+
+    Threads: the runtime thread (``wrap``, as a task starts), the client's IO thread (replies:
+    a refusal, a host's holdings read), its own timer thread (the re-reads). Its tables (what
+    the core was told is held elsewhere, per node; the reads out; the nodes whose ledger
+    warned) change under the executor's lock.
+    """
+
+    def __init__(self, guard: Guard, connection: Connection, hosts: Hosts,
+                 idle: Callable[[int], bool], settings: Callable[[], ExecutorSettings],
+                 waits: Callable[[], bool]) -> None:
+        self._guard = guard
+        self._connection = connection
+        self._hosts = hosts
+        self._idle = idle  # whether an engine runs nothing (a read would wait behind a task)
+        self._settings = settings
+        self._waits = waits  # whether GPU work waits now (the runtime's ``gpu_work_waits``)
+        self.told: dict[str, dict[int, int]] = {}  # node -> what the core was told is held
+        self._reading: set[str] = set()
+        self.timer: Any = None
+        self._warned: set[str] = set()
         self._label = kernel_label()
+        self._closed = False
 
-    def _on_host(self, run: _Run, call: tuple) -> tuple:
+    def wrap(self, run: Run, call: tuple) -> tuple:
         """``call`` wrapped for the engine's host when the task needs a lease there or MPS
         (lock held)."""
         engine = run.engine
-        node = self.hosts.nodes.get(engine.node)
+        node = self._hosts.node(engine.node)
         if node is None:
             return call
-        lease = (bool(getattr(self.runtime, "host_leases", False)) and not node.local
+        settings = self._settings()
+        lease = (settings.host_leases and not node.local
                  and not engine.local_host)  # (this host's leases are the runtime's)
         host = host_meta(run.start, engine, node, lease=lease, label=self._label,
-                         ledger=str(getattr(self.runtime, "ledger_path", "") or ""))
+                         ledger=settings.ledger_path)
         if host is None:
             return call
         fn, args, kwargs = call
         return HOST_CALL, [host, fn, *args], kwargs
 
-    def _host_reply(self, run: _Run, status: str, head: Mapping[str, Any]) -> bool:
-        """IO thread, no lock: a refusal reported (True), or nothing to do here (False)."""
+    def refused(self, run: Run, status: str, head: Mapping[str, Any], out: Outbox) -> bool:
+        """What a reply says of the host's ledger (lock held): a refusal reported (True), or
+        nothing more to do here (False)."""
         if head.get("ledger"):
             self._ledger_trouble(run.engine.node, head["ledger"])
         if status != REFUSED:
             return False
         task, attempt = run.task, run.start.attempt
-        refused = (head.get("device"), int(head.get("taken") or SCALE), head.get("reason", ""))
-        event = self._held_changed(run.engine.node, head.get("holdings", ()), refused)
+        refusal = (head.get("device"), int(head.get("taken") or SCALE), head.get("reason", ""))
+        event = self.changed(run.engine.node, head.get("holdings", ()), refusal)
         if event is not None:  # first: the re-queued task must not be placed there again
-            self.runtime.report(event)
+            out.report(event)
         if run.stopping is not None:
-            self.runtime.report(ev.Stopped(task, attempt=attempt))
+            out.report(ev.Stopped(task, attempt=attempt))
         else:
             log.info("%s waits: %s", task, head.get("reason"))
-            self.runtime.report(ev.Failed(task, str(head.get("reason") or "its lease was "
-                                                    "refused"), attempt=attempt, unstarted=True))
+            out.report(ev.Failed(task, str(head.get("reason") or "its lease was refused"),
+                                 attempt=attempt, unstarted=True))
         return True
 
     def _ledger_trouble(self, node: str, text: str) -> None:
-        with self._lock:
-            if node in self._ledger_warned:
-                return
-            self._ledger_warned.add(node)
+        if node in self._warned:
+            return
+        self._warned.add(node)
         log.warning("the GPU lease ledger of node %s cannot be used (%s); its tasks run "
                     "without leases, and other schedulers there may use the same GPUs",
                     node, text)
 
-    def _held_changed(self, node_name: str, holdings: Iterable[tuple],
-                      refused: tuple | None = None) -> ev.HeldElsewhere | None:
-        """The event for fresh holdings of ``node_name``, or None when the core knows them.
-        ``refused``: (device key, units taken, reason) of a refusal, always told."""
-        with self._lock:
-            node = self.hosts.nodes.get(node_name)
-            if node is None or self._closed:
-                self._held_sent.pop(node_name, None)
-                return None
-            ours = {e.info.pid for e in self._engines.values() if e.node == node_name}
-            event = held_event(node, holdings, ours)
-            units = dict(event.device_shares[GPU])
-            if refused is not None:
-                index = {k: i for i, k in node_keys(node).items()}.get(refused[0])
-                if index is not None and index not in units:
-                    # only this kernel's engines held it, a moment after their tasks ended:
-                    # counted held until the next read, so the task is not placed there again
-                    # at once
-                    units[index] = refused[1]
-                    event = ev.HeldElsewhere(node_name, {GPU: units},
-                                             "; ".join(r for r in (event.reason, refused[2]) if r))
-            elif units == self._held_sent.get(node_name, {}):
-                return None
-            if units:
-                self._held_sent[node_name] = units
-                self._arm_held_reads()
-            else:
-                self._held_sent.pop(node_name, None)
+    def changed(self, node_name: str, holdings: Iterable[tuple],
+                refusal: tuple | None = None) -> ev.HeldElsewhere | None:
+        """The event for fresh holdings of ``node_name``, or None when the core knows them
+        (lock held). ``refusal``: (device key, units taken, reason) of a refusal, always
+        told."""
+        node = self._hosts.node(node_name)
+        if node is None or self._closed:
+            self.told.pop(node_name, None)
+            return None
+        ours = {e.info.pid for e in self._hosts.on_node(node_name)}
+        event = held_event(node, holdings, ours)
+        units = dict(event.device_shares[GPU])
+        if refusal is not None:
+            index = {k: i for i, k in node_keys(node).items()}.get(refusal[0])
+            if index is not None and index not in units:
+                # only this kernel's engines held it, a moment after their tasks ended: counted
+                # held until the next read, so the task is not placed there again at once
+                units[index] = refusal[1]
+                event = ev.HeldElsewhere(node_name, {GPU: units},
+                                         "; ".join(r for r in (event.reason, refusal[2]) if r))
+        elif units == self.told.get(node_name, {}):
+            return None
+        if units:
+            self.told[node_name] = units
+            self._arm()
+        else:
+            self.told.pop(node_name, None)
         return event
 
-    def _arm_held_reads(self) -> None:
-        if self._held_timer is None and not self._closed:
-            self._held_timer = _timer(READ_EVERY, self._read_held)
+    def _arm(self) -> None:
+        if self.timer is None and not self._closed:
+            self.timer = timer(READ_EVERY, self.read)
 
-    def _read_held(self) -> None:
+    def read(self) -> None:
         """Timer thread: ask an idle engine of each node held elsewhere for its holdings."""
-        with self._lock:
-            self._held_timer = None
+        with self._guard:
+            self.timer = None
             if self._closed:
                 return
-            waiting = bool(getattr(self.runtime, "gpu_work_waits", True))
-            for name in list(self._held_sent):
-                node = self.hosts.nodes.get(name)
+            waiting = self._waits()
+            for name in list(self.told):
+                node = self._hosts.node(name)
                 if node is None:
-                    del self._held_sent[name]
-                elif waiting and name not in self._held_reading:
-                    self._ask_holdings(node)
-            if self._held_sent:
-                self._arm_held_reads()
+                    del self.told[name]
+                elif waiting and name not in self._reading:
+                    self._ask(node)
+            if self.told:
+                self._arm()
 
-    def _ask_holdings(self, node: NodeEntry) -> None:
+    def _ask(self, node: NodeEntry) -> None:
         """Send the read to an idle engine of ``node`` (lock held); none idle: next time."""
-        engine = next((e for e in self._engines.values()
-                       if e.node == node.name and e.alive and e.task is None), None)
+        engine = next((e for e in self._hosts.on_node(node.name) if self._idle(e.eid)), None)
         if engine is None:
             return
-        host = {"node": node.name, "ledger": str(getattr(self.runtime, "ledger_path", "") or ""),
+        host = {"node": node.name, "ledger": self._settings().ledger_path,
                 "devices": {key: i for i, key in node_keys(node).items()}}
-        try:
-            future = self.client.send_apply_request(engine.socket, HOLDINGS, [host], {},
-                                                    ident=engine.ident)
-        except Exception as err:
-            log.debug("reading the holdings of %s: %s", node.name, err)
-            return
-        self._held_reading.add(node.name)
-        future.add_done_callback(lambda f: self._holdings_read(node.name, f))
+        name = node.name
 
-    def _holdings_read(self, name: str, future: Any) -> None:
+        def hook(reply: Reply) -> None:  # (its answer is read once the lock is released)
+            reply.add_done_callback(lambda f: self._read_back(name, f))
+
+        try:
+            self._connection.apply(engine.eid, HOLDINGS, [host], hook)
+        except Exception as err:
+            log.debug("reading the holdings of %s: %s", name, err)
+            return
+        self._reading.add(name)
+
+    def _read_back(self, name: str, future: Any) -> None:
         """IO thread: a host's holdings came back."""
-        with self._lock:
-            self._held_reading.discard(name)
         reply = None
         with contextlib.suppress(Exception):
             reply = future.result()
-        if not isinstance(reply, dict) or "holdings" not in reply:
-            log.debug("reading the holdings of %s: %r", name, reply)
-            return
-        event = self._held_changed(name, reply["holdings"])
-        if event is not None:
-            self.runtime.report(event)
+        with self._guard as out:
+            self._reading.discard(name)
+            if not isinstance(reply, dict) or "holdings" not in reply:
+                log.debug("reading the holdings of %s: %r", name, reply)
+                return
+            event = self.changed(name, reply["holdings"])
+            if event is not None:
+                out.report(event)
 
-    def _close_leases(self) -> None:
-        timer, self._held_timer = self._held_timer, None
+    def close(self) -> None:
+        """No more reads (lock held)."""
+        self._closed = True
+        timer, self.timer = self.timer, None
         if timer is not None:
             timer.cancel()
 
 
-__all__ = ["HOLDINGS", "HOST_CALL", "READ_EVERY", "LeasesMixin", "held_event", "host_meta",
+__all__ = ["HOLDINGS", "HOST_CALL", "READ_EVERY", "HostLeases", "held_event", "host_meta",
            "kernel_label", "node_keys"]

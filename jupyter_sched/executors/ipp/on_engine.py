@@ -16,7 +16,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import pickle
 import signal
 import sys
 import time
@@ -265,14 +264,12 @@ def _own_interrupts(request: str | None = None) -> Any:
     land in the task before or behind the one it was meant for: that one goes on. A request
     is the one meant when its id (``request``, default its message id) is among the kernel's
     aborted ones."""
-    try:
-        from IPython import get_ipython
+    from jupyter_sched.executors.ipp import internals
 
-        kernel = get_ipython().kernel
-        aborted = kernel.aborted
-        msg_id = request or kernel.get_parent("shell")["header"]["msg_id"]
-    except Exception:  # not a kernel that keeps aborted ids: every SIGINT interrupts
-        return None
+    aborted = internals.aborted_requests()
+    msg_id = request or internals.current_request()
+    if aborted is None or msg_id is None:  # not a kernel that keeps aborted ids: every
+        return None                        # SIGINT interrupts
 
     def interrupt(signum: int, frame: Any) -> None:
         if msg_id in aborted:
@@ -287,13 +284,10 @@ def _own_interrupts(request: str | None = None) -> Any:
 
 def _aborted() -> set:
     """The engine kernel's aborted request ids (an empty set where it keeps none)."""
-    try:
-        from IPython import get_ipython
+    from jupyter_sched.executors.ipp import internals
 
-        aborted = get_ipython().kernel.aborted
-    except Exception:
-        return set()
-    return aborted if isinstance(aborted, set) else set()
+    aborted = internals.aborted_requests()
+    return aborted if aborted is not None else set()
 
 
 def describe_error(err: BaseException) -> tuple[str, str]:
@@ -315,11 +309,12 @@ def _pickled_reply(reply: Any) -> Any:
     with buffers, or a big stream, is left to ipyparallel, which sends those without copies."""
     if type(reply) is not tuple or len(reply) != 3 or type(reply[2]) is not bytes:
         return reply
-    try:
-        from ipyparallel.serialize.serialize import MAX_BYTES
-    except ImportError:  # an ipyparallel without it: it cans the reply as before
+    from jupyter_sched.executors.ipp import internals
+
+    largest = internals.largest_frame()
+    if largest is None:  # an ipyparallel that does not say: it cans the reply as before
         return reply
-    return reply if len(reply[2]) >= MAX_BYTES else _pickled(reply)
+    return reply if len(reply[2]) >= largest else _pickled(reply)
 
 
 def _pickled_bundle(replies: tuple) -> Any:
@@ -334,17 +329,10 @@ def _pickled_bundle(replies: tuple) -> Any:
 def _pickled(value: Any) -> Any:
     """``value`` pickled, for ipyparallel to send as it is; ``value`` itself when that cannot
     be (ipyparallel then cans it, and says why it cannot go, as before)."""
-    try:
-        from ipyparallel.serialize import PrePickled
-        from ipyparallel.serialize.serialize import PICKLE_PROTOCOL
-    except ImportError:
-        return value
-    pickled = PrePickled.__new__(PrePickled)
-    try:
-        pickled.buffers = [pickle.dumps(value, PICKLE_PROTOCOL)]
-    except Exception:
-        return value
-    return pickled
+    from jupyter_sched.executors.ipp import internals
+
+    packed = internals.prepickled(value)
+    return value if packed is None else packed
 
 
 class Ref:
