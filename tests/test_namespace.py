@@ -15,9 +15,9 @@ from jupyter_sched.executors.ipp.namespace import (
     is_hidden,
     names_to_pull,
     run_cell,
-    transform_cell,
     values_to_push,
 )
+from jupyter_sched.runtime.submission import transform_cell
 
 
 @pytest.mark.parametrize(("code", "reads", "assigns"), [

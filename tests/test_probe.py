@@ -9,8 +9,8 @@ import pytest
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core
-from jupyter_sched.executors.ipp.engines import EngineInfo, HostMap, free_port, probe
-from jupyter_sched.host.discovery import discover_host
+from jupyter_sched.executors.ipp.engines import EngineInfo, HostMap, probe
+from jupyter_sched.host.discovery import discover_host, free_port
 from jupyter_sched.model.cluster import SlotSpec
 from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.testing import FakeNvml

@@ -120,7 +120,7 @@ class Dispatcher:
             head: list = [meta]
             wrapper = CALL
         else:
-            code = nsmod.transform_cell(work.code)
+            code = work.code  # (transformed once, at submission)
             values = nsmod.values_to_push(code, work.namespace or {}, work.push)
             packed = packer.pack(values.items(), required=len(values))
             pull = tuple(work.pull) if work.pull is not None else None

@@ -90,13 +90,6 @@ def host_address(peer: str | None = None) -> str:
         return "127.0.0.1"
 
 
-def free_port() -> int:
-    """A TCP port that is free on this host now (runs on a gang's rank 0 engine)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 @dataclass(frozen=True)
 class EngineInfo:
     """One engine's report (:func:`probe`), read back in the kernel."""
@@ -264,4 +257,4 @@ class HostMap:
         return name
 
 
-__all__ = ["EngineInfo", "HostMap", "Joined", "NodeEntry", "free_port", "host_address", "probe"]
+__all__ = ["EngineInfo", "HostMap", "Joined", "NodeEntry", "host_address", "probe"]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base import GANG_SECRET_ENV, gang_secret
 from .connection import Connection
 from .faults import engine_died
 from .futures import Reply
@@ -101,12 +102,15 @@ class Gangs:
                     self._release(gang, run, out)
 
     def _release(self, gang: _Gang, run: Run, out: Outbox) -> None:
-        """Send a gang member, with its master address and port (lock held)."""
+        """Send a gang member, with its master address and port and the gang's secret (lock
+        held)."""
         if run.done or run.future is not None or run.call is None or run.stopping is not None:
             return
         same_host = [m for m in gang.members if m.engine.node == run.engine.node]
-        run.env.update(MASTER_ADDR=gang.address or "127.0.0.1", MASTER_PORT=str(gang.port),
+        address = gang.address or "127.0.0.1"
+        run.env.update(MASTER_ADDR=address, MASTER_PORT=str(gang.port),
                        LOCAL_RANK=str(same_host.index(run)))
+        run.env[GANG_SECRET_ENV] = gang_secret(gang.key, address, int(gang.port or 0))
         self._send(run, out)  # run.env is the meta's env: the engine sees the update
 
 

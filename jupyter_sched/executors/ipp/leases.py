@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 from ...core import events as ev
+from ...host.holders import kernel_label
 from ...host.leases import device_key
 from ...model.quantity import SCALE, format_units
 from ...model.resources import GPU
@@ -101,13 +99,6 @@ def held_event(node: NodeEntry, holdings: Iterable[tuple], ours: set[int]
     return ev.HeldElsewhere(node.name, {GPU: units}, reason)
 
 
-def kernel_label() -> str:
-    """How this kernel's engines appear in other hosts' ledgers."""
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    whose = f"notebook {Path(session).name}" if session else "a kernel"
-    return f"engine for {whose} on {socket.gethostname()}"
-
-
 class Hosts(Protocol):
     """What the lease part asks of the engines in use (:class:`.registry.Registry`)."""
 
@@ -138,7 +129,7 @@ class HostLeases:
         self._reading: set[str] = set()
         self.timer: Any = None
         self._warned: set[str] = set()
-        self._label = kernel_label()
+        self._label = kernel_label(engine=True)
         self._closed = False
 
     def wrap(self, run: Run, call: tuple) -> tuple:
@@ -277,4 +268,4 @@ class HostLeases:
 
 
 __all__ = ["HOLDINGS", "HOST_CALL", "READ_EVERY", "HostLeases", "held_event", "host_meta",
-           "kernel_label", "node_keys"]
+           "node_keys"]

@@ -45,7 +45,6 @@ __all__ = [
     "is_hidden",
     "names_to_pull",
     "run_cell",
-    "transform_cell",
     "values_to_push",
 ]
 
@@ -71,17 +70,6 @@ class CellNames:
 
 
 # -- reading a cell ----------------------------------------------------------------------------
-
-
-def transform_cell(code: str) -> str:
-    """IPython syntax (``%magic``, ``!cmd``, ``x?``) as plain Python, when IPython is here."""
-    if "%" not in code and "!" not in code and "?" not in code:
-        return code
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-    except ImportError:  # plain Python: the cell is Python already
-        return code
-    return TransformerManager().transform_cell(code)
 
 
 def cell_names(code: str) -> CellNames:

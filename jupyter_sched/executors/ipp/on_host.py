@@ -34,10 +34,9 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from ...host.leases import Lease, Ledger, LedgerError, Refusal, ledger_path
+from ...host.leases import Lease, Ledger, LedgerError, Refusal, default_ledger
 from ...host.mps import MEMORY_ENV, THREADS_ENV, MpsStatus, detect_mps, mps_environment
 from ...model.quantity import SCALE
 
@@ -107,12 +106,7 @@ def give_back() -> None:
 def open_ledger(configured: str) -> Ledger:
     """This host's ledger: the file the kernel's settings name, else the one every kernel of
     this host finds (``$JUPYTER_SCHED_LEASES``, else the Jupyter runtime directory's)."""
-    if configured:
-        path = Path(configured).expanduser()
-    else:
-        from jupyter_core.paths import jupyter_runtime_dir
-
-        path = ledger_path(jupyter_runtime_dir())
+    path = default_ledger(configured)
     key = str(path)
     with _lock:
         ledger = _ledgers.get(key)
