@@ -73,6 +73,8 @@ def damage_of(path: Path, opened: Health | None) -> str | None:
 def _header_damage(path: Path) -> str | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:  # (deleted since it was looked at)
+        return "was deleted"
     except OSError as err:
         return f"cannot be read ({err.strerror})"
     try:
@@ -102,7 +104,7 @@ def deep_damage(path: Path) -> str | None:
         finally:
             db.close()
     except sqlite3.DatabaseError as err:
-        return f"is damaged ({err})"
+        return "was deleted" if not os.path.lexists(path) else f"is damaged ({err})"
     if rows != [("ok",)]:
         return f"is damaged ({'; '.join(str(r[0]) for r in rows[:3])})"
     return None
