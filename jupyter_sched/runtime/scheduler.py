@@ -587,7 +587,8 @@ class Scheduler(Configurable):
 
         loop = self._running()
         executor = IppExecutor.connect(loop, cluster_or_client_or_profile, cluster_id=cluster_id,
-                                       timeout=timeout, others=list(loop.executors))
+                                       timeout=timeout, others=list(loop.executors),
+                                       settings=self.executor_settings())
         self._add_executor(executor)
         return executor
 
@@ -605,7 +606,8 @@ class Scheduler(Configurable):
         loop = self._running()
         executor = IppExecutor.start_cluster(loop, engines=engines,
                                              engines_per_gpu=engines_per_gpu, launcher=launcher,
-                                             add=add, others=list(loop.executors), **kw)
+                                             add=add, others=list(loop.executors),
+                                             settings=self.executor_settings(), **kw)
         self._add_executor(executor)
         return executor
 

@@ -134,6 +134,7 @@ class IppExecutor(Executor):
                       engines_per_gpu: int | None = None, launcher: str | None = None, *,
                       gpus: int | None = None, timeout: float = 120, stop_grace: float = 5.0,
                       add: bool = False, others: Iterable[Any] = (),
+                      settings: ExecutorSettings | None = None,
                       **cluster_kwargs: Any) -> IppExecutor:
         """Start a controller and engines and use them; ``close()`` stops them all.
 
@@ -148,7 +149,8 @@ class IppExecutor(Executor):
         ``others``: the executors the runtime has already. If one of them started a cluster,
         that one is used: with ``add=True`` these engines are added to it (and it is
         returned), else :class:`ClusterRunning` says so (one cluster started per scheduler:
-        a second one would only double the processes).
+        a second one would only double the processes). ``settings``: the scheduler's, from
+        the first engine on.
         """
         engines_now = [o for o in others if isinstance(o, IppExecutor) and not o.closed]
         running = next((o for o in engines_now if o.owns_cluster), None)
@@ -163,7 +165,7 @@ class IppExecutor(Executor):
         sets = engine_sets(runtime.local_host, engines, engines_per_gpu, launcher, gpus)
         control, client = ClusterControl.start(launcher, cluster_kwargs)
         executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace,
-                       prefix=slot_prefix(engines_now))
+                       prefix=slot_prefix(engines_now), settings=settings)
         try:
             executor._start_sets(sets, timeout)
         except BaseException:
