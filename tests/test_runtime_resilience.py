@@ -13,6 +13,7 @@ import tracemalloc
 
 import pytest
 from conftest_core import Watched
+from test_runtime_leases import wait_for
 
 from jupyter_sched.runtime import instance
 from jupyter_sched.runtime.scheduler import Scheduler
@@ -59,7 +60,7 @@ def test_a_report_taken_by_a_step_that_fails_is_applied_all_the_same(sched, wher
     once, and the next task runs."""
     gate = threading.Event()
     h = sched.submit(gate.wait, WAIT, resources={"GPU": 1})
-    assert wait_until(lambda: h.state == "running")
+    assert wait_for(lambda: h.state == "running")
     loop = sched._loop
     armed = {"on": True}
     if where == "sync":
@@ -84,25 +85,14 @@ def test_a_report_taken_by_a_step_that_fails_is_applied_all_the_same(sched, wher
         loop.core = Watched(loop.core, broken)
     gate.set()
     assert h.result(WAIT) is True
-    assert wait_until(lambda: h.state == "done"), h.state  # not running forever
-    assert wait_until(lambda: sched.record(h.id).state == "done"), sched.record(h.id).state
+    assert wait_for(lambda: h.state == "done"), h.state  # not running forever
+    assert wait_for(lambda: sched.record(h.id).state == "done"), sched.record(h.id).state
     assert not armed["on"]  # (the failure was injected, in the step that took the report)
     said = [text for _, _, text in sched.notices() if "injected" in text]
     assert len(said) == 1 and "the scheduler goes on" in said[0], said
     assert sched.snapshot(fresh=True).running == ()
     # the whole GPU is free again: a task that needs it runs
     assert sched.submit(lambda: "next", resources={"GPU": 2}).result(WAIT) == "next"
-
-
-def wait_until(predicate, timeout=WAIT):
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def test_a_failing_wake_up_computation_does_not_stop_the_thread(sched):
