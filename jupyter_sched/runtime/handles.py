@@ -31,6 +31,7 @@ import contextlib
 import logging
 import threading
 from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import wait as wait_futures
 from concurrent.futures._base import CANCELLED as _CANCELLED
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED
 from concurrent.futures._base import FINISHED as _FINISHED
@@ -483,4 +484,14 @@ class GangHandle(_LightFuture):
         return f"<GangHandle {self.name!r} {len(self.members)} members {self.state}>"
 
 
-__all__ = ["GangHandle", "TaskFailed", "TaskHandle", "TaskTimeout"]
+def wait_all(handles: list, timeout: float | None) -> list:
+    """Wait for ``handles`` to end (``timeout`` seconds at most); ``TimeoutError`` saying how
+    many did not."""
+    _, not_done = wait_futures(handles, timeout)
+    if not_done:
+        raise TimeoutError(f"{len(not_done)} of {len(handles)} tasks not finished after "
+                           f"{timeout:g}s")
+    return handles
+
+
+__all__ = ["GangHandle", "TaskFailed", "TaskHandle", "TaskTimeout", "wait_all"]

@@ -10,6 +10,7 @@ never fail to say what happened; after the end nobody reads them).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from ..executors.base import TaskRecord
     from ..executors.local.output import TaskOutput
     from .handles import TaskHandle
+
+log = logging.getLogger(__name__)
 
 STOP = object()  # the thread handles what came before, then closes and leaves
 WAKE = object()  # the thread looks again at what is due (a new observer)
@@ -37,6 +40,22 @@ class Request:
     handles: tuple[TaskHandle, ...] = ()
     after: Callable[[Core], Any] | None = None  # run on the runtime thread on success
     error: BaseException | None = None  # why the core rejected it
+
+    def answer(self) -> None:
+        """Tell whoever waits how the core took it (on the runtime thread, after the step)."""
+        error = self.error
+        if self.reply is not None:
+            if error is None:
+                self.reply.set_result(None)
+            else:
+                self.reply.set_exception(error)
+        elif error is not None:
+            if self.handles:  # submitted from the runtime thread: the handles carry it
+                for handle in self.handles:
+                    handle._record.state = "failed"
+                    handle.set_exception(error)
+            else:  # an executor's node or slot event the core refused: its own affair
+                log.debug("%s refused: %s", type(self.events[0]).__name__, error)
 
 
 @dataclasses.dataclass(eq=False)

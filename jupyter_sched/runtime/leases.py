@@ -443,6 +443,19 @@ def _shape(shares: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(shares))
 
 
+def ledger_status(leases: HostLeases | None, ledger_path: str,
+                  takes: bool) -> tuple[Path, str]:
+    """The host's lease ledger a kernel uses (``leases``: its leases while it runs; else the
+    ledger it would use, and whether it ``takes`` leases), and one line on how it uses it."""
+    if leases is None:
+        return default_ledger(ledger_path), (
+            "this kernel takes leases" if takes else
+            "this kernel takes no leases (Scheduler.host_leases is off)")
+    if leases.view.blocked is not None:
+        return leases.ledger.path, f"this kernel's GPU work waits: {leases.view.blocked}"
+    return leases.ledger.path, "this kernel takes leases"
+
+
 def open_host_leases(enabled: bool, path: str, count_other_processes: bool,
                      monitor: GpuMonitor | None, host: HostInfo, node: str,
                      notice: Callable[[str], None] | None = None) -> HostLeases | None:
@@ -455,5 +468,16 @@ def open_host_leases(enabled: bool, path: str, count_other_processes: bool,
     outside = OutsideUse(host, nvml) if nvml is not None else None
     return HostLeases.open(default_ledger(path), host, node, kernel_label(), outside, notice)
 
-__all__ = ["CHECK", "ERRORS", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases", "OutsideUse",
-           "held_text", "open_host_leases"]
+__all__ = [
+    "CHECK",
+    "ERRORS",
+    "MAX_WAITS",
+    "POLL",
+    "READ",
+    "SWEEP",
+    "HostLeases",
+    "OutsideUse",
+    "held_text",
+    "ledger_status",
+    "open_host_leases",
+]

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import heapq
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -46,11 +44,11 @@ from ..core.state import Refused
 from ..executors.base import Executor
 from ..executors.local.output import TaskOutput
 from ..model.resources import GPU
-from ..model.tasks import CANCELLED, DONE
 from ..views import snapshot as snapshots
 from .inbox import STOP, WAKE, Call, Flush, Inbox, Request
 from .lease_steps import LeaseSteps
 from .leases import POLL
+from .outputs import DueOutputs
 from .publishing import Publishing
 from .records import HISTORY, Records
 
@@ -115,6 +113,16 @@ class Debugging:
     validate: bool = False
     errors: list[str] = dataclasses.field(default_factory=list)
 
+    def check(self, core: Core) -> None:
+        """The core's invariants, when asked to check them; what broke is kept and logged."""
+        if not self.validate:
+            return
+        try:
+            core.validate()
+        except AssertionError as err:
+            self.errors.append(repr(err))
+            log.error("core invariant broken: %r", err)
+
 
 class RuntimeLoop:
     """The runtime thread, its queue, the core, the tasks' records and handles, and the step
@@ -145,8 +153,7 @@ class RuntimeLoop:
         if self.leases is not None:
             self.leases.successor_of = self.records.successor
         self.executors: list[Executor] = []
-        self._outputs: list[tuple[float, int, TaskOutput]] = []
-        self._output_seq = itertools.count()
+        self.outputs = DueOutputs()  # task outputs waiting to be flushed
         # Runtime (executors read these from their threads): the kernel's host; whether GPU
         # work waits, as of the last step (engines' hosts are re-read only while it is true)
         self.local_host: HostInfo | None = host
@@ -319,8 +326,9 @@ class RuntimeLoop:
         deadline = self.core.next_deadline()
         if deadline is not None:
             due.append(deadline + _DEADLINE_SLACK)
-        if self._outputs:
-            due.append(self._outputs[0][0] - self.clock.t0)
+        first_output = self.outputs.first_due()
+        if first_output is not None:
+            due.append(first_output - self.clock.t0)
         if self.leases is not None:
             if self.gpu_work_waits:
                 due.append(now + POLL)  # another kernel may give its share back
@@ -346,8 +354,7 @@ class RuntimeLoop:
             elif isinstance(item, Request):
                 requests.append(item)
             elif isinstance(item, Flush):
-                heapq.heappush(self._outputs, (item.output.due or 0.0, next(self._output_seq),
-                                               item.output))
+                self.outputs.add(item.output)
             elif isinstance(item, Call):
                 calls.append(item)
             elif item is STOP:
@@ -373,16 +380,15 @@ class RuntimeLoop:
         self.records.carry_out_all(instructions, now, touched)
         self.records.sync(touched)
         for request in requests:
-            self._answer(request)
+            request.answer()
         for call in calls:
             try:
                 call.reply.set_result(call.fn(core))
             except BaseException as exc:
                 call.reply.set_exception(exc)
         self.gpu_work_waits = self._waits_for_gpu()  # (read until the next step's end)
-        self._flush_outputs()
-        if self.debug.validate:
-            self._validate()
+        self.outputs.flush_due()
+        self.debug.check(core)
         self._failures = 0  # (a step that ends well ends a streak of failed ones)
         if plain or requests or instructions:
             self.shown.changed = True
@@ -451,28 +457,6 @@ class RuntimeLoop:
                 touched.add(task_id)
                 touched.update(m.id for m in members)
 
-    def _answer(self, request: Request) -> None:
-        error = request.error
-        if request.reply is not None:
-            if error is None:
-                request.reply.set_result(None)
-            else:
-                request.reply.set_exception(error)
-        elif error is not None:
-            if request.handles:  # submitted from the runtime thread: the handles carry it
-                for handle in request.handles:
-                    handle._record.state = "failed"
-                    handle.set_exception(error)
-            else:  # an executor's node or slot event the core refused: its own affair
-                log.debug("%s refused: %s", type(request.events[0]).__name__, error)
-
-    def _flush_outputs(self) -> None:
-        heap = self._outputs
-        now = time.monotonic()
-        while heap and heap[0][0] <= now:
-            _, _, output = heapq.heappop(heap)
-            output.flush()
-
     def publish(self, notify: bool = True) -> snapshots.Snapshot:
         live = self.gpus.read() if self.gpus is not None else {}
         holders = self.leases.view.holders(live) if self.leases is not None else None
@@ -482,13 +466,6 @@ class RuntimeLoop:
                               holders=holders, notices=tuple(self.notices()[-5:]))
         self.shown.publish(snap, now, notify)
         return snap
-
-    def _validate(self) -> None:
-        try:
-            self.core.validate()
-        except AssertionError as err:
-            self.debug.errors.append(repr(err))
-            log.error("core invariant broken: %r", err)
 
     def _stop_executors(self) -> None:
         """Close the executors (the local one last), then give back the leases but those of
@@ -506,17 +483,8 @@ class RuntimeLoop:
     def _close(self) -> None:
         """On the runtime thread, after STOP: stop everything, answer everyone, leave."""
         self._stop_executors()
-        for record in list(self.records.live.values()):
-            handle = self.records.handles.get(record.id)
-            if handle is not None and handle._early:  # its Finished came after the STOP
-                record.state, record.reason = DONE, ""
-            else:
-                record.state, record.reason = CANCELLED, "the scheduler shut down"
-            if handle is not None:
-                handle._settle()
-        self.records.live.clear()
-        for _, _, output in self._outputs:
-            output.flush()
+        self.records.end_all()
+        self.outputs.flush_all()
         self.inbox.closed()
         try:
             self.publish()
@@ -533,14 +501,7 @@ class RuntimeLoop:
             inbox.state = "closed"
         reason = str(inbox.gone()).split(";")[0]
         self._stop_executors()  # (the runtime thread is gone: nobody else touches them)
-        counts: dict[str, int] = {}
-        for record in list(self.records.live.values()):
-            counts[record.state] = counts.get(record.state, 0) + 1
-            record.state, record.reason = "failed", reason
-            handle = self.records.handles.get(record.id)
-            if handle is not None and not handle.done():
-                handle._settle()
-        self.records.live.clear()
+        counts = self.records.end_all(failed=reason)
         what = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"
         return f"{reason}: a fresh scheduler takes over; lost {what}"
 

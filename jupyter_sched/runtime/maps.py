@@ -139,8 +139,8 @@ def _one_per_item(sched: Any, fn: Callable, values: list, kwargs: Mapping | None
     works, specs = [], []
     for k, item in enumerate(values):
         works.append(submission.work(fn, (item,), kwargs, None, None, None, None, parent))
-        specs.append(sched._spec(f"{base}[{k}]", common))
-    return sched._submit(specs, None, works)
+        specs.append(sched._submitter.spec(f"{base}[{k}]", common))
+    return sched._submitter.submit(specs, None, works)
 
 
 def _workers(sched: Any, target: str) -> int:
@@ -302,10 +302,10 @@ class BatchedMap:
         sched, home = self._sched, os.getpid()
         specs, works = [], []
         for chunk in chunks:
-            specs.append(sched._spec(chunk.name(self.base), self._common))
+            specs.append(sched._submitter.spec(chunk.name(self.base), self._common))
             works.append(Work(fn=run_chunk, args=(self._fn, _Payload(chunk), self._kwargs,
                                                   home), parent=self._parent))
-        handles = sched._submit(specs, None, works)
+        handles = sched._submitter.submit(specs, None, works)
         for chunk, handle in zip(chunks, handles, strict=True):
             with self._lock:
                 chunk.handle = handle

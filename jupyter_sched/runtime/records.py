@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import events as ev
 from ..executors.base import Executor, TaskRecord, device_shares
 from ..executors.local.output import TaskOutput
-from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL
+from ..model.tasks import ASSIGNED, CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL
 
 if TYPE_CHECKING:
     from ..core.state import Core
@@ -273,6 +273,32 @@ class Records:
                 self.live.pop(record.id, None)
                 self.handles.pop(record.id, None)
                 touched.discard(record.id)
+
+    def find(self, ref: str) -> TaskHandle | None:
+        """The handle of a task by id, else by name (the latest with that name)."""
+        handle = self.handles.get(ref)
+        if handle is None and ref in self.by_name:
+            handle = self.handles.get(self.by_name[ref])
+        return handle
+
+    def end_all(self, failed: str = "") -> dict[str, int]:
+        """As the scheduler stops: every task not ended ends, cancelled because the scheduler
+        shut down (done, when its result came after the stop), or ``failed`` with that reason
+        when the runtime thread died. How many were in each state."""
+        counts: dict[str, int] = {}
+        for record in list(self.live.values()):
+            counts[record.state] = counts.get(record.state, 0) + 1
+            handle = self.handles.get(record.id)
+            if failed:
+                record.state, record.reason = FAILED, failed
+            elif handle is not None and handle._early:  # its Finished came after the STOP
+                record.state, record.reason = DONE, ""
+            else:
+                record.state, record.reason = CANCELLED, "the scheduler shut down"
+            if handle is not None and not (failed and handle.done()):
+                handle._settle()  # (an early result's callbacks run here)
+        self.live.clear()
+        return counts
 
 
 __all__ = ["HISTORY", "Records"]

@@ -23,15 +23,12 @@ into wall-clock time (``wall(t)``) for display.
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import math
-import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import Any
 
@@ -41,26 +38,26 @@ from traitlets.config import Configurable
 from ..core import events as ev
 from ..core.actions.pipeline import AHEAD
 from ..core.state import POLICIES, Core
-from ..executors.base import Executor, ExecutorSettings, TaskRecord, Work
+from ..executors.base import ExecutorSettings, TaskRecord
 from ..executors.local.executor import LocalExecutor
-from ..executors.local.output import Publisher
 from ..host.discovery import HostInfo, discover_host
-from ..host.leases import default_ledger
 from ..host.live import GpuMonitor
-from ..model.limits import MAX_ENGINES, check_int, check_name, check_seconds
-from ..model.resources import GPU, parse_resources
-from ..model.tasks import GangSpec, TaskSpec
+from ..model.limits import check_name, check_seconds
+from ..model.resources import parse_resources
 from ..views import snapshot as snapshots
-from . import maps, submission
-from .handles import GangHandle, TaskHandle
+from . import local_node, maps, submission
+from .clusters import Clusters
+from .handles import GangHandle, TaskHandle, wait_all
 from .items import ItemHandle
 from .lease_steps import LeaseSteps
-from .leases import open_host_leases
+from .leases import ledger_status, open_host_leases
+from .lifecycle import LoopLife
+from .local_node import LOCAL
 from .loop import HISTORY, Clock, Debugging, LoopSettings, RuntimeLoop
 from .publishing import EMPTY
 from .records import Records
+from .submitter import Submitter
 
-LOCAL = "local"
 MIN_UPDATE_INTERVAL = 0.02  # seconds: more often, snapshots would cost more than the work
 MAX_ROWS = 100_000  # tasks of each kind in a snapshot, at most
 
@@ -89,6 +86,23 @@ def _whole(value: object, what: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{what} {value!r} must be a whole number from {low:,} to {high:,}")
     return value
+
+
+_NUMBERS: dict[str, Callable[[object, str], float]] = {  # each number setting's check
+    "pipeline": check_seconds,
+    "reservation_after": check_seconds,
+    "update_interval": lambda v, what: _between(v, what, MIN_UPDATE_INTERVAL, 3600.0, "seconds"),
+    "max_rows": lambda v, what: _whole(v, what, 1, MAX_ROWS),
+    "push_warn_bytes": lambda v, what: _whole(v, what, 0, 2**53),
+}
+
+
+_APPLIED = {  # where a changed setting applies (local_resources: the local node too)
+    "core": ("policy", "reservation_after", "preemption", "pipeline"),
+    "loop": ("update_interval", "max_rows"),
+    "executors": ("host_leases", "ledger_path", "push_warn_bytes", "local_resources"),
+    "next start": ("host_leases", "ledger_path", "count_other_processes"),
+}
 
 
 @atexit.register
@@ -138,35 +152,24 @@ class Scheduler(Configurable):
                                  "outside every scheduler use as taken.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
-        self._loop: RuntimeLoop | None = None  # while it runs (and after: its last state)
+        self._life = LoopLife()  # the runtime loop, from the first start
         super().__init__(**kwargs)  # (settings given here are observed: no loop yet)
-        self._lifecycle = threading.Lock()
-        self._closed = False  # shut down before it started
-        self._ids = itertools.count(1)
+        self._clusters = Clusters(self._running, self.executor_settings)
+        self._submitter = Submitter(self, self._running)
         self._clock = Clock.started()
         self.debug = Debugging()  # tests: check the core's invariants after every step
-        self._pending_observers: list[tuple[Callable, list]] = []  # subscribed before start
         self._maps: set = set()  # batched maps with items not ended (wait() waits for them)
+
+    @property
+    def _loop(self) -> RuntimeLoop | None:
+        return self._life.loop
 
     # -- settings: each checked by name (a bad value is refused, the old one kept) -------------
 
-    @validate("pipeline", "reservation_after")
-    def _valid_seconds(self, proposal: dict) -> float:
+    @validate(*_NUMBERS)
+    def _valid_number(self, proposal: dict) -> float:
         name = proposal["trait"].name
-        return _checked(check_seconds, proposal["value"], f"Scheduler.{name}")
-
-    @validate("update_interval")
-    def _valid_update_interval(self, proposal: dict) -> float:
-        return _checked(_between, proposal["value"], "Scheduler.update_interval",
-                        MIN_UPDATE_INTERVAL, 3600.0, "seconds")
-
-    @validate("max_rows")
-    def _valid_max_rows(self, proposal: dict) -> int:
-        return _checked(_whole, proposal["value"], "Scheduler.max_rows", 1, MAX_ROWS)
-
-    @validate("push_warn_bytes")
-    def _valid_push_warn_bytes(self, proposal: dict) -> int:
-        return _checked(_whole, proposal["value"], "Scheduler.push_warn_bytes", 0, 2**53)
+        return _checked(_NUMBERS[name], proposal["value"], f"Scheduler.{name}")
 
     @validate("default_queue")
     def _valid_default_queue(self, proposal: dict) -> str:
@@ -189,29 +192,24 @@ class Scheduler(Configurable):
                 raise TraitError(f"Scheduler.local_resources {value[:60]!r}: {err}") from None
         return value
 
-    @observe("host_leases", "ledger_path", "count_other_processes")
-    def _from_the_next_start(self, change: dict) -> None:
-        if self.started:
-            warnings.warn(f"Scheduler.{change['name']} = {change['new']!r} applies to this "
-                          f"kernel's own GPUs from the next start (get_scheduler().shutdown(), "
-                          f"then a new scheduler); to engines' hosts, from now", stacklevel=2)
-
-    @observe("policy", "reservation_after", "preemption", "pipeline")
-    def _core_setting(self, change: dict) -> None:
-        if self.started:
-            name, value = change["name"], change["new"]
-            self._on_runtime(lambda core: setattr(core, name, value))
-
-    @observe("local_resources")
-    def _local_resources_changed(self, change: dict) -> None:
-        if self.started:
-            self.declare_local(change["new"])
-
-    @observe("update_interval", "max_rows")
-    def _loop_setting(self, change: dict) -> None:
-        loop = getattr(self, "_loop", None)
-        if loop is not None:
+    @observe(*{name for names in _APPLIED.values() for name in names})
+    def _setting_changed(self, change: dict) -> None:
+        """A good new value applies to a running scheduler now, or says when it will."""
+        name, value, loop = change["name"], change["new"], self._loop
+        if loop is None:
+            return
+        if name in _APPLIED["loop"]:
             loop.settings = self._loop_settings()
+        if self.started and name in _APPLIED["core"]:
+            self._on_runtime(lambda core: setattr(core, name, value))
+        if self.started and name == "local_resources":
+            self.declare_local(value)
+        if name in _APPLIED["executors"]:
+            self._clusters.configure(loop)
+        if self.started and name in _APPLIED["next start"]:
+            warnings.warn(f"Scheduler.{name} = {value!r} applies to this kernel's own GPUs "
+                          f"from the next start (get_scheduler().shutdown(), then a new "
+                          f"scheduler); to engines' hosts, from now", stacklevel=3)
 
     def _loop_settings(self) -> LoopSettings:
         return LoopSettings(update_interval=self.update_interval, max_rows=self.max_rows)
@@ -221,19 +219,21 @@ class Scheduler(Configurable):
     @property
     def state(self) -> str:
         """``new`` (not started), ``running``, ``closing`` or ``closed``."""
-        if self._loop is None:
-            return "closed" if self._closed else "new"
-        return self._loop.state
+        return self._life.state
 
     @property
     def alive(self) -> bool:
         """Running, with its runtime thread there to serve requests."""
-        return self._loop is not None and self._loop.alive
+        return self._life.alive
 
     @property
     def death(self) -> BaseException | None:
         """Why the runtime thread ended, when nobody asked it to."""
-        return self._loop.death if self._loop is not None else None
+        return self._life.death
+
+    @property
+    def started(self) -> bool:
+        return self._life.started
 
     @property
     def local_host(self) -> HostInfo | None:
@@ -251,14 +251,8 @@ class Scheduler(Configurable):
 
     def ledger_status(self) -> tuple[Path, str]:
         """The host's lease ledger this kernel uses, and one line on how it uses it."""
-        leases = self._loop.leases if self._loop is not None else None
-        if leases is None:
-            return default_ledger(self.ledger_path), (
-                "this kernel takes leases" if self.host_leases and not self.started else
-                "this kernel takes no leases (Scheduler.host_leases is off)")
-        if leases.view.blocked is not None:
-            return leases.ledger.path, f"this kernel's GPU work waits: {leases.view.blocked}"
-        return leases.ledger.path, "this kernel takes leases"
+        return ledger_status(self._loop.leases if self._loop is not None else None,
+                             self.ledger_path, self.host_leases and not self.started)
 
     def notices(self, after: int = 0) -> list[tuple[int, float, str]]:
         """What the user must be told, after number ``after``: (number, time, text)."""
@@ -268,63 +262,39 @@ class Scheduler(Configurable):
 
     def start(self) -> Scheduler:
         """Start the runtime thread and register the local node (idempotent)."""
-        with self._lifecycle:
-            if self._loop is not None and self._loop.state == "running":
-                return self
-            if self._closed or self._loop is not None:
-                raise RuntimeError("this scheduler was shut down; create a new one "
-                                   "(jupyter_sched.get_scheduler() does)")
-            host = discover_host(declare=self.local_resources or None)
-            core = Core(policy=self.policy, reservation_after=self.reservation_after,
-                        preemption=self.preemption, pipeline=self.pipeline)
-            self._clock = Clock.started()
-            gpus = GpuMonitor(host)
-            loop = RuntimeLoop(core, host, self._clock, self._loop_settings(), self.debug,
-                               gpus=gpus, alone=self._alone,
-                               leases=lambda notice: open_host_leases(
-                                   self.host_leases, self.ledger_path,
-                                   self.count_other_processes, gpus, host, LOCAL, notice))
-            local = LocalExecutor(loop, visible_devices=submission.visible_devices(host))
-            local.configure(self.executor_settings())
-            for callback, keys in self._pending_observers:
-                keys.append(loop.subscribe(callback))
-            self._pending_observers = []
-            self._loop = loop
-            loop.start(local)
+        if self._life.start(self._new_loop):
             _live.add(self)
-        loop.request([ev.NodeAdded(LOCAL, host.node_resources(), host.labels(), kind="local",
-                                   threads=True)])
         return self
+
+    def _new_loop(self) -> tuple[RuntimeLoop, LocalExecutor, list[ev.Event]]:
+        host = discover_host(declare=self.local_resources or None)
+        core = Core(policy=self.policy, reservation_after=self.reservation_after,
+                    preemption=self.preemption, pipeline=self.pipeline)
+        self._clock = Clock.started()
+        gpus = GpuMonitor(host)
+        loop = RuntimeLoop(core, host, self._clock, self._loop_settings(), self.debug,
+                           gpus=gpus, alone=self._alone,
+                           leases=lambda notice: open_host_leases(
+                               self.host_leases, self.ledger_path, self.count_other_processes,
+                               gpus, host, LOCAL, notice))
+        local = LocalExecutor(loop, visible_devices=submission.visible_devices(host))
+        local.configure(self.executor_settings())
+        return loop, local, local_node.added(host)
 
     def _running(self) -> RuntimeLoop:
         """The loop, started on first use."""
-        loop = self._loop
-        if loop is None or loop.state != "running":
-            self.start()
-            loop = self._loop
-        assert loop is not None
-        return loop
+        return self._life.running(self.start)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop every task (local ones get ``KeyboardInterrupt``), close the executors, join the
         threads. Idempotent; unfinished handles end cancelled."""
-        with self._lifecycle:
-            loop = self._loop
-            if loop is None:
-                self._closed = True
-                return
-        loop.stop(timeout)
-        _live.discard(self)
-
-    @property
-    def started(self) -> bool:
-        return self._loop is not None and self._loop.state == "running"
+        if self._life.stop(timeout):
+            _live.discard(self)
 
     def abandon(self) -> str:
         """After the runtime thread died: stop the executors, end every unfinished task as
         failed with the reason, and say in one line what was lost."""
-        loop = self._loop
-        said = loop.abandon() if loop is not None else ""
+        said = self._life.abandon()
         if said:
             _live.discard(self)
         return said
@@ -360,30 +330,14 @@ class Scheduler(Configurable):
 
     # -- submitting -----------------------------------------------------------------------------
 
-    def submit(
-        self,
-        fn: Callable | None = None,
-        *args: Any,
-        code: str | None = None,
-        namespace: dict | None = None,
-        resources: object = None,
-        gpu_memory: object = None,
-        name: str | None = None,
-        queue: str | None = None,
-        priority: int = 0,
-        gang: object = None,
-        strategy: str = "pack",
-        target: str = "any",
-        node: str | None = None,
-        labels: object = None,
-        time_limit: float | None = None,
-        retries: int = 0,
-        preemptible: bool = False,
-        push: object = None,
-        pull: object = None,
-        parent: dict | None = None,
-        kwargs: dict | None = None,
-    ) -> TaskHandle | GangHandle:
+    def submit(self, fn: Callable | None = None, *args: Any, code: str | None = None,
+               namespace: dict | None = None, resources: object = None,
+               gpu_memory: object = None, name: str | None = None, queue: str | None = None,
+               priority: int = 0, gang: object = None, strategy: str = "pack",
+               target: str = "any", node: str | None = None, labels: object = None,
+               time_limit: float | None = None, retries: int = 0, preemptible: bool = False,
+               push: object = None, pull: object = None, parent: dict | None = None,
+               kwargs: dict | None = None) -> TaskHandle | GangHandle:
         """Submit a callable (``fn(*args, **kwargs)``) or cell source (``code=``).
 
         ``resources``: ``{"GPU": 0.5, "CPU": 2}`` or ``"GPU=0.5,CPU=2"``; ``gpu_memory``:
@@ -401,11 +355,12 @@ class Scheduler(Configurable):
         base_name = (submission.check_task_name(name) if name is not None
                      else submission.default_name(fn, code))
         if gang_spec is None:
-            specs = [self._spec(base_name, common)]
+            specs = [self._submitter.spec(base_name, common)]
         else:
             member = (name or gang_spec.name) + "-{rank}"
-            specs = [self._spec(member.format(rank=k), common) for k in range(gang_spec.size)]
-        handles = self._submit(specs, gang_spec, [work] * len(specs))
+            specs = [self._submitter.spec(member.format(rank=k), common)
+                     for k in range(gang_spec.size)]
+        handles = self._submitter.submit(specs, gang_spec, [work] * len(specs))
         if gang_spec is None:
             return handles[0]
         return GangHandle(self, gang_spec.name, handles)
@@ -423,24 +378,6 @@ class Scheduler(Configurable):
         return maps.submit_map(self, fn, items, name=name, chunksize=chunksize,
                                progress=progress, **submit_kw)
 
-    def _spec(self, name: str, common: Mapping[str, Any]) -> TaskSpec:
-        return submission.task_spec(f"t{next(self._ids)}", name, common)
-
-    def _submit(self, specs: list[TaskSpec], gang: GangSpec | None,
-                works: list[Work]) -> list[TaskHandle]:
-        records_of = self._running().records
-        if records_of.publisher is None:  # (found in the caller's thread: the kernel's)
-            records_of.publisher = Publisher.find()
-        records, handles = [], []
-        for spec, work in zip(specs, works, strict=True):
-            # the task's output capture is made when it starts: a queue of 100,000 stays light
-            record = TaskRecord(spec.id, spec, work, gang=gang.name if gang else None,
-                                gang_id=specs[0].id if gang else None)
-            records.append(record)
-            handles.append(TaskHandle(self, record))
-        self._request([ev.Submit(tuple(specs), gang)], records=records, handles=handles)
-        return handles
-
     # -- commands -------------------------------------------------------------------------------
 
     def cancel(self, task: object, reason: str = "cancelled by the user") -> bool:
@@ -454,12 +391,10 @@ class Scheduler(Configurable):
             return False if task.done() else self._cancel_ids([task.id], reason)
         if not isinstance(task, str):
             raise ValueError(f"cancel needs a task handle, id or name, not {task!r}")
-        records = self._records()
-        task_id = task if task in records.handles else records.by_name.get(task, task)
-        handle = records.handles.get(task_id)
+        handle = self._records().find(task)
         if handle is not None and handle.done():
             return False
-        return self._cancel_ids([task_id], reason)
+        return self._cancel_ids([handle.id if handle is not None else task], reason)
 
     def _cancel_ids(self, ids: list[str], reason: str = "cancelled by the user") -> bool:
         self._request([ev.Cancel(i, reason) for i in ids])
@@ -489,18 +424,11 @@ class Scheduler(Configurable):
             if isinstance(items, (str, Future)):
                 items = [items]
             handles = [self.task(h) if isinstance(h, str) else h for h in items]
-        _, not_done = wait_futures(handles, timeout)
-        if not_done:
-            raise TimeoutError(f"{len(not_done)} of {len(handles)} tasks not finished after "
-                               f"{timeout:g}s")
-        return handles
+        return wait_all(handles, timeout)
 
     def task(self, task_id: str) -> TaskHandle:
         """The handle of a task by id (``"t7"``) or by name (the latest with that name)."""
-        records = self._records()
-        handle = records.handles.get(task_id)
-        if handle is None and task_id in records.by_name:
-            handle = records.handles.get(records.by_name[task_id])
+        handle = self._records().find(task_id)
         if handle is None:
             raise ValueError(f"no task {task_id!r} (ids look like 't7'; the scheduler keeps "
                              f"the last {HISTORY} finished tasks)")
@@ -526,40 +454,13 @@ class Scheduler(Configurable):
 
         (``observe`` stays traitlets' own: it watches this object's settings.)
         """
-        with self._lifecycle:
-            if self._loop is not None:
-                return self._loop.subscribe(callback)
-            keys: list = []  # (subscribed when the loop starts)
-            self._pending_observers.append((callback, keys))
-
-        def unsubscribe() -> None:
-            with self._lifecycle:
-                self._pending_observers = [p for p in self._pending_observers
-                                           if p[0] is not callback]
-            for off in keys:
-                off()
-
-        return unsubscribe
+        return self._life.subscribe(callback)
 
     def declare_local(self, spec: object) -> HostInfo:
         """Re-declare the local node's resources (``"GPU=2,gpu_memory=16GiB"``; None or ""
         discovers them again). Devices going away keep what running tasks hold until they end."""
         host = discover_host(declare=spec or None)
-        loop = self._running()
-        old = loop.local_host
-        totals = dict(host.node_resources().total)
-        totals.pop(GPU, None)
-        for name in (old.node_resources().total if old else {}):
-            if name != GPU:
-                totals.setdefault(name, 0)
-        devices = {GPU: {g.index: g.memory for g in host.gpus}}
-        loop.request([ev.NodeUpdated(LOCAL, totals, devices, host.labels(),
-                                     declared=host.gpus_declared)])
-        loop.local_host = host
-        loop.gpus = GpuMonitor(host)
-        loop.call(lambda core: loop.leases and loop.leases.set_host(host))
-        if loop.records.local is not None:
-            loop.records.local.visible = submission.visible_devices(host)
+        local_node.redeclare(self._running(), host)
         return host
 
     def set_queue(self, name: str, parent: str | None = None, weight: int | None = None,
@@ -583,14 +484,7 @@ class Scheduler(Configurable):
         """Use the engines of a running ipyparallel cluster (an ``ipp.Cluster``, an
         ``ipp.Client``, a profile name, or a cluster id). Returns the engine executor; a
         cluster whose engines are in use already is a ``ValueError``."""
-        from ..executors.ipp.executor import IppExecutor
-
-        loop = self._running()
-        executor = IppExecutor.connect(loop, cluster_or_client_or_profile, cluster_id=cluster_id,
-                                       timeout=timeout, others=list(loop.executors),
-                                       settings=self.executor_settings())
-        self._add_executor(executor)
-        return executor
+        return self._clusters.connect(cluster_or_client_or_profile, cluster_id, timeout)
 
     def start_cluster(self, engines: int | None = None, engines_per_gpu: int | None = None,
                       launcher: str | None = None, *, add: bool = False, **kw: Any) -> Any:
@@ -598,47 +492,17 @@ class Scheduler(Configurable):
         given; ``engines_per_gpu`` pinned ones per GPU) and use its engines;
         ``stop_cluster()`` stops it. While one started here runs, ``add=True`` adds the
         engines to it; without, it is a ``RuntimeError`` saying so."""
-        from ..executors.ipp.executor import IppExecutor
-
-        for what, count in (("engines", engines), ("engines_per_gpu", engines_per_gpu)):
-            if count is not None:
-                check_int(count, what, 1, MAX_ENGINES)
-        loop = self._running()
-        executor = IppExecutor.start_cluster(loop, engines=engines,
-                                             engines_per_gpu=engines_per_gpu, launcher=launcher,
-                                             add=add, others=list(loop.executors),
-                                             settings=self.executor_settings(), **kw)
-        self._add_executor(executor)
-        return executor
+        return self._clusters.start(engines, engines_per_gpu, launcher, add, **kw)
 
     def stop_cluster(self) -> None:
         """Stop using every ipyparallel cluster (and stop those this scheduler started)."""
-        loop = self._loop
-        if loop is None:
-            return
-        for executor in [e for e in loop.executors if e is not loop.records.local]:
-            executor.close()
-            loop.executors.remove(executor)
-
-    def _add_executor(self, executor: Executor) -> None:
-        loop = self._running()
-        if executor not in loop.executors:
-            executor.configure(self.executor_settings())
-            loop.add_executor(executor)
+        self._clusters.stop(self._loop)
 
     def executor_settings(self) -> ExecutorSettings:
         """What executors read of the settings (a new one for them when these change)."""
         return ExecutorSettings(host_leases=self.host_leases, ledger_path=self.ledger_path,
                                 push_warn_bytes=self.push_warn_bytes,
                                 local_resources=self.local_resources)
-
-    @observe("host_leases", "ledger_path", "push_warn_bytes", "local_resources")
-    def _executor_setting(self, change: dict) -> None:
-        loop = getattr(self, "_loop", None)
-        if loop is not None:
-            settings = self.executor_settings()
-            for executor in list(loop.executors):
-                executor.configure(settings)
 
     # -- debugging --------------------------------------------------------------------------------
 
