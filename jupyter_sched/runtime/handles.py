@@ -27,19 +27,15 @@ in that step, on the scheduler's thread, as for every other end.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from concurrent.futures._base import CANCELLED as _CANCELLED
-from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED
-from concurrent.futures._base import FINISHED as _FINISHED
-from concurrent.futures._base import PENDING as _PENDING
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..model.tasks import CANCELLED, DONE, FAILED, RUNNING, STOPPING, TERMINAL
 from ..views import display
+from .futures import LightFuture
 
 if TYPE_CHECKING:
     from ..executors.base import TaskRecord
@@ -68,109 +64,9 @@ class TaskTimeout(TaskFailed, TimeoutError):
     """A task ran past its time limit and was stopped."""
 
 
-class _LightFuture(Future):
-    """A Future whose Condition is made on first use.
-
-    A Condition (with its lock) is most of what a Future weighs, and most handles of a long
-    queue are never waited on one by one: 100,000 queued tasks must fit in a kernel.
-    """
-
-    def __init__(self) -> None:  # Future.__init__, less the Condition
-        self._lazy_condition: threading.Condition | None = None
-        self._state = _PENDING
-        self._result = None
-        self._exception = None
-        self._waiters: list = []
-        self._done_callbacks: list = []
-        self._early = False  # resolved by _resolve_early; its callbacks are not run yet
-
-    @property
-    def _condition(self) -> threading.Condition:
-        condition = self._lazy_condition
-        if condition is None:
-            with _MAKING:
-                if self._lazy_condition is None:
-                    self._lazy_condition = threading.Condition()
-                condition = self._lazy_condition
-        return condition
-
-    def done(self) -> bool:
-        # one attribute read, as Future.done() reads it under the lock: asking makes no lock
-        return self._state in (_FINISHED, _CANCELLED, _CANCELLED_AND_NOTIFIED)
-
-    def _resolve_unwatched(self, state: str, result: Any = None,
-                           exception: BaseException | None = None) -> bool | None:
-        """Settle a future nobody has waited on without making its Condition (a cancelled
-        queue of 100,000 would otherwise grow by ~100 MB of locks as it ends). Waiters make the
-        Condition under ``_MAKING`` first, so holding it here means there are none.
-
-        True: settled here; False: it was settled already; None: it has waiters (settle it
-        under its Condition)."""
-        with _MAKING:
-            if self._lazy_condition is not None:
-                return None
-            if self._state != _PENDING:
-                return False
-            self._state, self._result, self._exception = state, result, exception
-        self._invoke_callbacks()
-        return True
-
-    def _resolve_as(self, state: str, result: Any = None,
-                    error: BaseException | None = None) -> None:
-        """Resolve as ``state`` ended: done (``result``), failed (``error``) or cancelled;
-        nothing if it is resolved already (by ``_resolve_early`` on another thread)."""
-        if state == DONE:
-            if self._resolve_unwatched(_FINISHED, result=result) is None:
-                with contextlib.suppress(InvalidStateError):
-                    self.set_result(result)
-        elif state == FAILED:
-            if self._resolve_unwatched(_FINISHED, exception=error) is None:
-                with contextlib.suppress(InvalidStateError):
-                    self.set_exception(error)
-        elif self._resolve_unwatched(_CANCELLED_AND_NOTIFIED) is None and Future.cancel(self):
-            self.set_running_or_notify_cancel()
-
-    def _resolve_early(self, result: Any) -> None:
-        """Done with ``result``, from the thread that just queued the task's ``Finished``:
-        waiters wake now; done callbacks wait for the scheduler's thread (``_callbacks_due``),
-        so that none runs inside an executor's lock or before the end is recorded."""
-        with _MAKING:
-            condition = self._lazy_condition
-            if condition is None:
-                if self._state == _PENDING:
-                    self._state, self._result, self._early = _FINISHED, result, True
-                return
-        with condition:
-            if self._state != _PENDING:
-                return
-            self._state, self._result, self._early = _FINISHED, result, True
-            for waiter in self._waiters:
-                waiter.add_result(self)
-            condition.notify_all()
-
-    def add_done_callback(self, fn: Any) -> None:
-        """As ``Future.add_done_callback``; on a handle resolved early, the callback waits
-        with the others for the step that records the end (on the scheduler's thread)."""
-        with _MAKING:
-            if self._early:
-                self._done_callbacks.append(fn)
-                return
-        super().add_done_callback(fn)
-
-    def _callbacks_due(self) -> bool:
-        """On the scheduler's thread, once the end is recorded: run the done callbacks of an
-        early resolution (True), once."""
-        with _MAKING:
-            due, self._early = self._early, False
-        if due:
-            self._invoke_callbacks()
-        return due
 
 
-_MAKING = threading.Lock()
-
-
-class TaskHandle(_LightFuture):
+class TaskHandle(LightFuture):
     """One task. Reads its live state from the scheduler's record of it."""
 
     def __init__(self, scheduler: Scheduler, record: TaskRecord) -> None:
@@ -389,7 +285,7 @@ def _failure(record: TaskRecord) -> BaseException:
     return failure
 
 
-class GangHandle(_LightFuture):
+class GangHandle(LightFuture):
     """A gang: its members' handles, and a future of the list of their results.
 
     It fails with the first failed member's exception; it is cancelled when cancelled before

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from ..model.tasks import CANCELLED, DONE, FAILED, PENDING, RUNNING, TERMINAL
 from ..views import display
-from .handles import TaskHandle, _LightFuture
+from .futures import LightFuture
+from .handles import TaskHandle
 
 
 class Owner(Protocol):
@@ -40,7 +41,7 @@ def _chunk_attr(name: str, default: Any = None, doc: str = "") -> property:
     return property(read, doc=doc or f"Its chunk's ``{name}``.")
 
 
-class ItemHandle(_LightFuture):
+class ItemHandle(LightFuture):
     """One item of a batched map."""
 
     def __init__(self, owner: Owner, index: int) -> None:
