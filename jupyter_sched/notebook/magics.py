@@ -49,7 +49,7 @@ from .cell_options import (
     parse_gang,
     parse_on,
 )
-from .lease_magic import LeaseCommands
+from .commands.leases import LeaseCommands
 from .statusline import LiveLines, StatusLine, error_text, is_done, render_line
 
 # -- the magics ---------------------------------------------------------------------------------

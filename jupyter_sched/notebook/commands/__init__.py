@@ -1,0 +1,1 @@
+"""The ``%sched NAME`` commands."""
