@@ -49,7 +49,7 @@ from .cell_options import (
     parse_gang,
     parse_on,
 )
-from .commands.leases import LeaseCommands
+from .commands import leases
 from .statusline import LiveLines, StatusLine, error_text, is_done, render_line
 
 # -- the magics ---------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def _sub(name: str, summary: str):
 
 
 @magics_class
-class SchedMagics(LeaseCommands, Magics):
+class SchedMagics(Magics):
     """``%%sched`` (run a cell as a task) and ``%sched`` (status and commands)."""
 
     def __init__(self, shell=None, scheduler=None) -> None:
@@ -199,6 +199,8 @@ class SchedMagics(LeaseCommands, Magics):
         for attr in (a for klass in cls.__mro__ for a in vars(klass).values()):  # own first
             if getattr(attr, "sub_name", None):
                 subs.setdefault(attr.sub_name, attr)
+        for command in leases.COMMANDS:
+            subs.setdefault(command.name, command)
         return subs
 
     def _overview(self) -> str:

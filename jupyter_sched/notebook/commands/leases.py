@@ -4,6 +4,7 @@ under this kernel's own status."""
 
 from __future__ import annotations
 
+from argparse import Namespace
 from pathlib import Path
 
 from IPython.core import magic_arguments as ma
@@ -11,38 +12,33 @@ from IPython.core import magic_arguments as ma
 from ...host.lease_text import format_picture, look
 from ...host.leases import Ledger, LedgerError
 from ..cell_options import documented
+from .base import CommandContext, command
 
 
-class LeaseCommands:
-    """The ``%sched leases`` subcommand, mixed into ``SchedMagics``."""
-
-    @ma.magic_arguments("sched leases")
-    @ma.argument("--sweep", action="store_true",
-                 help="first take back the leases and waits of holders that have ended")
-    @documented
-    def _leases(self, args):
-        """Show who holds and who waits for which GPU on this host (every kernel's), in the
-        host's order, and each user's fair-share standing."""
-        path, mine = self.scheduler.ledger_status()
-        print(f"ledger  {path}\n        {mine}")
-        try:
-            swept = _sweep(path) if args.sweep else None
-            picture = look(path)
-        except LedgerError as err:
-            print(f"the ledger cannot be read: {err}")
-            return None
-        if not picture.found:
-            print("no lease ledger yet: no scheduler on this host has taken a lease")
-            return None
-        if swept is not None:
-            print(f"swept   {swept} lease{'' if swept == 1 else 's'} of ended holders taken "
-                  "back")
-        print()
-        print(format_picture(picture, sweep="%sched leases --sweep"))
+@command("leases", "who holds and who waits for which GPU on this host")
+@ma.magic_arguments("sched leases")
+@ma.argument("--sweep", action="store_true",
+             help="first take back the leases and waits of holders that have ended")
+@documented
+def leases(ctx: CommandContext, args: Namespace):
+    """Show who holds and who waits for which GPU on this host (every kernel's), in the
+    host's order, and each user's fair-share standing."""
+    path, mine = ctx.scheduler.ledger_status()
+    print(f"ledger  {path}\n        {mine}")
+    try:
+        swept = _sweep(path) if args.sweep else None
+        picture = look(path)
+    except LedgerError as err:
+        print(f"the ledger cannot be read: {err}")
         return None
-
-    _leases.sub_name = "leases"
-    _leases.summary = "who holds and who waits for which GPU on this host"
+    if not picture.found:
+        print("no lease ledger yet: no scheduler on this host has taken a lease")
+        return None
+    if swept is not None:
+        print(f"swept   {swept} lease{'' if swept == 1 else 's'} of ended holders taken back")
+    print()
+    print(format_picture(picture, sweep="%sched leases --sweep"))
+    return None
 
 
 def _sweep(path: Path) -> int:
@@ -56,4 +52,6 @@ def _sweep(path: Path) -> int:
         return len(ledger.sweep())
 
 
-__all__ = ["LeaseCommands"]
+COMMANDS = (leases,)
+
+__all__ = ["COMMANDS"]
