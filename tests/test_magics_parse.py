@@ -7,6 +7,7 @@ from IPython.core.error import UsageError
 
 from jupyter_sched.model.resources import Demand
 from jupyter_sched.notebook import magics
+from jupyter_sched.notebook.commands import COMMANDS, overview
 from jupyter_sched.notebook.magics import SchedMagics, parse_cell, parse_gang, parse_on
 
 
@@ -127,15 +128,14 @@ def test_parse_gang_and_on():
 
 
 def test_every_command_has_help_and_an_overview_line():
-    subs = SchedMagics._subcommands()
-    assert set(subs) == {"status", "nodes", "queue", "cancel", "wait", "result", "log",
-                         "local", "connect", "start", "stop", "queues", "drain", "history",
-                         "config", "leases"}
-    for name, handler in subs.items():
-        text = handler.parser.format_help()
+    assert set(COMMANDS) == {"status", "nodes", "queue", "cancel", "wait", "result", "log",
+                             "local", "connect", "start", "stop", "queues", "drain", "history",
+                             "config", "leases"}
+    assert SchedMagics.commands is COMMANDS
+    for name, command in COMMANDS.items():
+        text = command.parser.format_help()
         assert f"%sched {name}" in text and "--help" in text
-    overview = SchedMagics(None, scheduler=object())._overview()
-    assert all(f"  {name} " in overview for name in subs)
+    assert all(f"  {name} " in overview() for name in COMMANDS)
     cell_help = magics.CELL_PARSER.format_help()
     for option in ("--gpus", "--gpu-mem", "--cpus", "--mem", "--resource", "--name",
                    "--queue", "--priority", "--gang", "--strategy", "--on", "--wait",

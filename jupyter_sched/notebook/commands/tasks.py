@@ -1,0 +1,143 @@
+"""``%sched`` commands that show the scheduler and act on tasks: ``status`` (the default),
+``nodes``, ``queue``, ``history``, ``cancel``, ``wait``, ``result``, ``log``."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sys
+from argparse import Namespace
+
+from IPython.core import magic_arguments as ma
+from IPython.core.error import UsageError
+
+from ...views import display as d
+from ...views import format as fmt
+from ...views import tables
+from ..cell_options import SECONDS, documented
+from ..statusline import error_text, is_done
+from .base import CommandContext, command, find_task, snapshot
+
+
+@command("status", "nodes, devices and the queue (the default; --widget for a live panel)")
+@ma.magic_arguments("sched status")
+@ma.argument("--widget", action="store_true", help="a live dashboard instead of a table")
+@documented
+def status(ctx: CommandContext, args: Namespace):
+    """Show nodes, their devices and the queue (``%sched``)."""
+    if args.widget:
+        from ..widgets import Dashboard
+
+        return Dashboard(ctx.scheduler)
+    return tables.Status(snapshot(ctx))
+
+
+@command("nodes", "nodes and their GPUs, with the share of each that is allocated")
+@ma.magic_arguments("sched nodes")
+@documented
+def nodes(ctx: CommandContext, args: Namespace):
+    """Show the nodes: CPUs, memory, engines, one line per GPU (declared ones marked)."""
+    return tables.NodeList(snapshot(ctx))
+
+
+@command("queue", "running, queued (with position) and infeasible (with why) tasks")
+@ma.magic_arguments("sched queue")
+@documented
+def queue(ctx: CommandContext, args: Namespace):
+    """Show the tasks that run and wait (the first rows; the rest are counted)."""
+    return tables.QueueList(snapshot(ctx))
+
+
+@command("history", "recently finished tasks")
+@ma.magic_arguments("sched history")
+@documented
+def history(ctx: CommandContext, args: Namespace):
+    """Show recently finished tasks, newest first."""
+    return tables.History(snapshot(ctx))
+
+
+@command("cancel", "cancel tasks by id or name, or --all")
+@ma.magic_arguments("sched cancel")
+@ma.argument("tasks", nargs="*", metavar="ID|NAME", help="task ids (t3) or names")
+@ma.argument("--all", action="store_true", help="cancel every task that has not ended")
+@documented
+def cancel(ctx: CommandContext, args: Namespace):
+    """Cancel tasks: queued ones leave the queue, running ones are stopped."""
+    if args.all == bool(args.tasks):
+        raise UsageError("%sched cancel takes task ids or names, or --all (not both)")
+    if args.all:
+        count = ctx.scheduler.cancel_all()
+        print(f"cancelled {count} task{'s' if count != 1 else ''}" if isinstance(count, int)
+              else "cancelled every task that had not ended")
+        return None
+    handles = [find_task(ctx, ref) for ref in args.tasks]  # all known before any is cancelled
+    for handle in handles:
+        if ctx.scheduler.cancel(handle.id):
+            print(f"cancelled {fmt.task_label(handle)}")
+        else:
+            print(f"{fmt.task_label(handle)} had already ended ({handle.state})")
+    return None
+
+
+@command("wait", "wait for tasks (all outstanding when none are named)")
+@ma.magic_arguments("sched wait")
+@ma.argument("tasks", nargs="*", metavar="ID|NAME", help="task ids or names")
+@ma.argument("--timeout", metavar="SECONDS", type=SECONDS, help="stop waiting after this")
+@documented
+def wait(ctx: CommandContext, args: Namespace):
+    """Block until the tasks end (interrupting stops the waiting, not the tasks).
+
+    The status lines of the tasks that ended are then sent again under this cell, so
+    that frontends which drop a finished cell's updates (nbclient) show how they ended."""
+    handles = [find_task(ctx, ref) for ref in args.tasks] or None
+    try:
+        ctx.scheduler.wait(handles, timeout=args.timeout)
+    except KeyboardInterrupt:
+        print("stopped waiting; the tasks go on", file=sys.stderr)
+        raise
+    except (TimeoutError, concurrent.futures.TimeoutError):  # one class from 3.11 on
+        ctx.live.settle(handles)
+        raise UsageError(f"--timeout {args.timeout:g}: tasks are still running; "
+                         "they go on") from None
+    ctx.live.settle(handles)
+    for handle in handles if handles is not None else []:
+        print(d.task_text(handle, error_text(handle)))
+    if handles is None:
+        print(d.summary_text(snapshot(ctx)))
+    return None
+
+
+@command("result", "the value of a finished task (re-raises its error)")
+@ma.magic_arguments("sched result")
+@ma.argument("task", metavar="ID|NAME")
+@documented
+def result(ctx: CommandContext, args: Namespace):
+    """Return a finished task's value (its last expression), or raise its error."""
+    handle = find_task(ctx, args.task)
+    if not is_done(handle):
+        raise UsageError(f"{fmt.task_label(handle)} is {handle.state}; wait for it first "
+                         f"(%sched wait {handle.id})")
+    if handle.cancelled():
+        raise UsageError(f"{fmt.task_label(handle)} was cancelled: it has no result")
+    return handle.result(timeout=0)
+
+
+@command("log", "what a task printed")
+@ma.magic_arguments("sched log")
+@ma.argument("task", metavar="ID|NAME")
+@documented
+def log(ctx: CommandContext, args: Namespace):
+    """Print a task's captured stdout (and stderr, to stderr)."""
+    handle = find_task(ctx, args.task)
+    out, err = getattr(handle, "stdout", "") or "", getattr(handle, "stderr", "") or ""
+    if out:
+        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+    if err:
+        sys.stderr.write(err if err.endswith("\n") else err + "\n")
+    if not out and not err:
+        print(f"{fmt.task_label(handle)} printed nothing (yet)")
+    return None
+
+
+COMMANDS = (status, nodes, queue, history, cancel, wait, result, log)
+
+__all__ = ["COMMANDS"]
