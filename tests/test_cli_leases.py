@@ -28,7 +28,7 @@ import pytest
 
 from jupyter_sched.host import lease_text
 from jupyter_sched.host.leases import LEASES_ENV, Ledger, LedgerError
-from jupyter_sched.notebook.magics import SchedMagics
+from jupyter_sched.notebook.commands import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
@@ -323,7 +323,7 @@ def test_a_ledger_made_again_says_until_when_new_leases_wait(tmp_path):
 
 
 def test_sched_leases_shows_the_same_tables(host, capsys):
-    handler = SchedMagics._subcommands()["leases"]
+    handler = COMMANDS["leases"]
     off = "this kernel takes no leases (Scheduler.host_leases is off)"
     magics = SimpleNamespace(scheduler=SimpleNamespace(ledger_status=lambda: (host.path, off)))
     handler(magics, handler.parser.parse_args([]))
@@ -340,7 +340,7 @@ def test_sched_leases_sweep_fills_no_empty_file(tmp_path, capsys):
     path = tmp_path / "l.db"
     path.touch()
     before = files(tmp_path)
-    handler = SchedMagics._subcommands()["leases"]
+    handler = COMMANDS["leases"]
     off = "this kernel takes no leases (Scheduler.host_leases is off)"
     magics = SimpleNamespace(scheduler=SimpleNamespace(ledger_status=lambda: (path, off)))
     handler(magics, handler.parser.parse_args(["--sweep"]))

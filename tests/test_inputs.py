@@ -15,7 +15,8 @@ import pytest
 from IPython.core.error import UsageError
 
 from jupyter_sched.notebook.cell_options import parse_args
-from jupyter_sched.notebook.magics import SchedMagics, parse_cell
+from jupyter_sched.notebook.commands import COMMANDS
+from jupyter_sched.notebook.magics import parse_cell
 from jupyter_sched.runtime.scheduler import Scheduler
 
 
@@ -85,7 +86,7 @@ def test_a_name_that_reads_as_a_task_id_is_refused_by_the_magic_too(sched):
 
 
 def test_commands_bound_their_counts():
-    commands = SchedMagics._subcommands()
+    commands = COMMANDS
     for line, words in (("--engines 100000", "engines 100,000 must be from 1 to 1,024"),
                         ("--engines 0", "engines 0 must be from 1"),
                         ("--engines-per-gpu 2_0", "is not a whole number in ASCII digits")):

@@ -183,12 +183,6 @@ class SchedMagics(Magics):
             return None
         return handle.result(timeout=0)
 
-    @classmethod
-    def _subcommands(cls) -> dict[str, Command]:
-        """The ``%sched NAME`` commands by name: :attr:`commands`, for callers that ask the
-        magics for them."""
-        return dict(cls.commands)
-
 
 def _from_task(error: BaseException) -> BaseException:
     """The task's error with its traceback starting at the task's own code (``<task t3>``),
