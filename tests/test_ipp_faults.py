@@ -1,7 +1,8 @@
 """Floating engines, engines dying and joining, many tiny tasks: a real local cluster of three
 floating engines on a host with two declared GPUs. The tests run in order and share it: each
 leaves the cluster as the next expects it (the kill test leaves two engines, the join test
-adds two)."""
+adds two). Lost engines stay lost here (``replace_engines=False``): tests/test_ipp_replace.py
+has them started again."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 @pytest.fixture(scope="module")
 def floating():
-    with scheduler_with_engines(engines=3) as (sched, executor):
+    with scheduler_with_engines(engines=3, replace_engines=False) as (sched, executor):
         yield sched, executor
         sched.inspect_core(lambda core: core.validate())
 

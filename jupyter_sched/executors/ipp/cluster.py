@@ -11,18 +11,27 @@ engines to it, and stopping it.
 A cluster we start runs on an event loop thread of its own (:class:`_LoopThread`), so that its
 launchers report their engines' exit. Every process it runs is recorded as it appears, stopped
 with it, and stopped by a small process if the kernel dies without doing so (:mod:`.processes`).
-:class:`ClusterControl` holds these for the executor: it is called from the thread that connects,
-starts, adds engines or closes (the runtime's caller), keeps its own state, and needs no lock
-of the executor's.
+:class:`ClusterControl` holds these for the executor. It remembers how each engine set was
+started (:class:`Launch`), so that one engine can be started again as it was
+(:meth:`ClusterControl.relaunch`, for :mod:`.replace`).
+
+Threads: the thread that connects, starts, adds engines or closes (the runtime's caller); any
+thread for ``launch_of``, ``launched_pids`` and ``relaunch`` (which never waits: the loop
+thread starts the engine); the loop thread for what a relaunch reports. Its own lock guards
+its tables (the launches, which set each engine process belongs to, the relaunches under way,
+whether it stops); it needs no lock of the executor's and takes none.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...host.discovery import HostInfo, discover_host
@@ -44,6 +53,24 @@ class ClusterInUse(ValueError):
     """The engines of this cluster are slots of the scheduler already."""
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How an engine set was started: the environment and launcher keywords it was given
+    (``CUDA_VISIBLE_DEVICES`` in it pins its engines)."""
+
+    environment: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def pinning(self) -> str | None:
+        """The ``CUDA_VISIBLE_DEVICES`` its engines get (None: they float)."""
+        return self.environment.get("CUDA_VISIBLE_DEVICES")
+
+
+Started = Callable[[set[int] | BaseException], None]  # a relaunch's processes, or its error
+Stopped = Callable[[Mapping[str, Any] | None], None]  # a launcher's stop data
+
+
 def slot_prefix(engines: list) -> str:
     """Slot names of a second cluster's engines (``c2.e0``), apart from the first's."""
     taken = {e.prefix for e in engines}
@@ -57,8 +84,9 @@ def slot_prefix(engines: list) -> str:
 
 class ClusterControl:
     """The ``ipp.Cluster`` an executor's engines belong to (None: a bare client): its launchers,
-    watched for their processes' exit, and for a cluster we started, the event loop it runs on
-    and the reaper that stops it if this process dies first."""
+    watched for their processes' exit, and for a cluster we started, the event loop it runs on,
+    the reaper that stops it if this process dies first, and how each of its engine sets was
+    started (to start one of their engines again)."""
 
     def __init__(self, cluster: Any = None, *, owned: bool = False,
                  loop: _LoopThread | None = None, reaper: Any = None,
@@ -69,7 +97,13 @@ class ClusterControl:
         self.reaper = reaper
         self.book = book  # every process it runs, for stop() and the reaper
         self.launcher: str | None = None  # the engine launcher it was started with
+        self._lock = threading.Lock()
         self._watched: set[int] = set()
+        self._on_stop: Callable[[Mapping[str, Any] | None], None] | None = None
+        self._launches: dict[str, Launch] = {}  # engine set id -> how it was started
+        self._set_of: dict[int, str] = {}  # launched process -> its engine set id
+        self._relaunching: set[concurrent.futures.Future] = set()
+        self._stopping = False
 
     @classmethod
     def start(cls, launcher: str | None,
@@ -97,14 +131,28 @@ class ClusterControl:
 
     def start_engines(self, n: int, environment: Mapping[str, str] | None,
                       **launcher_kwargs: Any) -> str:
+        """Start ``n`` engines in our cluster and wait until they are launched; their set's
+        id."""
         if self.loop is None or self.cluster is None:
             raise RuntimeError("add_engines works on a cluster started by start_cluster(); "
                                "start engines of a connected cluster with its own tools")
+        launch = Launch(dict(environment or {}), dict(launcher_kwargs))
+        try:
+            set_id = self.loop.run(self._start_set(n, launch))
+        finally:
+            self.note(*self.launched_pids())
+        return set_id
+
+    async def _start_set(self, n: int, launch: Launch, engine_id: int | None = None) -> str:
+        """Start ``n`` engines as ``launch`` says (on the loop thread); their set's id."""
+        options = dict(launch.options)
         # what we pass replaces what the profile configures for the launcher (ipcluster_config
         # .py: PATH or PYTHONPATH for engines on other hosts, say): add to it instead
-        launcher_kwargs.setdefault(
-            "engine_args", [*configured(self.cluster, "engine_args", []), *ENGINE_ARGS])
-        env = {**configured(self.cluster, "environment", {}), **(environment or {})}
+        args = list(options.pop("engine_args") if "engine_args" in options
+                    else [*configured(self.cluster, "engine_args", []), *ENGINE_ARGS])
+        if engine_id is not None:
+            args.append(f"--IPEngine.id={engine_id}")  # the controller gives it if it is free
+        env = {**configured(self.cluster, "environment", {}), **launch.environment}
         launcher = getattr(self.cluster, "engine_launcher_class", None)
         if (isinstance(launcher, type) and launcher.class_traits().get("batch_file_name")
                 and configured(self.cluster, "batch_file_name", None) is None):
@@ -112,13 +160,72 @@ class ClusterControl:
             # folder): beside the launcher's own output in the profile's log folder instead
             log_dir = os.path.join(self.cluster.profile_dir, "log")
             os.makedirs(log_dir, exist_ok=True)
-            launcher_kwargs.setdefault("batch_file_name", os.path.join(
+            options.setdefault("batch_file_name", os.path.join(
                 log_dir, f"ipengine-{self.cluster.cluster_id}-{len(self.cluster.engines)}.sbatch"))
+        set_id = await self.cluster.start_engines(n=n, environment=env, engine_args=args,
+                                                  **options)
+        with self._lock:
+            self._launches[set_id] = launch
+        return set_id
+
+    def launch_of(self, pid: int, pinning: str | None) -> Launch | None:
+        """How the engine process ``pid`` (launched with ``CUDA_VISIBLE_DEVICES`` ``pinning``)
+        was started, for starting it again; None when this is not ours to know: a cluster we
+        did not start, or an engine not started through us. An engine whose launcher is not
+        its own process (MPI, batch systems) is matched by its pinning, when only one way of
+        starting engines gives it."""
+        with self._lock:
+            if not self.owned or self.loop is None or self._stopping:
+                return None
+            set_id = self._set_of.get(pid)
+            if set_id is not None:
+                return self._launches.get(set_id)
+            alike = [x for x in self._launches.values() if x.pinning == pinning]
+        return alike[0] if alike and all(x == alike[0] for x in alike) else None
+
+    def relaunch(self, launch: Launch, engine_id: int, started: Started,
+                 stopped: Stopped) -> bool:
+        """Start one engine as ``launch`` says, asking the controller for id ``engine_id``;
+        returns at once (False when the cluster stops, or is not ours to start engines in).
+        On the loop thread: ``started(pids)`` once it is launched (or ``started(error)``),
+        then ``stopped(stop_data)`` when its process ends."""
+        with self._lock:
+            if not self.owned or self.loop is None or self.cluster is None or self._stopping:
+                return False
+            future = asyncio.run_coroutine_threadsafe(
+                self._relaunch(launch, engine_id, started, stopped), self.loop.loop.asyncio_loop)
+            self._relaunching.add(future)
+        future.add_done_callback(self._relaunched)
+        return True
+
+    async def _relaunch(self, launch: Launch, engine_id: int, started: Started,
+                        stopped: Stopped) -> None:
         try:
-            return self.loop.run(self.cluster.start_engines(n=n, environment=env,
-                                                            **launcher_kwargs))
-        finally:
-            self.note(*self.launched_pids())
+            set_id = await self._start_set(1, launch, engine_id)
+        except Exception as err:
+            log.debug("starting an engine again: %s", err, exc_info=True)
+            started(err)
+            return
+        launchers = self._launchers(set_id)
+        pids = self.launched_pids(set_id)
+        self.note(*pids)
+        if self._on_stop is not None:
+            self.watch(self._on_stop)
+        started(pids)
+        for launcher in launchers:
+            launcher.on_stop(stopped)
+
+    def _relaunched(self, future: concurrent.futures.Future) -> None:
+        with self._lock:
+            self._relaunching.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("starting an engine again failed: %r", future.exception())
+
+    @property
+    def log_dir(self) -> str | None:
+        """Where our cluster's processes write their logs (None: not known)."""
+        profile = getattr(self.cluster, "profile_dir", None) if self.owned else None
+        return os.path.join(profile, "log") if isinstance(profile, str) and profile else None
 
     def note(self, *pids: int) -> None:
         """Record processes of our cluster (and what they started) for stop() and the reaper;
@@ -132,26 +239,48 @@ class ClusterControl:
 
     def watch(self, on_stop: Callable[[Mapping[str, Any] | None], None]) -> None:
         """Exit statuses of engines our cluster object launched, as their processes end (when
-        the launchers' event loop runs: ours, or a kernel's)."""
+        the launchers' event loop runs: ours, or a kernel's); engines started again later are
+        watched too."""
+        self._on_stop = on_stop
         for launcher in self._launchers():
-            if id(launcher) not in self._watched:
+            with self._lock:
+                if id(launcher) in self._watched:
+                    continue
                 self._watched.add(id(launcher))
-                with contextlib.suppress(Exception):
-                    launcher.on_stop(on_stop)
+            with contextlib.suppress(Exception):
+                launcher.on_stop(on_stop)
 
-    def _launchers(self) -> list:
+    def _launchers(self, only: str | None = None) -> list:
+        """The launchers of our cluster object's engines (of engine set ``only``), each
+        process's set noted as seen."""
         found = []
-        for engine_set in list((getattr(self.cluster, "engines", None) or {}).values()):
-            found.extend(list(getattr(engine_set, "launchers", {}).values()) or [engine_set])
+        sets = dict(getattr(self.cluster, "engines", None) or {})
+        for set_id, engine_set in sets.items():
+            if only is not None and set_id != only:
+                continue
+            launchers = list(getattr(engine_set, "launchers", {}).values()) or [engine_set]
+            with self._lock:
+                for launcher in launchers:
+                    pid = getattr(launcher, "pid", None)
+                    if isinstance(pid, int) and pid > 0:
+                        self._set_of[pid] = set_id
+            found.extend(launchers)
         return found
 
-    def launched_pids(self) -> set[int]:
-        return {pid for pid in (getattr(x, "pid", None) for x in self._launchers())
+    def launched_pids(self, only: str | None = None) -> set[int]:
+        return {pid for pid in (getattr(x, "pid", None) for x in self._launchers(only))
                 if isinstance(pid, int) and pid > 0}
 
     def stop(self) -> None:
         """Stop the cluster if it is ours to stop, then every process it ran that is still
-        alive (a dead controller's schedulers too), its loop thread and reaper."""
+        alive (a dead controller's schedulers too), its loop thread and reaper. An engine
+        being started again is waited for first: it is stopped with the others."""
+        with self._lock:
+            self._stopping = True
+            relaunching = list(self._relaunching)
+        concurrent.futures.wait(relaunching, timeout=60)
+        if self.loop is not None:
+            self.note(*self.launched_pids())
         if self.book is not None:
             self.book.refresh()
         if self.owned and self.cluster is not None:

@@ -65,6 +65,12 @@ class Connection:
         result.add_done_callback(lambda r: self._answered(r, reply, output))
         return reply
 
+    def forget(self, eid: int) -> None:
+        """Engine ``eid`` is a new one (an id the controller gave again): what reached the one
+        before goes."""
+        with self._lock:
+            self._views.pop(eid, None)
+
     def _view(self, eid: int) -> Any:
         with self._lock:
             view = self._views.get(eid)
@@ -178,6 +184,10 @@ class FastConnection(Connection):
                 inner(reply)
 
         return internals.send_apply(self.client, *route, fn, args, hook)
+
+    def forget(self, eid: int) -> None:
+        super().forget(eid)
+        self._routes.pop(eid, None)
 
     def call_later(self, delay: float, fn: Callable, *args: Any) -> None:
         internals.call_later(self.client, delay, fn, *args)

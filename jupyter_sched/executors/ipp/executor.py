@@ -19,6 +19,7 @@ change their state under the executor's lock, and every report leaves through it
 * :class:`.bundles.Bundles`: tasks sent ahead to one engine in one step, as one request;
 * :class:`.gangs.Gangs`: gang members held until rank 0's host names a port;
 * :class:`.faults.Faults`: stops (interrupt, then kill), and engines that die or leave;
+* :class:`.replace.Replacements`: engines lost from a cluster we started, started again;
 * :class:`.leases.HostLeases`: GPU leases in the ledgers of engines' hosts, and MPS.
 """
 
@@ -49,6 +50,7 @@ from .gangs import Gangs
 from .leases import HostLeases
 from .pipeline import Pipeline
 from .registry import EngineView, Registry
+from .replace import Replacements
 from .state import Guard, Run
 
 log = logging.getLogger(__name__)
@@ -60,13 +62,16 @@ class IppExecutor(Executor):
     ``cluster`` is the ``ipp.Cluster`` of ``client``'s engines, if known (``start_cluster``
     gives the :class:`~.cluster.ClusterControl` it made). ``connection``: the client as the
     parts see it (default: :func:`.connection.open_connection` of ``client``).
+    ``replace_engines``: an engine lost from a cluster this executor started is started again
+    (:mod:`.replace`).
     """
 
     def __init__(self, runtime: Runtime, client: Any, *, cluster: Any = None,
                  owns_cluster: bool = False, owns_client: bool = False,
                  stop_grace: float = 5.0, prefix: str = "",
                  connection: Connection | None = None,
-                 settings: ExecutorSettings | None = None) -> None:
+                 settings: ExecutorSettings | None = None,
+                 replace_engines: bool = True) -> None:
         if settings is not None:
             self.configure(settings)
         self.runtime = runtime
@@ -82,8 +87,10 @@ class IppExecutor(Executor):
         self._registry = Registry(guard, self.connection, hosts, self, self._cluster,
                                   prefix=prefix)
         self._pipeline = Pipeline(on_head=self._head_changed)
+        self._replacements = Replacements(guard, self._cluster, owned=self._cluster.owned,
+                                          enabled=replace_engines, log_dir=self._cluster.log_dir)
         self._faults = Faults(guard, self.connection, self._registry, self._pipeline,
-                              stop_grace=stop_grace)
+                              stop_grace=stop_grace, lost=self._replacements.lost)
         self._leases = HostLeases(guard, self.connection, self._registry, self._pipeline.idle,
                                   lambda: self.settings, lambda: runtime.gpu_work_waits)
         self._timings = Timings()
@@ -93,7 +100,7 @@ class IppExecutor(Executor):
         self._bundles = Bundles(guard, self.connection, self._pipeline, self._faults,
                                 self._dispatch, self._timings)
         self._gangs = Gangs(guard, self.connection, self._pipeline, self._dispatch.send)
-        self._registry.start(left=self._faults.engine_lost)
+        self._registry.start(left=self._faults.engine_lost, joined=self._replacements.joined)
 
     # -- getting engines --------------------------------------------------------------------------
 
@@ -134,7 +141,7 @@ class IppExecutor(Executor):
                       engines_per_gpu: int | None = None, launcher: str | None = None, *,
                       gpus: int | None = None, timeout: float = 120, stop_grace: float = 5.0,
                       add: bool = False, others: Iterable[Any] = (),
-                      settings: ExecutorSettings | None = None,
+                      settings: ExecutorSettings | None = None, replace_engines: bool = True,
                       **cluster_kwargs: Any) -> IppExecutor:
         """Start a controller and engines and use them; ``close()`` stops them all.
 
@@ -144,7 +151,8 @@ class IppExecutor(Executor):
         declared: ``%sched local --gpus``, ``local_resources``), or ``gpus=G`` for the engines'
         host. ``launcher`` picks ipyparallel's engine launcher (``"mpi"``, ``"slurm"``,
         ``"pbs"``, ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the
-        nanny, so a dead engine is noticed at once.
+        nanny, so a dead engine is noticed at once; one that is lost is started again as it
+        was (:mod:`.replace`), unless ``replace_engines=False``.
 
         ``others``: the executors the runtime has already. If one of them started a cluster,
         that one is used: with ``add=True`` these engines are added to it (and it is
@@ -165,7 +173,8 @@ class IppExecutor(Executor):
         sets = engine_sets(runtime.local_host, engines, engines_per_gpu, launcher, gpus)
         control, client = ClusterControl.start(launcher, cluster_kwargs)
         executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace,
-                       prefix=slot_prefix(engines_now), settings=settings)
+                       prefix=slot_prefix(engines_now), settings=settings,
+                       replace_engines=replace_engines)
         try:
             executor._start_sets(sets, timeout)
         except BaseException:
@@ -293,6 +302,7 @@ class IppExecutor(Executor):
             if self._closed:
                 return
             self._closed = True
+            self._replacements.close()
             self._leases.close()
             self._faults.close(out)
             self._registry.close(out)

@@ -10,7 +10,9 @@ guard, and an idle engine ignores SIGINT.
 
 An engine that dies (the nanny tells the controller at once; for engines we launched the
 launcher tells us too, with the exit status) removes its slot (``SlotRemoved``, and
-``NodeRemoved`` for a host left with no engine), which fails its task as lost.
+``NodeRemoved`` for a host left with no engine), which fails its task as lost. Then whoever
+``lost`` names hears of it (:class:`.replace.Replacements`: an engine of a cluster we started
+is started again, the loss of another is shown).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import re
 import signal
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...core import events as ev
@@ -58,18 +60,22 @@ class Faults:
     Threads: the runtime thread (``stop``), the client's IO thread (aborts taken, replies that
     say an engine died, registrations), timer threads (a second interrupt, the kill, the wait
     for an exit status), the cluster's loop thread (launchers' exit statuses). Its own tables
-    (when each engine may take a task again after a signal, the deaths waiting for their exit
-    status) change under the executor's lock.
+    (when each engine may take a task again after a signal, the engines it killed, the deaths
+    waiting for their exit status) change under the executor's lock. ``lost(engine, reason,
+    status, out)`` is called with the lock held, once an engine's slot is gone.
     """
 
     def __init__(self, guard: Guard, connection: Connection, registry: Registry,
-                 pipeline: Pipeline, *, stop_grace: float) -> None:
+                 pipeline: Pipeline, *, stop_grace: float,
+                 lost: Callable[[Engine, str, str, Outbox], None] | None = None) -> None:
         self._guard = guard
         self._connection = connection
         self._registry = registry
         self._pipeline = pipeline
+        self._lost = lost
         self.stop_grace = stop_grace
         self._quiet: dict[int, float] = {}  # engine id -> monotonic time its signal is past
+        self._killed: dict[int, str] = {}  # engine id -> why we killed it
         self._statuses: dict[int, str] = {}  # engine id -> how it ended, once known
         self._deaths: dict[int, Any] = {}  # engine id -> the timer waiting for its status
         self._closed = False
@@ -137,6 +143,8 @@ class Faults:
                 return
             log.warning("task %s ignored its interrupt for %gs; killing engine %d",
                         run.task, self.stop_grace, run.engine.eid)
+            self._killed[run.engine.eid] = (f"was killed: task {run.task} ignored its stop "
+                                            f"for {self.stop_grace:g}s")
             self._signal(run.engine, signal.SIGKILL)
 
     def _signal(self, engine: Engine, signum: int) -> None:
@@ -174,6 +182,7 @@ class Faults:
             if death is not None:
                 death.cancel()
             self._quiet.pop(engine.eid, None)
+            how = self._killed.pop(engine.eid, how)
             status = self._statuses.pop(engine.eid, None) or "exit status unknown"
             reason = f"engine {engine.eid} on host {engine.info.hostname} {how} ({status})"
             for run in self._pipeline.on_engine(engine.eid):
@@ -186,6 +195,8 @@ class Faults:
                     out.complete(run.task, error=EngineLost(reason), attempt=run.start.attempt)
             for event in self._registry.remove(engine, reason):
                 out.report(event)
+            if self._lost is not None and not self._closed:
+                self._lost(engine, reason, status, out)
 
     def launcher_stopped(self, stop_data: Mapping[str, Any] | None) -> None:
         """A launcher of our cluster object saw its engine process end."""

@@ -4,7 +4,10 @@ on a node (:class:`.engines.HostMap`), announced to the runtime.
 
 Joins and leaves come from the connection (the client's registration callbacks, or reads of its
 engine ids), not from polling the engines. A leave goes to whoever ``start`` was given
-(:meth:`.faults.Faults.engine_lost`: its runs end with it).
+(:meth:`.faults.Faults.engine_lost`: its runs end with it), a join to ``joined``
+(:meth:`.replace.Replacements.joined`: it may be the replacement of one lost). An engine's slot
+is named after its id (``e3``): an engine that registers under the id of one that left (the
+controller gives a free id when asked for it) takes that slot's name again.
 """
 
 from __future__ import annotations
@@ -71,12 +74,15 @@ class Registry:
         self._probing: dict[int, Reply] = {}
         self._failed: set[int] = set()  # engines whose probe failed: they run no task
         self._left: Callable[[Engine, str], None] | None = None
+        self._joined: Callable[[Engine, Outbox], None] | None = None
         self._closed = False
 
-    def start(self, left: Callable[[Engine, str], None]) -> None:
+    def start(self, left: Callable[[Engine, str], None],
+              joined: Callable[[Engine, Outbox], None] | None = None) -> None:
         """Take in the engines there are and those that join; ``left(engine, how)`` for each
-        that unregisters."""
+        that unregisters, ``joined(engine, out)`` (lock held) for each that has joined."""
         self._left = left
+        self._joined = joined
         self._connection.watch(self._probe, self._unregistered)
         self._take_in()
 
@@ -164,6 +170,7 @@ class Registry:
         """An engine unregistered (IO thread, or the connection's poller)."""
         with self._guard.lock:
             engine = self._engines.get(eid)
+            self._failed.discard(eid)  # (its id may be given again)
         if engine is not None and self._left is not None:
             self._left(engine, "unregistered")
 
@@ -172,6 +179,7 @@ class Registry:
             if (self._closed or eid in self._engines or eid in self._probing
                     or eid in self._failed):
                 return
+            self._connection.forget(eid)  # (a new engine may have a lost one's id)
             try:
                 future = self._connection.apply(eid, PROBE, [self._peer], _nothing)
             except Exception as err:  # gone again already
@@ -211,6 +219,8 @@ class Registry:
             out.register_slots(self._owner, joined.node, [slot])
             for event in joined.events:
                 out.report(event)
+            if self._joined is not None:
+                self._joined(engine, out)
 
 
 def _nothing(_: Reply) -> None:
