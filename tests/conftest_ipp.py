@@ -148,6 +148,7 @@ class FakeRuntime:
         self.events: list = []
         self.outcomes: dict[str, dict] = {}
         self.slots: dict[tuple[str, str], object] = {}
+        self.notices: list[str] = []
 
     def report(self, event: object) -> None:
         self.events.append(event)
@@ -158,3 +159,6 @@ class FakeRuntime:
     def register_slots(self, executor: object, node: str, slots: list[str]) -> None:
         for slot in slots:
             self.slots[(node, slot)] = executor
+
+    def notice(self, text: str) -> None:
+        self.notices.append(text)

@@ -208,15 +208,6 @@ def test_an_engine_of_a_connected_cluster_is_not_replaced_and_its_loss_is_shown(
 # -- the bounds, against a fake cluster ------------------------------------------------------------
 
 
-class Runtime(FakeRuntime):
-    def __init__(self) -> None:
-        super().__init__(LOCAL)
-        self.notices: list[str] = []
-
-    def notice(self, text: str) -> None:
-        self.notices.append(text)
-
-
 class FakeCluster:
     """Starts nothing: records each start, with what it reports back."""
 
@@ -239,7 +230,7 @@ def engine(eid=1, pid=4242, visible="1"):
 
 @pytest.fixture
 def fake():
-    runtime, cluster, now = Runtime(), FakeCluster(), [0.0]
+    runtime, cluster, now = FakeRuntime(LOCAL), FakeCluster(), [0.0]
     guard = Guard(runtime)
     replacing = Replacements(guard, cluster, owned=True, log_dir="/logs", clock=lambda: now[0])
     return runtime, cluster, guard, replacing, now

@@ -138,8 +138,9 @@ class Runtime(Protocol):
     """What an executor may see of the runtime it reports to: nothing else.
 
     ``report`` and ``complete`` are called from any thread; ``register_slots`` before the
-    event that announces the slots; ``local_host`` (the kernel's host as the scheduler sees
-    it) and ``gpu_work_waits`` (whether GPU work waits now) are read from any thread."""
+    event that announces the slots; ``notice`` tells the user something (once, in the
+    notebook) from any thread; ``local_host`` (the kernel's host as the scheduler sees it) and
+    ``gpu_work_waits`` (whether GPU work waits now) are read from any thread."""
 
     local_host: HostInfo | None
     gpu_work_waits: bool
@@ -150,6 +151,8 @@ class Runtime(Protocol):
                  traceback_text: str = "", attempt: int | None = None) -> None: ...
 
     def register_slots(self, executor: Executor, node: str, slots: Iterable[str]) -> None: ...
+
+    def notice(self, text: str) -> None: ...
 
 
 class Executor(ABC):

@@ -86,10 +86,8 @@ class Outbox:
         self._items.append((self.runtime.register_slots, (executor, node, list(slots)), {}))
 
     def notice(self, text: str) -> None:
-        """Tell the user ``text`` (the runtime's notices; a log warning for a runtime that
-        shows none)."""
-        tell = getattr(self.runtime, "notice", None)
-        self._items.append((tell if callable(tell) else _warn, (text,), {}))
+        """Tell the user ``text`` (the runtime's notices)."""
+        self._items.append((self.runtime.notice, (text,), {}))
 
     def flush(self) -> None:
         """Send what is queued, in order. One thread sends at a time; a thread that finds
@@ -128,10 +126,6 @@ class Guard:
         self.lock.release()
         if outermost:
             self.outbox.flush()
-
-
-def _warn(text: str) -> None:
-    log.warning("%s", text)
 
 
 def timer(delay: float, fn: Callable, *args: Any) -> threading.Timer:
