@@ -4,13 +4,16 @@ first rows a snapshot lists.
 A job's position is 1 + the waiting jobs of its leaf queue ranked before it (higher priority,
 then older; a gang is one job, its members share its position). The core keeps, per class, a
 count of its waiting jobs by age (:mod:`jupyter_sched.core.order`); these tests hold it to the
-brute-force count over :func:`jupyter_sched.core.jobs.in_order` after random steps.
+brute-force count over :func:`jupyter_sched.core.jobs.in_order` after random steps, and ask a
+running scheduler for the position of its 100,000th queued task.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
+import pytest
 from conftest_core import U, node, submit, task, validating
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,7 +23,11 @@ from jupyter_sched.core.jobs import in_order
 from jupyter_sched.core.order import SLACK, ClassOrder
 from jupyter_sched.core.state import Core
 from jupyter_sched.model.allocation import NodeResources
-from jupyter_sched.model.tasks import GangSpec
+from jupyter_sched.model.tasks import RUNNING, GangSpec
+from jupyter_sched.runtime.scheduler import Scheduler
+from jupyter_sched.views.display import status_line
+
+WAIT = 60  # seconds any single wait may take before it counts as a hang
 
 
 def brute_positions(core: Core) -> dict[str, int]:
@@ -209,3 +216,35 @@ def test_positions_of_a_long_queue_cost_no_walk():
     assert got == [None if i % 7 == 0 else i - i // 7 for i in range(1, 20_000, 97)]
     assert took < 1.0, took  # (a walk each would take minutes; this is a loose bound)
     core.validate()
+
+
+# -- a running scheduler ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_the_100000th_queued_task_knows_its_position_and_its_status_line_says_it():
+    sched = Scheduler(local_resources="GPU=1,CPU=1")
+    gate = threading.Event()
+    try:
+        blocker = sched.submit(gate.wait, WAIT, resources={"GPU": 1}, name="blocker")
+        deadline = time.monotonic() + WAIT
+        while blocker.state != RUNNING:
+            assert time.monotonic() < deadline, blocker.state
+            time.sleep(0.01)
+        handles = sched.map(lambda i: i, range(100_000), resources={"GPU": 1}, chunksize=1)
+        last = handles[-1]
+        sched.snapshot(fresh=True)  # (the submission is through the core)
+        assert last.state == "queued"
+        assert last.position == 100_000
+        assert handles[0].position == 1  # among the snapshot's first rows
+        assert handles[54_321].position == 54_322
+        line = status_line(last)["text/plain"]
+        assert "queued, position 100000" in line, line
+        handles[10].cancel()
+        sched.snapshot(fresh=True)
+        assert last.position == 99_999
+        assert handles[5].position == 6 and handles[11].position == 11
+    finally:
+        gate.set()
+        sched.shutdown()
+    assert last.position is None  # (cancelled at shutdown: no longer queued)
