@@ -84,21 +84,20 @@ class ClassOrder:
             while head < n and not marked[head]:
                 head += 1
             self.head = head
-            self.live -= 1
         else:
             slot = bisect_left(seqs, seq, head)
             if slot < n and seqs[slot] == seq and self.marked[slot]:
                 self.marked[slot] = 0
                 self._change(slot, -1)
-                self.live -= 1
             else:
                 late = self.late
                 at = bisect_left(late, seq)
                 assert at < len(late) and late[at] == seq, f"job {seq} does not wait"
                 del late[at]
                 return not self.live and not late
-        live = self.live
-        if n - live > live + SLACK:
+        live = self.live - 1
+        self.live = live
+        if n - live > live + SLACK:  # spent slots are the majority
             self._lay_out()
         return not live and not self.late
 
@@ -112,8 +111,8 @@ class ClassOrder:
 
     def waiting(self) -> list[int]:
         """The seqs of the waiting jobs, ascending (for checks and lay-outs)."""
-        seqs, marked = self.seqs, self.marked
-        kept = [seqs[i] for i in range(self.head, len(seqs)) if marked[i]]
+        head = self.head
+        kept = list(itertools.compress(self.seqs[head:], self.marked[head:]))
         return sorted(kept + self.late) if self.late else kept
 
     def check(self) -> None:
