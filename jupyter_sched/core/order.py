@@ -10,15 +10,15 @@ the queue (the 100,000th of a queue is as cheap as the first).
 A :class:`ClassOrder` is a Fenwick tree over *slots*: a slot per job that entered the class,
 in the order of age (jobs come in ascending ``seq``, so a new one takes a slot at the end),
 counting 1 while its job waits. What the scheduling cycle does to it costs O(1): an arrival
-appends a slot (the tree takes it in at the next count), a start is nearly always of the
-oldest job, which moves the head on without touching the tree; a cancel from the middle costs
-O(log n). Worked through: jobs 7, 9, 12 wait in slots 0-2; 7 starts (the head moves to slot
-1); 12 is cancelled (its slot counts 0); then ``older(12)`` = the count of slots 1 up to 12's
-slot = 1 (job 9). A job that comes back older than the last slot (re-queued after a start or a
-lost node) and whose slot is spent waits in ``late``, a short sorted list. When spent slots
-are the majority, or ``late`` grows past an eighth of the slots, the class is laid out again
-from its waiting jobs: amortised O(1) a change, and the memory follows what waits, not what
-passed through.
+appends a slot (the tree takes it in at the next count, O(1) a slot on average, so a count is
+O(log n) amortised), a start is nearly always of the oldest job, which moves the head on
+without touching the tree; a cancel from the middle costs O(log n). Worked through: jobs 7, 9,
+12 wait in slots 0-2; 7 starts (the head moves to slot 1); 12 is cancelled (its slot counts
+0); then ``older(12)`` = the count of slots 1 up to 12's slot = 1 (job 9). A job that comes
+back older than the last slot (re-queued after a start or a lost node) and whose slot is spent
+waits in ``late``, a short sorted list. When spent slots are the majority, or ``late`` grows
+past an eighth of the slots, the class is laid out again from its waiting jobs: amortised O(1)
+a change, and the memory follows what waits, not what passed through.
 """
 
 from __future__ import annotations
