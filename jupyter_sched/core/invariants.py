@@ -3,11 +3,12 @@ every step): tasks, nodes, devices, slots, assigned tasks, queues' sums and kept
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 from ..model.cluster import Cluster
 from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL, Gang
-from .jobs import waits
+from .jobs import in_order, job_key, job_rank, job_spec, waits
 from .ledger import Ledger
 
 
@@ -49,6 +50,8 @@ def check(self: Ledger) -> None:
                    for s in node.slots.values() for t in s.ahead), node
         assert node.keys == Cluster._keys(node), node
     _check_queues(self)
+    _check_orders(self)
+
 
 def _check_queues(self: Ledger) -> None:
     """Each queue's use is the sum of its running tasks' allocations, its waiting sum the
@@ -87,3 +90,34 @@ def _check_queues(self: Ledger) -> None:
         assert queue.allocated == allocated.get(queue.name, {}), (queue, queue.allocated)
         assert queue.waiting == waiting.get(queue.name, {}), (queue, queue.waiting)
         assert queue.running == running.get(queue.name, 0), (queue, queue.running)
+
+
+def _check_orders(self: Ledger) -> None:
+    """Each leaf queue's class FIFOs are in the order of age, the class orders hold exactly
+    its waiting jobs, and every waiting job's position is its place counted by brute force
+    (the jobs ranked before it), which is also its place in :func:`.jobs.in_order`."""
+    waiting_queues = set()
+    for queue in self.queues.queues.values():
+        if queue.parent is None:
+            continue
+        for fifo in queue.classes.values():
+            seqs = [j.seq for j in fifo]
+            assert all(a < b for a, b in itertools.pairwise(seqs)), (queue, seqs)
+        jobs = {j.seq: j for fifo in queue.classes.values() for j in fifo if waits(j)}
+        by_class: dict[object, list[int]] = {}
+        for job in jobs.values():
+            by_class.setdefault(job_key(job), []).append(job.seq)
+        orders = self.orders.get(queue.name, {})
+        assert set(orders) == set(by_class), (queue, set(orders), set(by_class))
+        for key, order in orders.items():
+            order.check()
+            assert order.waiting() == sorted(by_class[key]), (queue, key, order)
+            assert order.priority == job_spec(jobs[by_class[key][0]]).priority, (queue, order)
+        ranked = sorted(jobs.values(), key=job_rank)
+        assert list(in_order(queue)) == ranked, (queue, ranked)
+        for place, job in enumerate(ranked, 1):
+            assert self.position(job) == place, (queue, job, self.position(job), place)
+        if jobs:
+            waiting_queues.add(queue.name)
+    assert {name for name, orders in self.orders.items() if orders} == waiting_queues, (
+        self.orders, waiting_queues)

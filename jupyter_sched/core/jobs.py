@@ -47,6 +47,11 @@ def job_key(job: Task | Gang) -> ClassKey:
     return job.klass
 
 
+def job_seq(job: Task | Gang) -> int:
+    """A job's age: its number in the order of submission."""
+    return job.seq
+
+
 def job_rank(job: Task | Gang) -> tuple[int, int]:
     """Order among jobs: higher priority, then older."""
     return (-job_spec(job).priority, job.seq)

@@ -11,6 +11,7 @@ The session and the actions see the core as a ``Ledger``, so nothing below ``sta
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ from ..model.tasks import (
     TaskSpec,
 )
 from . import events as ev
-from .jobs import Reservation, job_class, job_key
+from .jobs import Reservation, job_class, job_key, job_seq
+from .order import ClassOrder
 
 
 @dataclass(slots=True)
@@ -93,6 +95,9 @@ class Ledger:
         self.tasks: dict[str, Task] = {}
         self.running: dict[str, Task] = {}
         self.pending: dict[int, Task | Gang] = {}   # submitted, not yet through enqueue
+        # the waiting jobs counted in each leaf queue's ``queued``, by queue name and class:
+        # who is older than whom, for queue positions (:meth:`.state.Core.position_of`)
+        self.orders: dict[str, dict[ClassKey, ClassOrder]] = {}
         self.infeasible: dict[ClassKey, JobSet] = {}    # class key -> jobs nothing can host
         self.reservations: dict[int, Reservation] = {}    # job seq -> Reservation
         # (end of the time limit, task seq, task id, attempt): a deadline is an attempt's
@@ -175,9 +180,13 @@ class Ledger:
             queue.start_use(spec.demand.amounts, allocation.amounts)
             if gang is None:
                 queue.queued -= 1  # the job leaves its queue's waiting jobs
+                classes = self.orders[queue.name]  # (_unorder, inlined: at every start)
+                if classes[task.klass].remove(task.seq):
+                    del classes[task.klass]
             elif gang.waiting:
                 queue.queued -= 1
                 gang.waiting = False
+                self._unorder(queue.name, job_key(gang), gang.seq)
         if gang is None and task.preemptible:
             self.preemptible_on[node.name] = self.preemptible_on.get(node.name, 0) + 1
         self.running[task_id] = task
@@ -321,12 +330,19 @@ class Ledger:
     # -- waiting ------------------------------------------------------------------------------
 
     def enter_waiting(self, job: Task | Gang) -> None:
-        """Put a job (already QUEUED) in its queue's class FIFO."""
+        """Put a job (already QUEUED) in its queue's class FIFO, in the order of age: a job
+        that comes back (re-queued, or admitted again) goes before the younger jobs there, so
+        the FIFO's order is the jobs' rank (:func:`.jobs.in_order` merges the FIFOs by it)."""
         key, queue = self.count_waiting(job)
         fifo = queue.classes.get(key)
         if fifo is None:
             fifo = queue.classes[key] = deque()
-        fifo.append(job)
+        if not fifo or fifo[-1].seq < job.seq:
+            fifo.append(job)
+            return
+        at = bisect_left(fifo, job.seq, key=job_seq)
+        if at == len(fifo) or fifo[at] is not job:  # (a stale entry of it stands there)
+            fifo.insert(at, job)
 
     def count_waiting(self, job: Task | Gang) -> tuple[ClassKey, Queue]:
         """A job (already QUEUED) counts among its queue's waiting work, not yet filed in a
@@ -335,15 +351,45 @@ class Ledger:
         if type(job) is Task:  # (Task is final: the other branch is a Gang)
             key, name = job.klass, job.queue
             pairs = job.spec.demand.amounts
+            priority = job.priority
         else:
             key, spec, demand = job_class(job)
             name = spec.queue
             pairs = tuple(demand.items())
+            priority = spec.priority
             job.waiting = True
         queue = self.queues.queues[name]
         queue.queued += 1
         queue.add_use("waiting", pairs, 1)
+        classes = self.orders.get(name)
+        if classes is None:
+            classes = self.orders[name] = {}
+        order = classes.get(key)
+        if order is None:
+            order = classes[key] = ClassOrder(priority)
+        order.add(job.seq)
         return key, queue
+
+    def position(self, job: Task | Gang) -> int:
+        """A waiting job's place in its queue (1 = next): 1 + the waiting jobs of its queue
+        ranked before it. Per class, the whole count of a higher priority, the older jobs of
+        the same: O(classes x log n)."""
+        spec = job.members[0].spec if type(job) is Gang else job.spec
+        seq = job.seq
+        priority = spec.priority
+        before = 0
+        for order in self.orders.get(spec.queue, {}).values():
+            if order.priority > priority:
+                before += order.live + len(order.late)
+            elif order.priority == priority:
+                before += order.older(seq)
+        return before + 1
+
+    def _unorder(self, queue: str, key: ClassKey, seq: int) -> None:
+        """Job ``seq`` of class ``key`` no longer waits in ``queue``."""
+        classes = self.orders[queue]
+        if classes[key].remove(seq):
+            del classes[key]
 
     def list_infeasible(self, job: Task | Gang) -> None:
         jobs = self.infeasible.get(job_key(job))
@@ -359,10 +405,13 @@ class Ledger:
             queue = self.queues.queues[task.queue]
             queue.add_use("waiting", task.spec.demand.amounts, -1)
             gang = task.gang
-            if gang is None or gang.waiting:
+            if gang is None:
                 queue.queued -= 1
-                if gang is not None:
-                    gang.waiting = False
+                self._unorder(queue.name, task.klass, task.seq)
+            elif gang.waiting:
+                queue.queued -= 1
+                gang.waiting = False
+                self._unorder(queue.name, job_key(gang), gang.seq)
             return
         job = task.gang or task
         if task.state == PENDING:

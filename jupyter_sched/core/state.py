@@ -448,6 +448,18 @@ class Core(Ledger):
             del self.elsewhere_waits[task_id]
         return out
 
+    def position_of(self, task_id: str) -> int | None:
+        """A waiting task's place in its queue's order (1 = next; a gang's members share
+        their gang's), else None: 1 + the waiting jobs of its queue ranked before its job
+        (higher priority, then older). O(classes x log n), wherever it stands in the queue."""
+        task = self.tasks.get(task_id)
+        if task is None or task.state != QUEUED:
+            return None
+        gang = task.gang
+        if gang is not None and not gang.waiting:
+            return None  # (its gang started: the member that did not will not)
+        return self.position(gang if gang is not None else task)
+
     def queue_position(self, limit: int | None = None) -> dict[str, int]:
         """Each queued task's place in its queue's order (1 = next), for display; with
         ``limit``, only the tasks of each queue's first ``limit`` jobs (a view's first rows

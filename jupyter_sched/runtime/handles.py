@@ -38,6 +38,8 @@ from ..views import display
 from .futures import LightFuture
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..executors.base import TaskRecord
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,8 @@ class Scheduler(Protocol):
     def _cancel_ids(self, ids: list[str], reason: str = ...) -> bool: ...
 
     def _catch_up(self) -> None: ...
+
+    def inspect_core(self, fn: Callable[[Any], Any]) -> Any: ...
 
 
 class TaskFailed(RuntimeError):
@@ -156,13 +160,19 @@ class TaskHandle(LightFuture):
 
     @property
     def position(self) -> int | None:
-        """Place in its queue (1 = next), from the latest snapshot; None unless queued."""
+        """Place in its queue (1 = next); None unless queued. The latest snapshot's rows give
+        it for the first tasks of the queue; past them (or before a snapshot lists the task)
+        the core is asked, which counts it in O(log n) wherever the task stands."""
         if self.state != "queued":
             return None
+        task_id = self.id
         for view in self._scheduler.snapshot().waiting:
-            if view.id == self.id:
+            if view.id == task_id:
                 return view.position
-        return None
+        try:
+            return self._scheduler.inspect_core(lambda core: core.position_of(task_id))
+        except RuntimeError:  # (the scheduler stopped meanwhile: the task no longer waits)
+            return None
 
     @property
     def submitted(self) -> float | None:

@@ -20,7 +20,6 @@ one class on one node).
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Final
 
 from ...model.queues import CLOSED, Queue
@@ -84,10 +83,6 @@ def run(session: Session, queue: Queue) -> None:
             if placed:
                 core.placed_on_arrival += 1
                 continue
-        core.count_waiting(job)
-        fifo = queue.classes.get(key)
-        if fifo is None:
-            fifo = queue.classes[key] = deque()
-        fifo.append(job)
+        core.enter_waiting(job)
         if key not in failed:
             unplaced(session, job, key, True)
