@@ -32,9 +32,7 @@ any thread (a dict and a deque: single operations), read by the runtime thread.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -48,6 +46,7 @@ from ..views import snapshot as snapshots
 from .inbox import STOP, WAKE, Call, Flush, Inbox, Request
 from .lease_steps import LeaseSteps
 from .leases import POLL
+from .loop_inputs import Clock, Debugging, LoopSettings
 from .outputs import DueOutputs
 from .publishing import Publishing
 from .records import HISTORY, Records
@@ -79,49 +78,6 @@ def _asks_for_gpu(requests: list[Request]) -> bool:
     return any(spec.demand.gpu_units or spec.demand.gpu_memory
                for request in requests for event in request.events
                if isinstance(event, ev.Submit) for spec in event.tasks)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Clock:
-    """The scheduler's clock: ``time.monotonic()`` from its start; ``offset`` turns a time on
-    it into wall-clock time."""
-
-    t0: float
-    offset: float
-
-    @classmethod
-    def started(cls) -> Clock:
-        return cls(time.monotonic(), time.time())
-
-    def now(self) -> float:
-        return time.monotonic() - self.t0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LoopSettings:
-    """The scheduler's settings the loop reads, frozen (a new one when they change)."""
-
-    update_interval: float = 0.25
-    max_rows: int = 200
-
-
-@dataclasses.dataclass(slots=True)
-class Debugging:
-    """Tests turn ``validate`` on: the core's invariants are checked after every step, and
-    what broke is kept in ``errors``."""
-
-    validate: bool = False
-    errors: list[str] = dataclasses.field(default_factory=list)
-
-    def check(self, core: Core) -> None:
-        """The core's invariants, when asked to check them; what broke is kept and logged."""
-        if not self.validate:
-            return
-        try:
-            core.validate()
-        except AssertionError as err:
-            self.errors.append(repr(err))
-            log.error("core invariant broken: %r", err)
 
 
 class RuntimeLoop:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
@@ -56,53 +55,13 @@ from .local_node import LOCAL
 from .loop import HISTORY, Clock, Debugging, LoopSettings, RuntimeLoop
 from .publishing import EMPTY
 from .records import Records
+from .setting_rules import APPLIED, NUMBERS, WATCHED, checked
 from .submitter import Submitter
-
-MIN_UPDATE_INTERVAL = 0.02  # seconds: more often, snapshots would cost more than the work
-MAX_ROWS = 100_000  # tasks of each kind in a snapshot, at most
 
 log = logging.getLogger(__name__)
 _live: weakref.WeakSet = weakref.WeakSet()
 _NO_RECORDS = Records(lambda item: None, LeaseSteps(None, lambda event: None, print),
                       lambda output: None, 1)
-
-
-def _checked(check: Callable[..., Any], value: object, what: str, *args: Any) -> Any:
-    """``check(value, what, *args)``, its ``ValueError`` as traitlets' ``TraitError``."""
-    try:
-        return check(value, what, *args)
-    except ValueError as err:
-        raise TraitError(str(err)) from None
-
-
-def _between(value: object, what: str, low: float, high: float, unit: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-            value) or not low <= value <= high:
-        raise ValueError(f"{what} {value!r} must be a number of {unit} from {low:g} to {high:g}")
-    return float(value)
-
-
-def _whole(value: object, what: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{what} {value!r} must be a whole number from {low:,} to {high:,}")
-    return value
-
-
-_NUMBERS: dict[str, Callable[[object, str], float]] = {  # each number setting's check
-    "pipeline": check_seconds,
-    "reservation_after": check_seconds,
-    "update_interval": lambda v, what: _between(v, what, MIN_UPDATE_INTERVAL, 3600.0, "seconds"),
-    "max_rows": lambda v, what: _whole(v, what, 1, MAX_ROWS),
-    "push_warn_bytes": lambda v, what: _whole(v, what, 0, 2**53),
-}
-
-
-_APPLIED = {  # where a changed setting applies (local_resources: the local node too)
-    "core": ("policy", "reservation_after", "preemption", "pipeline"),
-    "loop": ("update_interval", "max_rows"),
-    "executors": ("host_leases", "ledger_path", "push_warn_bytes", "local_resources"),
-    "next start": ("host_leases", "ledger_path", "count_other_processes"),
-}
 
 
 @atexit.register
@@ -166,14 +125,14 @@ class Scheduler(Configurable):
 
     # -- settings: each checked by name (a bad value is refused, the old one kept) -------------
 
-    @validate(*_NUMBERS)
+    @validate(*NUMBERS)
     def _valid_number(self, proposal: dict) -> float:
         name = proposal["trait"].name
-        return _checked(_NUMBERS[name], proposal["value"], f"Scheduler.{name}")
+        return checked(NUMBERS[name], proposal["value"], f"Scheduler.{name}")
 
     @validate("default_queue")
     def _valid_default_queue(self, proposal: dict) -> str:
-        name = _checked(check_name, proposal["value"], "Scheduler.default_queue")
+        name = checked(check_name, proposal["value"], "Scheduler.default_queue")
         if self.started:
             queues = self._on_runtime(lambda core: sorted(q.name for q in core.queues.leaves()))
             if name not in queues:
@@ -192,21 +151,21 @@ class Scheduler(Configurable):
                 raise TraitError(f"Scheduler.local_resources {value[:60]!r}: {err}") from None
         return value
 
-    @observe(*{name for names in _APPLIED.values() for name in names})
+    @observe(*WATCHED)
     def _setting_changed(self, change: dict) -> None:
         """A good new value applies to a running scheduler now, or says when it will."""
         name, value, loop = change["name"], change["new"], self._loop
         if loop is None:
             return
-        if name in _APPLIED["loop"]:
+        if name in APPLIED["loop"]:
             loop.settings = self._loop_settings()
-        if self.started and name in _APPLIED["core"]:
+        if self.started and name in APPLIED["core"]:
             self._on_runtime(lambda core: setattr(core, name, value))
         if self.started and name == "local_resources":
             self.declare_local(value)
-        if name in _APPLIED["executors"]:
+        if name in APPLIED["executors"]:
             self._clusters.configure(loop)
-        if self.started and name in _APPLIED["next start"]:
+        if self.started and name in APPLIED["next start"]:
             warnings.warn(f"Scheduler.{name} = {value!r} applies to this kernel's own GPUs "
                           f"from the next start (get_scheduler().shutdown(), then a new "
                           f"scheduler); to engines' hosts, from now", stacklevel=3)

@@ -1,0 +1,55 @@
+"""What each ``Scheduler`` number setting accepts, and where a changed setting applies.
+
+The scheduler's validators and its one observer read these tables (a caller's thread); a bad
+value is a ``TraitError`` naming the setting and what would be valid, and the old value stays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from traitlets import TraitError
+
+from ..model.limits import check_int, check_seconds
+
+MIN_UPDATE_INTERVAL = 0.02  # seconds: more often, snapshots would cost more than the work
+MAX_ROWS = 100_000  # tasks of each kind in a snapshot, at most
+
+
+def between(value: object, what: str, low: float, high: float, unit: str) -> float:
+    """``value`` as a finite number from ``low`` to ``high`` (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+            value) or not low <= value <= high:
+        raise ValueError(f"{what} {value!r} must be a number of {unit} from {low:g} to {high:g}")
+    return float(value)
+
+
+NUMBERS: dict[str, Callable[[object, str], float]] = {  # each number setting's check
+    "pipeline": check_seconds,
+    "reservation_after": check_seconds,
+    "update_interval": lambda v, what: between(v, what, MIN_UPDATE_INTERVAL, 3600.0, "seconds"),
+    "max_rows": lambda v, what: check_int(v, what, 1, MAX_ROWS),
+    "push_warn_bytes": lambda v, what: check_int(v, what, 0, 2**53),
+}
+
+APPLIED = {  # where a changed setting applies (local_resources: the local node too)
+    "core": ("policy", "reservation_after", "preemption", "pipeline"),
+    "loop": ("update_interval", "max_rows"),
+    "executors": ("host_leases", "ledger_path", "push_warn_bytes", "local_resources"),
+    "next start": ("host_leases", "ledger_path", "count_other_processes"),
+}
+WATCHED = tuple(sorted({name for names in APPLIED.values() for name in names}))
+
+
+def checked(check: Callable[..., Any], value: object, what: str, *args: Any) -> Any:
+    """``check(value, what, *args)``, its ``ValueError`` as traitlets' ``TraitError``."""
+    try:
+        return check(value, what, *args)
+    except ValueError as err:
+        raise TraitError(str(err)) from None
+
+
+__all__ = ["APPLIED", "MAX_ROWS", "MIN_UPDATE_INTERVAL", "NUMBERS", "WATCHED", "between",
+           "checked"]
