@@ -71,6 +71,9 @@ def _outer_site_packages() -> list[str]:
 
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # the build runs without isolation, with this Python's tools (`jupyter labextension`):
+    # its scripts come first, also where its environment was never activated
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(extra)
     return env
 

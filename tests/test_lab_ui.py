@@ -537,8 +537,9 @@ def test_the_sidebar_shows_what_another_kernel_holds(page, lab, artifacts):
         held = rf"held by another kernel \(pid {other.pid}, notebook other\.ipynb, task t1, since "
         wide = body.locator(".jp-sched-task[data-state='queued']", has_text="wide")
         why = wide.locator(".jp-sched-task-detail")
-        reason = wait_text(why, held)
-        assert why.get_attribute("title") == f"queued, position 1 in default: {reason}"
+        # the reason grows once this kernel's wait is in the host's order: where it stands
+        reason = wait_text(why, held + r".*\); this kernel is 1st on this host for GPU 0$")
+        expect(why).to_have_attribute("title", f"queued, position 1 in default: {reason}")
         assert wide.locator(".jp-sched-position").inner_text() == "#1"
         run_cells(page, S_QUEUE)
         rendered = cell_output(page, S_QUEUE).locator(
