@@ -174,7 +174,7 @@ class Session:
             if exclude and node.name in exclude:
                 continue
             if plain:
-                if node.cordoned or not (node.threads or node.slots):
+                if node.cordoned or node.pinned_only or not (node.threads or node.slots):
                     continue
             elif not node_passes(node, spec, target):
                 continue

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..model.cluster import Node
+from ..model.cluster import PINNED_ONLY, Node
 from ..model.limits import (
     MAX_DEVICES_PER_NODE,
     check_count,
@@ -319,6 +319,7 @@ class Core(Ledger):
             self.hold_elsewhere(node, held.wanted, held.reason)
         if event.labels is not None:
             node.labels = {**dict(event.labels), "kind": node.kind}
+            node.pinned_only = node.labels.get(PINNED_ONLY) == "true"
         if event.cordoned is not None:
             node.cordoned = event.cordoned
         self.cluster.refresh(node)

@@ -48,8 +48,12 @@ class Slot:
         return self.binding is None or all(i in self.binding for i in devices)
 
 
+PINNED_ONLY = "pinned-only"  # a node with this label "true" runs only tasks pinned to it by name
+
+
 class Node:
-    """One host as the core sees it."""
+    """One host as the core sees it. ``pinned_only`` (its ``pinned-only`` label is ``true``):
+    it runs only the tasks pinned to it by name (work taken back from a kept cluster)."""
 
     __slots__ = (
         "cordoned",
@@ -59,6 +63,7 @@ class Node:
         "labels",
         "name",
         "order",
+        "pinned_only",
         "resources",
         "slots",
         "tasks",
@@ -79,6 +84,7 @@ class Node:
         self.resources = resources
         self.labels = dict(labels or {})
         self.labels.setdefault("kind", kind)
+        self.pinned_only = self.labels.get(PINNED_ONLY) == "true"
         self.kind = kind
         self.threads = threads
         self.slots: dict[str, Slot] = {}

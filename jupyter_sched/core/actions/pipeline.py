@@ -83,7 +83,7 @@ def _busy_slots(core: Ledger, like: Task, depth: int) -> Iterator[tuple[Node, Sl
     takes work."""
     horizon = core.now - core.pipeline
     for node in core.cluster.nodes.values():
-        if not node.slots or node.cordoned:
+        if not node.slots or node.cordoned or node.pinned_only:
             continue
         for slot in node.slots.values():
             if slot.task is None or len(slot.ahead) >= depth:

@@ -13,7 +13,7 @@ from ...model.tasks import TaskSpec
 def node_passes(node: Node, spec: TaskSpec, target: str | None = None) -> bool:
     """The static filters: not drained, serves the target (``spec``'s, or a narrower one),
     matches the node name and labels."""
-    if node.cordoned:
+    if node.cordoned or (node.pinned_only and spec.node != node.name):
         return False
     if target is None:
         target = spec.target
