@@ -26,6 +26,8 @@ _EXPORTS = {
     "cancel": "api",
     "wait": "api",
     "dashboard": "api",
+    "kept_clusters": "api",
+    "reattached": "api",
     "current_task": "executors.context",
     "Scheduler": "runtime.scheduler",
     "TaskHandle": "runtime.handles",

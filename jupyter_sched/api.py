@@ -76,5 +76,20 @@ def dashboard(*args: Any, **kwargs: Any) -> Any:
     return make(*args, **kwargs)
 
 
-__all__ = ["cancel", "current_task", "dashboard", "get_scheduler", "map", "nodes", "queue",
-           "submit", "wait"]
+def kept_clusters() -> list:
+    """This user's kept clusters on this host (``start_cluster(keep=True)``, ``%sched start
+    --keep``), oldest first: whether each runs, its engines, the tasks sent to it that have not
+    ended, the notebook that started it and since when."""
+    from .executors.ipp.kept import listing
+
+    return listing()
+
+
+def reattached() -> list:
+    """The handles of the work ``%sched connect`` (``connect()``) took back from a kept
+    cluster: the tasks an earlier kernel sent to its engines, followed to their end."""
+    return get_scheduler().reattached()
+
+
+__all__ = ["cancel", "current_task", "dashboard", "get_scheduler", "kept_clusters", "map",
+           "nodes", "queue", "reattached", "submit", "wait"]

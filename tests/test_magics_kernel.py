@@ -7,8 +7,6 @@ each leaves the scheduler idle. Logical GPUs are declared, so no GPU is needed.
 
 from __future__ import annotations
 
-import os
-import queue
 import re
 import time
 from pathlib import Path
@@ -17,121 +15,12 @@ import pytest
 
 jupyter_client = pytest.importorskip("jupyter_client")
 
+from kernel_client import Kernel  # noqa: E402
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<img src=x onerror=alert(1)>"
-
-
-class Kernel:
-    """A real IPython kernel and every IOPub message it sent, grouped by parent msg_id."""
-
-    def __init__(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        # the "python3" kernel runs this interpreter (jupyter_client puts sys.executable for
-        # the spec's "python")
-        self.km = jupyter_client.KernelManager(kernel_name="python3")
-        self.km.start_kernel(env=env, cwd=str(ROOT))
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-        self.messages: dict[str, list[dict]] = {}
-
-    def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
-
-    def _pump(self, timeout: float) -> dict | None:
-        try:
-            msg = self.kc.get_iopub_msg(timeout=timeout)
-        except queue.Empty:
-            return None
-        parent = msg["parent_header"].get("msg_id", "")
-        self.messages.setdefault(parent, []).append(msg)
-        return msg
-
-    def run(self, code: str, timeout: float = 60) -> Run:
-        """Execute ``code`` and wait until the kernel is idle again."""
-        msg_id = self.kc.execute(code)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = self._pump(0.5)
-            if (msg is not None and msg["parent_header"].get("msg_id") == msg_id
-                    and msg["msg_type"] == "status"
-                    and msg["content"]["execution_state"] == "idle"):
-                return Run(self, msg_id)
-        raise TimeoutError(f"no idle after {timeout} s running {code!r}")
-
-    def start(self, code: str) -> str:
-        """Execute ``code`` without waiting; returns its msg_id."""
-        return self.kc.execute(code)
-
-    def until(self, msg_id: str, predicate, timeout: float = 60) -> Run:
-        """Read IOPub until ``predicate(Run)`` holds for the messages of ``msg_id``."""
-        deadline = time.monotonic() + timeout
-        run = Run(self, msg_id)
-        while not predicate(run):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"condition not met; messages: {run.msgs}")
-            self._pump(0.2)
-        return run
-
-    def value(self, expression: str):
-        run = self.run(f"print(repr({expression}))")
-        assert run.error is None, run.error
-        return eval(run.stdout.strip())
-
-
-class Run:
-    """The messages of one execution (as far as they have arrived)."""
-
-    def __init__(self, kernel: Kernel, msg_id: str) -> None:
-        self.kernel, self.msg_id = kernel, msg_id
-
-    @property
-    def msgs(self) -> list[dict]:
-        return self.kernel.messages.get(self.msg_id, [])
-
-    def _of(self, *types: str) -> list[dict]:
-        return [m for m in self.msgs if m["msg_type"] in types]
-
-    @property
-    def stdout(self) -> str:
-        return "".join(m["content"]["text"] for m in self._of("stream")
-                       if m["content"]["name"] == "stdout")
-
-    @property
-    def stderr(self) -> str:
-        return "".join(m["content"]["text"] for m in self._of("stream")
-                       if m["content"]["name"] == "stderr")
-
-    @property
-    def error(self) -> dict | None:
-        errors = self._of("error")
-        return errors[0]["content"] if errors else None
-
-    @property
-    def displays(self) -> list[dict]:
-        return [m["content"] for m in self._of("display_data", "execute_result")]
-
-    @property
-    def updates(self) -> list[dict]:
-        return [m["content"] for m in self._of("update_display_data")]
-
-    def texts(self, mime: str = "text/plain") -> list[str]:
-        return [c["data"][mime] for c in self.displays if mime in c["data"]]
-
-    def status_lines(self) -> list[str]:
-        """The status line's text, first as displayed, then each update."""
-        first = [c for c in self.displays if c.get("transient", {}).get("display_id")]
-        if not first:
-            return []
-        display_id = first[0]["transient"]["display_id"]
-        lines = [first[0]["data"]["text/plain"]]
-        lines += [c["data"]["text/plain"] for c in self.updates
-                  if c.get("transient", {}).get("display_id") == display_id]
-        return lines
 
 
 @pytest.fixture(scope="module")

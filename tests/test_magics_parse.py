@@ -129,8 +129,8 @@ def test_parse_gang_and_on():
 
 def test_every_command_has_help_and_an_overview_line():
     assert set(COMMANDS) == {"status", "nodes", "queue", "cancel", "wait", "result", "log",
-                             "local", "connect", "start", "stop", "queues", "drain", "history",
-                             "config", "leases"}
+                             "local", "connect", "start", "stop", "clusters", "restore",
+                             "queues", "drain", "history", "config", "leases"}
     assert SchedMagics.commands is COMMANDS
     for name, command in COMMANDS.items():
         text = command.parser.format_help()

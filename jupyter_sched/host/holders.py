@@ -154,10 +154,16 @@ def _pid_namespace() -> str:
         return ""
 
 
+def notebook_path() -> str:
+    """The notebook this kernel runs for, as Jupyter's server names it
+    (``$JPY_SESSION_NAME``; "" when it does not say)."""
+    return os.environ.get("JPY_SESSION_NAME", "")[:1000]
+
+
 def kernel_label(engine: bool = False) -> str:
     """What other kernels see of this one in a ledger: its notebook, when Jupyter says
     (``$JPY_SESSION_NAME``); with ``engine``, what its engines are on another host's ledger."""
-    session = os.environ.get("JPY_SESSION_NAME", "")
+    session = notebook_path()
     notebook = f"notebook {os.path.basename(session)}" if session else ""
     if not engine:
         return notebook
@@ -165,4 +171,4 @@ def kernel_label(engine: bool = False) -> str:
 
 
 __all__ = ["START_TOLERANCE", "Owner", "holder_alive", "host_key", "is_me", "kernel_label",
-           "user_name"]
+           "notebook_path", "user_name"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import logging
 import sys
 import time
 from collections.abc import Mapping
@@ -49,6 +50,8 @@ from .cell_options import (
 )
 from .commands import COMMANDS, Command, CommandContext, overview
 from .statusline import LiveLines, StatusLine, is_done, render_line
+
+log = logging.getLogger(__name__)
 
 
 @magics_class
@@ -124,6 +127,10 @@ class SchedMagics(Magics):
 
     # -- %%sched ------------------------------------------------------------------------------
 
+    def submit_cell(self, line: str, cell: str):
+        """``%%sched line`` on ``cell``, as if the notebook ran it (``%sched restore``)."""
+        return self._run_cell(line, cell)
+
     def _run_cell(self, line: str, cell: str):
         __tracebackhide__ = True
         args, submit = parse_cell(line, self.shell.user_ns if self.shell else None)
@@ -139,6 +146,10 @@ class SchedMagics(Magics):
         except (ValueError, TypeError) as err:
             raise UsageError(one_line(err)) from None
         line_ = self.live.new(handle, parent)
+        try:
+            self.scheduler.keep_queued(handle, line, cell)
+        except Exception as err:  # (the cell is queued: a journal that fails says so)
+            log.warning("the kept cluster's journal does not keep this cell: %s", err)
         try:
             if args.out:
                 self.shell.user_ns[args.out] = handle

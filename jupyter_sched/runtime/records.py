@@ -56,6 +56,8 @@ class Records:
         self.slot_executors: dict[tuple[str, str], Executor] = {}
         self.behind: dict[str, str] = {}  # task -> the task sent ahead behind it on its slot
         self.sync_all = False  # the next sync looks at every live record (nodes changed)
+        # task -> told once the first of its cell's tasks runs or ends (``watch_queue``)
+        self.queue_watch: dict[str, Callable[[str], None]] = {}
 
     # -- for executors (any thread) --------------------------------------------------------------
 
@@ -220,6 +222,8 @@ class Records:
             elif task.state == RUNNING and record.started is None:
                 record.started = task.started_at  # (an assigned task took over its slot)
             record.stopping_since = task.stopping_since
+            if self.queue_watch and (record.state == RUNNING or task.state in TERMINAL):
+                self._left_queue(task_id, record.state)
             if task.state in TERMINAL:
                 record.ended = task.times[-1][1]
                 ended.append((task.seq, record, task))
@@ -248,6 +252,27 @@ class Records:
                 del self.by_name[old_handle.name]
 
     # -- taking in and leaving out (runtime thread) ------------------------------------------------
+
+    def watch_queue(self, ids: list[str], told: Callable[[str], None]) -> None:
+        """(Runtime thread.) ``told(state)`` once, when the first of ``ids`` (one cell's
+        tasks) runs or ends; at once if one has already."""
+        for task_id in ids:
+            record = self.live.get(task_id)
+            state = record.state if record is not None else "ended"
+            if state == RUNNING or state == "ended" or state in TERMINAL:
+                told(state)
+                return
+        once = _Once(told)
+        for task_id in ids:
+            self.queue_watch[task_id] = once
+
+    def _left_queue(self, task_id: str, state: str) -> None:
+        told = self.queue_watch.pop(task_id, None)
+        if told is not None:
+            try:
+                told(state)
+            except Exception:
+                log.exception("telling that %s left the queue failed", task_id)
 
     def add(self, records: Iterable[TaskRecord], handles: Iterable[TaskHandle]) -> None:
         for record in records:
@@ -299,6 +324,21 @@ class Records:
                 handle._settle()  # (an early result's callbacks run here)
         self.live.clear()
         return counts
+
+
+
+class _Once:
+    """A callable that calls ``fn`` the first time only."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[str], None]) -> None:
+        self.fn: Callable[[str], None] | None = fn
+
+    def __call__(self, state: str) -> None:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn(state)
 
 
 __all__ = ["HISTORY", "Records"]

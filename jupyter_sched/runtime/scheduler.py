@@ -107,13 +107,18 @@ class Scheduler(Configurable):
                        ).tag(config=True)
     ledger_path = Unicode("", help="The host's lease ledger file (empty: $JUPYTER_SCHED_LEASES, "
                           "else one in the Jupyter runtime directory).").tag(config=True)
+    keep_clusters = Bool(False, help=(
+        "Clusters that start_cluster() (%sched start) starts outlive the kernel: a restart or "
+        "a crash leaves them running, stop_cluster() (%sched stop) stops them (read at each "
+        "start; start_cluster(keep=...) and %sched start --keep choose for one).")
+    ).tag(config=True)
     count_other_processes = Bool(False, help="Count GPU memory that NVML says processes "
                                  "outside every scheduler use as taken.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         self._life = LoopLife()  # the runtime loop, from the first start
         super().__init__(**kwargs)  # (settings given here are observed: no loop yet)
-        self._clusters = Clusters(self._running, self.executor_settings)
+        self._clusters = Clusters(self._running, self.executor_settings, self.submit)
         self._submitter = Submitter(self, self._running)
         self._clock = Clock.started()
         self.debug = Debugging()  # tests: check the core's invariants after every step
@@ -446,16 +451,70 @@ class Scheduler(Configurable):
         return self._clusters.connect(cluster_or_client_or_profile, cluster_id, timeout)
 
     def start_cluster(self, engines: int | None = None, engines_per_gpu: int | None = None,
-                      launcher: str | None = None, *, add: bool = False, **kw: Any) -> Any:
+                      launcher: str | None = None, *, add: bool = False,
+                      keep: bool | None = None, **kw: Any) -> Any:
         """Start an ipyparallel cluster (``engines`` floating engines, 2 when neither count is
         given; ``engines_per_gpu`` pinned ones per GPU) and use its engines;
         ``stop_cluster()`` stops it. While one started here runs, ``add=True`` adds the
-        engines to it; without, it is a ``RuntimeError`` saying so."""
-        return self._clusters.start(engines, engines_per_gpu, launcher, add, **kw)
+        engines to it; without, it is a ``RuntimeError`` saying so. ``keep=True`` (default:
+        the ``keep_clusters`` setting): the cluster outlives the kernel, and
+        :func:`jupyter_sched.kept_clusters` lists it from any kernel of this user."""
+        if keep is None:
+            keep = self.keep_clusters
+        elif not isinstance(keep, bool):
+            raise TypeError(f"keep={keep!r}: give True or False")
+        return self._clusters.start(engines, engines_per_gpu, launcher, add, keep, **kw)
 
     def stop_cluster(self) -> None:
         """Stop using every ipyparallel cluster (and stop those this scheduler started)."""
         self._clusters.stop(self._loop)
+
+    def keep_queued(self, handle: Any, line: str, cell: str) -> None:
+        """While a kept cluster is in use, the journal keeps the cell ``handle`` runs (its
+        ``%%sched`` line and source) until one of its tasks starts or ends: a cell that still
+        waits when the kernel stops can be submitted again (``%sched restore``)."""
+        loop = self._loop
+        found = self._clusters.kept_journal(loop)
+        if found is None or loop is None:
+            return
+        _, journal = found
+        ids = [m.id for m in getattr(handle, "members", None) or [handle]]
+        key = journal.key(ids[0])
+        journal.write("queued", id=key, name=handle.name, line=line, source=cell)
+
+        def told(state: str) -> None:
+            journal.write("left", id=key, state=state)
+
+        self._on_runtime(lambda core: loop.records.watch_queue(ids, told))
+
+    def waiting_cells(self) -> tuple[str | None, list[dict]]:
+        """(the kept cluster in use, the cells its journal says were waiting when their
+        kernel stopped); (None, []) when no kept cluster is in use."""
+        from ..executors.ipp import kept
+
+        found = self._clusters.kept_journal(self._loop)
+        if found is None:
+            return None, []
+        cluster_id, journal = found
+        mine = f"{journal.session}/"  # (this scheduler's own cells wait here, not there)
+        return cluster_id, [e for e in kept.read_journal(kept.journal_path(cluster_id)).waiting()
+                            if not str(e["id"]).startswith(mine)]
+
+    def mark_restored(self, entry_id: str) -> None:
+        """The journal of the kept cluster in use says cell ``entry_id`` was submitted again."""
+        found = self._clusters.kept_journal(self._loop)
+        if found is not None:
+            found[1].write("restored", id=entry_id)
+
+    def reattached(self) -> list:
+        """The handles of the work taken back from kept clusters by ``connect`` (their tasks
+        bear the names they were sent with)."""
+        return list(self._clusters.taken_back)
+
+    def stop_kept(self, cluster_id: str) -> list[int]:
+        """Stop kept cluster ``cluster_id`` of this user, whichever kernel started it (in use
+        here, it is stopped as ``stop_cluster()`` would); the pids that would not end."""
+        return self._clusters.stop_kept(self._loop, cluster_id)
 
     def executor_settings(self) -> ExecutorSettings:
         """What executors read of the settings (a new one for them when these change)."""

@@ -39,6 +39,7 @@ APPLIED = {  # where a changed setting applies (local_resources: the local node 
     "loop": ("update_interval", "max_rows"),
     "executors": ("host_leases", "ledger_path", "push_warn_bytes", "local_resources"),
     "next start": ("host_leases", "ledger_path", "count_other_processes"),
+    "each cluster start": ("keep_clusters",),  # read by start_cluster(), nothing to apply
 }
 WATCHED = tuple(sorted({name for names in APPLIED.values() for name in names}))
 

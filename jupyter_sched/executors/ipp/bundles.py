@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from .connection import Connection
 from .futures import Reply
+from .kept import RunNotes
 from .on_engine import BUNDLE, CALL
 from .pipeline import Pipeline
 from .replies import write
@@ -73,7 +74,8 @@ class Bundles:
     """
 
     def __init__(self, guard: Guard, connection: Connection, pipeline: Pipeline, quiet: Quiet,
-                 sender: Sender, timings: Timings) -> None:
+                 sender: Sender, timings: Timings, notes: RunNotes | None = None) -> None:
+        self._notes = notes if notes is not None else RunNotes(None)
         self._guard = guard
         self._connection = connection
         self._pipeline = pipeline
@@ -141,8 +143,9 @@ class Bundles:
                 out.fail(run.task, err, f"could not send the task to engine {eid}: "
                          f"{type(err).__name__}: {err}", attempt=run.start.attempt)
             return
-        for run in runs:
+        for k, run in enumerate(runs):
             run.future = future
+            self._notes.sent(run, k)
 
     def _replied(self, runs: list[Run], future: Any) -> None:
         """IO thread: the engine answered a bundle (or the client gave up on it): each run

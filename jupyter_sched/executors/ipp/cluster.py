@@ -27,16 +27,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...host.discovery import HostInfo, discover_host
+from ...host.holders import notebook_path
 from ...model.resources import GPU
 from ..base import Runtime
+from . import kept as kept_files
+from .kept import Journal, KeptCluster
 from .processes import ProcessBook, start_reaper
 
 log = logging.getLogger(__name__)
@@ -96,6 +101,8 @@ class ClusterControl:
         self.loop = loop
         self.reaper = reaper
         self.book = book  # every process it runs, for stop() and the reaper
+        self.kept: KeptCluster | None = None  # a cluster that outlives the kernel (:mod:`.kept`)
+        self.journal: Journal | None = None  # what is sent to a kept cluster's engines
         self.launcher: str | None = None  # the engine launcher it was started with
         self._lock = threading.Lock()
         self._watched: set[int] = set()
@@ -106,28 +113,53 @@ class ClusterControl:
         self._stopping = False
 
     @classmethod
-    def start(cls, launcher: str | None,
-              cluster_kwargs: dict[str, Any]) -> tuple[ClusterControl, Any]:
-        """Start a controller, on a loop thread of its own; (its control, a client of it)."""
+    def start(cls, launcher: str | None, cluster_kwargs: dict[str, Any],
+              keep: bool = False) -> tuple[ClusterControl, Any]:
+        """Start a controller, on a loop thread of its own; (its control, a client of it).
+        ``keep``: the cluster outlives this process (no reaper; its record, process book and
+        journal in this user's private directory: :mod:`.kept`)."""
         import ipyparallel as ipp
 
         cluster_kwargs.setdefault("log_level", logging.ERROR)  # deaths are reported as such
         cluster_kwargs.setdefault("delay", 0)
         if launcher is not None:
             cluster_kwargs["engines"] = launcher
+        if keep:
+            cluster_kwargs["shutdown_atexit"] = False
         cluster = ipp.Cluster(**cluster_kwargs)
-        control = cls(cluster, owned=True, loop=_LoopThread(), book=ProcessBook.in_temp_file())
+        book = (ProcessBook(str(kept_files.book_path(cluster.cluster_id))) if keep
+                else ProcessBook.in_temp_file())
+        control = cls(cluster, owned=True, loop=_LoopThread(), book=book)
         control.launcher = launcher
         try:
+            if keep:
+                control._keep()
             control.loop.run(cluster.start_controller())
             control.book.add(getattr(cluster.controller, "pid", None))
-            control.reaper = start_reaper(control.book, cluster.cluster_file)
+            if not keep:
+                control.reaper = start_reaper(control.book, cluster.cluster_file)
             client = control.loop.run(cluster.connect_client())
             control.book.refresh()  # the controller's schedulers
         except BaseException:
             control.stop()
             raise
         return control, client
+
+    def _keep(self) -> None:
+        """Record this cluster as kept, and open its journal."""
+        self.book.save()
+        self.kept = KeptCluster(self.cluster.cluster_id, self.cluster.cluster_file,
+                                notebook_path(), os.getpid(), time.time(),
+                                self.launcher or "local")
+        self.kept.save()
+        self.journal = Journal(kept_files.journal_path(self.kept.cluster_id))
+
+    def count_engines(self, n: int) -> None:
+        """A kept cluster's record says how many engines were started in it."""
+        if self.kept is not None:
+            self.kept = dataclasses.replace(self.kept, engines=self.kept.engines + n)
+            with contextlib.suppress(OSError):
+                self.kept.save()
 
     def start_engines(self, n: int, environment: Mapping[str, str] | None,
                       **launcher_kwargs: Any) -> str:
@@ -141,6 +173,7 @@ class ClusterControl:
             set_id = self.loop.run(self._start_set(n, launch))
         finally:
             self.note(*self.launched_pids())
+        self.count_engines(n)
         return set_id
 
     async def _start_set(self, n: int, launch: Launch, engine_id: int | None = None) -> str:
@@ -302,6 +335,28 @@ class ClusterControl:
             self.reaper.terminate()
             with contextlib.suppress(Exception):
                 self.reaper.wait(5)
+        if self.journal is not None:
+            self.journal.close()
+        if self.kept is not None:
+            kept_files.forget(self.kept.cluster_id)
+
+    def leave(self) -> None:
+        """Leave a kept cluster running (this process ends, or stops using it): what it runs
+        is recorded once more, its journal closed; nothing is stopped."""
+        with self._lock:
+            self._stopping = True
+            relaunching = list(self._relaunching)
+        concurrent.futures.wait(relaunching, timeout=60)
+        if self.loop is not None:
+            self.note(*self.launched_pids())
+        if self.book is not None:
+            self.book.refresh()
+            with contextlib.suppress(OSError):
+                self.book.save()
+        if self.journal is not None:
+            self.journal.close()
+        if self.loop is not None:
+            self.loop.stop()
 
 
 def configured(cluster: Any, trait: str, default: Any) -> Any:

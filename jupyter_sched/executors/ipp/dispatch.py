@@ -39,6 +39,7 @@ from .bundles import Timings
 from .carry import Packer
 from .connection import Connection
 from .faults import EngineLost, Faults, RemoteTaskError, engine_died, remote_traceback
+from .kept import RunNotes
 from .leases import HostLeases
 from .on_engine import ARGUMENTS, CALL, CELL, FUNCTION, RESULT
 from .pipeline import Pipeline
@@ -66,7 +67,8 @@ class Dispatcher:
 
     def __init__(self, guard: Guard, connection: Connection, registry: Registry,
                  pipeline: Pipeline, faults: Faults, leases: HostLeases, timings: Timings,
-                 settings: Callable[[], ExecutorSettings]) -> None:
+                 settings: Callable[[], ExecutorSettings], notes: RunNotes | None = None
+                 ) -> None:
         self._guard = guard
         self._connection = connection
         self._registry = registry
@@ -75,6 +77,7 @@ class Dispatcher:
         self._leases = leases
         self._timings = timings
         self._settings = settings
+        self._notes = notes if notes is not None else RunNotes(None)
 
     # -- what is sent (lock held) -------------------------------------------------------------
 
@@ -169,6 +172,8 @@ class Dispatcher:
             self._pipeline.remove(run)
             out.fail(run.task, err, f"could not send the task to engine {engine.eid}: "
                      f"{type(err).__name__}: {err}", attempt=run.start.attempt)
+            return
+        self._notes.sent(run)
 
     def _send_later(self, run: Run) -> None:
         with self._guard as out:
@@ -212,6 +217,8 @@ class Dispatcher:
             if run.done or run.claimed:  # (the output's end and its time limit both call)
                 return
             run.claimed = True
+        self._notes.ended(run, "error" if isinstance(reply, BaseException) else
+                          str(reply[0]) if isinstance(reply, tuple) and reply else "replied")
         outcome = reply if isinstance(reply, BaseException) else read_reply(
             run.record, reply, run.sent)
         with self._guard as out:

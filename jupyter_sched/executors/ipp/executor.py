@@ -47,6 +47,7 @@ from .dispatch import Dispatcher, PushSizeWarning
 from .engines import HostMap
 from .faults import EngineLost, Faults, RemoteTaskError
 from .gangs import Gangs
+from .kept import Journal, RunNotes
 from .leases import HostLeases
 from .pipeline import Pipeline
 from .registry import EngineView, Registry
@@ -89,16 +90,18 @@ class IppExecutor(Executor):
         self._pipeline = Pipeline(on_head=self._head_changed)
         self._replacements = Replacements(guard, self._cluster, owned=self._cluster.owned,
                                           enabled=replace_engines, log_dir=self._cluster.log_dir)
+        notes = self._notes = RunNotes(self._cluster.journal)
+        self._attached: str | None = None  # a kept cluster connected to (attach_kept)
         self._faults = Faults(guard, self.connection, self._registry, self._pipeline,
-                              stop_grace=stop_grace, lost=self._replacements.lost)
+                              stop_grace=stop_grace, lost=self._replacements.lost, notes=notes)
         self._leases = HostLeases(guard, self.connection, self._registry, self._pipeline.idle,
                                   lambda: self.settings, lambda: runtime.gpu_work_waits)
         self._timings = Timings()
         self._dispatch = Dispatcher(guard, self.connection, self._registry, self._pipeline,
                                     self._faults, self._leases, self._timings,
-                                    lambda: self.settings)
+                                    lambda: self.settings, notes)
         self._bundles = Bundles(guard, self.connection, self._pipeline, self._faults,
-                                self._dispatch, self._timings)
+                                self._dispatch, self._timings, notes)
         self._gangs = Gangs(guard, self.connection, self._pipeline, self._dispatch.send)
         self._registry.start(left=self._faults.engine_lost, joined=self._replacements.joined)
 
@@ -115,6 +118,7 @@ class IppExecutor(Executor):
         apart (``c2.e0``).
         """
         cluster, client, owns_client = open_client(target, cluster_id, timeout)
+        busy = _busy_engines(client)
         connection = open_connection(client)
         engines = [o for o in others if isinstance(o, IppExecutor) and not o.closed]
         where = connection.controller()
@@ -130,7 +134,7 @@ class IppExecutor(Executor):
                        connection=connection, **kwargs)
         executor._cluster.watch(executor._faults.launcher_stopped)
         try:
-            executor.wait_ready(timeout)
+            executor._registry.wait_ready(timeout, skip=busy)
         except BaseException:
             executor.close()
             raise
@@ -142,7 +146,7 @@ class IppExecutor(Executor):
                       gpus: int | None = None, timeout: float = 120, stop_grace: float = 5.0,
                       add: bool = False, others: Iterable[Any] = (),
                       settings: ExecutorSettings | None = None, replace_engines: bool = True,
-                      **cluster_kwargs: Any) -> IppExecutor:
+                      keep: bool = False, **cluster_kwargs: Any) -> IppExecutor:
         """Start a controller and engines and use them; ``close()`` stops them all.
 
         ``engines=N`` starts N floating engines (bound to devices by their first GPU task).
@@ -153,6 +157,10 @@ class IppExecutor(Executor):
         ``"pbs"``, ``"ssh"``, ...); other keywords go to ``ipp.Cluster``. Engines run with the
         nanny, so a dead engine is noticed at once; one that is lost is started again as it
         was (:mod:`.replace`), unless ``replace_engines=False``.
+
+        ``keep=True``: the cluster outlives this process (a kernel restart, a crash):
+        ``close()`` leaves it running, and ``close(stop_kept=True)`` (``%sched stop``) or
+        :func:`.kept.stop` from any kernel of this user stops it (:mod:`.kept`).
 
         ``others``: the executors the runtime has already. If one of them started a cluster,
         that one is used: with ``add=True`` these engines are added to it (and it is
@@ -171,7 +179,7 @@ class IppExecutor(Executor):
             running.grow(engines, engines_per_gpu, launcher, gpus=gpus, timeout=timeout)
             return running
         sets = engine_sets(runtime.local_host, engines, engines_per_gpu, launcher, gpus)
-        control, client = ClusterControl.start(launcher, cluster_kwargs)
+        control, client = ClusterControl.start(launcher, cluster_kwargs, keep=keep)
         executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace,
                        prefix=slot_prefix(engines_now), settings=settings,
                        replace_engines=replace_engines)
@@ -242,6 +250,10 @@ class IppExecutor(Executor):
         the client does not say)."""
         return self.connection.controller()
 
+    def describe_kept(self) -> str:
+        """``kept cluster 1700000000-abcd``."""
+        return f"kept cluster {self.kept_id}" if self.kept_id is not None else ""
+
     def describe(self) -> str:
         """``cluster 1700000000-abcd (4 engines)``, as users know it."""
         cluster = self._cluster.cluster
@@ -296,17 +308,48 @@ class IppExecutor(Executor):
         with self._guard as out:
             self._bundles.flush(out)
 
-    def close(self) -> None:
-        """Stop what runs, announce the engines as gone, stop the cluster if we started it."""
+    @property
+    def kept(self) -> bool:
+        """Whether the cluster outlives this process (``start_cluster(keep=True)``, or a kept
+        cluster connected to)."""
+        return self.kept_id is not None
+
+    @property
+    def kept_id(self) -> str | None:
+        """The kept cluster's id (None: not a kept cluster, started here or connected to)."""
+        kept = self._cluster.kept
+        return kept.cluster_id if kept is not None else self._attached
+
+    @property
+    def journal(self) -> Journal | None:
+        """The kept cluster's journal (None: not a kept cluster)."""
+        return self._notes.journal
+
+    def attach_kept(self, cluster_id: str, journal: Journal | None) -> None:
+        """These engines are kept cluster ``cluster_id``'s, connected to: what is sent to them
+        goes in its journal too, and ``close()`` leaves what runs there running."""
+        with self._guard.lock:
+            self._attached = cluster_id
+            self._notes.journal = journal
+
+    def close(self, *, stop_kept: bool = False) -> None:
+        """Stop what runs, announce the engines as gone, stop the cluster if we started it.
+        A kept cluster is left running with what it runs unless ``stop_kept``."""
+        leave = self.kept and not stop_kept
         with self._guard as out:
             if self._closed:
                 return
             self._closed = True
             self._replacements.close()
             self._leases.close()
-            self._faults.close(out)
+            self._faults.close(out, left_running=self.describe_kept() if leave else None)
             self._registry.close(out)
-        self._cluster.stop()
+        if leave:
+            self._cluster.leave()
+        else:
+            self._cluster.stop()
+        if self._notes.journal is not None:
+            self._notes.journal.close()
         if self.owns_client:
             with contextlib.suppress(Exception):
                 self.client.close()
@@ -319,6 +362,18 @@ class IppExecutor(Executor):
             engines, running = len(self._registry), len(self._pipeline)
         return (f"<IppExecutor engines={engines} running={running}"
                 f"{' closed' if self._closed else ''}>")
+
+
+def _busy_engines(client: Any) -> set[int]:
+    """The engines of a cluster connected to that have requests in their queue (another
+    kernel's, before a restart): they join as slots once they have run them."""
+    try:
+        status = client.queue_status()
+    except Exception as err:
+        log.debug("asking the controller for its queues: %s", err)
+        return set()
+    return {eid for eid, queue in status.items()
+            if isinstance(eid, int) and isinstance(queue, dict) and queue.get("queue")}
 
 
 connect = IppExecutor.connect

@@ -29,6 +29,7 @@ from typing import Any
 
 from ...core import events as ev
 from .connection import Connection
+from .kept import RunNotes
 from .pipeline import Pipeline
 from .registry import Registry
 from .state import Engine, Guard, Outbox, Run, timer
@@ -67,7 +68,9 @@ class Faults:
 
     def __init__(self, guard: Guard, connection: Connection, registry: Registry,
                  pipeline: Pipeline, *, stop_grace: float,
-                 lost: Callable[[Engine, str, str, Outbox], None] | None = None) -> None:
+                 lost: Callable[[Engine, str, str, Outbox], None] | None = None,
+                 notes: RunNotes | None = None) -> None:
+        self._notes = notes if notes is not None else RunNotes(None)
         self._guard = guard
         self._connection = connection
         self._registry = registry
@@ -187,6 +190,7 @@ class Faults:
             reason = f"engine {engine.eid} on host {engine.info.hostname} {how} ({status})"
             for run in self._pipeline.on_engine(engine.eid):
                 self._pipeline.remove(run)
+                self._notes.ended(run, "engine lost")
                 if run.stopping is not None:
                     out.report(ev.Stopped(run.task, attempt=run.start.attempt))
                 else:  # failed (or retried) by the SlotRemoved below, with this reason: a
@@ -207,16 +211,22 @@ class Faults:
         if engine is not None:
             self.engine_lost(engine, "died", exit_text(stop_data.get("exit_code")))
 
-    def close(self, out: Outbox) -> None:
+    def close(self, out: Outbox, left_running: str | None = None) -> None:
         """The executor closes (lock held): every run ends now, as stopped or as lost; deaths
-        waiting for a status are not waited for."""
+        waiting for a status are not waited for. ``left_running`` (a kept cluster, named):
+        what was sent goes on there, unstopped; here it ends as lost, saying so."""
         self._closed = True
         for run in self._pipeline.all():
             self._pipeline.remove(run)
-            if run.future is not None:  # (interrupted once the engine took the abort)
-                self.abort(run, then_interrupt=True)
+            if run.future is not None and left_running is None:
+                self.abort(run, then_interrupt=True)  # (interrupted once the engine took it)
             if run.stopping is not None:
                 out.report(ev.Stopped(run.task, attempt=run.start.attempt))
+            elif left_running is not None and run.future is not None:
+                out.fail(run.task, EngineLost(f"left running on {left_running}"),
+                         f"this scheduler stopped; the task goes on on engine "
+                         f"{run.engine.eid} of {left_running}", lost=True,
+                         attempt=run.start.attempt)
             else:
                 out.fail(run.task, EngineLost("the engines were closed"),
                          f"engine {run.engine.eid} was closed", lost=True,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -99,13 +99,14 @@ class Registry:
             for event in self.remove(engine, "the engines were closed"):
                 out.report(event)
 
-    def wait_ready(self, timeout: float = 30) -> None:
-        """Wait until every registered engine has been probed and announced."""
+    def wait_ready(self, timeout: float = 30, skip: Collection[int] = ()) -> None:
+        """Wait until every registered engine has been probed and announced (but those in
+        ``skip``: busy with work sent before, their probe waits behind it)."""
         self._take_in()  # (one that registered a moment ago may not have been heard of yet)
         deadline = time.monotonic() + timeout
         while True:
             with self._guard.lock:
-                pending = list(self._probing.items())
+                pending = [(eid, f) for eid, f in self._probing.items() if eid not in skip]
             if not pending:
                 return
             left = deadline - time.monotonic()

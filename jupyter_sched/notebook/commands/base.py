@@ -49,6 +49,9 @@ class CommandContext(Protocol):
     def live(self) -> Lines:
         """The status lines under ``%%sched`` cells."""
 
+    def submit_cell(self, line: str, cell: str) -> Any:
+        """Run ``%%sched line`` on ``cell``, as the notebook would."""
+
 
 Run = Callable[[CommandContext, argparse.Namespace], Any]
 

@@ -1,0 +1,279 @@
+"""Clusters kept past the kernel (``%sched start --keep``): a killed or restarted kernel leaves
+them running with their work, ``%sched clusters`` lists them from any kernel of the user,
+``%sched connect`` uses them again (busy engines join once free), ``%sched stop --cluster ID``
+stops them to the last process; their files are refused when they are not the user's own.
+
+The kernels are real; each test's kept-cluster files go to a private directory of its own
+(``XDG_RUNTIME_DIR``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_sched.executors.ipp import kept
+
+pytest.importorskip("ipyparallel")
+pytest.importorskip("jupyter_client")
+
+from conftest_ipp import assert_gone
+from kernel_client import Kernel
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def xdg(tmp_path, monkeypatch) -> str:
+    """A private runtime directory: this test's kept-cluster files, and its kernels'."""
+    directory = tmp_path / "xdg"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(directory))
+    return str(directory)
+
+
+def _poll(what, condition, timeout: float = 60.0, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if condition(value):
+            return value
+        assert time.monotonic() < deadline, f"not so after {timeout:g}s: {value!r}"
+        time.sleep(every)
+
+
+def _ok(run) -> None:
+    assert run.error is None, run.error
+    assert "Error" not in run.stderr, run.stderr
+
+
+def _processes(cluster_id: str) -> list[int]:
+    """The pids the kept cluster's process book records (controller, engines, nannies)."""
+    data = json.loads(Path(kept.book_path(cluster_id)).read_text())
+    return [pid for pid, _ in data["known"]]
+
+
+def _start_kept(kernel: Kernel, engines: int = 2) -> str:
+    _ok(kernel.run("%load_ext jupyter_sched", timeout=60))
+    run = kernel.run(f"%sched start --engines {engines} --keep", timeout=180)
+    _ok(run)
+    rows = kept.listing()
+    assert len(rows) == 1 and rows[0].running and rows[0].engines == engines, rows
+    assert rows[0].notebook == "kept.ipynb"
+    return rows[0].cluster_id
+
+
+def _submit_marked(kernel: Kernel, name: str, seconds: float, marker: Path) -> None:
+    """An engine task that waits, appends its name to ``marker`` once, and returns a value."""
+    _ok(kernel.run(f"%%sched --on engines --name {name}\nimport time\ntime.sleep({seconds})\n"
+                   f"open({str(marker)!r}, 'a').write('{name}\\n')\nprint('{name} printed')\n"
+                   f"'value of {name}'"))
+
+
+def test_a_killed_kernels_work_is_taken_back_and_runs_once(xdg, tmp_path):
+    marker = tmp_path / "marker.txt"
+    first = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+    second = None
+    cluster_id = None
+    try:
+        cluster_id = _start_kept(first)
+        processes = _processes(cluster_id)
+        assert len(processes) >= 3  # the controller and its schedulers, two engines
+        _submit_marked(first, "slow-a", 8, marker)
+        _submit_marked(first, "slow-b", 8, marker)
+        _submit_marked(first, "wait-a", 1, marker)  # both engines are busy: these wait
+        _submit_marked(first, "wait-b", 1, marker)
+        # the journal says what was sent, to which engine, with ipyparallel's request id
+        sent = _poll(lambda: kept.read_journal(kept.journal_path(cluster_id)).running(),
+                     lambda rows: len(rows) == 2)
+        assert {e["name"] for e in sent} == {"slow-a", "slow-b"}
+        assert all(e["request"] and isinstance(e["engine"], int) for e in sent)
+        assert os.stat(kept.journal_path(cluster_id)).st_mode & 0o777 == 0o600
+
+        first.km.shutdown_kernel(now=True)  # SIGKILL to the kernel's process group
+        first.kc.stop_channels()
+        first = None
+
+        rows = kept.listing()
+        assert [(r.cluster_id, r.running, sorted(r.tasks)) for r in rows] == [
+            (cluster_id, True, ["slow-a", "slow-b"])]
+        second = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+        _ok(second.run("%load_ext jupyter_sched\nimport jupyter_sched\n"
+                       "sched = jupyter_sched.get_scheduler()"))
+        listed = second.run("%sched clusters")
+        _ok(listed)
+        assert f"{cluster_id}  running · 2 engines · 2 sent and not ended (" in listed.stdout
+        assert "started by kept.ipynb · since " in listed.stdout
+        slots = "sum(n.slots for n in sched.snapshot(fresh=True).nodes)"
+        alone = second.value(slots)  # the kernel's own
+        connect = second.run("%sched connect", timeout=120)
+        _ok(connect)
+        assert "took back 2 tasks an earlier kernel sent to this kept cluster" in connect.stdout
+        assert "2 cells were waiting when the kernel stopped: wait-a, wait-b; %sched restore " \
+               "NAME ... (or --all) submits them again" in connect.stdout
+        lines = " ".join(connect.texts())
+        assert "slow-a" in lines and "slow-b" in lines
+        # their values come back here, what they printed too; each ran once
+        values = second.value("sorted(h.result(timeout=60) for h in jupyter_sched.reattached())")
+        assert values == ["value of slow-a", "value of slow-b"]
+        assert sorted(marker.read_text().splitlines()) == ["slow-a", "slow-b"]
+        assert kept.listing()[0].tasks == ()
+        assert second.value("sorted(h.name for h in jupyter_sched.reattached())") == [
+            "slow-a", "slow-b"]
+        shown = second.run("%sched result slow-a")
+        _ok(shown)
+        assert "value of slow-a" in " ".join(shown.texts()) + shown.stdout
+        assert "slow-a printed" in second.run("%sched log slow-a").stdout
+        # the journal says they ended: no later kernel takes them back again
+        assert kept.read_journal(kept.journal_path(cluster_id)).running() == []
+        # the waiting cells run only when asked, once, with their options
+        assert "wait-a" not in marker.read_text()
+        bad = second.run("%sched restore nope")
+        assert "UsageError: 'nope' was not waiting; those waiting: wait-a, wait-b" in bad.stderr
+        _ok(second.run("%sched restore --all"))
+        for name in ("wait-a", "wait-b"):
+            assert second.value(f"sched.task({name!r}).result(timeout=60)") == f"value of {name}"
+        assert second.run("%sched restore").stdout.startswith("no cell was waiting for kept ")
+        # the engines, free again, serve the new kernel's cells, whose sends are journaled
+        _poll(lambda: second.value(slots), lambda n: n == alone + 2, timeout=60, every=0.5)
+        run = second.run("%%sched --on engines --wait --out e\n21 * 2", timeout=120)
+        _ok(run)
+        assert second.value("e.result()") == 42
+        assert kept.read_journal(kept.journal_path(cluster_id)).tasks != {}
+        assert sorted(marker.read_text().splitlines()) == ["slow-a", "slow-b", "wait-a",
+                                                            "wait-b"]
+
+        stopped = second.run(f"%sched stop --cluster {cluster_id}", timeout=120)
+        _ok(stopped)
+        assert stopped.stdout.strip() == f"stopped kept cluster {cluster_id}"
+        assert_gone(processes, timeout=30)
+        assert kept.listing() == []
+        assert not Path(kept.journal_path(cluster_id)).exists()
+        cluster_id = None
+    finally:
+        for kernel in (first, second):
+            if kernel is not None:
+                kernel.close()
+        if cluster_id is not None:
+            with contextlib.suppress(kept.KeptError):
+                kept.stop(cluster_id)
+
+
+def test_work_that_ended_while_no_kernel_was_there_comes_back_after_a_restart(xdg, tmp_path):
+    marker = tmp_path / "marker.txt"
+    kernel = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+    cluster_id = None
+    try:
+        cluster_id = _start_kept(kernel, engines=1)
+        processes = _processes(cluster_id)
+        _submit_marked(kernel, "quick", 2, marker)
+        _poll(lambda: kept.read_journal(kept.journal_path(cluster_id)).running(),
+              lambda rows: len(rows) == 1)
+        kernel.km.restart_kernel(now=False)  # as the notebook's "Restart Kernel"
+        kernel.kc.wait_for_ready(timeout=60)
+        assert [(r.cluster_id, r.running) for r in kept.listing()] == [(cluster_id, True)]
+        assert all(_alive(pid) for pid in processes)
+        _poll(lambda: marker.read_text() if marker.exists() else "", lambda t: t == "quick\n",
+              timeout=60)  # it ended while no kernel followed it
+        _ok(kernel.run("%load_ext jupyter_sched\nimport jupyter_sched"))
+        connect = kernel.run("%sched connect", timeout=120)
+        _ok(connect)
+        assert "took back 1 task an earlier kernel sent" in connect.stdout
+        assert kernel.value("[h.result(timeout=60) for h in jupyter_sched.reattached()]") == [
+            "value of quick"]
+        assert marker.read_text() == "quick\n"
+        # a kernel that connected to a kept cluster only leaves it on %sched stop
+        _ok(kernel.run("%sched stop", timeout=120))
+        assert kept.listing()[0].running
+        _ok(kernel.run(f"%sched stop --cluster {cluster_id}", timeout=120))
+        assert_gone(processes, timeout=30)
+        cluster_id = None
+    finally:
+        kernel.close()
+        if cluster_id is not None:
+            with contextlib.suppress(kept.KeptError):
+                kept.stop(cluster_id)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# -- bad input and hostile files (no cluster needed) ---------------------------------------------
+
+
+def test_unknown_and_malformed_ids_are_one_line_errors(xdg):
+    with pytest.raises(kept.KeptError, match=r"^no kept cluster 'nope' of yours on this host; "
+                       r"%sched clusters lists them$"):
+        kept.stop("nope")
+    for bad in ("../x", "", "a" * 200, "x y", None, 3):
+        with pytest.raises(kept.KeptError, match="is not a cluster id: ids are letters"):
+            kept.stop(bad)
+    long = "a" * 200
+    with pytest.raises(kept.KeptError) as caught:
+        kept.check_id(long)
+    assert len(str(caught.value)) < 200  # the value is cut, not echoed whole
+
+
+def test_damaged_records_and_journals_are_said_and_change_nothing(xdg):
+    folder = kept.folder()
+    (folder / "kept-1700000000-abcd.json").write_text("{not json")
+    os.chmod(folder / "kept-1700000000-abcd.json", 0o600)
+    record = kept.KeptCluster("1700000001-wxyz", "/nonexistent/cluster.json", "a.ipynb",
+                              os.getpid(), time.time(), "local", 2)
+    record.save()
+    journal = kept.Journal(kept.journal_path(record.cluster_id))
+    journal.write("sent", id="t1", attempt=1, name="one")
+    journal.close()
+    with open(kept.journal_path(record.cluster_id), "ab") as f:
+        f.write(b'{"k":"sent","id":"t2","na')  # cut short by a crash
+    rows = {r.cluster_id: r for r in kept.listing()}
+    damaged = rows["1700000000-abcd"]
+    assert not damaged.running and "its record" in damaged.problem and "damaged" in \
+        damaged.problem
+    good = rows["1700000001-wxyz"]
+    assert not good.running and good.tasks == ("one",)
+    assert good.problem == "1 line of its journal could not be read"
+    text = kept.format_listing(list(rows.values()))
+    assert "1700000001-wxyz  not running · 2 engines · 1 sent and not ended (one)" in text
+    # stopping what is left: files go, nothing else is touched
+    assert kept.stop("1700000000-abcd") == []
+    assert kept.stop("1700000001-wxyz") == []
+    assert kept.listing() == []
+
+
+def test_a_link_or_a_file_open_to_others_is_refused(xdg, tmp_path):
+    folder = kept.folder()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"cluster_id": "1700000002-link", "cluster_file": "",
+                                     "notebook": "", "kernel_pid": 1, "since": 0.0}))
+    os.symlink(elsewhere, folder / "kept-1700000002-link.json")
+    (folder / "kept-1700000003-open.json").write_text("{}")
+    os.chmod(folder / "kept-1700000003-open.json", 0o666)
+    rows = {r.cluster_id: r for r in kept.listing()}
+    assert "refused" in rows["1700000002-link"].problem
+    assert "refused" in rows["1700000003-open"].problem
+    os.symlink(elsewhere, folder / "kept-1700000004-jour.journal")
+    with pytest.raises(PermissionError, match="is a link"):
+        kept.Journal(folder / "kept-1700000004-jour.journal")
+    assert json.loads(elsewhere.read_text())["cluster_id"] == "1700000002-link"  # untouched
+
+
+def test_keep_takes_only_true_or_false():
+    from jupyter_sched import Scheduler
+
+    sched = Scheduler(local_resources="GPU=1")
+    try:
+        with pytest.raises(TypeError, match=r"keep='yes': give True or False"):
+            sched.start_cluster(engines=1, keep="yes")
+        assert sched.state == "new"  # nothing was started
+    finally:
+        sched.shutdown()
