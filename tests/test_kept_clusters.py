@@ -186,17 +186,98 @@ def test_work_that_ended_while_no_kernel_was_there_comes_back_after_a_restart(xd
         assert kernel.value("[h.result(timeout=60) for h in jupyter_sched.reattached()]") == [
             "value of quick"]
         assert marker.read_text() == "quick\n"
-        # a kernel that connected to a kept cluster only leaves it on %sched stop
-        _ok(kernel.run("%sched stop", timeout=120))
-        assert kept.listing()[0].running
-        _ok(kernel.run(f"%sched stop --cluster {cluster_id}", timeout=120))
+        # %sched stop stops a kept cluster connected to as well: it is the user's
+        stopped = kernel.run("%sched stop", timeout=120)
+        _ok(stopped)
+        assert f"stopped kept cluster {cluster_id}" in stopped.stdout
         assert_gone(processes, timeout=30)
+        assert kept.listing() == []
         cluster_id = None
     finally:
         kernel.close()
         if cluster_id is not None:
             with contextlib.suppress(kept.KeptError):
                 kept.stop(cluster_id)
+
+
+def test_a_kept_clusters_task_holds_its_gpu_while_no_kernel_is_there(xdg, tmp_path):
+    """The lease of a task on an engine of this host is the engine's: the kernel that sent it
+    dies, and another notebook's kernel asking for that GPU waits, told who holds it, until
+    the task ends; never both at once."""
+    times = tmp_path / "times.txt"
+    first = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+    other = None
+    cluster_id = None
+    stamp = "open({path!r}, 'a').write(f'{what} {{time.time()}}\\n')"
+    try:
+        _ok(first.run("%load_ext jupyter_sched\n%sched local --gpus 1", timeout=60))
+        _ok(first.run("%sched start --engines 1 --keep", timeout=180))
+        cluster_id = kept.listing()[0].cluster_id
+        _ok(first.run("%%sched --on engines --gpus 1 --name hold\nimport time\n"
+                      + stamp.format(path=str(times), what="hold-start") + "\ntime.sleep(8)\n"
+                      + stamp.format(path=str(times), what="hold-end")))
+        _poll(lambda: times.read_text() if times.exists() else "", lambda t: "hold-start" in t)
+        first.km.shutdown_kernel(now=True)  # SIGKILL
+        first.kc.stop_channels()
+        first = None
+
+        other = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="other.ipynb")
+        _ok(other.run("%load_ext jupyter_sched\n%sched local --gpus 1\nimport jupyter_sched\n"
+                      "sched = jupyter_sched.get_scheduler()"))
+        _ok(other.run("%%sched --gpus 1 --name mine --out mine\nimport time\n"
+                      + stamp.format(path=str(times), what="mine-start")))
+        if "hold-end" not in times.read_text():  # (still running: mine waits, told for whom)
+            queue = other.run("%sched queue")
+            _ok(queue)
+            text = " ".join(queue.texts())
+            assert "mine" in text and "engine for notebook kept.ipynb" in text, text
+        other.run("mine.result(timeout=60)", timeout=90)
+        stamps = dict(line.split() for line in times.read_text().splitlines())
+        assert set(stamps) == {"hold-start", "hold-end", "mine-start"}
+        assert float(stamps["mine-start"]) >= float(stamps["hold-end"])
+        _ok(other.run(f"%sched stop --cluster {cluster_id}", timeout=120))
+        cluster_id = None
+    finally:
+        for kernel in (first, other):
+            if kernel is not None:
+                kernel.close()
+        if cluster_id is not None:
+            with contextlib.suppress(kept.KeptError):
+                kept.stop(cluster_id)
+
+
+def test_the_restart_safe_notebook_with_a_real_restart(xdg):
+    """notebooks/restart-safe.ipynb as a user runs it: its cells in a real kernel, with a real
+    restart where the notebook says to restart (the cell that stands in for one is skipped)."""
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "restart-safe.ipynb",
+                       as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "code"]
+    stand_in = [k for k, source in enumerate(cells) if "get_scheduler().shutdown()" in source]
+    assert len(stand_in) == 1
+    kernel = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="notebooks/restart-safe.ipynb")
+    said: dict[str, str] = {}
+    try:
+        for k, source in enumerate(cells):
+            if k == stand_in[0]:
+                kernel.km.restart_kernel(now=False)
+                kernel.kc.wait_for_ready(timeout=60)
+                continue
+            run = kernel.run(source, timeout=180)
+            _ok(run)
+            said[source] = run.stdout + "\n".join(run.texts())
+        assert kept.listing() == []  # its last cell stopped the cluster
+    finally:
+        kernel.close()
+        for row in kept.listing():
+            with contextlib.suppress(kept.KeptError):
+                kept.stop(row.cluster_id)
+    text = "\n".join(said.values())
+    assert "took back 2 tasks an earlier kernel sent to this kept cluster" in text
+    assert "1 cell was waiting when the kernel stopped: report" in text
+    assert "{'train': 0.125, 'sweep': {'lr': 0.01, 'loss': 0.118}}" in text
+    assert "'report: a GPU was free again'" in text
+    assert "started by notebooks/restart-safe.ipynb" in text
 
 
 def _alive(pid: int) -> bool:

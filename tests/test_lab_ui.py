@@ -269,6 +269,15 @@ def close_notebook(page, name: str) -> None:
     tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
     expect(tab).not_to_have_class(re.compile(r"\bjp-mod-dirty\b"), timeout=WAIT)
     tab.locator(".lm-TabBar-tabCloseIcon").click()
+    # a status line the kernel updated after the save makes the notebook changed again, and
+    # JupyterLab then asks before closing: save it, as the user would
+    ask = page.locator(".jp-Dialog", has_text=f'Save changes in "{name}"')
+    deadline = time.monotonic() + WAIT / 1000
+    while tab.count() and time.monotonic() < deadline:
+        if ask.count():
+            ask.locator("button.jp-mod-accept").click()
+            expect(ask).to_have_count(0, timeout=WAIT)
+        page.wait_for_timeout(100)
     expect(tab).to_have_count(0, timeout=WAIT)
 
 

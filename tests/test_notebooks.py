@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 CHECKS = ROOT / "tests" / "notebook_checks"
 EXAMPLES = ("quickstart", "fractional-gpus", "gangs", "queues-and-fairness", "engines",
-            "what-if", "dashboard")
+            "what-if", "dashboard", "restart-safe")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(960)]
 
@@ -47,6 +47,14 @@ SHOWS = {
     "engines": ["slots free", "2/2", "[('0', [0], '0'), ('1', [0], '1')]", "'finished'", "1/1",
                 "long-job: done on local (engine e"],
     "what-if": ["4 nodes: done after", "8 nodes: done after", "research:prod"],
+    "restart-safe": ["t1 train: failed: LeftRunning: left running on engine ",
+                     "t3 report: cancelled: the scheduler shut down",
+                     "running · 2 engines · 2 sent and not ended (train, sweep) · started by ",
+                     "took back 2 tasks an earlier kernel sent to this kept cluster",
+                     "1 cell was waiting when the kernel stopped: report; %sched restore",
+                     "[sched] t1 train: done on kept-", "[sched] t2 sweep: done on kept-",
+                     "{'train': 0.125, 'sweep': {'lr': 0.01, 'loss': 0.118}}",
+                     "'report: a GPU was free again'", "stopped kept cluster "],
     "dashboard": ["Dashboard(children=", "cancel sent to <code>t5</code>",
                   "t4 report: done on local, GPU 0", "history: 4 done, 0 failed, 1 cancelled"],
 }
@@ -207,10 +215,13 @@ def test_widgets_are_saved_with_their_state(name):
     assert refs - set(state) == set()
 
 
-def test_they_pass_nbval():
+def test_they_pass_nbval(tmp_path):
     """One nbval run for them all (a run's start costs seconds), each in a kernel of its own."""
     pytest.importorskip("nbval")
     env = {k: v for k, v in os.environ.items() if k not in INHERITED}
+    # a private runtime directory of their own: %sched clusters lists their kept clusters only
+    (tmp_path / "xdg").mkdir(mode=0o700)
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "xdg")
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), str(CHECKS), env.get("PYTHONPATH")]))
     result = subprocess.run(

@@ -123,6 +123,11 @@ class TaskRecord:
         self.runs.append((self.node, dict(self.devices.get("GPU", {})), self.started, end))
 
 
+class LeftRunning(RuntimeError):
+    """A task left running where it runs as this scheduler stops (on a kept cluster's engine):
+    another kernel may take it back."""
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutorSettings:
     """The scheduler's settings an executor reads, frozen: it gets a new one when they change
@@ -179,6 +184,17 @@ class Executor(ABC):
     def end_step(self) -> None:  # noqa: B027 (most executors have nothing to do)
         """The runtime's step has carried out its ``Start``s for this executor (it may have
         held some, to send them together)."""
+
+    def leases_itself(self, start: Start) -> bool:
+        """Whether the process that runs ``start`` takes the host's GPU lease for it in its
+        own name (an engine of a kept cluster), so that the kernel takes none (runtime
+        thread)."""
+        return False
+
+    def lease_holders(self) -> set[int]:
+        """The pids of this executor's processes on the kernel's host that hold leases of its
+        tasks in their own name: the runtime counts them as its own (runtime thread)."""
+        return set()
 
 
 def device_shares(start: Start) -> dict[str, dict[int, float]]:

@@ -217,6 +217,10 @@ class LiveLines:
         return sent
 
     def close(self) -> None:
+        """Stop following the lines; those whose tasks have ended show it first, under the
+        cell that runs now (the extension is unloaded: nothing would draw them again)."""
+        with contextlib.suppress(Exception):
+            self.settle()
         self._stop.set()
         self._wake.set()
         unsubscribe, self._unsubscribe = self._unsubscribe, None

@@ -7,6 +7,7 @@ executors is the one record of them (the runtime thread reads it to carry out st
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -106,19 +107,28 @@ class Clusters:
             loop.add_executor(executor)
 
     @staticmethod
-    def stop(loop: RuntimeLoop | None) -> None:
-        """Stop using every engine executor (those that started their cluster stop it, kept
-        or not)."""
+    def stop(loop: RuntimeLoop | None) -> list[str]:
+        """Stop using every engine executor: those that started their cluster stop it, kept
+        or not, and a kept cluster connected to is stopped too (it is this user's); other
+        clusters connected to are left running."""
+        from ..executors.ipp import kept
         from ..executors.ipp.executor import IppExecutor
 
+        stopped: list[str] = []
         if loop is None:
-            return
+            return stopped
         for executor in [e for e in loop.executors if e is not loop.records.local]:
             if isinstance(executor, IppExecutor):
+                if executor.kept_id is not None:
+                    stopped.append(executor.kept_id)
                 executor.close(stop_kept=True)
+                if executor.kept_id is not None and not executor.owns_cluster:
+                    with contextlib.suppress(kept.KeptError):
+                        kept.stop(executor.kept_id)
             else:
                 executor.close()
             loop.executors.remove(executor)
+        return stopped
 
     @staticmethod
     def stop_kept(loop: RuntimeLoop | None, cluster_id: str) -> list[int]:
@@ -172,7 +182,8 @@ def _kept_cluster(cluster_id: str | None) -> Any:
     try:
         if cluster_id is None:
             notebook = notebook_path()
-            mine = [r for r in kept.listing() if r.running and notebook and r.notebook == notebook]
+            # (outside Jupyter's server no notebook is known: then those started so)
+            mine = [r for r in kept.listing() if r.running and r.notebook == notebook]
             if not mine:
                 return None
             cluster_id = mine[-1].cluster_id

@@ -46,6 +46,8 @@ class LeaseSteps:
         self.core: Core | None = None
         self._unleased: set[str] = set()  # tasks whose last start its lease refused
         self._refused: dict[str, str] = {}  # task -> why its start in this step got no lease
+        # whether a start's own process takes its lease (an engine of a kept cluster)
+        self.leases_itself: Callable[[ev.Start], bool] = lambda start: False
 
     def settle(self, instructions: list, now: float) -> None:
         """Before a step's instructions are carried out: give back the leases of attempts that
@@ -59,7 +61,8 @@ class LeaseSteps:
         ended = [held for held in leases.tasks()
                  if (task := core.tasks.get(held)) is None or task.state != RUNNING]
         starts = [i for i in instructions  # (only GPU shares take leases)
-                  if isinstance(i, ev.Start) and i.after is None and i.devices.get(GPU)]
+                  if isinstance(i, ev.Start) and i.after is None and i.devices.get(GPU)
+                  and not self.leases_itself(i)]
         if core.elsewhere or leases.view.wanted:  # what waits for others, for the host's order
             leases.want_waits(core.waiting_elsewhere(leases.node, host_leases.MAX_WAITS))
         if not ended and not starts and not leases.waits_due and (

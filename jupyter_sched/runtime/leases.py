@@ -112,6 +112,8 @@ class HostLeases:
         # the task sent ahead behind a task on its slot, and its attempt (the runtime's records
         # keep who runs after whom): it takes the task's leases over as it ends
         self.successor_of: Callable[[str], tuple[str, int] | None] = lambda task: None
+        # the pids of this scheduler's engines here that hold their tasks' leases themselves
+        self.own_pids: Callable[[], set[int]] = set
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
         self._now = 0.0  # the last time a step said (``settle``, ``poll``)
@@ -355,6 +357,9 @@ class HostLeases:
         says what the core was last told)."""
         every, order = self.ledger.view()
         mine = {lease.id for _, leases in self._by_task.values() for lease in leases}
+        own = self.own_pids()
+        if own:  # (their tasks are this scheduler's, counted as such by the core)
+            mine.update(lease.id for lease in every if lease.owner.pid in own)
         self.view.read(every, order, mine)
         outside = self.outside.shares(every) if self.outside is not None else {}
         return self.view.event(outside)

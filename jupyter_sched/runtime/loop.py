@@ -108,6 +108,8 @@ class RuntimeLoop:
         self.records.core = core
         if self.leases is not None:
             self.leases.successor_of = self.records.successor
+            self.leases.own_pids = self._lease_holders
+        self.lease_steps.leases_itself = self._leases_itself
         self.executors: list[Executor] = []
         self.outputs = DueOutputs()  # task outputs waiting to be flushed
         # Runtime (executors read these from their threads): the kernel's host; whether GPU
@@ -422,6 +424,13 @@ class RuntimeLoop:
                               holders=holders, notices=tuple(self.notices()[-5:]))
         self.shown.publish(snap, now, notify)
         return snap
+
+    def _leases_itself(self, start: ev.Start) -> bool:
+        executor = self.records.executor_for(start)
+        return executor is not None and executor.leases_itself(start)
+
+    def _lease_holders(self) -> set[int]:
+        return {pid for executor in list(self.executors) for pid in executor.lease_holders()}
 
     def _stop_executors(self) -> None:
         """Close the executors (the local one last), then give back the leases but those of

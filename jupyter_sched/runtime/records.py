@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core import events as ev
-from ..executors.base import Executor, TaskRecord, device_shares
+from ..executors.base import Executor, LeftRunning, TaskRecord, device_shares
 from ..executors.local.output import TaskOutput
 from ..model.tasks import ASSIGNED, CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL
 
@@ -316,6 +316,8 @@ class Records:
             handle = self.handles.get(record.id)
             if failed:
                 record.state, record.reason = FAILED, failed
+            elif isinstance(record.error, LeftRunning):  # (it goes on, on a kept cluster)
+                record.state, record.reason = FAILED, str(record.error)
             elif handle is not None and handle._early:  # its Finished came after the STOP
                 record.state, record.reason = DONE, ""
             else:
@@ -324,7 +326,6 @@ class Records:
                 handle._settle()  # (an early result's callbacks run here)
         self.live.clear()
         return counts
-
 
 
 class _Once:

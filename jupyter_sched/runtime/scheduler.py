@@ -465,9 +465,10 @@ class Scheduler(Configurable):
             raise TypeError(f"keep={keep!r}: give True or False")
         return self._clusters.start(engines, engines_per_gpu, launcher, add, keep, **kw)
 
-    def stop_cluster(self) -> None:
-        """Stop using every ipyparallel cluster (and stop those this scheduler started)."""
-        self._clusters.stop(self._loop)
+    def stop_cluster(self) -> list[str]:
+        """Stop using every ipyparallel cluster (and stop those this scheduler started, and
+        kept clusters connected to); the ids of the kept clusters stopped."""
+        return self._clusters.stop(self._loop)
 
     def keep_queued(self, handle: Any, line: str, cell: str) -> None:
         """While a kept cluster is in use, the journal keeps the cell ``handle`` runs (its

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +34,8 @@ def execute(path: Path) -> float:
     # must not reach their kernels (or the engines those start)
     env = {k: v for k, v in os.environ.items() if k not in INHERITED}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # a private runtime directory of its own: %sched clusters lists its kept clusters only
+    env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="jupyter-sched-notebook-")
     client = NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=True,
                             record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})

@@ -95,7 +95,8 @@ class IppExecutor(Executor):
         self._faults = Faults(guard, self.connection, self._registry, self._pipeline,
                               stop_grace=stop_grace, lost=self._replacements.lost, notes=notes)
         self._leases = HostLeases(guard, self.connection, self._registry, self._pipeline.idle,
-                                  lambda: self.settings, lambda: runtime.gpu_work_waits)
+                                  lambda: self.settings, lambda: runtime.gpu_work_waits,
+                                  lambda: self.kept)
         self._timings = Timings()
         self._dispatch = Dispatcher(guard, self.connection, self._registry, self._pipeline,
                                     self._faults, self._leases, self._timings,
@@ -302,6 +303,17 @@ class IppExecutor(Executor):
 
     def stop(self, task_id: str, reason: str) -> None:
         self._faults.stop(task_id, reason)
+
+    def leases_itself(self, start: ev.Start) -> bool:
+        with self._guard.lock:
+            engine = self._registry.by_slot(start.slot)
+            return engine is not None and self._leases.leases_itself(engine)
+
+    def lease_holders(self) -> set[int]:
+        if not self.kept:
+            return set()
+        with self._guard.lock:
+            return {e.info.pid for e in self._registry.all() if e.local_host}
 
     def end_step(self) -> None:
         """The runtime's step has carried out its starts: send the bundles it made."""

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...core import events as ev
+from ..base import LeftRunning
 from .connection import Connection
 from .kept import RunNotes
 from .pipeline import Pipeline
@@ -223,10 +224,9 @@ class Faults:
             if run.stopping is not None:
                 out.report(ev.Stopped(run.task, attempt=run.start.attempt))
             elif left_running is not None and run.future is not None:
-                out.fail(run.task, EngineLost(f"left running on {left_running}"),
-                         f"this scheduler stopped; the task goes on on engine "
-                         f"{run.engine.eid} of {left_running}", lost=True,
-                         attempt=run.start.attempt)
+                why = (f"left running on engine {run.engine.eid} of {left_running} as this "
+                       f"scheduler stopped (%sched connect takes it back)")
+                out.fail(run.task, LeftRunning(why), why, lost=True, attempt=run.start.attempt)
             else:
                 out.fail(run.task, EngineLost("the engines were closed"),
                          f"engine {run.engine.eid} was closed", lost=True,

@@ -118,8 +118,9 @@ class HostLeases:
 
     def __init__(self, guard: Guard, connection: Connection, hosts: Hosts,
                  idle: Callable[[int], bool], settings: Callable[[], ExecutorSettings],
-                 waits: Callable[[], bool]) -> None:
+                 waits: Callable[[], bool], kept: Callable[[], bool] = lambda: False) -> None:
         self._guard = guard
+        self._kept = kept  # a kept cluster: engines here take their tasks' leases too
         self._connection = connection
         self._hosts = hosts
         self._idle = idle  # whether an engine runs nothing (a read would wait behind a task)
@@ -140,14 +141,24 @@ class HostLeases:
         if node is None:
             return call
         settings = self._settings()
-        lease = (settings.host_leases and not node.local
-                 and not engine.local_host)  # (this host's leases are the runtime's)
+        lease = self.leases_itself(engine, node)
         host = host_meta(run.start, engine, node, lease=lease, label=self._label,
                          ledger=settings.ledger_path)
         if host is None:
             return call
         fn, args, kwargs = call
         return HOST_CALL, [host, fn, *args], kwargs
+
+    def leases_itself(self, engine: Engine, node: NodeEntry | None = None) -> bool:
+        """Whether ``engine`` takes its tasks' leases in its host's ledger itself: on another
+        host always; on this one, for a kept cluster (so that a task goes on holding its GPU
+        when the kernel that sent it ends); else this host's leases are the runtime's."""
+        if not self._settings().host_leases:
+            return False
+        node = node if node is not None else self._hosts.node(engine.node)
+        if node is None:
+            return False
+        return (not node.local and not engine.local_host) or self._kept()
 
     def refused(self, run: Run, status: str, head: Mapping[str, Any], out: Outbox) -> bool:
         """What a reply says of the host's ledger (lock held): a refusal reported (True), or

@@ -59,7 +59,7 @@ class TakeBack(Executor):
         self.node = f"kept-{cluster_id}"
         self.journal = journal
         self.entries = {str(e["id"]): dict(e) for e in entries}
-        self.slots = [f"s{k + 1}" for k in range(len(self.entries))]
+        self.slots = [f"taken-{k + 1}" for k in range(len(self.entries))]
         self._lock = threading.Lock()
         self._following: dict[str, tuple[str, int]] = {}  # our task -> (its journal id, attempt)
         self._awaited: dict[str, tuple[Any, TaskRecord, dict]] = {}  # task -> its hub result

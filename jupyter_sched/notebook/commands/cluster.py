@@ -152,24 +152,28 @@ def start(ctx: CommandContext, args: Namespace):
     return tables.NodeList(snapshot(ctx))
 
 
-@command("stop", "stop using ipyparallel engines (and stop a cluster %sched start started)")
+@command("stop", "stop using ipyparallel engines (and stop a cluster %sched start started, or "
+                 "a kept one)")
 @ma.magic_arguments("sched stop")
 @ma.argument("--cluster", metavar="ID",
              help="stop this kept cluster of yours instead (%%sched clusters lists them)")
 @documented
 def stop(ctx: CommandContext, args: Namespace):
     """Stop using ipyparallel engines; a cluster ``%sched start`` started is stopped (its
-    tasks fail, or re-queue under ``--retries``), kept or not. ``--cluster ID`` stops one
-    kept cluster of yours, whichever kernel started it."""
+    tasks fail, or re-queue under ``--retries``), kept or not, and so is a kept cluster
+    connected to. ``--cluster ID`` stops one kept cluster of yours, whichever kernel started
+    it."""
     if args.cluster is not None:
         return _stop_kept(ctx, args.cluster)
     engines = sum(n.slots for n in snapshot(ctx).nodes)
     try:
-        ctx.scheduler.stop_cluster()
+        stopped = ctx.scheduler.stop_cluster() or []
     except Exception as err:
         raise UsageError(f"stopping the cluster failed: {one_line(err)}") from None
     print("left the ipyparallel engines (a cluster %sched start started is stopped)"
-          if engines else "no ipyparallel engines were in use")
+          if engines or stopped else "no ipyparallel engines were in use")
+    for cluster_id in stopped:
+        print(f"stopped kept cluster {cluster_id}")
     return None
 
 
