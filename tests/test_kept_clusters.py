@@ -325,6 +325,17 @@ def test_damaged_records_and_journals_are_said_and_change_nothing(xdg):
     assert good.problem == "1 line of its journal could not be read"
     text = kept.format_listing(list(rows.values()))
     assert "1700000001-wxyz  not running · 2 engines · 1 sent and not ended (one)" in text
+    # a kept cluster whose controller is gone: connecting to it says so in one line
+    from jupyter_sched import Scheduler
+
+    sched = Scheduler(local_resources="GPU=1")
+    try:
+        with pytest.raises(ValueError, match=r"^kept cluster '1700000001-wxyz' is not running "
+                           r"any more \(its controller is gone\); %sched stop --cluster "
+                           r"1700000001-wxyz ends what is left of it$"):
+            sched.connect(cluster_id="1700000001-wxyz", timeout=5)
+    finally:
+        sched.shutdown()
     # stopping what is left: files go, nothing else is touched
     assert kept.stop("1700000000-abcd") == []
     assert kept.stop("1700000001-wxyz") == []
@@ -358,3 +369,63 @@ def test_keep_takes_only_true_or_false():
         assert sched.state == "new"  # nothing was started
     finally:
         sched.shutdown()
+
+
+# -- another user --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mallory():
+    from test_host_trust import RealUsers, why_no_real_users
+
+    reason = why_no_real_users()
+    if reason:
+        pytest.skip(reason)
+    users = RealUsers()
+    try:
+        users.mallory = users.user("mallory")
+        yield users
+    finally:
+        users.close()
+
+
+def test_another_users_kept_files_and_processes_are_never_taken_for_ours(xdg, mallory):
+    """Files of another real user in this user's private directory (left there by a mistake,
+    or by root) are refused, and the processes they name are never signalled; another user's
+    cluster, named by its id, is not found among this user's."""
+    import psutil
+
+    pid = int(mallory.sh(mallory.mallory, "sleep 120 >/dev/null 2>&1 & echo $!"))
+    try:
+        folder = kept.folder()
+        cluster_id = "1700000005-mall"
+        book = folder / f"kept-{cluster_id}.processes.json"
+        book.write_text(json.dumps({"since": 0.0, "sessions": [],
+                                    "known": [[pid, psutil.Process(pid).create_time()]]}))
+        record = folder / f"kept-{cluster_id}.json"
+        record.write_text(json.dumps({"cluster_id": cluster_id, "cluster_file": "",
+                                      "notebook": "hers.ipynb", "kernel_pid": pid,
+                                      "since": time.time()}))
+        for path in (book, record):
+            path.chmod(0o600)
+            os.chown(path, mallory.mallory.uid, -1)
+        rows = kept.listing()
+        assert [(r.cluster_id, r.running) for r in rows] == [(cluster_id, False)]
+        assert "its record is refused" in rows[0].problem
+        with pytest.raises(kept.KeptError, match="its record is refused"):
+            kept.KeptCluster.load(cluster_id)
+        assert kept.stop(cluster_id) == []  # her book names nothing to signal
+        assert psutil.Process(pid).is_running() and \
+            psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        assert kept.listing() == []  # (what was in this user's directory is gone)
+        # her cluster, by its id: not one of this user's kept clusters, and said in one line
+        from jupyter_sched import Scheduler
+
+        sched = Scheduler(local_resources="GPU=1")
+        try:
+            with pytest.raises(ValueError, match=r"^no cluster '1700000006-hers' is running"):
+                sched.connect(cluster_id="1700000006-hers", timeout=5)
+        finally:
+            sched.shutdown()
+    finally:
+        os.kill(pid, 9)
