@@ -278,6 +278,8 @@ def test_the_restart_safe_notebook_with_a_real_restart(xdg):
     assert "{'train': 0.125, 'sweep': {'lr': 0.01, 'loss': 0.118}}" in text
     assert "'report: a GPU was free again'" in text
     assert "started by notebooks/restart-safe.ipynb" in text
+    assert said["loss"].strip() == "0.125"  # pulled from the engine: %sched result --pull
+    assert "pulled loss" in text
 
 
 def _alive(pid: int) -> bool:

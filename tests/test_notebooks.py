@@ -54,7 +54,8 @@ SHOWS = {
                      "1 cell was waiting when the kernel stopped: report; %sched restore",
                      "[sched] t1 train: done on kept-", "[sched] t2 sweep: done on kept-",
                      "{'train': 0.125, 'sweep': {'lr': 0.01, 'loss': 0.118}}",
-                     "'report: a GPU was free again'", "stopped kept cluster "],
+                     "'report: a GPU was free again'", "stopped kept cluster ",
+                     "pulled loss"],
     "dashboard": ["Dashboard(children=", "cancel sent to <code>t5</code>",
                   "t4 report: done on local, GPU 0", "history: 4 done, 0 failed, 1 cancelled"],
 }

@@ -127,6 +127,11 @@ class SchedMagics(Magics):
 
     # -- %%sched ------------------------------------------------------------------------------
 
+    @property
+    def namespace(self) -> dict:
+        """The notebook's names."""
+        return self.shell.user_ns if self.shell is not None else {}
+
     def submit_cell(self, line: str, cell: str):
         """``%%sched line`` on ``cell``, as if the notebook ran it (``%sched restore``)."""
         return self._run_cell(line, cell)

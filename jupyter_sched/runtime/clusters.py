@@ -154,6 +154,18 @@ class Clusters:
         return kept.stop(cluster_id)
 
     @staticmethod
+    def taken_back_names(loop: RuntimeLoop | None, task_id: str) -> dict | None:
+        """The names a taken-back task's cell set on its engine (None: not such a task)."""
+        from ..executors.ipp.takeback import TakeBack
+
+        for executor in list(loop.executors) if loop is not None else []:
+            if isinstance(executor, TakeBack):
+                names = executor.names_of(task_id)
+                if names is not None:
+                    return names
+        return None
+
+    @staticmethod
     def kept_journal(loop: RuntimeLoop | None) -> tuple[str, Any] | None:
         """(id, journal) of the kept cluster in use here (started kept, or connected to),
         or None."""

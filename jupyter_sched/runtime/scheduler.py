@@ -507,6 +507,11 @@ class Scheduler(Configurable):
         if found is not None:
             found[1].write("restored", id=entry_id)
 
+    def taken_back_names(self, task_id: str) -> dict | None:
+        """The names the cell of a task taken back from a kept cluster set on its engine,
+        as they came back with its result; None when ``task_id`` is not such a task."""
+        return self._clusters.taken_back_names(self._loop, task_id)
+
     def reattached(self) -> list:
         """The handles of the work taken back from kept clusters by ``connect`` (their tasks
         bear the names they were sent with)."""

@@ -63,6 +63,7 @@ class TakeBack(Executor):
         self._lock = threading.Lock()
         self._following: dict[str, tuple[str, int]] = {}  # our task -> (its journal id, attempt)
         self._awaited: dict[str, tuple[Any, TaskRecord, dict]] = {}  # task -> its hub result
+        self._names: dict[str, dict[str, Any]] = {}  # task -> the names its cell set there
         self._left = len(self.entries)
         self._closed = False
         self._wake = threading.Event()
@@ -118,6 +119,13 @@ class TakeBack(Executor):
             self.client.send_signal(signal.SIGINT, targets=[engine], block=False)
         except Exception as err:
             log.debug("interrupting engine %s: %s", engine, err)
+
+    def names_of(self, task_id: str) -> dict[str, Any] | None:
+        """The names the cell of taken-back task ``task_id`` set on its engine, as they came
+        back with its result (None: not a task taken back here, or not done)."""
+        with self._lock:
+            names = self._names.get(task_id)
+        return dict(names) if names is not None else None
 
     def close(self) -> None:
         with self._lock:
@@ -219,6 +227,8 @@ class TakeBack(Executor):
             self._fail(task_id, attempt, RemoteTaskError(why), why)
             return "unreadable"
         if status == "ok":
+            with self._lock:
+                self._names[task_id] = {k: v for k, v in entries.items() if k != RESULT}
             self.runtime.complete(task_id, result=entries.get(RESULT), attempt=attempt)
             self.runtime.report(ev.Finished(task_id, attempt=attempt))
             return "ok"

@@ -49,6 +49,10 @@ class CommandContext(Protocol):
     def live(self) -> Lines:
         """The status lines under ``%%sched`` cells."""
 
+    @property
+    def namespace(self) -> dict:
+        """The notebook's names (the kernel's user namespace)."""
+
     def submit_cell(self, line: str, cell: str) -> Any:
         """Run ``%%sched line`` on ``cell``, as the notebook would."""
 

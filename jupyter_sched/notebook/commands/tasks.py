@@ -109,15 +109,29 @@ def wait(ctx: CommandContext, args: Namespace):
 @command("result", "the value of a finished task (re-raises its error)")
 @ma.magic_arguments("sched result")
 @ma.argument("task", metavar="ID|NAME")
+@ma.argument("--pull", action="store_true",
+             help="a task taken back from a kept cluster: put the names its cell set there "
+                  "in this notebook too")
 @documented
 def result(ctx: CommandContext, args: Namespace):
-    """Return a finished task's value (its last expression), or raise its error."""
+    """Return a finished task's value (its last expression), or raise its error. ``--pull``:
+    the names the cell of a task taken back from a kept cluster set on its engine are set
+    here too (a cell's names come back by themselves otherwise)."""
     handle = find_task(ctx, args.task)
     if not is_done(handle):
         raise UsageError(f"{fmt.task_label(handle)} is {handle.state}; wait for it first "
                          f"(%sched wait {handle.id})")
     if handle.cancelled():
         raise UsageError(f"{fmt.task_label(handle)} was cancelled: it has no result")
+    if args.pull:
+        names = ctx.scheduler.taken_back_names(handle.id)
+        if names is None:
+            raise UsageError(f"--pull is for tasks taken back from a kept cluster; "
+                             f"{fmt.task_label(handle)} is not one (what a cell sets on an "
+                             "engine comes back when it ends)")
+        ctx.namespace.update(names)
+        print(f"pulled {', '.join(sorted(names))}" if names else
+              f"{fmt.task_label(handle)} set no name to pull")
     return handle.result(timeout=0)
 
 
