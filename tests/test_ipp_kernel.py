@@ -18,7 +18,7 @@ from conftest_ipp import ROOT, TESTS, assert_gone, describe, process_tree
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipyparallel")
 
-from test_magics_kernel import Kernel  # noqa: E402
+from kernel_client import Kernel  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -71,7 +71,7 @@ def test_stop_after_the_controller_was_killed_leaves_no_process():
 
 
 def kernel_with_a_cluster():
-    from test_magics_kernel import Kernel
+    from kernel_client import Kernel
 
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, str(TESTS), old]))

@@ -16,7 +16,7 @@ import signal
 import time
 
 import pytest
-from test_magics_kernel import Kernel
+from kernel_client import Kernel
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

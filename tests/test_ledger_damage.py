@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from kernel_client import Kernel
 from test_leases_kernels import kernels, most_held
-from test_magics_kernel import Kernel
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_magics_kernel import Kernel, Run  # skips the module without jupyter_client
+from kernel_client import Kernel, Run  # skips the module without jupyter_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
