@@ -200,6 +200,41 @@ def test_work_that_ended_while_no_kernel_was_there_comes_back_after_a_restart(xd
                 kept.stop(cluster_id)
 
 
+def test_a_gangs_members_are_taken_back_each_with_its_own_value(xdg, tmp_path):
+    marker = tmp_path / "ranks.txt"
+    first = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+    second = None
+    cluster_id = None
+    try:
+        cluster_id = _start_kept(first)
+        _ok(first.run("%%sched --on engines --gang pair:2\nimport os, time\ntime.sleep(4)\n"
+                      f"open({str(marker)!r}, 'a').write(os.environ['RANK'] + '\\n')\n"
+                      "int(os.environ['RANK']) * 10"))
+        _poll(lambda: kept.read_journal(kept.journal_path(cluster_id)).running(),
+              lambda rows: len(rows) == 2)
+        first.km.shutdown_kernel(now=True)  # SIGKILL
+        first.kc.stop_channels()
+        first = None
+        second = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+        _ok(second.run("%load_ext jupyter_sched\nimport jupyter_sched"))
+        connect = second.run("%sched connect", timeout=120)
+        _ok(connect)
+        assert "took back 2 tasks" in connect.stdout
+        values = second.value(
+            "sorted((h.name, h.result(timeout=60)) for h in jupyter_sched.reattached())")
+        assert values == [("pair-0", 0), ("pair-1", 10)]
+        assert sorted(marker.read_text().split()) == ["0", "1"]  # each rank ran once
+        _ok(second.run("%sched stop", timeout=120))
+        cluster_id = None
+    finally:
+        for kernel in (first, second):
+            if kernel is not None:
+                kernel.close()
+        if cluster_id is not None:
+            with contextlib.suppress(kept.KeptError):
+                kept.stop(cluster_id)
+
+
 def test_a_kept_clusters_task_holds_its_gpu_while_no_kernel_is_there(xdg, tmp_path):
     """The lease of a task on an engine of this host is the engine's: the kernel that sent it
     dies, and another notebook's kernel asking for that GPU waits, told who holds it, until
