@@ -67,6 +67,16 @@ def _start_kept(kernel: Kernel, engines: int = 2) -> str:
     return rows[0].cluster_id
 
 
+def _end(cluster_id: str | None, *kernels: Kernel | None) -> None:
+    """A test's end: its kernels closed, and the kept cluster it left (if any) stopped."""
+    for kernel in kernels:
+        if kernel is not None:
+            kernel.close()
+    if cluster_id is not None:
+        with contextlib.suppress(kept.KeptError):
+            kept.stop(cluster_id)
+
+
 def _submit_marked(kernel: Kernel, name: str, seconds: float, marker: Path) -> None:
     """An engine task that waits, appends its name to ``marker`` once, and returns a value."""
     _ok(kernel.run(f"%%sched --on engines --name {name}\nimport time\ntime.sleep({seconds})\n"
@@ -155,12 +165,7 @@ def test_a_killed_kernels_work_is_taken_back_and_runs_once(xdg, tmp_path):
         assert not Path(kept.journal_path(cluster_id)).exists()
         cluster_id = None
     finally:
-        for kernel in (first, second):
-            if kernel is not None:
-                kernel.close()
-        if cluster_id is not None:
-            with contextlib.suppress(kept.KeptError):
-                kept.stop(cluster_id)
+        _end(cluster_id, first, second)
 
 
 def test_work_that_ended_while_no_kernel_was_there_comes_back_after_a_restart(xdg, tmp_path):
@@ -194,10 +199,7 @@ def test_work_that_ended_while_no_kernel_was_there_comes_back_after_a_restart(xd
         assert kept.listing() == []
         cluster_id = None
     finally:
-        kernel.close()
-        if cluster_id is not None:
-            with contextlib.suppress(kept.KeptError):
-                kept.stop(cluster_id)
+        _end(cluster_id, kernel)
 
 
 def test_a_gangs_members_are_taken_back_each_with_its_own_value(xdg, tmp_path):
@@ -227,12 +229,7 @@ def test_a_gangs_members_are_taken_back_each_with_its_own_value(xdg, tmp_path):
         _ok(second.run("%sched stop", timeout=120))
         cluster_id = None
     finally:
-        for kernel in (first, second):
-            if kernel is not None:
-                kernel.close()
-        if cluster_id is not None:
-            with contextlib.suppress(kept.KeptError):
-                kept.stop(cluster_id)
+        _end(cluster_id, first, second)
 
 
 def test_a_kept_clusters_task_holds_its_gpu_while_no_kernel_is_there(xdg, tmp_path):
@@ -273,12 +270,7 @@ def test_a_kept_clusters_task_holds_its_gpu_while_no_kernel_is_there(xdg, tmp_pa
         _ok(other.run(f"%sched stop --cluster {cluster_id}", timeout=120))
         cluster_id = None
     finally:
-        for kernel in (first, other):
-            if kernel is not None:
-                kernel.close()
-        if cluster_id is not None:
-            with contextlib.suppress(kept.KeptError):
-                kept.stop(cluster_id)
+        _end(cluster_id, first, other)
 
 
 def test_the_restart_safe_notebook_with_a_real_restart(xdg):

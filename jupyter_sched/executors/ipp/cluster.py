@@ -308,14 +308,7 @@ class ClusterControl:
         """Stop the cluster if it is ours to stop, then every process it ran that is still
         alive (a dead controller's schedulers too), its loop thread and reaper. An engine
         being started again is waited for first: it is stopped with the others."""
-        with self._lock:
-            self._stopping = True
-            relaunching = list(self._relaunching)
-        concurrent.futures.wait(relaunching, timeout=60)
-        if self.loop is not None:
-            self.note(*self.launched_pids())
-        if self.book is not None:
-            self.book.refresh()
+        self._last_look()
         if self.owned and self.cluster is not None:
             try:
                 if self.loop is not None:
@@ -340,9 +333,9 @@ class ClusterControl:
         if self.kept is not None:
             kept_files.forget(self.kept.cluster_id)
 
-    def leave(self) -> None:
-        """Leave a kept cluster running (this process ends, or stops using it): what it runs
-        is recorded once more, its journal closed; nothing is stopped."""
+    def _last_look(self) -> None:
+        """No engine is started again from now; one being started is waited for, and every
+        process the cluster runs is in the book."""
         with self._lock:
             self._stopping = True
             relaunching = list(self._relaunching)
@@ -351,6 +344,12 @@ class ClusterControl:
             self.note(*self.launched_pids())
         if self.book is not None:
             self.book.refresh()
+
+    def leave(self) -> None:
+        """Leave a kept cluster running (this process ends, or stops using it): what it runs
+        is recorded once more, its journal closed; nothing is stopped."""
+        self._last_look()
+        if self.book is not None:
             with contextlib.suppress(OSError):
                 self.book.save()
         if self.journal is not None:

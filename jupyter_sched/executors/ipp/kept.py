@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from ...host.files import NotPrivate, private_dir, read_private, write_private
 from .processes import ProcessBook, _jupyter_runtime_dir
 
@@ -124,19 +126,7 @@ class KeptCluster:
             pid = data["controller"]["state"]["pid"]
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        return _alive(pid)
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return isinstance(pid, int) and pid > 0 and psutil.pid_exists(pid)
 
 
 def kept_ids(base: str | os.PathLike[str] | None = None) -> list[str]:
