@@ -11,8 +11,9 @@ tasks that hold shares and queue; the sidebar at
 JupyterLab's default width, the status bar and the renderer; task names full of markup and a
 task that cannot run, with its reason; the sidebar at two widths in the light and the dark
 theme; cancelling from the sidebar, a waiting task and a running one (which stays stopping); a
-second notebook with its own kernel, switched to and from, closed and restarted; and a kernel
-without the extension.
+second notebook with its own kernel, switched to and from, closed and restarted; a kernel
+without the extension; and last, the page reloaded while a task runs, whose status line, loaded
+from the saved notebook, still follows it to its end.
 
 Screenshots go to a folder the run prints (``JUPYTER_SCHED_UI_ARTIFACTS``, default
 ``$TMPDIR/jupyter_sched-ui``); with ``JUPYTER_SCHED_DOCS_IMAGES=1`` the sidebar's and the
@@ -28,6 +29,7 @@ import re
 import shutil
 import tempfile
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,7 @@ CHROMIUM = os.environ.get("JUPYTER_SCHED_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 XSS = "<img src=x onerror=alert(1)>"
+MIME = "application/vnd.jupyter-sched.v1+json"
 WAIT = 60_000  # ms: the longest a step waits (a kernel starting on a busy machine)
 HOLD = 1800  # s: how long the tasks hold their GPUs, longer than the whole module takes
 
@@ -63,6 +66,13 @@ NOTEBOOKS = {
         f"%%sched --gpus 1 --name second-task\ntime.sleep({HOLD})",
     ],
     "plain.ipynb": ["1 + 1"],
+    # the task runs until the test creates the file RELEASE next to the notebooks (2 min at most)
+    "reload.ipynb": [
+        "%load_ext jupyter_sched\n%sched local --gpus 4",
+        "%%sched --gpus 0.5 --name across-reload\nimport pathlib, time\n"
+        "for _ in range(1200):\n    if pathlib.Path('release-across-reload').exists():\n"
+        "        break\n    time.sleep(0.1)",
+    ],
     "shared.ipynb": [
         "%load_ext jupyter_sched\n%sched local --gpus 2",
         "import threading\ngate = threading.Event()",
@@ -78,6 +88,10 @@ LOAD, IMPORTS, TRAIN_A, TRAIN_B, SWEEP, STATUS, MARKUP, BIG, STATUS_MARKUP, PRIN
 
 # the cells of shared.ipynb
 S_LOAD, S_IMPORTS, S_WIDE, S_QUEUE, S_STATUS, S_SET = range(6)
+
+# the cells of reload.ipynb, and the file that ends its task
+R_LOAD, R_TASK = range(2)
+RELEASE = "release-across-reload"
 
 # What the status bar says for each notebook once its tasks run. Both kernels declare their
 # GPUs on this host, so they share them through the host's lease ledger: the first
@@ -180,6 +194,9 @@ def browser_page(lab):
         page.console_errors = []
 
         def on_dialog(dialog):
+            if dialog.type == "beforeunload":  # a reload with changes unsaved: leave the page
+                dialog.accept()
+                return
             page.dialogs.append(dialog.message)
             dialog.dismiss()
         page.on("dialog", on_dialog)
@@ -817,3 +834,72 @@ def test_a_kernel_without_the_extension_says_not_loaded(page, artifacts):
     expect(status_item(page)).to_be_hidden(timeout=WAIT)
     snap(page, artifacts, "not-loaded")
     assert page.dialogs == []
+
+
+def saved_output(lab, path: str, cell: int) -> dict:
+    """The jupyter_sched payload of ``cell``'s first output in the notebook as saved on the
+    server, or {} (also while the server is writing the file)."""
+    try:
+        content = lab.api(f"/api/contents/{path}?content=1")["content"]
+    except urllib.error.HTTPError:  # 400: read half written
+        return {}
+    outputs = content["cells"][cell].get("outputs") or [{}]
+    return outputs[0].get("data", {}).get(MIME, {})
+
+
+def test_a_reload_shows_the_status_line_as_it_is_now(page, lab, artifacts):
+    """The page is reloaded while a task runs (its notebook saved first, as the status line
+    keeps changing it): the status line under its cell comes from the saved notebook, and the
+    kernel's updates are no longer routed to it, but it shows the task running and then done
+    once it ends, as the sidebar and the status bar do."""
+    from playwright.sync_api import expect
+
+    release = lab.workdir / "notebooks" / RELEASE
+    assert release.parent.is_dir() and not release.exists()
+    # a workspace of its own: only this notebook is restored by the reload
+    page.goto(lab.lab_url("reload.ipynb", workspace="reload"))
+    wait_kernel_idle(page)
+    run_cells(page, R_LOAD, R_TASK)
+    line = cell_output(page, R_TASK).locator(".jp-sched-rendered .jp-sched-task-card")
+    expect(line, "the status line is drawn from its task payload by the extension's renderer"
+           ).to_have_attribute("data-state", "running", timeout=WAIT)
+    task_id = line.get_attribute("data-task-id")
+    assert re.fullmatch(r"t\d+", task_id), task_id
+    show_scheduler(page)
+    # its 4 GPUs are shared through the ledger with the other notebooks' kernels, if running
+    running = r"^GPU [\d.]+/4 · 1 running · 0 queued( · others [\d.]+)?$"
+    expect_following(page, "reload.ipynb", running)
+
+    notebook(page).locator(".jp-Cell").first.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + WAIT / 1000
+    while saved_output(lab, "reload.ipynb", R_TASK).get("task", {}).get("id") != task_id:
+        assert time.monotonic() < deadline, "the notebook was not saved with the status line"
+        time.sleep(0.2)
+    assert saved_output(lab, "reload.ipynb", R_TASK)["task"]["state"] == "running"
+
+    page.reload()
+    current_tab(page, "reload.ipynb").wait_for()
+    wait_kernel_idle(page)
+    # by its tab in the left side bar (the page restored that bar as it was)
+    tab = page.locator(".jp-SideBar .lm-TabBar-tab[data-id='jupyter-sched-sidebar']")
+    if tab.get_attribute("aria-selected") != "true":
+        tab.click()
+    expect(tab).to_have_attribute("aria-selected", "true")
+    expect_following(page, "reload.ipynb", running)
+    line = cell_output(page, R_TASK).locator(f".jp-sched-task-card[data-task-id='{task_id}']")
+    expect(line).to_have_attribute("data-state", "running")
+    task = task_row(page, "across-reload")
+    expect(task).to_have_attribute("data-state", "running")
+    assert task.get_attribute("data-task-id") == task_id
+    snap(page, artifacts, "reloaded-running")
+
+    release.touch()
+    expect(line).to_have_attribute("data-state", "done", timeout=WAIT)
+    expect(line.locator(".jp-sched-task-detail").first).to_have_text(
+        re.compile(r"^done on local, GPU \d \(0\.5\)$"))
+    expect(line.locator(".jp-sched-elapsed")).to_have_text(re.compile(DURATION))
+    expect_following(page, "reload.ipynb",
+                     r"^GPU [\d.]+/4 · 0 running · 0 queued( · others [\d.]+)?$")
+    expect(task_row(page, "across-reload")).to_have_count(0)
+    snap(page, artifacts, "reloaded-done")

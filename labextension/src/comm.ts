@@ -80,6 +80,14 @@ export class SchedConnection {
     return this._snapshot;
   }
 
+  /**
+   * The last snapshot while `live`, if the kernel followed is the one with this id (the
+   * renderer reads the state of its tasks from it); else null.
+   */
+  snapshotOf(kernelId: string): ISnapshotData | null {
+    return this._state === 'live' && this._kernel?.id === kernelId ? this._snapshot : null;
+  }
+
   /** The last error the kernel reported, or the last command that failed. */
   get lastError(): string | null {
     return this._lastError;

@@ -1,6 +1,7 @@
 /**
  * The plugins: the Scheduler sidebar with its status-bar item and commands, following the
- * active notebook's or console's kernel; and the renderer of the display payload.
+ * active notebook's or console's kernel; and the renderer of the display payload, which reads
+ * the state of tasks now from the same connection to that kernel.
  */
 
 import {
@@ -18,7 +19,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { SchedConnection } from './comm';
 import { followActiveKernel } from './follow';
-import { RENDERER_RANK, rendererFactory } from './renderer';
+import { createRendererFactory, RENDERER_RANK } from './renderer';
 import { schedulerIcon, SchedulerSidebar } from './sidebar';
 import { SchedulerStatus } from './statusbar';
 
@@ -59,10 +60,7 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null
   ): void => {
     const settings = { ...Private.DEFAULTS };
-    const connection = new SchedConnection({
-      interval: settings.refreshRate,
-      window: settings.timelineWindow
-    });
+    const connection = Private.connection();
     const sidebar = new SchedulerSidebar({ connection, timelineWindow: settings.timelineWindow });
     app.shell.add(sidebar, settings.sidebarSide, { rank: SIDEBAR_RANK });
     restorer?.add(sidebar, sidebar.id);
@@ -127,7 +125,7 @@ const rendererPlugin: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   requires: [IRenderMimeRegistry],
   activate: (app: JupyterFrontEnd, rendermime: IRenderMimeRegistry): void => {
-    rendermime.addFactory(rendererFactory, RENDERER_RANK);
+    rendermime.addFactory(createRendererFactory(Private.connection()), RENDERER_RANK);
   }
 };
 
@@ -141,6 +139,17 @@ namespace Private {
   }
 
   export const DEFAULTS: ISettings = { refreshRate: 0.5, sidebarSide: 'left', timelineWindow: 300 };
+
+  let shared: SchedConnection | null = null;
+
+  /** The one connection to the followed kernel, made by the first plugin that needs it. */
+  export function connection(): SchedConnection {
+    shared ??= new SchedConnection({
+      interval: DEFAULTS.refreshRate,
+      window: DEFAULTS.timelineWindow
+    });
+    return shared;
+  }
 
   /** The settings, with values out of range brought back in (the schema says the same). */
   export function read(settings: ISettingRegistry.ISettings): ISettings {

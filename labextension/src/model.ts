@@ -12,13 +12,17 @@ import {
   Amounts,
   Counts,
   IDeviceView,
+  IGangPayload,
   IHolderView,
   INodeView,
   INotice,
   IProcessView,
   IQueueView,
+  ISnapshotData,
   IStatusPayload,
-  ITaskView
+  ITaskPayload,
+  ITaskView,
+  Payload
 } from './schema';
 
 /** Rows of one list that a view draws at most. */
@@ -901,4 +905,78 @@ export function sidebarView(status: IStatusPayload, options: IViewOptions = {}):
 
 export function taskRows(tasks: ReadonlyArray<ITaskView>, now: number | null): ITaskRow[] {
   return tasks.map(t => taskRow(t, now));
+}
+
+// -- tasks in an output, as they are now ----------------------------------------------------------
+
+/** The states a task never leaves. */
+const ENDED = new Set(['done', 'failed', 'cancelled']);
+
+export function hasEnded(task: Pick<ITaskView, 'state'>): boolean {
+  return ENDED.has(String(task.state));
+}
+
+/**
+ * Whether a payload shows tasks that may still change: a task or gang payload with a task
+ * that has not ended. Other kinds are records of the moment they were made.
+ */
+export function followsTasks(payload: Payload): payload is ITaskPayload | IGangPayload {
+  const tasks =
+    payload.kind === 'task' ? [payload.task] : payload.kind === 'gang' ? payload.tasks : null;
+  return Array.isArray(tasks) && tasks.some(t => !!t && typeof t === 'object' && !hasEnded(t));
+}
+
+/**
+ * `task` as `snapshot` says it is now, or null when the snapshot says nothing of it. Only the
+ * same task counts, not another with its id (a kernel restarted counts from t1 again): one
+ * listed running or waiting has the same `submitted`; a GPU holding of the timeline starts
+ * when the task started (its `started`). The timeline gives only the state and the end.
+ */
+export function taskNow(snapshot: ISnapshotData, task: ITaskView): ITaskView | null {
+  const listed = [...listOf(snapshot.running), ...listOf(snapshot.waiting)].find(
+    t => t.id === task.id
+  );
+  if (listed) {
+    return known(task.submitted) && listed.submitted === task.submitted ? listed : null;
+  }
+  const runs = listOf(snapshot.timeline).filter(run => run.task === task.id);
+  if (!known(task.started) || !runs.some(run => run.start === task.started)) {
+    return null;
+  }
+  // every run of a task carries the task's state now; the latest run's end is the task's
+  const state = String(runs[runs.length - 1].state);
+  const ends = runs.map(run => run.end).filter(known);
+  const ended = ENDED.has(state) ? (ends.length ? Math.max(...ends) : task.ended) : null;
+  const since = state === 'stopping' ? (task.stopping_since ?? null) : null;
+  return { ...task, state, ended, stopping_since: since };
+}
+
+/**
+ * A task or gang payload with its tasks that had not ended as `snapshot` says they are now,
+ * its `time` the snapshot's; null when the snapshot is older than the payload (both times are
+ * on the scheduler's clock) or says nothing of those tasks. Tasks it says nothing of are left
+ * as they were: a state is never guessed.
+ */
+export function payloadNow(
+  payload: Payload,
+  snapshot: ISnapshotData
+): ITaskPayload | IGangPayload | null {
+  if (!followsTasks(payload) || !known(snapshot.time)) {
+    return null;
+  }
+  if (known(payload.time) && snapshot.time < payload.time) {
+    return null;
+  }
+  let found = false;
+  const now = (task: ITaskView): ITaskView => {
+    const live =
+      task && typeof task === 'object' && !hasEnded(task) ? taskNow(snapshot, task) : null;
+    found = found || live !== null;
+    return live ?? task;
+  };
+  const next: ITaskPayload | IGangPayload =
+    payload.kind === 'task'
+      ? { ...payload, time: snapshot.time, task: now(payload.task) }
+      : { ...payload, time: snapshot.time, tasks: payload.tasks.map(now) };
+  return found ? next : null;
 }

@@ -9,17 +9,45 @@
  * the page is open; a notebook opened later counts from when it was opened, since nothing in
  * the payload says when it was made on any other clock. Every kind carries its `time`; a task
  * or gang payload of an older kernel has none, and shows only the times of tasks that ended.
+ *
+ * A task or gang payload shows its tasks as they are now until they end, not as they were when
+ * it was made: an output loaded from the saved notebook (after a browser reload, in a second
+ * window) gets no more updates from its kernel, which JupyterLab routes only to the outputs it
+ * saw displayed. The renderer takes each task's state from the snapshots of the kernel the
+ * sidebar follows (`ILiveSnapshots`, the `SchedConnection`), when that is the kernel of the
+ * notebook or console the output is in and the snapshot is newer than what the output shows;
+ * a task the snapshot does not list keeps the state it had. Every other kind is a record of
+ * the moment it was made.
  */
 
+import type { ISessionContext } from '@jupyterlab/apputils';
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import { Message, MessageLoop } from '@lumino/messaging';
+import type { ISignal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { Elapsed, NodeList, QueueTable, StateBadge, TaskList } from './components';
-import { nodeRow, queueRow, sidebarView, statusBarText, taskRow, taskRows } from './model';
-import { Counts, IStatusPayload, ITaskView, MIME_TYPE, Payload, readPayload } from './schema';
+import {
+  followsTasks,
+  nodeRow,
+  payloadNow,
+  queueRow,
+  sidebarView,
+  statusBarText,
+  taskRow,
+  taskRows
+} from './model';
+import {
+  Counts,
+  ISnapshotData,
+  IStatusPayload,
+  ITaskView,
+  MIME_TYPE,
+  Payload,
+  readPayload
+} from './schema';
 
 /** Below the HTML renderer's 50, so this one is preferred for bundles that carry both. */
 export const RENDERER_RANK = 0;
@@ -46,6 +74,7 @@ function TaskCard(props: {
   task: ITaskView;
   error: string | null;
   now: number | null;
+  note?: string;
 }): JSX.Element {
   const row = taskRow(props.task, props.now, props.error);
   const { task } = props;
@@ -64,8 +93,16 @@ function TaskCard(props: {
         {task.gang ? ` · gang ${task.gang} rank ${task.rank ?? '?'}` : ''}
       </div>
       {props.error ? <pre className="jp-sched-task-error">{props.error}</pre> : null}
+      <Note note={props.note} />
     </div>
   );
+}
+
+/** What a status line adds about its task or gang, when it says something. */
+function Note(props: { note?: unknown }): JSX.Element | null {
+  return typeof props.note === 'string' && props.note ? (
+    <div className="jp-sched-task-note">{props.note}</div>
+  ) : null;
 }
 
 function StatusView(props: { status: IStatusPayload; now: number | null }): JSX.Element {
@@ -96,7 +133,7 @@ function KindView(props: { payload: Payload; now: number | null }): JSX.Element 
   const now = props.now ?? payloadTime(p);
   switch (p.kind) {
     case 'task':
-      return <TaskCard task={p.task} error={p.error} now={now} />;
+      return <TaskCard task={p.task} error={p.error} now={now} note={p.note} />;
     case 'gang': {
       const tasks = p.tasks ?? [];
       return (
@@ -105,6 +142,7 @@ function KindView(props: { payload: Payload; now: number | null }): JSX.Element 
             gang {p.name}: {tasks.length} member{tasks.length === 1 ? '' : 's'}
           </div>
           {p.error ? <pre className="jp-sched-task-error">{p.error}</pre> : null}
+          <Note note={p.note} />
           <TaskList
             tasks={taskRows(tasks, now)}
             more={0}
@@ -232,11 +270,37 @@ export function PayloadView(props: {
 /** Elapsed times tick this often while a rendered payload shows one. */
 const TICK_MS = 1000;
 
+/**
+ * The snapshots of the kernel the sidebar follows, which tasks' states are read from now
+ * (`SchedConnection` is one).
+ */
+export interface ILiveSnapshots {
+  /** Emitted when the snapshot, or the kernel followed, may have changed. */
+  readonly changed: ISignal<unknown, void>;
+  /** The last snapshot while it is of the kernel with this id and live; else null. */
+  snapshotOf(kernelId: string): ISnapshotData | null;
+  /** Now on the scheduler's clock of that snapshot. */
+  now(): number | null;
+}
+
+/** The id of the kernel of the notebook or console a widget is in, or null. */
+export function kernelIdOf(widget: Widget): string | null {
+  for (let parent = widget.parent; parent; parent = parent.parent) {
+    const context = (parent as Partial<{ sessionContext: ISessionContext }>).sessionContext;
+    if (context) {
+      return context.session?.kernel?.id ?? null;
+    }
+  }
+  return null;
+}
+
 /** The renderer widget JupyterLab puts in an output area. */
 export class RenderedSched extends ReactWidget implements IRenderMime.IRenderer {
-  constructor(options: IRenderMime.IRendererOptions) {
+  /** `live`: where tasks' states are read from now; none, and payloads show what they say. */
+  constructor(options: IRenderMime.IRendererOptions, live: ILiveSnapshots | null = null) {
     super();
     this._mimeType = options.mimeType;
+    this._live = live;
     this.addClass('jp-sched-rendered');
   }
 
@@ -245,6 +309,7 @@ export class RenderedSched extends ReactWidget implements IRenderMime.IRenderer 
     const text = model.data['text/plain'];
     this._text = typeof text === 'string' ? text : Array.isArray(text) ? text.join('') : '';
     this._receivedAt = Date.now();
+    this._watch();
     MessageLoop.sendMessage(this, Widget.Msg.UpdateRequest);
     this._tickIfNeeded();
     await this.renderPromise;
@@ -258,16 +323,19 @@ export class RenderedSched extends ReactWidget implements IRenderMime.IRenderer 
 
   dispose(): void {
     this._stopTicking();
+    this._unwatch();
     super.dispose();
   }
 
   protected onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
+    this._watch();
     this._tickIfNeeded();
   }
 
   protected onBeforeDetach(msg: Message): void {
     this._stopTicking();
+    this._unwatch();
     super.onBeforeDetach(msg);
   }
 
@@ -296,16 +364,84 @@ export class RenderedSched extends ReactWidget implements IRenderMime.IRenderer 
     }
   }
 
+  /** Follow the live snapshots while attached and showing tasks that have not ended. */
+  private _watch(): void {
+    if (!this._live || !this.isAttached || !this._follows()) {
+      this._unwatch();
+      return;
+    }
+    if (!this._watching) {
+      this._watching = true;
+      this._live.changed.connect(this._onLive, this);
+    }
+    this._onLive();
+  }
+
+  private _unwatch(): void {
+    if (this._watching) {
+      this._watching = false;
+      this._live?.changed.disconnect(this._onLive, this);
+    }
+  }
+
+  private _onLive(): void {
+    if (this._catchUp()) {
+      this.update();
+      this._tickIfNeeded();
+    }
+    if (!this._follows()) {
+      this._unwatch(); // its tasks ended: what it shows is final
+    }
+  }
+
+  private _follows(): boolean {
+    const payload = readPayload(this._data);
+    return !('problem' in payload) && followsTasks(payload);
+  }
+
+  /**
+   * Show the tasks as the live snapshot of this output's kernel says they are now, when it is
+   * newer than what is shown and says something of them. True when it did.
+   */
+  private _catchUp(): boolean {
+    const live = this._live;
+    const kernel = live ? kernelIdOf(this) : null;
+    const snapshot = live && kernel ? live.snapshotOf(kernel) : null;
+    const payload = readPayload(this._data);
+    if (!live || !snapshot || 'problem' in payload) {
+      return false;
+    }
+    const now = payloadNow(payload, snapshot);
+    if (!now) {
+      return false;
+    }
+    this._data = now;
+    // its times count on from the snapshot's, as the sidebar's do
+    const clock = live.now() ?? snapshot.time;
+    this._receivedAt = Date.now() - Math.max(0, clock - snapshot.time) * 1000;
+    return true;
+  }
+
   private _mimeType: string;
+  private _live: ILiveSnapshots | null;
+  private _watching = false;
   private _data: unknown = null;
   private _text = '';
   private _receivedAt = 0;
   private _ticker: ReturnType<typeof setInterval> | null = null;
 }
 
-export const rendererFactory: IRenderMime.IRendererFactory = {
-  safe: true,
-  mimeTypes: [MIME_TYPE],
-  defaultRank: RENDERER_RANK,
-  createRenderer: options => new RenderedSched(options)
-};
+/** The renderer's factory; with `live`, task and gang payloads show their tasks as they are now. */
+export function createRendererFactory(
+  live: ILiveSnapshots | null = null
+): IRenderMime.IRendererFactory {
+  return {
+    safe: true,
+    mimeTypes: [MIME_TYPE],
+    defaultRank: RENDERER_RANK,
+    createRenderer: options => new RenderedSched(options, live)
+  };
+}
+
+/** Payloads as they say, with no kernel to follow. */
+export const rendererFactory = createRendererFactory();

@@ -125,6 +125,8 @@ export interface ITaskPayload extends IPayloadBase {
   error: string | null;
   /** The scheduler's clock when it was made; absent from old kernels. */
   time?: number;
+  /** A few words a status line adds about its task (`interrupted: cancelled`); often absent. */
+  note?: string;
 }
 
 export interface IGangPayload extends IPayloadBase {
@@ -134,6 +136,8 @@ export interface IGangPayload extends IPayloadBase {
   tasks: ITaskView[];
   /** The scheduler's clock when it was made; absent from old kernels. */
   time?: number;
+  /** A few words a status line adds about its gang (`interrupted: cancelled`); often absent. */
+  note?: string;
 }
 
 /** Something the user must be told (the host's lease ledger was made again, …). */

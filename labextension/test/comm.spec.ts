@@ -154,6 +154,21 @@ describe('SchedConnection', () => {
     expect(connection.snapshot?.time).toBe(5);
   });
 
+  it("gives the renderer the followed kernel's snapshot, and no other kernel's", () => {
+    const { connection, kernel } = connect();
+    expect(connection.snapshotOf(kernel.id)).toBeNull(); // no snapshot yet
+    kernel.last.receive(snapshotMessage(1, 7));
+    expect(connection.snapshotOf(kernel.id)?.time).toBe(7);
+    expect(connection.snapshotOf('another-kernel')).toBeNull();
+    kernel.setStatus('restarting');
+    expect(connection.snapshotOf(kernel.id)).toBeNull();
+    const other = new FakeKernel();
+    connection.follow(new FakeContext(other) as any);
+    other.last.receive(snapshotMessage(1, 3));
+    expect(connection.snapshotOf(kernel.id)).toBeNull();
+    expect(connection.snapshotOf(other.id)?.time).toBe(3);
+  });
+
   it('sends commands with ids and resolves them with the reply', async () => {
     const { connection, kernel } = connect();
     kernel.last.receive(snapshotMessage(1));
