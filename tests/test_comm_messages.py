@@ -12,6 +12,7 @@ from jupyter_sched.executors.base import TaskRecord
 from jupyter_sched.notebook import comm_messages as m
 from jupyter_sched.sim import Simulation
 from jupyter_sched.views import snapshot as snapshots
+from jupyter_sched.views.display import LIMIT, to_json
 from jupyter_sched.views.timeline import Run, timeline
 
 
@@ -213,7 +214,8 @@ def test_status_data_is_the_status_kind_plus_timeline_and_window():
     assert data["window"] == 120 and data["truncated"] is False
     assert len(data["waiting"]) == 50 and data["counts"]["queued"] == 300
     assert {"time", "gpu", "counts", "nodes", "running", "waiting", "queues",
-            "timeline"} <= set(data)
+            "timeline", "history"} <= set(data)
+    assert data["history"] == to_json(snap.history[:LIMIT])
     assert json.loads(key) == {k: v for k, v in data.items() if k != "time"}
 
 
@@ -259,12 +261,16 @@ def test_too_big_drops_rows_and_says_so():
     assert data["truncated"] is True
     assert len(key.encode()) <= 20_000
     assert data["counts"]["queued"] == 300  # the totals stay
-    assert len(data["waiting"]) < len(full["waiting"])
+    # what ended lately goes before what waits: waiting rows are cut only once it is all gone
+    assert len(data["history"]) + len(data["waiting"]) < len(full["history"]) + len(
+        full["waiting"])
+    assert data["history"] == [] or data["waiting"] == full["waiting"]
     # even one row too big for a message: only the totals are left
-    data, key = m.fit(m.status_data(snap), limit=300)
+    data, key = m.fit(m.status_data(snap), limit=330)
     assert data["truncated"] is True and data["counts"]["queued"] == 300
     assert data["waiting"] == data["running"] == data["timeline"] == data["nodes"] == []
-    assert len(key.encode()) <= 300
+    assert data["history"] == []
+    assert len(key.encode()) <= 330
 
 
 def test_nan_goes_out_as_null():

@@ -83,6 +83,25 @@ def test_failed_task_error_and_status_line_are_escaped():
     assert "<img" not in line["text/html"]
 
 
+def test_a_status_line_carries_its_task_or_gang_as_a_payload():
+    from jupyter_sched.notebook.statusline import render_line
+
+    view = snapshot.TaskView("t9", EVIL, "running", "", "default", 0, {"GPU": 0.5},
+                             node="local", devices={"GPU": {0: 0.5}}, submitted=1.0,
+                             started=2.0)
+    line = render_line([view], now=9.0, note=EVIL)
+    data = line[display.MIME]
+    assert data == {"version": 1, "kind": "task", "task": display.to_json(view), "error": None,
+                    "time": 9.0, "note": EVIL}
+    assert json.loads(json.dumps(data)) == data
+    assert line["text/plain"].startswith("[sched] t9 ")
+    members = [snapshot.TaskView(f"t{k}", f"ddp-{k}", "queued", "", "default", 0, {"GPU": 1},
+                                 gang="ddp", rank=k) for k in (1, 2)]
+    data = render_line(members)[display.MIME]
+    assert data["kind"] == "gang" and data["name"] == "ddp" and "time" not in data
+    assert [t["rank"] for t in data["tasks"]] == [1, 2] and "note" not in data
+
+
 def test_gang_bundle_lists_members():
     snap = scenario()
     members = [v for v in snap.waiting if v.gang == "ddp"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..model.queues import QUEUE_STATES
-from ..views.display import LIMIT, MIME, status_bundle
+from ..views.display import LIMIT, MIME, status_bundle, to_json
 from ..views.snapshot import Snapshot
 from ..views.timeline import WINDOW, Runs, timeline
 
@@ -42,7 +42,7 @@ CANCEL_REASON = "cancelled from the Scheduler sidebar"
 _SHAPE = '{"v": 1, "kind": "command", "id": ..., "command": ...}'
 # rows dropped to fit, first to last (docs/comm.md names the first three; queues and nodes are
 # a last resort that only names thousands of characters long could call for)
-_DROP = ("timeline", "waiting", "running", "queues", "nodes")
+_DROP = ("timeline", "history", "waiting", "running", "queues", "nodes")
 _OLDEST_FIRST = frozenset({"timeline"})  # dropped from the front; the others from the end
 _KEEP = ("version", "kind", "time", "gpu", "counts", "window")
 
@@ -245,6 +245,8 @@ def status_data(snapshot: Snapshot, window: float = WINDOW,
     ``truncated`` (false until :func:`fit` drops rows)."""
     data = dict(status_bundle(snapshot, rows)[MIME])
     data["timeline"] = timeline(snapshot, window, runs_of)
+    # the tasks that ended lately: a status line reloaded in the browser shows how they ended
+    data["history"] = to_json(snapshot.history[:rows])
     data["window"] = float(window)
     data["truncated"] = False
     return data

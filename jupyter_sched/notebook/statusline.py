@@ -86,17 +86,22 @@ class _Positioned:
 
 def render_line(handles: list, now: float | None = None, note: str = "",
                 positions: dict[str, int] | None = None) -> dict[str, Any]:
-    """The status bundle for a task, or a gang's members one per line. Handles are read as
-    task views (state, position, node, devices, times on the scheduler's clock)."""
-    texts, htmls = [], []
+    """The status bundle for a task, or a gang's members one per line, with its JSON payload
+    (a ``task`` or ``gang`` one). Handles are read as task views (state, position, node,
+    devices, times on the scheduler's clock)."""
+    texts, htmls, views, errors = [], [], [], []
     for handle in handles:
         view = handle
         if positions and getattr(handle, "id", None) in positions:
             view = _Positioned(handle, positions[handle.id])
-        bundle = d.status_line(view, now=now, error=error_text(handle), note=note)
+        error = error_text(handle)
+        bundle = d.status_line(view, now=now, error=error, note=note)
         texts.append(bundle["text/plain"])
         htmls.append(bundle["text/html"])
-    return {"text/plain": "\n".join(texts), "text/html": "<br>".join(htmls)}
+        views.append(view)
+        errors.append(error)
+    return {"text/plain": "\n".join(texts), "text/html": "<br>".join(htmls),
+            d.MIME: d.line_payload(views, errors, now=now, note=note)}
 
 
 @contextlib.contextmanager

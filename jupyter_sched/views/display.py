@@ -162,6 +162,26 @@ def status_line(view: Any, now: float | None = None, error: str | None = None,
     return {"text/plain": STATUS_PREFIX + text, "text/html": body}
 
 
+def line_payload(views: list, errors: list, now: float | None = None,
+                 note: str = "") -> dict[str, Any]:
+    """The ``application/vnd.jupyter-sched.v1+json`` of a status line (:func:`status_line` is
+    its text): a ``task`` payload, or a ``gang`` payload for a gang's members; ``note`` when
+    the line has one. A frontend shows the tasks of it that have not ended as they are now
+    (docs/schema.md), so the line stays true after a browser reload."""
+    gang = next((view_attr(v, "gang") for v in views if view_attr(v, "gang")), None)
+    error = next((e for e in errors if e), None)
+    if gang is None and len(views) == 1:
+        data: dict[str, Any] = {"kind": "task", "task": _task_json(views[0]), "error": error}
+    else:
+        data = {"kind": "gang", "name": gang or "", "error": error,
+                "tasks": [_task_json(v) for v in views]}
+    if now is not None:
+        data["time"] = now
+    if note:
+        data["note"] = one_line(note)
+    return {"version": SCHEMA_VERSION, **data}
+
+
 # -- nodes --------------------------------------------------------------------------------------
 
 
@@ -410,7 +430,7 @@ def status_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
 
 
 __all__ = [
-    "LIMIT", "MIME", "STATUS_PREFIX", "gang_bundle", "history_bundle", "nodes_bundle",
-    "queue_bundle", "queues_bundle", "status_bundle", "status_line", "summary_text",
-    "task_bundle", "task_text", "to_json",
+    "LIMIT", "MIME", "STATUS_PREFIX", "gang_bundle", "history_bundle", "line_payload",
+    "nodes_bundle", "queue_bundle", "queues_bundle", "status_bundle", "status_line",
+    "summary_text", "task_bundle", "task_text", "to_json",
 ]

@@ -929,13 +929,16 @@ export function followsTasks(payload: Payload): payload is ITaskPayload | IGangP
 /**
  * `task` as `snapshot` says it is now, or null when the snapshot says nothing of it. Only the
  * same task counts, not another with its id (a kernel restarted counts from t1 again): one
- * listed running or waiting has the same `submitted`; a GPU holding of the timeline starts
- * when the task started (its `started`). The timeline gives only the state and the end.
+ * listed running, waiting or lately ended (`history`) has the same `submitted`; a GPU holding
+ * of the timeline starts when the task started (its `started`). The timeline gives only the
+ * state and the end.
  */
 export function taskNow(snapshot: ISnapshotData, task: ITaskView): ITaskView | null {
-  const listed = [...listOf(snapshot.running), ...listOf(snapshot.waiting)].find(
-    t => t.id === task.id
-  );
+  const listed = [
+    ...listOf(snapshot.running),
+    ...listOf(snapshot.waiting),
+    ...listOf(snapshot.history)
+  ].find(t => t.id === task.id);
   if (listed) {
     return known(task.submitted) && listed.submitted === task.submitted ? listed : null;
   }

@@ -228,6 +228,8 @@ export interface ITimelineEntry {
 /** A snapshot's data: the `status` payload plus the timeline. */
 export interface ISnapshotData extends IStatusPayload {
   timeline: ITimelineEntry[];
+  /** The tasks that ended lately, the latest first (kernels before it send none). */
+  history?: ITaskView[];
   /** Seconds of history the timeline covers, ending at `time`. */
   window: number;
 }

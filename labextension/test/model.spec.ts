@@ -685,6 +685,19 @@ describe('a task shown in an output, as it is now', () => {
     expect(taskNow(snapshot(45, {}, runs), { ...running, started: 18 })?.ended).toBe(44);
   });
 
+  it('has ended, as the history of tasks that ended lately says, GPU or none', () => {
+    const cpu = { ...running, devices: {}, started: 12 };
+    const ended = { ...cpu, state: 'done', ended: 33 };
+    const later = snapshotOf(status({ time: 40 }), { timeline: [], history: [ended] });
+    expect(taskNow(later, cpu)).toEqual(ended);
+    // another task of that id (a kernel restarted) is not it
+    const other = snapshotOf(status({ time: 40 }), {
+      timeline: [],
+      history: [{ ...ended, submitted: 3 }]
+    });
+    expect(taskNow(other, cpu)).toBeNull();
+  });
+
   it('is unknown when the snapshot does not list it', () => {
     expect(taskNow(snapshot(50, {}, []), running)).toBeNull();
     expect(taskNow(snapshot(50, {}, [run({ task: 't4' })]), running)).toBeNull();
