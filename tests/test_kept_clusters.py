@@ -144,6 +144,9 @@ def test_a_killed_kernels_work_is_taken_back_and_runs_once(xdg, tmp_path):
         assert "wait-a" not in marker.read_text()
         bad = second.run("%sched restore nope")
         assert "UsageError: 'nope' was not waiting; those waiting: wait-a, wait-b" in bad.stderr
+        _ok(second.run("%sched restore wait-a"))  # by name: that one only
+        assert "1 cell was waiting when the kernel stopped: wait-b" in second.run(
+            "%sched restore").stdout
         _ok(second.run("%sched restore --all"))
         for name in ("wait-a", "wait-b"):
             assert second.value(f"sched.task({name!r}).result(timeout=60)") == f"value of {name}"
@@ -386,6 +389,28 @@ def test_a_link_or_a_file_open_to_others_is_refused(xdg, tmp_path):
     with pytest.raises(PermissionError, match="is a link"):
         kept.Journal(folder / "kept-1700000004-jour.journal")
     assert json.loads(elsewhere.read_text())["cluster_id"] == "1700000002-link"  # untouched
+
+
+def test_the_keep_clusters_setting_keeps_what_start_cluster_starts(xdg):
+    import jupyter_sched
+    from jupyter_sched import Scheduler
+
+    sched = Scheduler(local_resources="GPU=1", keep_clusters=True)
+    try:
+        executor = sched.start_cluster(engines=1)
+        rows = jupyter_sched.kept_clusters()
+        assert [(r.cluster_id, r.running, r.engines) for r in rows] == [
+            (executor.kept_id, True, 1)]
+        assert sched.submit(code="6 * 7", target="engines").result(timeout=60) == 42
+        processes = _processes(executor.kept_id)
+        assert sched.stop_cluster() == [executor.kept_id]
+        assert_gone(processes, timeout=30)
+        assert jupyter_sched.kept_clusters() == []
+        # keep=False for one start overrides the setting: an ordinary cluster, not listed
+        sched.start_cluster(engines=1, keep=False)
+        assert jupyter_sched.kept_clusters() == []
+    finally:
+        sched.shutdown()
 
 
 def test_keep_takes_only_true_or_false():
