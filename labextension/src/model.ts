@@ -929,29 +929,35 @@ export function followsTasks(payload: Payload): payload is ITaskPayload | IGangP
 /**
  * `task` as `snapshot` says it is now, or null when the snapshot says nothing of it. Only the
  * same task counts, not another with its id (a kernel restarted counts from t1 again): one
- * listed running, waiting or lately ended (`history`) has the same `submitted`; a GPU holding
- * of the timeline starts when the task started (its `started`). The timeline gives only the
- * state and the end.
+ * listed running or waiting has the same `submitted`; a GPU holding of the timeline starts
+ * when the task started (its `started`), and gives the state and the end; one among the tasks
+ * that ended lately (`history`) has the same `submitted`. An ended task's devices are those it
+ * ran on: the output's, where the history lists none (an ended task holds none).
  */
 export function taskNow(snapshot: ISnapshotData, task: ITaskView): ITaskView | null {
-  const listed = [
-    ...listOf(snapshot.running),
-    ...listOf(snapshot.waiting),
-    ...listOf(snapshot.history)
-  ].find(t => t.id === task.id);
+  const same = (other: ITaskView): boolean =>
+    known(task.submitted) && other.submitted === task.submitted;
+  const listed = [...listOf(snapshot.running), ...listOf(snapshot.waiting)].find(
+    t => t.id === task.id
+  );
   if (listed) {
-    return known(task.submitted) && listed.submitted === task.submitted ? listed : null;
+    return same(listed) ? listed : null;
   }
   const runs = listOf(snapshot.timeline).filter(run => run.task === task.id);
-  if (!known(task.started) || !runs.some(run => run.start === task.started)) {
+  if (known(task.started) && runs.some(run => run.start === task.started)) {
+    // every run of a task carries the task's state now; the latest run's end is the task's
+    const state = String(runs[runs.length - 1].state);
+    const ends = runs.map(run => run.end).filter(known);
+    const ended = ENDED.has(state) ? (ends.length ? Math.max(...ends) : task.ended) : null;
+    const since = state === 'stopping' ? (task.stopping_since ?? null) : null;
+    return { ...task, state, ended, stopping_since: since };
+  }
+  const past = listOf(snapshot.history).find(t => t.id === task.id);
+  if (!past || !same(past)) {
     return null;
   }
-  // every run of a task carries the task's state now; the latest run's end is the task's
-  const state = String(runs[runs.length - 1].state);
-  const ends = runs.map(run => run.end).filter(known);
-  const ended = ENDED.has(state) ? (ends.length ? Math.max(...ends) : task.ended) : null;
-  const since = state === 'stopping' ? (task.stopping_since ?? null) : null;
-  return { ...task, state, ended, stopping_since: since };
+  const held = past.devices && Object.keys(past.devices).length > 0;
+  return held ? past : { ...past, devices: task.devices, node: past.node ?? task.node };
 }
 
 /**

@@ -690,6 +690,13 @@ describe('a task shown in an output, as it is now', () => {
     const ended = { ...cpu, state: 'done', ended: 33 };
     const later = snapshotOf(status({ time: 40 }), { timeline: [], history: [ended] });
     expect(taskNow(later, cpu)).toEqual(ended);
+    // one that held a GPU: the devices it ran on stay, though the history lists none
+    const gpu = snapshotOf(status({ time: 40 }), {
+      timeline: [],
+      history: [{ ...running, state: 'done', ended: 33, devices: {} }]
+    });
+    expect(taskNow(gpu, running)?.devices).toEqual({ GPU: { '0': 0.5 } });
+    expect(taskRow(taskNow(gpu, running)!).stateText).toBe('done on local, GPU 0 (0.5)');
     // another task of that id (a kernel restarted) is not it
     const other = snapshotOf(status({ time: 40 }), {
       timeline: [],
