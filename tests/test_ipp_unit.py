@@ -548,7 +548,7 @@ def test_exit_text_and_tracebacks():
 
 
 def test_engines_per_gpu_counts_gpus_declared_after_the_start():
-    from jupyter_sched.executors.ipp.cluster import engine_sets
+    from jupyter_sched.executors.ipp.engine_sets import engine_sets
 
     # as after %sched local --gpus 2: local_resources was never set, the host says it
     host = discover_host(declare="GPU=2,gpu_memory=16GiB,CPU=3")

@@ -177,6 +177,41 @@ class Clusters:
                 return executor.kept_id, executor.journal
         return None
 
+    def keep_queued(self, loop: RuntimeLoop | None, handle: Any, line: str, cell: str,
+                    on_runtime: Callable[[Callable[[Any], Any]], Any]) -> None:
+        """Journal the cell ``handle`` runs while a kept cluster is in use, and when one of its
+        tasks first runs or ends (``on_runtime`` runs a call on the runtime thread)."""
+        found = self.kept_journal(loop)
+        if found is None or loop is None:
+            return
+        _, journal = found
+        ids = [m.id for m in getattr(handle, "members", None) or [handle]]
+        key = journal.key(ids[0])
+        journal.write("queued", id=key, name=handle.name, line=line, source=cell)
+
+        def told(state: str) -> None:
+            journal.write("left", id=key, state=state)
+
+        on_runtime(lambda core: loop.records.watch_queue(ids, told))
+
+    def waiting_cells(self, loop: RuntimeLoop | None) -> tuple[str | None, list[dict]]:
+        """(the kept cluster in use, the cells its journal says were waiting when their
+        kernel stopped, this scheduler's own left out), or (None, [])."""
+        from ..executors.ipp import kept
+
+        found = self.kept_journal(loop)
+        if found is None:
+            return None, []
+        cluster_id, journal = found
+        mine = f"{journal.session}/"  # (this scheduler's own cells wait here, not there)
+        return cluster_id, [e for e in kept.read_journal(kept.journal_path(cluster_id)).waiting()
+                            if not str(e["id"]).startswith(mine)]
+
+    def mark_restored(self, loop: RuntimeLoop | None, entry_id: str) -> None:
+        found = self.kept_journal(loop)
+        if found is not None:
+            found[1].write("restored", id=entry_id)
+
     def configure(self, loop: RuntimeLoop | None) -> None:
         """Give every executor of ``loop`` the settings as they are now."""
         if loop is not None:

@@ -474,38 +474,17 @@ class Scheduler(Configurable):
         """While a kept cluster is in use, the journal keeps the cell ``handle`` runs (its
         ``%%sched`` line and source) until one of its tasks starts or ends: a cell that still
         waits when the kernel stops can be submitted again (``%sched restore``)."""
-        loop = self._loop
-        found = self._clusters.kept_journal(loop)
-        if found is None or loop is None:
-            return
-        _, journal = found
-        ids = [m.id for m in getattr(handle, "members", None) or [handle]]
-        key = journal.key(ids[0])
-        journal.write("queued", id=key, name=handle.name, line=line, source=cell)
-
-        def told(state: str) -> None:
-            journal.write("left", id=key, state=state)
-
-        self._on_runtime(lambda core: loop.records.watch_queue(ids, told))
+        self._clusters.keep_queued(self._loop, handle, line, cell,
+                                   self._on_runtime)
 
     def waiting_cells(self) -> tuple[str | None, list[dict]]:
         """(the kept cluster in use, the cells its journal says were waiting when their
         kernel stopped); (None, []) when no kept cluster is in use."""
-        from ..executors.ipp import kept
-
-        found = self._clusters.kept_journal(self._loop)
-        if found is None:
-            return None, []
-        cluster_id, journal = found
-        mine = f"{journal.session}/"  # (this scheduler's own cells wait here, not there)
-        return cluster_id, [e for e in kept.read_journal(kept.journal_path(cluster_id)).waiting()
-                            if not str(e["id"]).startswith(mine)]
+        return self._clusters.waiting_cells(self._loop)
 
     def mark_restored(self, entry_id: str) -> None:
         """The journal of the kept cluster in use says cell ``entry_id`` was submitted again."""
-        found = self._clusters.kept_journal(self._loop)
-        if found is not None:
-            found[1].write("restored", id=entry_id)
+        self._clusters.mark_restored(self._loop, entry_id)
 
     def taken_back_names(self, task_id: str) -> dict | None:
         """The names the cell of a task taken back from a kept cluster set on its engine,

@@ -37,13 +37,13 @@ from .cluster import (
     ClusterControl,
     ClusterInUse,
     ClusterRunning,
-    engine_sets,
     local_host,
     open_client,
     slot_prefix,
 )
 from .connection import Connection, open_connection
 from .dispatch import Dispatcher, PushSizeWarning
+from .engine_sets import engine_sets
 from .engines import HostMap
 from .faults import EngineLost, Faults, RemoteTaskError
 from .gangs import Gangs
