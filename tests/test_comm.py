@@ -309,6 +309,39 @@ def test_cancel_all_drain_and_queue_commands(kernel):
     kernel.snapshot_where(comm, lambda d: d["queues"][0]["state"] == "open", after=seq)
 
 
+def test_top_hold_and_release_steer_waiting_tasks(kernel):
+    comm = kernel.open()
+    kernel.run("both = sched.submit(spin, resources='GPU=2', name='both')\n"
+               "a = sched.submit(lambda: None, resources='GPU=1', name='a')\n"
+               "b = sched.submit(lambda: None, resources='GPU=1', name='b')")
+    a, b, both = kernel.value("[a.id, b.id, both.id]")
+    kernel.snapshot_where(comm, lambda d: d["counts"]["running"] == 1
+                          and len(d["waiting"]) == 2)
+
+    answer = kernel.ask(comm, "top", task=b)
+    assert answer["ok"] and answer["result"]["task"] == b, answer
+    assert isinstance(answer["result"]["text"], str) and b in answer["result"]["text"]
+    kernel.snapshot_where(comm, lambda d: [(t["id"], t["position"]) for t in d["waiting"]]
+                          == [(b, 1), (a, 2)])
+    assert kernel.value("[b.position, a.position]") == [1, 2]
+
+    answer = kernel.ask(comm, "hold", task=a)
+    assert answer["ok"] and a in answer["result"]["text"], answer
+    kernel.snapshot_where(comm, lambda d: any(t["id"] == a and t["state"] == "held"
+                                              and t["position"] is None for t in d["waiting"]))
+    assert kernel.value("a.state") == "held"
+    refused = kernel.ask(comm, "hold", task=both)  # running: not steerable
+    assert refused["ok"] is False and refused["result"] is None and refused["error"]
+
+    answer = kernel.ask(comm, "release", task=a)
+    assert answer["ok"] and a in answer["result"]["text"], answer
+    kernel.snapshot_where(comm, lambda d: any(t["id"] == a and t["state"] == "queued"
+                                              for t in d["waiting"]))
+    kernel.run("sched.cancel_all()")
+    idle(kernel)
+    kernel.close_comm(comm)
+
+
 def test_snapshot_sends_one_at_once_even_unchanged_and_subscribe_slows_them(kernel):
     comm = kernel.open(interval=20)
     kernel.snapshot_where(comm, lambda d: True)

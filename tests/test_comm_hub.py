@@ -284,3 +284,115 @@ def test_snapshot_commands_are_paced_like_pushes(hub):
     sent = len(comm.snapshots()) - count
     assert 1 <= sent <= elapsed / m.MIN_INTERVAL + 3, (sent, elapsed)
     assert len([d for d in comm.sent if d["kind"] == "reply"]) >= 400
+
+
+# -- steering the queue: top, hold, release ------------------------------------------------
+
+class SteeredScheduler:
+    """A stand-in for the scheduler that knows a few task ids and says what it was asked."""
+
+    def __init__(self, known: tuple[str, ...] = ("t3", "t4"), refuse: str | None = None):
+        self.known = known
+        self.refuse = refuse
+        self.calls: list[tuple[str, str]] = []
+
+    def task(self, task_id: str):
+        if task_id not in self.known:
+            raise ValueError(f"no task {task_id!r}")
+        return type("Handle", (), {"id": task_id})()
+
+    def _steer(self, how: str, handle) -> str:
+        self.calls.append((how, handle.id))
+        if self.refuse is not None:
+            raise ValueError(self.refuse)
+        return f"{how} {handle.id}"
+
+    def top(self, handle):
+        return self._steer("top", handle)
+
+    def hold(self, handle):
+        return self._steer("hold", handle)
+
+    def release(self, handle):
+        return self._steer("release", handle)
+
+
+@pytest.mark.parametrize("name", ["top", "hold", "release"])
+def test_a_steering_command_calls_the_scheduler_with_the_task_and_says_what_it_did(name):
+    sched = SteeredScheduler()
+    hub = CommHub(lambda: sched)
+    peer = Peer(FakeComm())
+    answer = hub.receive(peer, command(name, msg_id="s1", task="t4"))
+    assert answer == {"v": 1, "kind": "reply", "id": "s1", "ok": True, "error": None,
+                      "result": {"task": "t4", "text": f"{name} t4"}}
+    assert peer.comm.sent == [answer]
+    assert sched.calls == [(name, "t4")]
+
+
+@pytest.mark.parametrize("name", ["top", "hold", "release"])
+def test_a_steering_command_refuses_unknown_ids_names_and_what_the_scheduler_refuses(name):
+    sched = SteeredScheduler()
+    hub = CommHub(lambda: sched)
+    peer = Peer(FakeComm())
+    unknown = hub.receive(peer, command(name, msg_id="u", task="t99"))
+    assert unknown["ok"] is False and unknown["result"] is None
+    assert unknown["error"].startswith("no task 't99': expected the id of a task")
+    named = hub.receive(peer, command(name, msg_id="n", task="train-a"))
+    assert named["ok"] is False and f"{name}: 'task' must be a task id like 't7'" in \
+        named["error"]
+    assert sched.calls == []  # neither reached the scheduler
+    sched.refuse = "t3 is running: only a waiting task can be steered"
+    refused = hub.receive(peer, command(name, msg_id="r", task="t3"))
+    assert refused == {"v": 1, "kind": "reply", "id": "r", "ok": False,
+                       "error": "t3 is running: only a waiting task can be steered",
+                       "result": None}
+    assert sched.calls == [(name, "t3")]
+
+
+def test_held_tasks_wait_run_next_moves_one_first_and_snapshots_show_it(hub):
+    hub, sched = hub
+    comm, peer = opened(hub)
+    gate = threading.Event()
+    both = sched.submit(lambda: gate.wait(10), resources={"GPU": 2}, name="both")
+    a = sched.submit(lambda: None, resources={"GPU": 1}, name="a")
+    b = sched.submit(lambda: None, resources={"GPU": 1}, name="b")
+    try:
+        wait_until(lambda: both.state == "running" and (a.position, b.position) == (1, 2))
+
+        answer = hub.receive(peer, command("top", msg_id="t", task=b.id))
+        assert answer["ok"], answer
+        assert answer["result"]["task"] == b.id and b.id in answer["result"]["text"]
+        wait_until(lambda: (b.position, a.position) == (1, 2))
+
+        def waiting():
+            return {t["id"]: t for t in comm.snapshots()[-1]["data"]["waiting"]}
+        wait_until(lambda: waiting().get(b.id, {}).get("position") == 1)
+        assert waiting()[a.id]["position"] == 2
+
+        answer = hub.receive(peer, command("hold", msg_id="h", task=a.id))
+        assert answer["ok"] and a.id in answer["result"]["text"], answer
+        wait_until(lambda: a.state == "held")
+        assert a.position is None
+        wait_until(lambda: waiting().get(a.id, {}).get("state") == "held")
+        assert waiting()[a.id]["position"] is None
+        assert comm.snapshots()[-1]["data"]["counts"].get("held") == 1
+
+        # the running task cannot be steered: the reply says why, in one line
+        refused = hub.receive(peer, command("hold", msg_id="x", task=both.id))
+        assert refused["ok"] is False and refused["error"] and "\n" not in refused["error"]
+        assert both.state == "running"
+
+        # held, it is never started, even once the GPUs are free
+        gate.set()
+        b.result(timeout=10)
+        time.sleep(0.3)
+        assert a.state == "held"
+
+        answer = hub.receive(peer, command("release", msg_id="r", task=a.id))
+        assert answer["ok"] and a.id in answer["result"]["text"], answer
+        a.result(timeout=10)
+        ended = hub.receive(peer, command("release", msg_id="e", task=a.id))
+        assert ended["ok"] is False and ended["error"]
+    finally:
+        gate.set()
+        sched.cancel_all()

@@ -21,7 +21,8 @@ def command(name: str, msg_id: str = "c1", **args) -> dict:
 
 
 CODE = "__import__('os').system('touch /tmp/jupyter_sched_pwned')"
-EXPECTED = "expected one of cancel, cancel_all, drain, queue, snapshot, subscribe"
+EXPECTED = ("expected one of cancel, cancel_all, drain, hold, queue, release, snapshot, "
+            "subscribe, top")
 
 # (data, words the error must contain, whether the answer can carry the id: a reply, not an
 # error envelope)
@@ -58,6 +59,16 @@ BAD = [
     (command("cancel", task="t\u0661"), "'task' must be a task id like 't7'", True),
     (command("cancel", task="keep"), "not 'keep'", True),
     (command("cancel"), "cancel: 'task' is missing: it must be a task id like 't7'", True),
+    *[case for name in ("top", "hold", "release") for case in [
+        (command(name), f"{name}: 'task' is missing: it must be a task id like 't7'", True),
+        (command(name, task=7), f"{name}: 'task' must be a task id like 't7', not 7", True),
+        (command(name, task="keep"), f"{name}: 'task' must be a task id like 't7', not "
+         "'keep'", True),
+        (command(name, task=CODE), f"{name}: 'task' must be a task id like 't7', not "
+         "\"__import__", True),
+        (command(name, task=["t1"]), "not ['t1']", True),
+        (command(name, task="t1 "), "not 't1 '", True),
+    ]],
     (command("drain", node="local"), "drain: 'on' is missing: it must be true or false", True),
     (command("drain", node="local", on="yes"), "drain: 'on' must be true or false, not 'yes'",
      True),
@@ -87,6 +98,9 @@ def test_each_command_is_read_with_its_arguments():
     assert m.read_command(command("cancel", task="t7")) == m.Command("c1", "cancel",
                                                                      {"task": "t7"})
     assert m.read_command(command("cancel_all")).args == {}
+    for name in ("top", "hold", "release"):
+        assert m.read_command(command(name, task="t12")) == m.Command("c1", name,
+                                                                      {"task": "t12"})
     assert m.read_command(command("drain", node="n1", on=False)).args == {"node": "n1",
                                                                           "on": False}
     assert m.read_command(command("queue", queue="q", state="draining")).args["state"] == \
@@ -106,6 +120,8 @@ def test_arguments_a_kernel_does_not_know_are_ignored():
         "task": "t7"}
     assert m.read_command(command("snapshot", full=True)).args == {}
     assert m.read_command(command("cancel_all", task="t1")).args == {}
+    assert m.read_command(command("hold", task="t1", reason="x", seconds=5)).args == {
+        "task": "t1"}
     assert m.read_command({**command("subscribe", interval=1), "since": 3}).args == {
         "interval": 1, "window": 300}
 

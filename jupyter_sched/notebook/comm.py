@@ -18,7 +18,9 @@ command; each under 64 KiB however many tasks wait. While no comm is subscribed 
 not subscribe to the scheduler, so the runtime makes no snapshots for it.
 
 Commands are answered on the thread that receives them (the kernel's shell thread), from a
-fixed table that calls the scheduler's public methods; nothing received is run or evaluated.
+fixed table that calls the scheduler's public methods (``cancel``, ``cancel_all``, ``drain``,
+``set_queue``, and ``top``, ``hold``, ``release`` that steer a waiting task); nothing received
+is run or evaluated.
 ipykernel's ``Comm.send`` may be called from any thread (since ipykernel 6 it hands the
 message to the IOPub thread).
 """
@@ -108,7 +110,8 @@ class CommHub:
         self._encoded: dict[float, tuple[Snapshot, dict, str]] = {}  # by timeline window
         self._commands: dict[str, Callable[..., Any]] = {
             "cancel": self._cancel, "cancel_all": self._cancel_all, "drain": self._drain,
-            "queue": self._queue, "snapshot": self._snapshot, "subscribe": self._subscribe,
+            "hold": self._hold, "queue": self._queue, "release": self._release,
+            "snapshot": self._snapshot, "subscribe": self._subscribe, "top": self._top,
         }
 
     # -- life cycle -------------------------------------------------------------------------------
@@ -241,8 +244,9 @@ class CommHub:
 
     # -- the commands -----------------------------------------------------------------------------
 
-    def _cancel(self, peer: Peer, task: str) -> dict:
-        sched = self._scheduler()
+    @staticmethod
+    def _handle(sched: Any, task: str) -> Any:
+        """The handle of the task whose id is ``task``; ValueError when there is none."""
         try:
             handle = sched.task(task)
         except ValueError:
@@ -250,7 +254,27 @@ class CommHub:
         if handle is None or handle.id != task:  # an id, never a task's name
             raise ValueError(f"no task {task!r}: expected the id of a task this scheduler "
                              "knows (running, waiting, or among the last finished)")
+        return handle
+
+    def _cancel(self, peer: Peer, task: str) -> dict:
+        sched = self._scheduler()
+        handle = self._handle(sched, task)
         return {"task": task, "cancelled": bool(sched.cancel(handle, reason=CANCEL_REASON))}
+
+    # steering a waiting task: the scheduler says what it did in one line, and refuses a task
+    # that cannot be steered (running, ended) with a ValueError, answered as ok: false
+
+    def _top(self, peer: Peer, task: str) -> dict:
+        sched = self._scheduler()
+        return {"task": task, "text": str(sched.top(self._handle(sched, task)))}
+
+    def _hold(self, peer: Peer, task: str) -> dict:
+        sched = self._scheduler()
+        return {"task": task, "text": str(sched.hold(self._handle(sched, task)))}
+
+    def _release(self, peer: Peer, task: str) -> dict:
+        sched = self._scheduler()
+        return {"task": task, "text": str(sched.release(self._handle(sched, task)))}
 
     def _cancel_all(self, peer: Peer) -> dict:
         return {"cancelled": self._scheduler().cancel_all()}

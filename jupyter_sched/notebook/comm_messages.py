@@ -108,14 +108,18 @@ def _task_id(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"t[0-9]+", value) is not None
 
 
+# a task is named by its id, never by its name: cancel and the commands that steer the queue
+_TASK = {"task": Argument("a task id like 't7'", _task_id, REQUIRED)}
+
 COMMANDS: dict[str, dict[str, Argument]] = {
-    "cancel": {"task": Argument("a task id like 't7'", _task_id, REQUIRED)},
+    "cancel": _TASK,
     "cancel_all": {},
     "drain": {
         "node": Argument(f"a node name, a string of 1 to {MAX_STRING} characters",
                          _string_of(MAX_STRING), REQUIRED),
         "on": Argument("true or false", lambda value: isinstance(value, bool), REQUIRED),
     },
+    "hold": _TASK,
     "queue": {
         "queue": Argument(f"a queue name, a string of 1 to {MAX_STRING} characters",
                           _string_of(MAX_STRING), REQUIRED),
@@ -123,6 +127,7 @@ COMMANDS: dict[str, dict[str, Argument]] = {
                           lambda value: isinstance(value, str) and value in QUEUE_STATES,
                           REQUIRED),
     },
+    "release": _TASK,
     "snapshot": {},
     "subscribe": {
         "interval": Argument(f"a number of seconds >= {MIN_INTERVAL:g}",
@@ -130,6 +135,7 @@ COMMANDS: dict[str, dict[str, Argument]] = {
         "window": Argument(f"a number of seconds from {MIN_WINDOW:g} to {MAX_WINDOW:g}",
                            _number_in(MIN_WINDOW, MAX_WINDOW), WINDOW),
     },
+    "top": _TASK,
 }
 """Each command's arguments (docs/comm.md, "Frontend → kernel")."""
 
