@@ -8,10 +8,12 @@
 import * as React from 'react';
 
 import { IGpuBar, INodeRow, IQueueRow, ITaskRow } from './model';
+import { SteerCommand } from './schema';
 
 const STATE_ICONS: { [state: string]: string } = {
   pending: '○',
   queued: '◷',
+  held: '‖',
   infeasible: '⚠',
   running: '▶',
   stopping: '■',
@@ -188,7 +190,7 @@ export function NodeList(props: { nodes: INodeRow[] } & INodeActions): JSX.Eleme
 
 /**
  * Height of one task row in pixels: fixed, so the list can window its rows. A row has three
- * lines (name and Cancel; state, position, time and demand; where or why), each one line
+ * lines (name and buttons; state, position, time and demand; where or why), each one line
  * high whatever the width: long text ends in an ellipsis and shows whole in its tooltip.
  */
 export const ROW_HEIGHT = 62;
@@ -253,15 +255,106 @@ export function Elapsed(props: { task: ITaskRow }): JSX.Element | null {
   ) : null;
 }
 
+interface ISteering {
+  /** The button's text. */
+  text: string;
+  /** Its accessible name, for task `label`: "Run task t7 train next". */
+  name: (label: string) => string;
+  /** What it does, in words, for its tooltip. */
+  title: (label: string) => string;
+}
+
+const STEERING: { [command in SteerCommand]: ISteering } = {
+  top: {
+    text: 'Run next',
+    name: label => `Run task ${label} next`,
+    title: label => `Run task ${label} next: first in its queue`
+  },
+  hold: {
+    text: 'Hold',
+    name: label => `Hold task ${label}`,
+    title: label => `Hold task ${label}: it waits and is not started until released`
+  },
+  release: {
+    text: 'Release',
+    name: label => `Release task ${label}`,
+    title: label => `Release task ${label}: it waits in its queue again`
+  }
+};
+
+/** How long after a click a steering button takes back the focus its row's redraw lost. */
+const REFOCUS_MS = 5000;
+
+/**
+ * A waiting task's Run next and Hold (or Release) buttons. Hold and Release are one button,
+ * so the focus stays on it when the task's state changes; if the next snapshot moves the row
+ * and the focus is lost (to the page's body), the button last pressed takes it back.
+ */
+function SteerButtons(props: {
+  task: ITaskRow;
+  onSteer: (command: SteerCommand, task: string) => void;
+}): JSX.Element | null {
+  const { task, onSteer } = props;
+  const buttons = React.useRef<(HTMLButtonElement | null)[]>([]);
+  // the button last pressed, the task as it was then, and until when it may take the focus
+  const pressed = React.useRef<{ slot: number; was: string; until: number } | null>(null);
+  const now = `${task.state} ${task.position}`;
+  React.useLayoutEffect(() => {
+    const last = pressed.current;
+    const button = last ? buttons.current[last.slot] : null;
+    if (!last || !button || Date.now() > last.until) {
+      pressed.current = null;
+      return;
+    }
+    const active = button.ownerDocument.activeElement;
+    if (active === button && now === last.was) {
+      return; // a redraw before the snapshot that changes the task
+    }
+    if (active === null || active === button.ownerDocument.body) {
+      button.focus();
+    }
+    pressed.current = null; // given back once, or the user has moved on
+  });
+  if (!task.steer.length) {
+    return null;
+  }
+  return (
+    <>
+      {task.steer.map((command, slot) => (
+        <button
+          // the slot, not the command: Hold becomes Release in the same element
+          key={slot}
+          ref={element => {
+            buttons.current[slot] = element;
+          }}
+          type="button"
+          className={`jp-sched-steer jp-sched-${command} jp-mod-styled`}
+          data-command={command}
+          aria-label={STEERING[command].name(task.label)}
+          title={STEERING[command].title(task.label)}
+          onClick={() => {
+            pressed.current = { slot, was: now, until: Date.now() + REFOCUS_MS };
+            onSteer(command, task.id);
+          }}
+        >
+          {STEERING[command].text}
+        </button>
+      ))}
+    </>
+  );
+}
+
 /**
  * One task in a list. Cancel is offered only to a task a cancel can still reach: not to one
  * that ended, nor to one already stopping (it holds its devices until its executor confirms).
+ * A queued or held task may also be run next, held or released (`onSteer`).
  */
 export function TaskItem(props: {
   task: ITaskRow;
   onCancel?: (task: string) => void;
+  onSteer?: (command: SteerCommand, task: string) => void;
 }): JSX.Element {
-  const { task, onCancel } = props;
+  const { task, onCancel, onSteer } = props;
   const needs = task.needs !== '-' ? `needs ${task.needs}` : '';
   return (
     <div
@@ -274,6 +367,7 @@ export function TaskItem(props: {
         <span className="jp-sched-task-label" title={task.label}>
           {task.label}
         </span>
+        {onSteer ? <SteerButtons task={task} onSteer={onSteer} /> : null}
         {onCancel && task.cancellable ? (
           <button
             type="button"
@@ -315,6 +409,7 @@ export interface ITaskListProps {
   empty: string;
   maxHeight?: number;
   onCancel?: (task: string) => void;
+  onSteer?: (command: SteerCommand, task: string) => void;
 }
 
 export function TaskList(props: ITaskListProps): JSX.Element {
@@ -329,7 +424,9 @@ export function TaskList(props: ITaskListProps): JSX.Element {
         maxHeight={props.maxHeight ?? 360}
         label={props.label}
         itemKey={task => task.id}
-        renderItem={task => <TaskItem task={task} onCancel={props.onCancel} />}
+        renderItem={task => (
+          <TaskItem task={task} onCancel={props.onCancel} onSteer={props.onSteer} />
+        )}
       />
       {props.more > 0 ? <div className="jp-sched-more">and {props.more} more</div> : null}
     </div>
@@ -415,7 +512,14 @@ export function QueueTable(props: { queues: IQueueRow[] } & IQueueActions): JSX.
                   </span>
                 ) : null}
               </td>
-              <td data-label="running">{q.running}</td>
+              <td
+                className="jp-sched-queue-running"
+                data-label="running"
+                data-max-running={q.maxRunning ?? undefined}
+                title={q.runningTitle}
+              >
+                {q.runningText}
+              </td>
               <td data-label="waiting">{q.waiting}</td>
             </tr>
           ))}

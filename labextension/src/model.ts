@@ -22,7 +22,8 @@ import {
   IStatusPayload,
   ITaskPayload,
   ITaskView,
-  Payload
+  Payload,
+  SteerCommand
 } from './schema';
 
 /** Rows of one list that a view draws at most. */
@@ -169,6 +170,11 @@ export interface ITaskRow {
   elapsedTitle: string;
   /** Whether cancelling it means anything: it has not ended and no stop is out for it. */
   cancellable: boolean;
+  /**
+   * How it may be steered, in the order its buttons show: `top` (run it next) for a queued
+   * or held task, then `hold` for a queued one or `release` for a held one; none otherwise.
+   */
+  steer: SteerCommand[];
   gang: string | null;
 }
 
@@ -200,6 +206,10 @@ export function taskStateText(task: ITaskView, error?: string | null): string {
       const text = task.position ? `queued, position ${task.position}${queue}` : `queued${queue}`;
       return reason ? `${text}: ${reason}` : text;
     }
+    case 'held': {
+      const text = task.queue ? `held in ${task.queue}` : 'held';
+      return `${text}: ${reason || HELD}`;
+    }
     case 'infeasible':
       return reason ? `infeasible: ${reason}` : 'infeasible';
     case 'running':
@@ -219,8 +229,17 @@ export function taskStateText(task: ITaskView, error?: string | null): string {
   }
 }
 
+/** What a held task waits for, when the kernel gives no reason. */
+const HELD = 'not started until released';
+
 /** States a cancel can still reach: `cancel_all` passes over stopping and ended tasks. */
-const CANCELLABLE = new Set(['pending', 'queued', 'infeasible', 'running']);
+const CANCELLABLE = new Set(['pending', 'queued', 'held', 'infeasible', 'running']);
+
+/** What may be done to a waiting task in each state, besides cancelling it. */
+const STEER: { [state: string]: SteerCommand[] } = {
+  queued: ['top', 'hold'],
+  held: ['top', 'release']
+};
 
 function known(value: number | null | undefined): value is number {
   return value !== null && value !== undefined && Number.isFinite(value);
@@ -252,6 +271,7 @@ function elapsedTitle(task: ITaskView, time: string): string {
       return `running for ${time}`;
     case 'pending':
     case 'queued':
+    case 'held':
     case 'infeasible':
       return `waiting for ${time}`;
     default:
@@ -266,6 +286,15 @@ function withoutState(stateText: string, state: string): string {
     : stateText;
 }
 
+/** A row's last line: where the task runs or waits, or why it waits. */
+function detailOf(state: string, stateText: string, reason: string): string {
+  if (state === 'held') {
+    return reason || HELD;
+  }
+  // a queued task's row shows its position beside its state: its line says why it waits
+  return state === 'queued' && reason ? reason : withoutState(stateText, state);
+}
+
 export function taskRow(
   task: ITaskView,
   now: number | null = null,
@@ -276,17 +305,16 @@ export function taskRow(
   const seconds = elapsed(task, now);
   const time = seconds === null ? '' : formatDuration(seconds);
   const reason = oneLine(task.reason);
-  // a queued task's row shows its position beside its state: its line says why it waits
-  const detailText = state === 'queued' && reason ? reason : withoutState(stateText, state);
   return {
     id: task.id,
     name: task.name ?? '',
     label: taskLabel(task),
     state,
     stateText,
-    detailText,
+    detailText: detailOf(state, stateText, reason),
     queue: task.queue ?? '',
-    position: task.position ?? null,
+    // a held task has no place in its queue until released, whatever an old list says
+    position: state === 'held' ? null : (task.position ?? null),
     needs: formatAmounts(task.demand),
     where: taskWhere(task),
     reason,
@@ -294,13 +322,20 @@ export function taskRow(
     elapsedText: time,
     elapsedTitle: time ? elapsedTitle(task, time) : '',
     cancellable: CANCELLABLE.has(state),
+    steer: [...(STEER[state] ?? [])],
     gang: task.gang ?? null
   };
 }
 
-const WAITING_GROUP: { [state: string]: number } = { pending: 0, queued: 0, infeasible: 1 };
+// a task held or released keeps its place in the list (and its buttons their focus)
+const WAITING_GROUP: { [state: string]: number } = {
+  pending: 0,
+  queued: 0,
+  held: 0,
+  infeasible: 1
+};
 
-/** Queued (and pending) before infeasible; within each, the kernel's order (queue order). */
+/** Queued, held and pending before infeasible; within each, the kernel's order (queue order). */
 export function sortWaiting(tasks: ReadonlyArray<ITaskView>): ITaskView[] {
   return tasks
     .map((task, i) => ({ task, i, group: WAITING_GROUP[task.state] ?? 2 }))
@@ -706,12 +741,21 @@ export interface IQueueRow {
   deservedText: string;
   running: number;
   waiting: number;
+  /** Tasks of the queue that may run at once, or null for no limit. */
+  maxRunning: number | null;
+  /** Its running tasks: "2", or "2 of max 3" under a limit. */
+  runningText: string;
+  /** The same in words, for a tooltip: "2 running, at most 3 at once". */
+  runningTitle: string;
   /** GPU allocated over GPU capability (0 to 1), or null without a GPU capability. */
   gpuUse: number | null;
 }
 
 export function queueRow(queue: IQueueView): IQueueRow {
   const cap = queue.capability?.GPU;
+  const running = queue.running ?? 0;
+  const max = queue.max_running;
+  const maxRunning = typeof max === 'number' && Number.isFinite(max) ? max : null;
   return {
     name: queue.name,
     parent: queue.parent,
@@ -723,8 +767,14 @@ export function queueRow(queue: IQueueView): IQueueRow {
       : 'unlimited',
     allocatedText: formatAmounts(queue.allocated),
     deservedText: formatAmounts(queue.deserved),
-    running: queue.running ?? 0,
+    running,
     waiting: queue.waiting ?? 0,
+    maxRunning,
+    runningText: maxRunning === null ? String(running) : `${running} of max ${maxRunning}`,
+    runningTitle:
+      maxRunning === null
+        ? `${running} running`
+        : `${running} running, at most ${maxRunning} at once`,
     gpuUse: cap ? clampShare((queue.allocated?.GPU ?? 0) / cap) : null
   };
 }
@@ -732,9 +782,9 @@ export function queueRow(queue: IQueueView): IQueueRow {
 // -- the status bar -----------------------------------------------------------------------------
 
 /**
- * `GPU 1.5/2 · 2 running · 3 queued`, then what is non-zero of: `1 infeasible`, `others 0.5`
- * (the GPU share other kernels on the host hold, counted in the allocated), `1 unmanaged`
- * (processes on the GPUs that hold no lease).
+ * `GPU 1.5/2 · 2 running · 3 queued`, then what is non-zero of: `1 held`, `1 infeasible`,
+ * `others 0.5` (the GPU share other kernels on the host hold, counted in the allocated),
+ * `1 unmanaged` (processes on the GPUs that hold no lease).
  */
 export function statusBarText(
   status: Pick<IStatusPayload, 'gpu' | 'counts'> & { nodes?: INodeView[] }
@@ -746,6 +796,10 @@ export function statusBarText(
   }
   parts.push(`${count(status.counts, 'running', 'stopping')} running`);
   parts.push(`${count(status.counts, 'queued', 'pending')} queued`);
+  const held = count(status.counts, 'held');
+  if (held > 0) {
+    parts.push(`${held} held`);
+  }
   const infeasible = count(status.counts, 'infeasible');
   if (infeasible > 0) {
     parts.push(`${infeasible} infeasible`);
@@ -884,7 +938,7 @@ export function sidebarView(status: IStatusPayload, options: IViewOptions = {}):
   const waiting = sortWaiting(status.waiting ?? []);
   const counts = status.counts ?? {};
   const nRunning = count(counts, 'running', 'stopping');
-  const nWaiting = count(counts, 'pending', 'queued', 'infeasible');
+  const nWaiting = count(counts, 'pending', 'queued', 'held', 'infeasible');
   const keptRunning = bounded(running, nRunning, maxRows);
   const keptWaiting = bounded(waiting, nWaiting, maxRows);
   const listed = [...running, ...waiting].filter(t => CANCELLABLE.has(String(t.state))).length;

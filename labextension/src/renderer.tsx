@@ -61,6 +61,9 @@ function Fallback(props: { problem: string; text: string }): JSX.Element {
   );
 }
 
+/** The states of tasks that have not ended, in the order their counts are shown. */
+const LIVE_STATES = ['running', 'stopping', 'pending', 'queued', 'held', 'infeasible'];
+
 /** Counts in a fixed order, zeros left out: "2 running · 3 queued · 1 infeasible". */
 function countsText(counts: Counts | undefined, states: string[]): string {
   return states
@@ -163,10 +166,7 @@ function KindView(props: { payload: Payload; now: number | null }): JSX.Element 
       );
       return (
         <>
-          <div className="jp-sched-summary">
-            {countsText(p.counts, ['running', 'stopping', 'pending', 'queued', 'infeasible']) ||
-              'No tasks.'}
-          </div>
+          <div className="jp-sched-summary">{countsText(p.counts, LIVE_STATES) || 'No tasks.'}</div>
           <TaskList
             tasks={view.running.rows}
             more={view.running.more}

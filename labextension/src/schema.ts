@@ -20,9 +20,21 @@ export const COMM_VERSION = 1;
 /** Resource name → amount (`GPU` 0.5, `CPU` 2, `memory` in bytes). */
 export type Amounts = { [resource: string]: number };
 
-/** Task states of docs/schema.md; `stopping` is shown while a stop waits for its executor. */
+/**
+ * Task states of docs/schema.md; `stopping` is shown while a stop waits for its executor;
+ * `held` is a waiting task the user held: it has no position and is never started until
+ * released.
+ */
 export type TaskState =
-  'pending' | 'queued' | 'infeasible' | 'running' | 'stopping' | 'done' | 'failed' | 'cancelled';
+  | 'pending'
+  | 'queued'
+  | 'held'
+  | 'infeasible'
+  | 'running'
+  | 'stopping'
+  | 'done'
+  | 'failed'
+  | 'cancelled';
 
 export interface ITaskView {
   id: string;
@@ -44,6 +56,8 @@ export interface ITaskView {
   rank: number | null;
   /** For a `stopping` task, when the stop was asked (scheduler clock); absent from old kernels. */
   stopping_since?: number | null;
+  /** Batch work (maps) may be preempted, interactive work (cells) not; absent from old kernels. */
+  batch?: boolean;
 }
 
 /** Another kernel's lease on a GPU of this host, from the host's lease ledger. */
@@ -110,6 +124,8 @@ export interface IQueueView {
   deserved: Amounts;
   running: number;
   waiting: number;
+  /** Tasks of this queue that may run at once, or null for no limit; absent from old kernels. */
+  max_running?: number | null;
 }
 
 /** State → number of tasks, over all tasks (lists are bounded, counts are not). */
@@ -264,11 +280,17 @@ export type Command =
   | { command: 'cancel'; task: string }
   | { command: 'cancel_all' }
   | { command: 'drain'; node: string; on: boolean }
+  | { command: 'top'; task: string }
+  | { command: 'hold'; task: string }
+  | { command: 'release'; task: string }
   | { command: 'queue'; queue: string; state: QueueState }
   | { command: 'snapshot' }
   | { command: 'subscribe'; interval: number; window?: number };
 
 export type CommandMessage = Command & { v: 1; kind: 'command'; id: string };
+
+/** The commands that steer one waiting task: run it next, hold it, release it. */
+export type SteerCommand = 'top' | 'hold' | 'release';
 
 // -- reading what arrives -----------------------------------------------------------------------
 

@@ -2,9 +2,10 @@
  * The Scheduler sidebar: the kernel's notices (a banner the user dismisses), the followed
  * kernel's nodes (a bar per GPU, with who holds it: this kernel, other kernels on the host,
  * processes holding no lease), its queue (running, queued with position and why it waits,
- * infeasible with reason; cancel per task and cancel all), its queues and a timeline of GPU
- * holdings. `SidebarView` draws from props only; `SchedulerSidebar` is the
- * widget that feeds it from a `SchedConnection` and sends the commands its buttons ask for.
+ * held, infeasible with reason; cancel per task and cancel all; a waiting task run next, held
+ * or released), its queues and a timeline of GPU holdings. `SidebarView` draws from props
+ * only; `SchedulerSidebar` is the widget that feeds it from a `SchedConnection` and sends the
+ * commands its buttons ask for.
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
@@ -15,7 +16,7 @@ import * as React from 'react';
 import { ConnectionState, SchedConnection } from './comm';
 import { NodeList, QueueTable, TaskList } from './components';
 import { INoticeMark, INoticeRow, pendingNotices, sidebarView, statusBarText } from './model';
-import { Command, ISnapshotData } from './schema';
+import { Command, ISnapshotData, SteerCommand } from './schema';
 import { layoutTimeline, Timeline } from './timeline';
 
 const ICON_SVG =
@@ -142,6 +143,10 @@ function LiveView(props: ISidebarProps & { snapshot: ISnapshotData }): JSX.Eleme
     [snapshot, props.now, props.timelineWindow]
   );
   const cancel = onCommand ? (task: string) => onCommand({ command: 'cancel', task }) : undefined;
+  // positions and states follow from the next snapshot: nothing is changed here meanwhile
+  const steer = onCommand
+    ? (command: SteerCommand, task: string) => onCommand({ command, task })
+    : undefined;
   const drain = onCommand
     ? (node: string, on: boolean) => onCommand({ command: 'drain', node, on })
     : undefined;
@@ -168,10 +173,11 @@ function LiveView(props: ISidebarProps & { snapshot: ISnapshotData }): JSX.Eleme
         <TaskList
           tasks={view.waiting.rows}
           more={view.waiting.more}
-          label="Queued and infeasible tasks"
+          label="Queued, held and infeasible tasks"
           empty="Nothing waiting."
           maxHeight={props.listHeight}
           onCancel={cancel}
+          onSteer={steer}
         />
       </Section>
       {onCommand && view.cancellable > 0 ? (

@@ -14,6 +14,7 @@ import {
   nodeRow,
   payloadNow,
   pendingNotices,
+  queueRow,
   sidebarView,
   sortRunning,
   sortWaiting,
@@ -27,6 +28,7 @@ import {
   IGangPayload,
   INodeView,
   INotice,
+  IQueueView,
   IStatusPayload,
   ITaskPayload,
   ITimelineEntry
@@ -743,5 +745,101 @@ describe('a task shown in an output, as it is now', () => {
     expect(now.tasks.map(t => t.state)).toEqual(['done', 'running', 'done']);
     expect(now.tasks[2]).toBe(gang.tasks[2]);
     expect(now.name).toBe('ring');
+  });
+});
+
+describe('a held task', () => {
+  const held = task('t5', { state: 'held', submitted: 10 });
+
+  it('says it is held, where, and that it waits to be released, with no position', () => {
+    const row = taskRow({ ...held, position: 3 }, 40);
+    expect(row.state).toBe('held');
+    expect(row.position).toBeNull();
+    expect(row.stateText).toBe('held in default: not started until released');
+    expect(row.detailText).toBe('not started until released');
+    expect(row.elapsedTitle).toBe('waiting for 30 s');
+    // the kernel's reason, when it gives one, is the row's line
+    const why = taskRow({ ...held, reason: 'held by alice' });
+    expect(why.stateText).toBe('held in default: held by alice');
+    expect(why.detailText).toBe('held by alice');
+  });
+
+  it('is waiting: listed, counted and cancelled with the waiting tasks', () => {
+    expect(taskRow(held).cancellable).toBe(true);
+    const view = sidebarView(
+      status({
+        waiting: [task('t4', { position: 1 }), held],
+        counts: { queued: 1, held: 1 }
+      })
+    );
+    expect(view.waiting.rows.map(r => [r.id, r.state])).toEqual([
+      ['t4', 'queued'],
+      ['t5', 'held']
+    ]);
+    expect(view.waiting.more).toBe(0);
+    expect(view.cancellable).toBe(2);
+  });
+
+  it("keeps its place in the kernel's order, before infeasible tasks", () => {
+    const tasks = [
+      task('t9', { state: 'infeasible' }),
+      task('t3', { position: 1 }),
+      task('t5', { state: 'held' }),
+      task('t4', { position: 2 })
+    ];
+    expect(sortWaiting(tasks).map(t => t.id)).toEqual(['t3', 't5', 't4', 't9']);
+  });
+
+  it('is counted in the status bar, apart from the queued ones', () => {
+    const counts = { running: 1, queued: 2, held: 1, infeasible: 1 };
+    expect(statusBarText({ gpu: { allocated: 1, total: 1 }, counts })).toBe(
+      'GPU 1/1 · 1 running · 2 queued · 1 held · 1 infeasible'
+    );
+    expect(statusBarText({ gpu: { allocated: 1, total: 1 }, counts: { held: 0 } })).toBe(
+      'GPU 1/1 · 0 running · 0 queued'
+    );
+  });
+});
+
+describe('steering', () => {
+  it('offers Run next and Hold to a queued task, Run next and Release to a held one', () => {
+    const steer = (state: string) => taskRow(task('t1', { state, position: 2 })).steer;
+    expect(steer('queued')).toEqual(['top', 'hold']);
+    expect(steer('held')).toEqual(['top', 'release']);
+    for (const state of ['pending', 'infeasible', 'running', 'stopping', 'done', 'failed']) {
+      expect([state, steer(state)]).toEqual([state, []]);
+    }
+    expect([taskRow(task('t1', { state: 'cancelled' })).steer]).toEqual([[]]);
+    // the task that is next already may be run next: the button stays where it was pressed
+    expect(taskRow(task('t1', { position: 1 })).steer).toEqual(['top', 'hold']);
+  });
+});
+
+describe('queues with a limit on running tasks', () => {
+  const queue: IQueueView = {
+    name: 'default',
+    parent: 'root',
+    state: 'open',
+    weight: 1,
+    priority: 0,
+    capability: {},
+    allocated: {},
+    deserved: {},
+    running: 2,
+    waiting: 4
+  };
+
+  it('say how many run of how many may', () => {
+    const row = queueRow({ ...queue, max_running: 3 });
+    expect(row.maxRunning).toBe(3);
+    expect(row.runningText).toBe('2 of max 3');
+    expect(row.runningTitle).toBe('2 running, at most 3 at once');
+  });
+
+  it('say how many run, without a limit or from an old kernel', () => {
+    for (const limit of [{ max_running: null }, {}]) {
+      const row = queueRow({ ...queue, ...limit });
+      expect([row.maxRunning, row.runningText, row.runningTitle]).toEqual([null, '2', '2 running']);
+    }
   });
 });

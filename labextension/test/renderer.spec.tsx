@@ -183,6 +183,51 @@ describe('times and stopping tasks', () => {
   });
 });
 
+describe('held tasks and queue limits', () => {
+  const held = task('t8', { state: 'held', submitted: 95 });
+
+  it('shows a held task as held, with no position and no button, in a status and a queue', () => {
+    const status: IStatusPayload = {
+      ...payload('status'),
+      time: 100,
+      waiting: [task('t5', { position: 1 }), held],
+      counts: { queued: 1, held: 1 }
+    };
+    const queue = { ...status, kind: 'queue' };
+    for (const data of [status, queue]) {
+      const { container, unmount } = render(<PayloadView data={data} text="" />);
+      const row = container.querySelector('.jp-sched-task[data-task-id="t8"]') as HTMLElement;
+      expect(row.dataset.state).toBe('held');
+      expect(row.querySelector('.jp-sched-state')?.textContent).toBe('‖held');
+      expect(row.querySelector('.jp-sched-position')).toBeNull();
+      // a rendered payload is a record: nothing is steered from here
+      expect(container.querySelectorAll('button')).toHaveLength(0);
+      expect(container.querySelector('.jp-sched-summary')?.textContent).toMatch(
+        /1 queued · 1 held/
+      );
+      unmount();
+    }
+  });
+
+  it('shows a task payload of a held task', () => {
+    const data = { version: 1, kind: 'task', task: held, error: null, time: 100 };
+    const { container, unmount } = render(<PayloadView data={data} text="" />);
+    const card = container.querySelector('.jp-sched-task-card') as HTMLElement;
+    expect(card.dataset.state).toBe('held');
+    expect(card.textContent).toContain('held in default: not started until released');
+    unmount();
+  });
+
+  it("shows a queue's limit on running tasks", () => {
+    const queues = payload('status').queues.map((q: object) => ({ ...q, max_running: 4 }));
+    const data = { version: 1, kind: 'queues', time: 1, queues };
+    const { container, unmount } = render(<PayloadView data={data} text="" />);
+    const cell = container.querySelector('.jp-sched-queue-running') as HTMLElement;
+    expect(cell.textContent).toBe(`${queues[0].running} of max 4`);
+    unmount();
+  });
+});
+
 describe('strings from the kernel are text', () => {
   it('in a status: task names, queue names, node names and labels, reasons', () => {
     const { container, unmount } = render(<PayloadView data={hostileStatus()} text="" />);

@@ -179,6 +179,174 @@ describe('SidebarView', () => {
   });
 });
 
+/** t1 runs; t5 and t6 are queued, first and second; t8 is held; t9 cannot run. */
+function steeredStatus(): IStatusPayload {
+  return {
+    ...payload('status'),
+    time: 100,
+    running: [task('t1', { state: 'running', node: 'local', started: 90 })],
+    waiting: [
+      task('t5', { position: 1, submitted: 95 }),
+      task('t6', { name: HOSTILE, position: 2, submitted: 96 }),
+      task('t8', { state: 'held', submitted: 97 }),
+      task('t9', { state: 'infeasible', reason: 'GPU: needs 4', demand: { GPU: 4 } })
+    ],
+    counts: { running: 1, queued: 2, held: 1, infeasible: 1 }
+  };
+}
+
+describe('steering waiting tasks from the sidebar', () => {
+  const row = (container: HTMLElement, id: string) =>
+    container.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
+  const buttons = (container: HTMLElement, id: string) =>
+    [...row(container, id).querySelectorAll('button')].map(b => [
+      b.textContent,
+      b.getAttribute('aria-label')
+    ]);
+
+  it('offers Run next and Hold to queued tasks, Run next and Release to held ones', () => {
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(steeredStatus()), onCommand: () => 0 })} />
+    );
+    expect(buttons(container, 't5')).toEqual([
+      ['Run next', 'Run task t5 job-t5 next'],
+      ['Hold', 'Hold task t5 job-t5'],
+      ['Cancel', 'Cancel task t5 job-t5']
+    ]);
+    expect(buttons(container, 't8')).toEqual([
+      ['Run next', 'Run task t8 job-t8 next'],
+      ['Release', 'Release task t8 job-t8'],
+      ['Cancel', 'Cancel task t8 job-t8']
+    ]);
+    // a running task and one that cannot run are not steered: cancelled only
+    expect(buttons(container, 't1')).toEqual([['Cancel', 'Cancel task t1 job-t1']]);
+    expect(buttons(container, 't9')).toEqual([['Cancel', 'Cancel task t9 job-t9']]);
+    // real buttons, in the tab order, each saying what it does in its tooltip
+    for (const button of row(container, 't5').querySelectorAll('button')) {
+      expect(button.getAttribute('type')).toBe('button');
+      expect(button.tabIndex).toBe(0);
+      expect(button.title).toBeTruthy();
+    }
+    expect((row(container, 't8').querySelector('.jp-sched-release') as HTMLElement).title).toBe(
+      'Release task t8 job-t8: it waits in its queue again'
+    );
+    unmount();
+  });
+
+  it('sends top, hold and release with the task id, and names the task as text', () => {
+    const sent: Command[] = [];
+    const { container, unmount } = render(
+      <SidebarView
+        {...props({ snapshot: snapshotOf(steeredStatus()), onCommand: c => sent.push(c) })}
+      />
+    );
+    click(row(container, 't6').querySelector('.jp-sched-top'));
+    click(row(container, 't6').querySelector('.jp-sched-hold'));
+    click(row(container, 't8').querySelector('.jp-sched-release'));
+    click(row(container, 't8').querySelector('.jp-sched-top'));
+    expect(sent).toEqual([
+      { command: 'top', task: 't6' },
+      { command: 'hold', task: 't6' },
+      { command: 'release', task: 't8' },
+      { command: 'top', task: 't8' }
+    ]);
+    expect(row(container, 't6').querySelector('.jp-sched-top')?.getAttribute('aria-label')).toBe(
+      `Run task t6 ${HOSTILE} next`
+    );
+    expectOnlyText(container);
+    unmount();
+  });
+
+  it('shows a held task as held, with no position, among the waiting ones', () => {
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(steeredStatus()), now: 100 })} />
+    );
+    const held = row(container, 't8');
+    expect(held.dataset.state).toBe('held');
+    expect(held.dataset.position).toBeUndefined();
+    expect(held.querySelector('.jp-sched-position')).toBeNull();
+    const badge = held.querySelector('.jp-sched-state') as HTMLElement;
+    expect(badge.dataset.state).toBe('held');
+    expect(badge.querySelector('.jp-sched-state-icon')?.getAttribute('aria-hidden')).toBe('true');
+    expect(badge.textContent).toBe('‖held');
+    expect(held.querySelector('.jp-sched-task-detail')?.textContent).toBe(
+      'not started until released'
+    );
+    expect(held.querySelector('.jp-sched-elapsed')?.textContent).toBe('3.0 s');
+    expect(row(container, 't5').querySelector('.jp-sched-position')?.textContent).toBe('#1');
+    // a waiting state: in the waiting list and its count, and reached by cancel all
+    const waiting = container.querySelector('[data-section="waiting"]') as HTMLElement;
+    expect(waiting.querySelector('.jp-sched-section-title')?.textContent).toBe('Waiting (4)');
+    expect(waiting.querySelector('[role="list"]')?.getAttribute('aria-label')).toBe(
+      'Queued, held and infeasible tasks'
+    );
+    expect(container.querySelector('.jp-sched-summary')?.textContent).toBe(
+      'GPU 2/2 · 1 running · 2 queued · 1 held · 1 infeasible'
+    );
+    unmount();
+  });
+
+  it('offers no buttons without a kernel to send them to', () => {
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(steeredStatus()) })} />
+    );
+    expect(container.querySelectorAll('.jp-sched-task button')).toHaveLength(0);
+    unmount();
+  });
+
+  it('keeps the focus on the button pressed when the next snapshot moves its task', () => {
+    const status = steeredStatus();
+    const view = render(
+      <SidebarView {...props({ snapshot: snapshotOf(status), onCommand: () => 0 })} />
+    );
+    const hold = row(view.container, 't5').querySelector('.jp-sched-hold') as HTMLButtonElement;
+    act(() => hold.focus());
+    click(hold);
+    expect(document.activeElement).toBe(hold);
+    // a redraw before the snapshot that changes t5 leaves things as they are
+    view.rerender(<SidebarView {...props({ snapshot: snapshotOf(status), onCommand: () => 0 })} />);
+    expect(document.activeElement).toBe(hold);
+    // held, t5 is listed after t6 now: its row is moved, and Hold is Release in its place. A
+    // browser blurs an element that is moved (jsdom does not): as if it had
+    act(() => hold.blur());
+    const next = {
+      ...status,
+      waiting: [
+        { ...status.waiting[1], position: 1 },
+        { ...status.waiting[0], state: 'held', position: null },
+        ...status.waiting.slice(2)
+      ].reverse()
+    };
+    view.rerender(<SidebarView {...props({ snapshot: snapshotOf(next), onCommand: () => 0 })} />);
+    const release = row(view.container, 't5').querySelector('.jp-sched-release');
+    expect(release).toBe(hold);
+    expect(document.activeElement).toBe(release);
+    // not later, once the user has moved on
+    act(() => (document.activeElement as HTMLElement).blur());
+    view.rerender(<SidebarView {...props({ snapshot: snapshotOf(status), onCommand: () => 0 })} />);
+    expect(document.activeElement).toBe(document.body);
+    view.unmount();
+  });
+});
+
+describe('queues in the sidebar', () => {
+  it('say how many tasks run of the most that may, where a queue has a limit', () => {
+    const status = payload('status') as IStatusPayload;
+    status.queues[0] = { ...status.queues[0], running: 2, max_running: 3 };
+    status.queues[1] = { ...status.queues[1], max_running: null };
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(status) })} />
+    );
+    const cells = [...container.querySelectorAll('.jp-sched-queue-running')] as HTMLElement[];
+    expect(cells.map(c => [c.textContent, c.title, c.dataset.maxRunning])).toEqual([
+      ['2 of max 3', '2 running, at most 3 at once', '3'],
+      [String(status.queues[1].running), `${status.queues[1].running} running`, undefined]
+    ]);
+    expect(cells[0].dataset.label).toBe('running');
+    unmount();
+  });
+});
+
 /** At time 100: t1 running since 90, t2 running since 20 and stopping since 97. */
 function stoppingStatus(): IStatusPayload {
   return {
@@ -430,6 +598,55 @@ describe('SchedulerSidebar', () => {
     await waitFor(() => expect(elapsed('t5')).toBe('2.0 s'));
     clock += 3000;
     await waitFor(() => expect(elapsed('t5')).toBe('5.0 s'));
+    sidebar.dispose();
+    connection.dispose();
+  });
+});
+
+describe('SchedulerSidebar steering a task', () => {
+  beforeEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = false));
+  afterEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = true));
+
+  it('sends hold, shows a refusal, and draws the task as the next snapshot says', async () => {
+    const connection = new SchedConnection({ interval: 0.5, window: 300 });
+    const kernel = new FakeKernel();
+    connection.follow(new FakeContext(kernel) as any);
+    const status = steeredStatus();
+    kernel.last.receive(snapshotMessage(1, 100, { ...status, timeline: [] }));
+    const sidebar = new SchedulerSidebar({ connection, timelineWindow: 300 });
+    Widget.attach(sidebar, document.body);
+    const row = (id: string) =>
+      sidebar.node.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement | null;
+    await waitFor(() => expect(row('t6')?.dataset.position).toBe('2'));
+
+    (row('t6')!.querySelector('.jp-sched-hold') as HTMLElement).click();
+    await waitFor(() => expect(kernel.last.sent).toHaveLength(1));
+    const sent = kernel.last.sent[0];
+    expect(sent).toEqual({ v: 1, kind: 'command', id: sent.id, command: 'hold', task: 't6' });
+    // the row does not change before the kernel says so
+    expect(row('t6')?.dataset.state).toBe('queued');
+    const reply = { v: 1, kind: 'reply', id: sent.id, ok: true, error: null };
+    kernel.last.receive({ ...reply, result: { task: 't6', text: 'held t6' } });
+    const waiting = [
+      status.waiting[0],
+      { ...status.waiting[1], state: 'held', position: null },
+      ...status.waiting.slice(2)
+    ];
+    kernel.last.receive(snapshotMessage(2, 101, { waiting, counts: { queued: 1, held: 2 } }));
+    await waitFor(() => expect(row('t6')?.dataset.state).toBe('held'));
+    expect(row('t6')?.querySelector('.jp-sched-release')).not.toBeNull();
+    expect(row('t6')?.querySelector('.jp-sched-position')).toBeNull();
+
+    // the kernel refuses: its line is the sidebar's error
+    (row('t5')!.querySelector('.jp-sched-top') as HTMLElement).click();
+    await waitFor(() => expect(kernel.last.sent).toHaveLength(2));
+    const top = kernel.last.sent[1];
+    expect(top).toMatchObject({ command: 'top', task: 't5' });
+    const refusal = 't5 is running: only a waiting task can be steered';
+    kernel.last.receive({ ...reply, id: top.id, ok: false, error: refusal, result: null });
+    await waitFor(() =>
+      expect(sidebar.node.querySelector('.jp-sched-error')?.textContent).toBe(refusal)
+    );
     sidebar.dispose();
     connection.dispose();
   });
