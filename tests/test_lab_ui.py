@@ -903,3 +903,86 @@ def test_a_reload_shows_the_status_line_as_it_is_now(page, lab, artifacts):
                      r"^GPU [\d.]+/4 · 0 running · 0 queued( · others [\d.]+)?$")
     expect(task_row(page, "across-reload")).to_have_count(0)
     snap(page, artifacts, "reloaded-done")
+
+
+def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab, artifacts):
+    """A notebook's task holds its only GPU and two more wait. "Run next" on the second puts
+    it first in its queue; "Hold" holds the other, which the kernel then says is held, with no
+    position, and the sidebar shows as held; "Release", pressed with the keyboard on the same
+    button, which kept the focus, puts it back in its queue. Each change is read from the
+    kernel by running a cell."""
+    import nbformat
+    from playwright.sync_api import expect
+
+    cells = [
+        "%load_ext jupyter_sched\n%sched local --gpus 1",
+        "import threading\ngate = threading.Event()",
+        f"%%sched --gpus 1 --name gpu-holder --out g\ngate.wait({HOLD})",
+        "%%sched --gpus 1 --name first-wait --out a\npass",
+        "%%sched --gpus 1 --name second-wait --out b\npass",
+        "print(g.state, '|', a.state, a.position, '|', b.state, b.position)",
+        "gate.set()",
+    ]
+    load, imports, holder, first, second, states, done = range(len(cells))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, lab.workdir / "notebooks" / "steer.ipynb")
+
+    def kernel_says(pattern: str) -> None:
+        run_cells(page, states)
+        wait_text(cell_output(page, states), pattern)
+
+    # a workspace of its own: only this notebook is open
+    page.goto(lab.lab_url("steer.ipynb", workspace="steer"))
+    wait_kernel_idle(page)
+    run_cells(page, load, imports, holder, first, second)
+    show_scheduler(page)
+    others = r"( · others [\d.]+)?$"
+    expect_following(page, "steer.ipynb", rf"^GPU [\d.]+/1 · 1 running · 2 queued{others}")
+    expect(task_row(page, "gpu-holder")).to_have_attribute("data-state", "running")
+    first_row, second_row = task_row(page, "first-wait"), task_row(page, "second-wait")
+    expect(first_row).to_have_attribute("data-position", "1")
+    expect(second_row).to_have_attribute("data-position", "2")
+    kernel_says(r"^running \| queued 1 \| queued 2$")
+    # the running task is only cancelled; a waiting one is steered, by labelled buttons
+    assert task_row(page, "gpu-holder").locator("button").all_inner_texts() == ["Cancel"]
+    run_next = second_row.locator("button.jp-sched-top")
+    assert second_row.locator("button").all_inner_texts() == ["Run next", "Hold", "Cancel"]
+    assert re.fullmatch(r"Run task t\d+ second-wait next", run_next.get_attribute("aria-label"))
+    check_fits(page)
+    snap(page, artifacts, "steer-waiting", sidebar(page))
+
+    run_next.click()
+    expect(second_row).to_have_attribute("data-position", "1", timeout=WAIT)
+    expect(first_row).to_have_attribute("data-position", "2")
+    assert sidebar(page).locator(".jp-sched-error").count() == 0
+    kernel_says(r"^running \| queued 2 \| queued 1$")
+
+    hold = first_row.locator("button.jp-sched-hold")
+    assert re.fullmatch(r"Hold task t\d+ first-wait", hold.get_attribute("aria-label"))
+    hold.click()
+    expect(first_row).to_have_attribute("data-state", "held", timeout=WAIT)
+    expect(first_row.locator(".jp-sched-state")).to_have_text(re.compile(r"held$"))
+    assert first_row.get_attribute("data-position") is None
+    expect_status(page, rf"^GPU [\d.]+/1 · 1 running · 1 queued · 1 held{others}")
+    snap(page, artifacts, "steer-held", sidebar(page))
+    # Hold became Release in place, and kept the focus: the keyboard releases it
+    release = first_row.locator("button.jp-sched-release")
+    assert release.inner_text() == "Release"
+    expect(release).to_be_focused()
+    kernel_says(r"^running \| held None \| queued 1$")
+    release.focus()  # running the cell took the focus
+    page.keyboard.press("Enter")
+    expect(first_row).to_have_attribute("data-state", "queued", timeout=WAIT)
+    expect(first_row.locator("button.jp-sched-hold")).to_have_count(1)
+    expect_status(page, rf"^GPU [\d.]+/1 · 1 running · 2 queued{others}")
+    kernel_says(r"^running \| queued \d+ \| queued 1$")
+    assert sidebar(page).locator(".jp-sched-error").count() == 0
+
+    # the GPU is given back: the two waiting tasks run, and the notebook goes
+    run_cells(page, done)
+    expect_status(page, rf"^GPU [\d.]+/1 · 0 running · 0 queued{others}")
+    kernel_says(r"^done \| done \S+ \| done \S+$")
+    close_notebook(page, "steer.ipynb")
+    lab.api(f"/api/sessions/{session_of(lab, 'steer.ipynb')['id']}", method="DELETE")
