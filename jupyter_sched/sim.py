@@ -97,10 +97,10 @@ class Simulation:
                  reservation_after: float = 1.0, preemption: bool = False,
                  hybrid_threshold: float = 0.8,
                  stop_delay: float | tuple[float, float] = 0.0,
-                 pipeline: float = 0.0) -> None:
+                 pipeline: float = 0.0, fair_share_half_life: float = 0.0) -> None:
         self.core = Core(policy=policy, reservation_after=reservation_after,
                          preemption=preemption, hybrid_threshold=hybrid_threshold,
-                         pipeline=pipeline)
+                         pipeline=pipeline, fair_share_half_life=fair_share_half_life)
         self.stop_delay = _delay_range(stop_delay)
         self.rng = random.Random(seed)
         self.now = 0.0
@@ -186,11 +186,15 @@ class Simulation:
 
     def add_queue(self, name: str, weight: int = 1, capability: Mapping | None = None,
                   priority: int = 0, state: str = "open", *, guarantee: Mapping | None = None,
-                  parent: str | None = None, at: float = 0.0) -> None:
+                  parent: str | None = None, max_running: int | None = None,
+                  at: float = 0.0) -> None:
+        """A queue (or new settings for one) from ``at`` on; ``max_running``: at most this
+        many of its tasks run at once (0: no cap)."""
         cap = parse_resources(capability) if capability is not None else None
         guar = parse_resources(guarantee) if guarantee is not None else None
         check_name(name, "queue name")
-        self._at(at, ev.QueueSet(name, parent, weight, cap, guar, priority, state))
+        self._at(at, ev.QueueSet(name, parent, weight, cap, guar, priority, state,
+                                 max_running))
         self._queues.add(name)
 
     def submit(
@@ -213,10 +217,14 @@ class Simulation:
         labels: Mapping[str, str] | None = None,
         fails: int = 0,
         family: str | None = None,
+        batch: bool | None = None,
+        min_runtime: float = 0.0,
     ) -> Task | list[Task]:
         """A task (or, with ``gang=(name, size[, min])``, a list of gang members). ``fails``:
         how many of its attempts fail (each at the end of its duration) before one succeeds.
         ``family``: what it runs, as far as pipelining cares (default: its name, or ``"sim"``).
+        ``batch`` (the same as ``preemptible``): with preemption on, it may be stopped for
+        other work, once it has run ``min_runtime`` seconds; an interactive task never is.
 
         A queue closed by the time of ``at`` does not stop the run: the task ends
         ``cancelled``, with a reason naming the queue."""
@@ -241,8 +249,9 @@ class Simulation:
             task_id = f"t{next(self._ids)}"
             member_name = name or (f"{gang_spec.name}-{k}" if gang_spec else task_id)
             spec = TaskSpec(task_id, demand, member_name, queue, priority, target, node,
-                            selector, time_limit, retries, preemptible,
-                            family if family is not None else name or "sim")
+                            selector, time_limit, retries,
+                            preemptible if batch is None else batch,
+                            family if family is not None else name or "sim", min_runtime)
             spec.check()
             made.append((spec, Task(self, task_id, member_name, duration, fails)))
         self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel"))
@@ -260,6 +269,17 @@ class Simulation:
             raise ValueError(f"cancel at {at!r} comes before {task_id} is submitted "
                              f"(at {submitted:g})")
         self._at(at, ev.Cancel(task_id))
+
+    def steer(self, task: Task | str, action: str, priority: int | None = None,
+              at: float = 0.0) -> None:
+        """At ``at``, the user steers a waiting task: ``"priority"`` (to ``priority``),
+        ``"top"`` (first in its queue), ``"hold"`` or ``"release"``."""
+        task_id = task.id if isinstance(task, Task) else task
+        if task_id not in self.tasks:
+            raise ValueError(f"no task {task_id!r} in this simulation")
+        if action not in ev.STEERS:
+            raise ValueError(f"action {action!r} is not one of {', '.join(ev.STEERS)}")
+        self._at(at, ev.Steer(task_id, action, priority))
 
     # -- playing it -------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jupyter_sched.core import events as ev
+from jupyter_sched.core.errors import Refused
 from jupyter_sched.core.jobs import job_rank, waits
 from jupyter_sched.core.state import Core
 from jupyter_sched.model.allocation import NodeResources
@@ -29,11 +30,13 @@ OPS = st.one_of(
     st.tuples(st.just("fail"), st.integers(0, 3)),
     st.tuples(st.just("cancel"), st.integers(0, 10**6)),
     st.tuples(st.just("node"), st.integers(0, 4)),
+    st.tuples(st.just("steer"), st.sampled_from(["priority", "top", "hold", "release"]),
+              st.integers(0, 10**6), st.integers(-2, 3)),
 )
 
 
 def recount(core: Core) -> dict[str, int]:
-    counts = {"pending": 0, "queued": 0, "infeasible": 0, "running": 0}
+    counts = {"pending": 0, "queued": 0, "infeasible": 0, "running": 0, "held": 0}
     for task in core.tasks.values():
         if task.state not in TERMINAL:
             counts[task.state] += 1
@@ -57,7 +60,7 @@ def check_positions(core: Core, requeued: bool) -> None:
 
 def play(ops, retries: int) -> None:
     core = Core(preemption=True)
-    core.handle(ev.QueueSet("a", weight=2), ev.QueueSet("b"),
+    core.handle(ev.QueueSet("a", weight=2), ev.QueueSet("b", max_running=2),
                 ev.NodeAdded("n0", NodeResources({"GPU": 2 * U, "CPU": 4 * U})))
     n = 0
     requeued = False
@@ -90,7 +93,17 @@ def play(ops, retries: int) -> None:
             else:
                 events.append(ev.NodeAdded(name, NodeResources({"GPU": op[1] * U,
                                                                 "CPU": 8 * U})))
-        out = core.handle(*events)
+        elif op[0] == "steer":  # a held task, or a waiting one: held, released, moved
+            _, action, pick, priority = op
+            ids = sorted(t for t, task in core.tasks.items()
+                         if task.state in ("queued", "pending", "infeasible", "held"))
+            if ids:
+                events.append(ev.Steer(ids[pick % len(ids)], action, priority))
+        try:
+            out = core.handle(*events)
+        except Refused as refused:  # (holding a held task, releasing a queued one...)
+            assert all(isinstance(e, ev.Steer) for e, _ in refused.refused), refused
+            out = refused.take()
         stops = [i for i in out if isinstance(i, ev.Stop | ev.Preempt)]
         while stops:  # executors confirm: a preempted task goes back to its queue (and a
             # confirmation may start work that preempts another: confirmed in turn)
@@ -99,6 +112,10 @@ def play(ops, retries: int) -> None:
                                 if core.tasks[i.task].state == RUNNING))
             stops = [i for i in out if isinstance(i, ev.Stop | ev.Preempt)]
         core.validate()
+        assert core.queues["b"].running <= 2  # its max_running
+        for job in core.held.values():  # a held job is never placed nor reserved for
+            assert all(m.state == "held" for m in getattr(job, "members", (job,)))
+            assert job.seq not in core.reservations
         snap = take(core, max_rows=5)
         assert snap.counts == recount(core)
         assert {q.name: q.waiting for q in snap.queues} == {

@@ -47,6 +47,21 @@ class Cancel:
     reason: str = "cancelled by the user"
 
 
+STEERS = ("priority", "top", "hold", "release")
+
+
+@dataclass(frozen=True, slots=True)
+class Steer:
+    """The user steers a waiting task (all of its gang with it): ``priority`` sets its
+    priority to ``priority``; ``top`` puts it first in its queue (the lowest priority that
+    ranks it before every other waiting job there); ``hold`` keeps it waiting, never started
+    nor reserved for, until ``release``. Refused for a task that runs or has ended."""
+
+    task: str
+    action: str
+    priority: int | None = None
+
+
 # The executors' reports name the attempt they report on (the ``attempt`` of the ``Start`` they
 # carried out; every executor sends it). A report with a number that is not the current attempt
 # changes nothing. ``attempt=None`` means "the current attempt", for tests and hand-driven cores.
@@ -141,6 +156,7 @@ class QueueSet:
     guarantee: Mapping[str, int] | None = None
     priority: int | None = None
     state: str | None = None
+    max_running: int | None = None  # at most this many of its tasks run at once (0: no cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +181,7 @@ class Tick:
 
 
 Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved | NodeUpdated
-         | SlotAdded | SlotRemoved | QueueSet | HeldElsewhere | Tick)
+         | SlotAdded | SlotRemoved | QueueSet | HeldElsewhere | Tick | Steer)
 
 # -- instructions ---------------------------------------------------------------------------
 

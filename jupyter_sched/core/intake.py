@@ -97,7 +97,8 @@ FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
     ev.SlotRemoved: (("node", "str"), ("slot", "str"), ("reason", "str")),
     ev.QueueSet: (("name", "str"), ("parent", "str?"), ("weight", "int?"),
                   ("capability", "amounts?"), ("guarantee", "amounts?"), ("priority", "int?"),
-                  ("state", "str?")),
+                  ("state", "str?"), ("max_running", "int?")),
+    ev.Steer: (("task", "str"), ("action", "str"), ("priority", "int?")),
     ev.HeldElsewhere: (("node", "str"), ("device_shares", "shares"), ("reason", "str")),
     ev.Tick: (("now", "number"),),
 }

@@ -97,6 +97,7 @@ class Reservation:
     seq: int
     job: Task | Gang
     nodes: dict[str, Hold] = field(default_factory=dict)
+    preempted: bool = False  # made by preempt: its victims are being stopped for it
 
     @property
     def rank(self) -> tuple[int, int]:

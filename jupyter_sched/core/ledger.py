@@ -24,6 +24,7 @@ from ..model.tasks import (
     CANCELLED,
     DONE,
     FAILED,
+    HELD,
     INFEASIBLE,
     PENDING,
     QUEUED,
@@ -109,7 +110,11 @@ class Ledger:
         # tasks in each state that is not terminal, kept as states change (views read it
         # without walking the tasks)
         self.counts: dict[str, int] = {PENDING: 0, QUEUED: 0, INFEASIBLE: 0, ASSIGNED: 0,
-                                       RUNNING: 0}
+                                       RUNNING: 0, HELD: 0}
+        self.held: dict[int, Task | Gang] = {}  # jobs the user holds, by seq (oldest first)
+        # (when a preemptible attempt's min_runtime ends, task seq, task id, attempt): a
+        # cycle then, for preemption may take it from that moment
+        self.guards: list[tuple[float, int, str, int]] = []
         self.stale_reports = 0  # executor reports about attempts that were no longer current
         self.placed_on_arrival = 0  # jobs placed as they came, never filed as waiting
         self.elsewhere: dict[str, Elsewhere] = {}  # node -> shares other processes hold
@@ -128,6 +133,7 @@ class Ledger:
         # its start takes nothing from it
         self.at_once: Task | Gang | None = None
         self._seq = 0
+        self.starts = 0  # tasks started, all time (queues that tie take turns by it)
         self._out: list[ev.Instruction] = []
 
     def next_seq(self) -> int:
@@ -173,6 +179,8 @@ class Ledger:
             if s.binding is None and gpus:
                 s.binding = frozenset(gpus)  # a floating engine is bound by its first GPU task
         queue = self.queues.queues[task.queue]  # (not through __getitem__: hot)
+        self.starts += 1
+        queue.last_start = self.starts
         gang = task.gang
         if task is self.at_once or (gang is not None and gang is self.at_once):
             queue.start_use((), allocation.amounts)  # (never counted as waiting)
@@ -322,6 +330,12 @@ class Ledger:
         self.cluster.refresh(node)
         self.elsewhere[node.name] = Elsewhere(kept, applied, reason or "")
 
+    def guard(self, task: Task) -> None:
+        """``task`` started now and may not be preempted before its ``min_runtime`` ends:
+        a cycle then (preemption may take it from that moment)."""
+        heapq.heappush(self.guards, (self.now + task.spec.min_runtime, task.seq, task.id,
+                                     task.attempt))
+
     def push_deadline(self, task: Task, limit: float) -> None:
         """``task`` started now with a time limit of ``limit`` seconds."""
         end = self.now + limit
@@ -384,6 +398,22 @@ class Ledger:
             elif order.priority == priority:
                 before += order.older(seq)
         return before + 1
+
+    def unfile(self, job: Task | Gang) -> None:
+        """A queued job leaves its queue's waiting books and its class FIFO at once (not
+        lazily: it is about to change class, or to be held). O(its class's FIFO)."""
+        members = job.members if type(job) is Gang else (job,)
+        queue = self.queues.queues[members[0].queue]
+        fifo = queue.classes.get(job_key(job))
+        for member in members:
+            self.leave_waiting(member)
+        if fifo is not None:
+            while job in fifo:
+                fifo.remove(job)
+            if not fifo:
+                del queue.classes[job_key(job)]
+        self.reservations.pop(job.seq, None)
+        self.elsewhere_waits.pop(members[0].id, None)
 
     def _unorder(self, queue: str, key: ClassKey, seq: int) -> None:
         """Job ``seq`` of class ``key`` no longer waits in ``queue``."""

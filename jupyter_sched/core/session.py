@@ -25,6 +25,7 @@ from .ledger import Ledger
 from .plugins import nodeorder
 from .plugins.capability import Room
 from .plugins.predicates import node_passes
+from .plugins.proportion import cluster_totals, queue_rank
 from .reservations import (
     Hold,
     Reservation,
@@ -118,10 +119,13 @@ class Session:
 
     def __init__(self, core: Ledger) -> None:
         self.core = core
-        self.failed: dict[ClassKey, Task | Gang] = {}
+        # (queue, class) -> the job that failed: a class is tried once a cycle in each queue
+        # (in another queue, a reservation may let its job pass where this one could not)
+        self.failed: dict[tuple[str, ClassKey], Task | Gang] = {}
         self.reserved: dict[str, dict[int, Hold]] = {}
         self.ranks: dict[int, tuple[int, int]] = {}
         self._shadows: dict[int, float] = {}
+        self._totals: dict[str, int] | None = None  # the cluster's, once a rank needs them
         self.last: Node | None = None  # where the last single task was placed
         queues = core.queues
         for seq, reservation in list(core.reservations.items()) if core.reservations else ():
@@ -196,7 +200,8 @@ class Session:
         mine = (-spec.priority, job_seq)
         ranks = self.ranks
         others = [hold for seq, hold in holds.items()
-                  if seq != job_seq and ranks[seq] < mine and seq not in lent]
+                  if seq != job_seq and ranks[seq] < mine and seq not in lent
+                  and self._holds_for(seq, spec.queue)]
         if not others:
             return node.place(spec.demand, target)
         held, scalars = merge_holds(others)
@@ -208,6 +213,21 @@ class Session:
             if available.get(name, 0) - got[0].amounts.get(name, 0) < units:
                 return None
         return got
+
+    def _holds_for(self, seq: int, queue: str) -> bool:
+        """Does the reservation ``seq`` hold against a job of ``queue``? Always in its own
+        queue; in another only while its queue does not rank after that one now (a queue
+        over its share cannot keep one below it waiting by reserving)."""
+        reservation = self.core.reservations.get(seq)
+        if reservation is None:
+            return True
+        own = job_spec(reservation.job).queue
+        if own == queue:
+            return True
+        queues = self.core.queues.queues
+        if self._totals is None:
+            self._totals = cluster_totals(self.core)
+        return queue_rank(queues[own], self._totals) <= queue_rank(queues[queue], self._totals)
 
     def _lent(self, spec: TaskSpec, holds: dict[int, Hold]) -> frozenset[int]:
         """EASY backfill: the reservations a task with a time limit may use, because it will

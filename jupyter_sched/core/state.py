@@ -13,6 +13,7 @@ events into its stimuli, checks events before they change anything, and runs the
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -22,13 +23,27 @@ from typing import Any
 from ..model.cluster import PINNED_ONLY, Node
 from ..model.limits import (
     MAX_DEVICES_PER_NODE,
+    MAX_PRIORITY,
     check_count,
+    check_int,
     check_name,
     check_seconds,
 )
 from ..model.quantity import SCALE
 from ..model.queues import CLOSED, OPEN
-from ..model.tasks import ASSIGNED, PENDING, QUEUED, RUNNING, TERMINAL, Gang, Task, TaskSpec
+from ..model.tasks import (
+    ASSIGNED,
+    HELD,
+    INFEASIBLE,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    TERMINAL,
+    WAITING,
+    Gang,
+    Task,
+    TaskSpec,
+)
 from . import events as ev
 from . import invariants
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
@@ -41,8 +56,10 @@ from .transitions import (
     CANCEL,
     FAIL,
     FINISH,
+    HOLD,
     LOSE,
     REJECT,
+    RELEASE,
     STOPPED,
     TIMEOUT,
     UNSTARTED,
@@ -63,6 +80,7 @@ class Core(Ledger):
         preemption: object = False,
         hybrid_threshold: object = 0.8,
         pipeline: object = 0.0,
+        fair_share_half_life: object = 0.0,
     ) -> None:
         # (parameters are objects: what a caller passes is checked here, each bad value named)
         if not isinstance(policy, str) or policy not in POLICIES:
@@ -76,6 +94,8 @@ class Core(Ledger):
             raise ValueError(f"hybrid_threshold {hybrid_threshold!r} must be a number from 0 to 1")
         super().__init__(policy, after, preemption, float(hybrid_threshold))
         self.pipeline = check_seconds(pipeline, "pipeline")
+        # between queues, past use counts with this half-life (0: only what they hold now)
+        self.half_life = check_seconds(fair_share_half_life, "fair_share_half_life")
         self._klasses: dict[tuple, int] = {}
         self._held: list[ev.Instruction] | None = None
         self._dirty = False
@@ -149,7 +169,18 @@ class Core(Ledger):
         if not isinstance(event.now, (int, float)) or not math.isfinite(event.now):
             raise ValueError(f"Tick({event.now!r}): the time must be a finite number")
         if event.now > self.now:
+            if self.half_life:
+                factor = 2.0 ** (-(event.now - self.now) / self.half_life)
+                for queue in self.queues.queues.values():
+                    if queue.allocated or queue.used:
+                        queue.decay(factor)
             self.now = event.now
+        guards = self.guards
+        while guards and guards[0][0] <= self.now:  # a task preemption may take from now on
+            _, _, task_id, attempt = heapq.heappop(guards)
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == RUNNING and task.attempt == attempt:
+                self._dirty = True
         deadlines = self.deadlines
         while deadlines and deadlines[0][0] <= self.now:
             _, _, task_id, attempt = heapq.heappop(deadlines)
@@ -226,17 +257,94 @@ class Core(Ledger):
     def _new_task(self, spec: TaskSpec) -> Task:
         self._seq += 1
         task = Task(spec, self._seq, self.now)
-        # a class is a small int: its key (a demand, constraints) is hashed once per task here,
-        # not at every lookup of the class's FIFO, feasibility or failure
-        klasses = self._klasses
-        klass = (task.priority, spec.demand, spec.target, spec.node, spec.selector)
-        number = klasses.get(klass)
-        if number is None:
-            number = klasses[klass] = len(klasses)
-        task.klass = number
+        task.klass = self._klass_of(spec)
         self.tasks[task.id] = task
         self.counts[PENDING] += 1
         return task
+
+    def _klass_of(self, spec: TaskSpec) -> int:
+        """A class is a small int: its key (a priority, a demand, constraints) is hashed once
+        per task here, not at every lookup of the class's FIFO, feasibility or failure."""
+        klasses = self._klasses
+        klass = (spec.priority, spec.demand, spec.target, spec.node, spec.selector)
+        number = klasses.get(klass)
+        if number is None:
+            number = klasses[klass] = len(klasses)
+        return number
+
+    def _on_steer(self, event: ev.Steer) -> None:
+        task = self.task(event.task)
+        action = event.action
+        if action not in ev.STEERS:
+            raise ValueError(f"Steer({event.task!r}, {action!r}): the action is one of "
+                             f"{', '.join(ev.STEERS)}")
+        gang = task.gang
+        members = gang.members if gang is not None else (task,)
+        what = f"gang {gang.name!r}" if gang is not None else task.id
+        states = {m.state for m in members}
+        if not states <= WAITING or (gang is not None and gang.started):
+            state = task.state if task.stopping is None else "being stopped"
+            ended = state in TERMINAL
+            raise ValueError(f"{what} {'has ended' if ended else 'is'} "
+                             f"{'(' + state + ')' if ended else state}: only a waiting task "
+                             f"can be {_STEERED[action]}")
+        job = gang if gang is not None else task
+        if action == "hold":
+            if HELD in states:
+                raise ValueError(f"{what} is held already; %sched release {task.id} lets it go")
+            for member in members:
+                fire(self, member, HOLD, "held by the user")
+        elif action == "release":
+            if states != {HELD}:
+                raise ValueError(f"{what} is {task.state}, not held: only a held task can be "
+                                 "released")
+            for member in members:
+                fire(self, member, RELEASE)
+        elif action == "priority":
+            priority = event.priority
+            check_int(priority, f"{what}: priority", -MAX_PRIORITY, MAX_PRIORITY)
+            assert priority is not None
+            self._reprioritize(job, priority)
+        else:  # top
+            self._reprioritize(job, self._top_priority(job))
+        self._dirty = True
+
+    def _top_priority(self, job: Task | Gang) -> int:
+        """The lowest priority that puts ``job`` first in its queue: its own when it is first
+        already, else one above the highest of the other waiting jobs there."""
+        first = job.members[0] if type(job) is Gang else job
+        spec = first.spec
+        if first.state == QUEUED and self.position(job) == 1:
+            return spec.priority
+        highest = max((order.priority for order in self.orders.get(spec.queue, {}).values()
+                       if len(order)), default=None)
+        if highest is None or spec.priority > highest:
+            return spec.priority
+        if highest >= MAX_PRIORITY:
+            raise ValueError(f"{first.id} cannot go before the tasks of priority {highest}, "
+                             "the highest there is")
+        return highest + 1
+
+    def _reprioritize(self, job: Task | Gang, priority: int) -> None:
+        """Give ``job`` (every member of a gang) ``priority``: a new class, filed again by its
+        age (O(its old class's FIFO))."""
+        members = job.members if type(job) is Gang else (job,)
+        if members[0].spec.priority == priority:
+            return
+        queued = job.waiting if type(job) is Gang else job.state == QUEUED
+        infeasible = members[0].state == INFEASIBLE
+        if queued:
+            self.unfile(job)
+        elif infeasible:  # (filed by class too)
+            self.leave_waiting(members[0])
+        for member in members:
+            member.spec = dataclasses.replace(member.spec, priority=priority)
+            member.priority = priority
+            member.klass = self._klass_of(member.spec)
+        if queued:
+            self.enter_waiting(job)
+        elif infeasible:
+            self.list_infeasible(job)
 
     def _on_cancel(self, event: ev.Cancel) -> None:
         task = self.task(event.task)
@@ -351,7 +459,7 @@ class Core(Ledger):
     def _on_queue_set(self, event: ev.QueueSet) -> None:
         # (a reservation of a closed queue's job is dropped by the next cycle's session)
         self.queues.set(event.name, event.parent, event.weight, event.capability,
-                        event.guarantee, event.priority, event.state)
+                        event.guarantee, event.priority, event.state, event.max_running)
         self.nodes_changed = True  # capabilities may have changed what is feasible
         self._dirty = True
 
@@ -393,7 +501,8 @@ class Core(Ledger):
 
     def next_deadline(self) -> float | None:
         """When a ``Tick`` next matters (the current attempt of a task reaches its time
-        limit, or the task before an assigned one passes the pipelining bound), or None."""
+        limit, the task before an assigned one passes the pipelining bound, or a preemptible
+        task's ``min_runtime`` ends while preemption is on), or None."""
         overruns = self.overruns
         while overruns:
             _, _, task_id, attempt = overruns[0]
@@ -403,7 +512,17 @@ class Core(Ledger):
             heapq.heappop(overruns)
         limit = self._next_time_limit()
         if overruns and (limit is None or overruns[0][0] < limit):
-            return overruns[0][0]
+            limit = overruns[0][0]
+        guards = self.guards
+        while guards:
+            _, _, task_id, attempt = guards[0]
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == RUNNING and task.attempt == attempt \
+                    and task.stopping is None:
+                if limit is None or guards[0][0] < limit:
+                    limit = guards[0][0]
+                break
+            heapq.heappop(guards)
         return limit
 
     def _next_time_limit(self) -> float | None:
@@ -489,5 +608,8 @@ _HANDLERS: dict[type, Callable[[Core, Any], None]] = {
     ev.NodeAdded: Core._on_node_added, ev.NodeRemoved: Core._on_node_removed,
     ev.NodeUpdated: Core._on_node_updated, ev.SlotAdded: Core._on_slot_added,
     ev.SlotRemoved: Core._on_slot_removed, ev.QueueSet: Core._on_queue_set,
-    ev.HeldElsewhere: Core._on_held_elsewhere,
+    ev.HeldElsewhere: Core._on_held_elsewhere, ev.Steer: Core._on_steer,
 }
+
+_STEERED = {"priority": "given a new priority", "top": "moved first", "hold": "held",
+            "release": "released"}

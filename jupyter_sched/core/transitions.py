@@ -32,6 +32,7 @@ from ..model.tasks import (
     CANCELLED,
     DONE,
     FAILED,
+    HELD,
     INFEASIBLE,
     PENDING,
     QUEUED,
@@ -67,6 +68,8 @@ GANG_SHORT: Final = "gang-short"   # its gang started with fewer members than it
 ASSIGN: Final = "assign"           # pipeline sent it ahead to a busy engine slot of its class
 HANDOVER: Final = "handover"       # the task before it on its slot ended: it takes over its share
 REVOKE: Final = "revoke"           # pipeline took it back: its slot's task ran long, a slot is free
+HOLD: Final = "hold"               # the user holds it (Steer "hold")
+RELEASE: Final = "release"         # the user releases it (Steer "release")
 
 # why a stop is out (Task.stopping)
 BY_CANCEL: Final = "cancel"
@@ -148,6 +151,33 @@ def _cancel_waiting(led: Ledger, task: Task, reason: str) -> None:
     _enter(led, task, CANCELLED, reason)
 
 
+def _hold(led: Ledger, task: Task, reason: str) -> None:
+    """Out of every waiting book (its queue's counts, class FIFO, reservation): nothing
+    places it, nothing is kept free for it, until it is released."""
+    job = task.gang if task.gang is not None else task
+    if task.state == QUEUED:
+        if task.gang is None or task.gang.waiting:  # (once for a gang: its first member)
+            led.unfile(job)
+    else:
+        led.leave_waiting(task)
+    led.held[job.seq] = job
+    _enter(led, task, HELD, reason)
+
+
+def _release_held(led: Ledger, task: Task, _: object) -> None:
+    """Admitted again (its queue and the nodes may have changed meanwhile), keeping its age."""
+    job = task.gang if task.gang is not None else task
+    led.held.pop(job.seq, None)
+    led.pending[job.seq] = job
+    _enter(led, task, PENDING)
+
+
+def _cancel_held(led: Ledger, task: Task, reason: str) -> None:
+    job = task.gang if task.gang is not None else task
+    led.held.pop(job.seq, None)
+    _enter(led, task, CANCELLED, reason)
+
+
 def _place(led: Ledger, task: Task, placement: Placement) -> None:
     node, allocation, slot, gang = placement
     led.bind(task, node, allocation, slot)
@@ -157,6 +187,8 @@ def _place(led: Ledger, task: Task, placement: Placement) -> None:
     limit = task.spec.time_limit
     if limit is not None:
         led.push_deadline(task, limit)
+    if task.preemptible and led.preemption and task.spec.min_runtime:
+        led.guard(task)
     if gang is None:
         start = Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt)
     else:
@@ -292,6 +324,8 @@ TABLE: dict[tuple[str, str], Rule] = {
                            "node's shortfall, or the queue's capability", _never),
     (PENDING, REJECT): Rule((CANCELLED,), "", "the reason names the queue", _cancel_waiting),
     (PENDING, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
+    (PENDING, HOLD): Rule((HELD,), "", "the user holds it: never placed nor reserved for",
+                          _hold),
     (QUEUED, PLACE): Rule((RUNNING,), "Start", "a new attempt; its time limit starts",
                           _place),
     (QUEUED, NEVER): Rule((INFEASIBLE,), "", "nodes changed", _never),
@@ -301,8 +335,14 @@ TABLE: dict[tuple[str, str], Rule] = {
     (QUEUED, ASSIGN): Rule((ASSIGNED,), "Start (after)", "a new attempt, sent ahead to an "
                            "engine slot whose task of its class should end soon; it holds "
                            "nothing yet", _assign),
+    (QUEUED, HOLD): Rule((HELD,), "", "the user holds it: it leaves its queue's order, and "
+                         "a reservation it had goes to the next job", _hold),
     (INFEASIBLE, ADMIT): Rule((QUEUED,), "", "a node that fits joined", _admit),
     (INFEASIBLE, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
+    (INFEASIBLE, HOLD): Rule((HELD,), "", "the user holds it", _hold),
+    (HELD, RELEASE): Rule((PENDING,), "", "the user releases it: admitted again (queued or "
+                          "infeasible), keeping its age", _release_held),
+    (HELD, CANCEL): Rule((CANCELLED,), "", "", _cancel_held),
     (ASSIGNED, HANDOVER): Rule((RUNNING,), "", "its slot's task ended: it holds that task's "
                                "allocation from now on; its time limit starts", _hand_over),
     (ASSIGNED, CANCEL): Rule((STOPPING,), "Stop", "the engine may have begun it: it ends when "

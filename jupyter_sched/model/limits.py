@@ -29,6 +29,9 @@ MAX_NAME_LENGTH: Final = 256
 MAX_PRIORITY: Final = 1_000_000_000
 """A priority is from ``-MAX_PRIORITY`` to ``MAX_PRIORITY``."""
 
+MAX_RUNNING: Final = 1_000_000
+"""A queue's cap on the tasks it runs at once."""
+
 MAX_RETRIES: Final = 1_000
 """Retries of one task."""
 

@@ -4,6 +4,14 @@ Shares follow Volcano's proportion plugin: each level splits what its parent des
 children by weight (water-filling: a child never deserves more than it asks for or its
 capability; what it leaves goes to the others), never below a child's guarantee. A queue's share is
 the largest, over resources, of allocated / deserved; the least-served queue goes first.
+With a fair-share half-life, what a queue used lately counts too: ``used`` is its allocation
+averaged over the past with weights halving every half-life (:meth:`Queue.decay`), and its
+share adds ``used / deserved`` (:meth:`Queue.past_share`), so a queue that just had the GPUs
+yields to one that did not. Between queues whose shares tie, the one further below what it is
+owed goes first (:meth:`Queue.owed`: its guarantee, then its deserved share), then the one
+that started a task the longest ago (they take turns), never the name.
+
+``max_running`` caps how many tasks of a queue (its subtree) run at once, whatever is free.
 
 States: ``open`` (accepts and runs work), ``draining`` (refuses new work, runs what it has),
 ``closed`` (refuses new work and starts nothing new until opened again).
@@ -15,7 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
-from .limits import MAX_PRIORITY, MAX_WEIGHT, check_int, check_name
+from .limits import MAX_PRIORITY, MAX_RUNNING, MAX_WEIGHT, check_int, check_name
 from .quantity import to_float
 from .resources import format_amount
 
@@ -48,12 +56,15 @@ class Queue:
         "classes",
         "deserved",
         "guarantee",
+        "last_start",
+        "max_running",
         "name",
         "parent",
         "priority",
         "queued",
         "running",
         "state",
+        "used",
         "waiting",
         "weight",
     )
@@ -79,7 +90,10 @@ class Queue:
         self.allocated: dict[str, int] = {}  # held by this queue's running tasks (subtree)
         self.waiting: dict[str, int] = {}    # demand of its queued tasks (subtree)
         self.deserved: dict[str, int] = {}
-        self.running = 0
+        self.running = 0  # its own running tasks (a leaf's; :meth:`running_all` for a subtree)
+        self.max_running = 0  # at most this many of its subtree's tasks run at once; 0: no cap
+        self.used: dict[str, float] = {}  # ``allocated`` averaged over the past (half-life)
+        self.last_start = 0  # when it last started a task, as the core counts starts
         self.queued = 0  # jobs waiting in this queue's classes (a gang is one job)
         # waiting jobs, grouped by class (priority and placement constraints): FIFO each
         self.classes: dict[ClassKey, deque] = {}
@@ -102,6 +116,60 @@ class Queue:
             if ratio > best:
                 best = ratio
         return best
+
+    def past_share(self) -> float:
+        """max over resources of used lately / deserved (0 with no half-life)."""
+        best = 0.0
+        for name, units in self.used.items():
+            deserved = self.deserved.get(name, 0)
+            ratio = units / deserved if deserved else 0.0
+            if ratio > best:
+                best = ratio
+        return best
+
+    def owed(self, totals: Mapping[str, int]) -> tuple[float, float]:
+        """How far below what it is owed this queue stands, as fractions of the cluster's
+        ``totals``: (the largest shortfall of its allocation under its guarantee, the same
+        under its deserved share). Larger goes first among queues whose shares tie."""
+        return (_shortfall(self.guarantee, self.allocated, totals),
+                _shortfall(self.deserved, self.allocated, totals))
+
+    def decay(self, factor: float) -> None:
+        """Time passed in which the allocation stayed as it is: ``used`` moves towards it,
+        keeping ``factor`` (2 ** -(elapsed / half-life)) of what it was."""
+        used = self.used
+        keep = 1.0 - factor
+        for name in list(used):
+            value = used[name] * factor + self.allocated.get(name, 0) * keep
+            if value < 1e-6:
+                del used[name]
+            else:
+                used[name] = value
+        for name, units in self.allocated.items():
+            if name not in used:
+                used[name] = units * keep
+
+    def running_all(self) -> int:
+        """Tasks running in this queue's subtree."""
+        if not self.children:
+            return self.running
+        total = 0
+        stack = list(self.children)
+        while stack:
+            q = stack.pop()
+            total += q.running
+            stack.extend(q.children)
+        return total
+
+    def tasks_left(self) -> int | None:
+        """How many more tasks may start under this queue's and its parents' ``max_running``
+        (None: no cap)."""
+        left = None
+        for q in self.lineage():
+            if q.max_running:
+                room = max(0, q.max_running - q.running_all())
+                left = room if left is None else min(left, room)
+        return left
 
     def fits_capability(self, amounts: Mapping[str, int]) -> str | None:
         """None when ``amounts`` more would stay within this queue's (and its parents')
@@ -200,10 +268,12 @@ class QueueTree:
         guarantee: Mapping[str, int] | None = None,
         priority: int | None = None,
         state: str | None = None,
+        max_running: int | None = None,
     ) -> Queue:
         """Create a queue or change an existing one (only the settings given). ``parent``:
         where a new queue goes (None: under root); for an existing queue, a parent other
-        than its own moves it there, with what it holds and waits for."""
+        than its own moves it there, with what it holds and waits for. ``max_running``: at
+        most this many of its tasks run at once (0: no cap)."""
         if not isinstance(name, str) or not name.strip() or name == ROOT:
             raise ValueError(f"queue name {name!r} must be a non-empty name other than 'root'")
         check_name(name, "queue name")
@@ -219,6 +289,9 @@ class QueueTree:
                              f"{', '.join(QUEUE_STATES)}")
         if priority is not None:
             check_int(priority, f"queue {name!r}: priority", -MAX_PRIORITY, MAX_PRIORITY)
+        if max_running is not None:
+            check_int(max_running, f"queue {name!r}: max_running (0: no cap)", 0,
+                      MAX_RUNNING)
         _check_guarantee(name, capability if capability is not None else (
             queue.capability if queue is not None else {}), guarantee if guarantee is not None
             else (queue.guarantee if queue is not None else {}))
@@ -244,6 +317,8 @@ class QueueTree:
             queue.priority = priority
         if state is not None:
             queue.state = state
+        if max_running is not None:
+            queue.max_running = max_running
         return queue
 
     @staticmethod
@@ -331,6 +406,18 @@ def _water_fill(amount: int, weights: Mapping[str, int], want: Mapping[str, int]
             hungry = {n for n in hungry if got[n] < want[n]}
         left -= spent
     return got
+
+
+def _shortfall(owed: Mapping[str, int], allocated: Mapping[str, int],
+               totals: Mapping[str, int]) -> float:
+    best = 0.0
+    for name, units in owed.items():
+        total = totals.get(name, 0)
+        if total:
+            gap = (units - allocated.get(name, 0)) / total
+            if gap > best:
+                best = gap
+    return best
 
 
 def _check_guarantee(name: str, capability: Mapping[str, int],

@@ -39,10 +39,14 @@ class TaskSpec:
     selector: tuple[tuple[str, str], ...] = ()
     time_limit: float | None = None
     retries: int = 0
+    # batch work: with preemption on, it may be stopped (and re-queued) for other work; an
+    # interactive task (False) never is
     preemptible: bool = False
     # what it runs (a function's qualified name): tasks of one family are expected to take
     # about as long as each other, which pipelining relies on; "" is a family of one
     family: str = ""
+    # a preemptible task runs at least this many seconds before it may be preempted
+    min_runtime: float = 0.0
 
     def check(self) -> None:
         if (type(self.id) is str and type(self.name) is str  # the common case, in one look
@@ -51,7 +55,8 @@ class TaskSpec:
                 and self.time_limit is None and type(self.family) is str
                 and type(self.retries) is int and 0 <= self.retries <= MAX_RETRIES
                 and type(self.demand) is Demand and type(self.queue) is str
-                and type(self.preemptible) is bool and self.node is None and self.selector == ()):
+                and type(self.preemptible) is bool and self.node is None and self.selector == ()
+                and self.min_runtime == 0.0):
             return  # (once per task, on the core's hot path)
         if not (isinstance(self.id, str) and isinstance(self.name, str)
                 and len(self.id) <= MAX_NAME_LENGTH >= len(self.name)):
@@ -71,6 +76,7 @@ class TaskSpec:
             raise ValueError(f"queue {self.queue!r} must be a queue's name, a string")
         if not isinstance(self.preemptible, bool):
             raise ValueError(f"preemptible {self.preemptible!r} must be True or False")
+        check_seconds(self.min_runtime, "min_runtime")
         if self.node is not None and not isinstance(self.node, str):
             raise ValueError(f"node {self.node!r} must be a node's name, a string, or None")
         if type(self.selector) is not tuple or not all(

@@ -5,10 +5,13 @@ States::
     pending -> queued -> running -> done | failed | cancelled
                   \\-> infeasible (waiting: no node could ever host it; reason says why)
                   \\-> assigned -> running (pipelined: next on a busy engine slot)
+                  \\-> held -> pending (the user's hold and release)
 
 ``queued`` means admitted and waiting for room; ``assigned`` (shown as ``queued``) means sent
 ahead to an engine slot busy with a task of its class, to start there when that one ends;
-``infeasible`` tasks go back to ``queued`` when a node that fits joins. A running task may go
+``infeasible`` tasks go back to ``queued`` when a node that fits joins. A waiting task the
+user holds is ``held``: it is never started nor reserved for until released, when it goes
+through admission again (``pending``) and keeps its age. A running task may go
 back to ``queued`` when it is preempted or retried after a failure; each start (or sending
 ahead) is a new *attempt* (1, 2, ...). Every transition is time-stamped;
 every task ends in exactly one terminal state. The transitions are one table:
@@ -36,9 +39,11 @@ STOPPING: Final = "stopping"  # not a state of its own: a running task whose sto
 # sent ahead to a busy engine slot, to run there when the slot's task ends, and holding nothing
 # until then (its predecessor's allocation is handed to it): shown as ``queued`` outside
 ASSIGNED: Final = "assigned"
+# a waiting task the user held: never started and never reserved for until released
+HELD: Final = "held"
 
 TERMINAL = frozenset({DONE, FAILED, CANCELLED})
-WAITING = frozenset({PENDING, QUEUED, INFEASIBLE})
+WAITING = frozenset({PENDING, QUEUED, INFEASIBLE, HELD})
 
 ClassKey = int | tuple
 """The class a job waits in: a task's class number, or a gang's key (``jobs.job_key``)."""

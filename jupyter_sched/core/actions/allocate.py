@@ -1,7 +1,10 @@
 """Allocate: place waiting jobs, fairest queue first.
 
 1. Order the open and draining queues that have waiting work by priority, then share (the
-   least-served first: allocated / deserved, Volcano's proportion), then name.
+   least-served first: allocated / deserved, Volcano's proportion, plus what it used lately
+   over deserved with a fair-share half-life), then what it is owed (the queue further below
+   its guarantee, then its deserved share, first), then turns (the queue that started a task
+   the longest ago first); the name only between queues that never started one.
 2. From the first queue take its best class of jobs: priority, then the age of the class's head.
 3. Check the head job against its queue's capability (:func:`.capability.admit`, the check
    backfill and preempt make too), then place it: a task on the first node the node order
@@ -24,12 +27,16 @@ from ..jobs import job_key, job_spec, waits
 from ..plugins.capability import Room, admit
 from ..plugins.gang import place_gang
 from ..plugins.predicates import node_passes
+from ..plugins.proportion import cluster_totals, queue_rank
 from ..session import Session
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
 
-ClassHeap = list[tuple[int, int, ClassKey]]  # a queue's classes by their heads' rank
+ClassHeap = list[tuple[int, int, ClassKey]]
+
+QueueHeap = list[tuple[int, float, float, float, int, str, Queue]]
+QUEUE_WAITS = "waits for its queue: "  # the reason of a job its queue does not admit now  # a queue's classes by their heads' rank
 
 
 def run(session: Session) -> None:
@@ -40,17 +47,19 @@ def run(session: Session) -> None:
     if not queues:
         return
     alone = len(queues) == 1  # one queue: no shares to keep in order
+    totals: dict[str, int] = {}
     if alone:
-        heap = [(0, 0.0, queues[0].name, queues[0])]
+        heap: QueueHeap = [(0, 0.0, 0.0, 0.0, 0, queues[0].name, queues[0])]
     else:
-        core.queues.compute_deserved(_cluster_totals(core))
-        heap = [(-q.priority, q.share(), q.name, q) for q in queues]
+        totals = cluster_totals(core)
+        core.queues.compute_deserved(totals)
+        heap = [(*queue_rank(q, totals), q) for q in queues]
         heapq.heapify(heap)
     class_heaps = {q.name: _class_heap(q) for q in queues}
     capped = {q.name: is_capped(q) for q in queues}
     batch = core.policy == "binpack"
     while heap:
-        _, _, name, queue = heap[0] if alone else heapq.heappop(heap)
+        *_, name, queue = heap[0] if alone else heapq.heappop(heap)
         classes = class_heaps[name]
         job = _next_job(queue, classes, session)
         if job is None:
@@ -67,23 +76,34 @@ def run(session: Session) -> None:
             fifo = queue.classes[key]
             fifo.popleft()
             if batch and single and fifo and not capped[name]:
-                _place_run(session, queue, key, classes, None if alone else heap)
+                _place_run(session, queue, key, classes, None if alone else heap, totals)
             _push_class(classes, queue, key)
         else:
-            unplaced(session, job, key, over is None)
+            unplaced(session, job, key, over)
         if alone:
             if not classes:
                 break
         elif classes:
-            heapq.heappush(heap, (-queue.priority, queue.share(), name, queue))
+            heapq.heappush(heap, (*queue_rank(queue, totals), queue))
 
 
-def unplaced(session: Session, job: Task | Gang, key: ClassKey, admitted: bool) -> None:
+def unplaced(session: Session, job: Task | Gang, key: ClassKey, over: str | None) -> None:
     """``job``, the head of class ``key``, did not fit: the class is skipped for the rest of
-    the cycle; a job its queue's capability ``admitted`` says why it waits, and gets a
-    reservation once it has waited too long."""
+    the cycle. A job its queue did not admit (``over``: its capability or ``max_running``)
+    says so in its reason; one it admitted says why it waits, and gets a reservation once it
+    has waited too long."""
     core = session.core
-    session.failed[key] = job
+    session.failed[job_spec(job).queue, key] = job
+    members = job.members if isinstance(job, Gang) else (job,)
+    if over is not None:
+        for member in members:  # why it waits, while its queue says so
+            if member.state == QUEUED:
+                member.reason = QUEUE_WAITS + over
+    elif members[0].reason.startswith(QUEUE_WAITS):
+        for member in members:
+            if member.state == QUEUED:
+                member.reason = ""
+    admitted = over is None
     if admitted and core.elsewhere:
         _say_held_elsewhere(core, job)
     if admitted and session.waited_too_long(job) and job.seq not in core.reservations:
@@ -92,10 +112,10 @@ def unplaced(session: Session, job: Task | Gang, key: ClassKey, admitted: bool) 
 
 
 def is_capped(queue: Queue | None) -> bool:
-    """Has the queue or an ancestor a capability?"""
+    """Has the queue or an ancestor a capability or a cap on its running tasks?"""
     q = queue
     while q is not None:
-        if q.capability:
+        if q.capability or q.max_running:
             return True
         q = q.parent
     return False
@@ -117,7 +137,7 @@ def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
 
 
 def _place_run(session: Session, queue: Queue, key: ClassKey, classes: ClassHeap,
-               heap: list[tuple[int, float, str, Queue]] | None) -> None:
+               heap: QueueHeap | None, totals: dict[str, int]) -> None:
     """After a task of class ``key`` was placed, place the class's next tasks on the same
     node while it holds them and they are what the loop would pick next anyway (its queue
     still first, the class still first in it). Binpack would choose that node again: every
@@ -136,7 +156,7 @@ def _place_run(session: Session, queue: Queue, key: ClassKey, classes: ClassHeap
             break
         if classes and classes[0] < (-job.priority, job.seq):
             break  # another class's head is older
-        if heap and heap[0][:3] < (-queue.priority, queue.share(), queue.name):
+        if heap and heap[0][:6] < queue_rank(queue, totals):
             break  # another queue is now less served
         if not session.place_on(job, node):
             break
@@ -192,15 +212,7 @@ def _next_job(queue: Queue, classes: ClassHeap,
         if head is None:
             queue.classes.pop(key, None)
             continue
-        if key in session.failed:
+        if (queue.name, key) in session.failed:
             continue
         return head
     return None
-
-
-def _cluster_totals(core: Ledger) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for node in core.cluster.nodes.values():
-        for name, units in node.resources.total.items():
-            totals[name] = totals.get(name, 0) + units
-    return totals

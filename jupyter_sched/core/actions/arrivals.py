@@ -74,7 +74,7 @@ def run(session: Session, queue: Queue) -> None:
     for job in admitted:
         single = type(job) is Task
         key = job.klass if single else job_key(job)
-        if key not in failed:
+        if (queue.name, key) not in failed:
             core.at_once = job
             try:
                 placed = session.place_task(job) if single else place_gang(session, job)
@@ -84,5 +84,5 @@ def run(session: Session, queue: Queue) -> None:
                 core.placed_on_arrival += 1
                 continue
         core.enter_waiting(job)
-        if key not in failed:
-            unplaced(session, job, key, True)
+        if (queue.name, key) not in failed:
+            unplaced(session, job, key, None)

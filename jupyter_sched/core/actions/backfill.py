@@ -24,7 +24,7 @@ def run(session: Session) -> None:
     core = session.core
     if not core.reservations:
         return
-    for key, job in sorted(session.failed.items(),
+    for (_, key), job in sorted(session.failed.items(),
                            key=lambda kv: (-job_spec(kv[1]).priority, kv[1].seq)):
         spec = job_spec(job)
         if spec.time_limit is None:
