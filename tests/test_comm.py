@@ -318,27 +318,38 @@ def test_top_hold_and_release_steer_waiting_tasks(kernel):
     kernel.snapshot_where(comm, lambda d: d["counts"]["running"] == 1
                           and len(d["waiting"]) == 2)
 
+    def state_of(task: str):
+        return lambda d: next(((t["state"], t["position"]) for t in d["waiting"]
+                               if t["id"] == task), None)
+
+    seq = kernel.seq(comm)
     answer = kernel.ask(comm, "top", task=b)
     assert answer["ok"] and answer["result"]["task"] == b, answer
     assert isinstance(answer["result"]["text"], str) and b in answer["result"]["text"]
     kernel.snapshot_where(comm, lambda d: [(t["id"], t["position"]) for t in d["waiting"]]
-                          == [(b, 1), (a, 2)])
+                          == [(b, 1), (a, 2)], after=seq)
     assert kernel.value("[b.position, a.position]") == [1, 2]
 
+    seq = kernel.seq(comm)
     answer = kernel.ask(comm, "hold", task=a)
     assert answer["ok"] and a in answer["result"]["text"], answer
-    kernel.snapshot_where(comm, lambda d: any(t["id"] == a and t["state"] == "held"
-                                              and t["position"] is None for t in d["waiting"]))
+    data = kernel.snapshot_where(comm, lambda d: state_of(a)(d) == ("held", None), after=seq)
+    assert data["counts"]["held"] == 1 and data["counts"]["queued"] == 1
     assert kernel.value("a.state") == "held"
     refused = kernel.ask(comm, "hold", task=both)  # running: not steerable
     assert refused["ok"] is False and refused["result"] is None and refused["error"]
+    assert "\n" not in refused["error"]
 
+    seq = kernel.seq(comm)
     answer = kernel.ask(comm, "release", task=a)
     assert answer["ok"] and a in answer["result"]["text"], answer
-    kernel.snapshot_where(comm, lambda d: any(t["id"] == a and t["state"] == "queued"
-                                              for t in d["waiting"]))
+    data = kernel.snapshot_where(comm, lambda d: state_of(a)(d) == ("queued", 2), after=seq)
+    assert data["counts"]["held"] == 0 and state_of(b)(data) == ("queued", 1)
+    seq = kernel.seq(comm)
     kernel.run("sched.cancel_all()")
     idle(kernel)
+    # the comm sees the end, so the next comm's first snapshot is not one from before it
+    kernel.snapshot_where(comm, lambda d: not d["running"] and not d["waiting"], after=seq)
     kernel.close_comm(comm)
 
 
