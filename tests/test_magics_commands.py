@@ -17,7 +17,8 @@ from jupyter_sched.notebook.magics import SchedMagics
 
 def test_the_table_is_in_the_order_of_the_overview_and_each_command_is_named_for_itself():
     assert list(COMMANDS) == ["status", "nodes", "queue", "history", "cancel", "wait", "result",
-                              "log", "local", "connect", "start", "stop", "clusters",
+                              "log", "priority", "top", "hold", "release", "local", "connect",
+                              "start", "stop", "clusters",
                               "restore", "queues", "drain", "config", "leases"]
     listed = [line.split()[0] for line in overview().splitlines()[2:2 + len(COMMANDS)]]
     assert listed == list(COMMANDS)

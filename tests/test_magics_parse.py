@@ -17,8 +17,8 @@ def test_defaults_submit_nothing_but_the_cell():
     assert submit == {
         "resources": Demand.parse(None), "name": None, "queue": None, "priority": 0,
         "gang": None, "strategy": "pack", "time_limit": None, "retries": 0,
-        "preemptible": False, "target": "any", "node": None, "labels": None, "push": None,
-        "pull": None,
+        "preemptible": False, "min_runtime": 0.0, "target": "any", "node": None,
+        "labels": None, "push": None, "pull": None,
     }
 
 
@@ -129,6 +129,7 @@ def test_parse_gang_and_on():
 
 def test_every_command_has_help_and_an_overview_line():
     assert set(COMMANDS) == {"status", "nodes", "queue", "cancel", "wait", "result", "log",
+                             "priority", "top", "hold", "release",
                              "local", "connect", "start", "stop", "clusters", "restore",
                              "queues", "drain", "history", "config", "leases"}
     assert SchedMagics.commands is COMMANDS

@@ -43,6 +43,12 @@ SHOWS = {
                             "research  root    open   3       0         -           GPU 1.5    6",
                             "interns   root    open   1       0         -           GPU 0.5    2",
                             "'first eight slots': {'interns': 2, 'research': 6}",
+                            "t8 eval-c is first: position 1 in queue 'default', priority 1",
+                            "t6  eval-a     held       default  GPU 2  never started until "
+                            "released",
+                            "{'eval-c': 'done', 'eval-b': 'done', 'eval-a': 'held'}",
+                            "'half-life 0 s': [0.5, 0.5, 0.5, 0.5]",
+                            "'half-life 60 s': [1.0, 1.0, 0.65, 0.5]",
                             "queue 'interns' is closed"],
     "engines": ["slots free", "2/2", "[('0', [0], '0'), ('1', [0], '1')]", "'finished'", "1/1",
                 "long-job: done on local (engine e"],

@@ -95,7 +95,7 @@ class Core(Ledger):
         super().__init__(policy, after, preemption, float(hybrid_threshold))
         self.pipeline = check_seconds(pipeline, "pipeline")
         # between queues, past use counts with this half-life (0: only what they hold now)
-        self.half_life = check_seconds(fair_share_half_life, "fair_share_half_life")
+        self.fair_share_half_life = check_seconds(fair_share_half_life, "fair_share_half_life")
         self._klasses: dict[tuple, int] = {}
         self._held: list[ev.Instruction] | None = None
         self._dirty = False
@@ -169,8 +169,8 @@ class Core(Ledger):
         if not isinstance(event.now, (int, float)) or not math.isfinite(event.now):
             raise ValueError(f"Tick({event.now!r}): the time must be a finite number")
         if event.now > self.now:
-            if self.half_life:
-                factor = 2.0 ** (-(event.now - self.now) / self.half_life)
+            if self.fair_share_half_life:
+                factor = 2.0 ** (-(event.now - self.now) / self.fair_share_half_life)
                 for queue in self.queues.queues.values():
                     if queue.allocated or queue.used:
                         queue.decay(factor)

@@ -18,6 +18,7 @@ from ..model.limits import (
     MAX_ENGINES,
     MAX_PRIORITY,
     MAX_RETRIES,
+    MAX_RUNNING,
     MAX_SECONDS,
     MAX_WEIGHT,
     check_whole,
@@ -69,6 +70,7 @@ PRIORITY = _whole("priority", -MAX_PRIORITY, MAX_PRIORITY)
 RETRIES = _whole("retries", 0, MAX_RETRIES)
 ENGINES = _whole("engines", 1, MAX_ENGINES)
 WEIGHT = _whole("weight", 1, MAX_WEIGHT)
+MAX_RUNNING_TASKS = _whole("max running (0: no cap)", 0, MAX_RUNNING)
 SECONDS = _number(float, f"a positive number of seconds, at most {MAX_SECONDS:,.0f} (10 years)",
                   lambda v: 0 < v <= MAX_SECONDS)
 
@@ -199,8 +201,12 @@ def one_line(err: BaseException) -> str:
              help="stop the task when it has run this long")
 @ma.argument("--retries", metavar="N", type=RETRIES, default=0,
              help="run again up to N times when it fails (default 0)")
-@ma.argument("--preemptible", action="store_true",
-             help="may be stopped and re-queued for higher-priority work")
+@ma.argument("--batch", action="store_true",
+             help="batch work: with preemption on, it may be stopped and re-queued for "
+             "other work (a cell is interactive by default: never preempted)")
+@ma.argument("--preemptible", action="store_true", help="the same as --batch")
+@ma.argument("--min-runtime", metavar="SECONDS", type=SECONDS,
+             help="with --batch: run at least this long before it may be preempted")
 @ma.argument("--push", metavar="NAMES", action="append", default=[],
              help="notebook variables to send to an engine (comma-separated; "
              "default: the names the cell reads); the notebook functions, classes and "
@@ -260,8 +266,12 @@ def parse_cell(line: str, user_ns: dict | None = None) -> tuple[argparse.Namespa
         "strategy": args.strategy or "pack",
         "time_limit": args.time_limit,
         "retries": args.retries,
-        "preemptible": args.preemptible,
+        "preemptible": args.preemptible or args.batch,
+        "min_runtime": args.min_runtime or 0.0,
     }
+    if args.min_runtime is not None and not (args.batch or args.preemptible):
+        raise UsageError(f"--min-runtime {args.min_runtime:g} is for batch work; add --batch "
+                         "(a cell is interactive by default: never preempted)")
     if args.name is not None and not args.name.strip():
         raise UsageError("--name '' is empty; give the task a name or leave --name out")
     if args.queue is not None and not args.queue.strip():

@@ -248,7 +248,7 @@ class Dashboard(w.VBox):
         running = counts.get("running", 0)
         waiting = fmt.waiting_count(counts)
         self.queue_counts.value = fmt.escape(
-            fmt.counts_text(counts, ("running", "queued", "infeasible")))
+            fmt.counts_text(counts, fmt.live_states(counts)))
         self.running.show(snapshot.running, snapshot.time)
         self.running_more.value = _more(running - len(self.running.visible), "running")
         self.waiting.show(snapshot.waiting, snapshot.time)

@@ -55,6 +55,14 @@ class Scheduler(Protocol):
 
     def _cancel_ids(self, ids: list[str], reason: str = ...) -> bool: ...
 
+    def set_priority(self, task: object, priority: object) -> str: ...
+
+    def top(self, task: object) -> str: ...
+
+    def hold(self, task: object) -> str: ...
+
+    def release(self, task: object) -> str: ...
+
     def _catch_up(self) -> None: ...
 
     def inspect_core(self, fn: Callable[[Any], Any]) -> Any: ...
@@ -246,6 +254,24 @@ class TaskHandle(LightFuture):
             return False
         return self._scheduler._cancel_ids([self.id])
 
+    # -- steering a waiting task (``ValueError`` once it runs or has ended) ------------------
+
+    def set_priority(self, priority: int) -> str:
+        """A new priority; it moves in its queue at once. One line on where it stands."""
+        return self._scheduler.set_priority(self, priority)
+
+    def top(self) -> str:
+        """First in its queue (the least priority that puts it there)."""
+        return self._scheduler.top(self)
+
+    def hold(self) -> str:
+        """It waits, never started nor reserved for, until :meth:`release`."""
+        return self._scheduler.hold(self)
+
+    def release(self) -> str:
+        """A held task waits again, with its age (its place among its equals) kept."""
+        return self._scheduler.release(self)
+
     def running(self) -> bool:
         return self.state in (RUNNING, STOPPING)
 
@@ -346,6 +372,21 @@ class GangHandle(LightFuture):
         if self.done():
             return False
         return self._scheduler._cancel_ids([self.members[0].id])
+
+    def set_priority(self, priority: int) -> str:
+        """A new priority for every member; the gang moves as one."""
+        return self._scheduler.set_priority(self, priority)
+
+    def top(self) -> str:
+        """The gang first in its queue."""
+        return self._scheduler.top(self)
+
+    def hold(self) -> str:
+        """The whole gang waits, never started, until :meth:`release`."""
+        return self._scheduler.hold(self)
+
+    def release(self) -> str:
+        return self._scheduler.release(self)
 
     def running(self) -> bool:
         return any(m.running() for m in self.members)

@@ -104,6 +104,8 @@ def submit_map(sched: Any, fn: Callable, items: Iterable, *, name: str | None = 
     parent, kwargs = submit_kw.pop("parent", None), submit_kw.pop("kwargs", None)
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ValueError(f"kwargs {kwargs!r} must be a mapping of keyword arguments")
+    if "batch" not in submit_kw and "preemptible" not in submit_kw:
+        submit_kw["batch"] = True  # map items are batch work unless said otherwise
     common = submission.common(sched.default_queue, **{
         k: submit_kw.pop(k) for k in list(submit_kw) if k in submission.COMMON})
     if submit_kw:

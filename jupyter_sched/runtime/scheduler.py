@@ -41,10 +41,11 @@ from ..executors.base import ExecutorSettings, TaskRecord
 from ..executors.local.executor import LocalExecutor
 from ..host.discovery import HostInfo, discover_host
 from ..host.live import GpuMonitor
-from ..model.limits import check_name, check_seconds
+from ..model.limits import MAX_RUNNING, check_name, check_seconds, check_whole
 from ..model.resources import parse_resources
+from ..model.tasks import HELD
 from ..views import snapshot as snapshots
-from . import local_node, maps, submission
+from . import local_node, maps, steering, submission
 from .clusters import Clusters
 from .handles import GangHandle, TaskHandle, wait_all
 from .items import ItemHandle
@@ -80,8 +81,14 @@ class Scheduler(Configurable):
         "Seconds a job at the head of its queue may wait before resources are held for it "
         "as they free up (so big gangs do not starve behind small tasks).")).tag(config=True)
     preemption = Bool(False, help=(
-        "Let higher-priority tasks stop preemptible lower-priority ones (re-queued).")
-    ).tag(config=True)
+        "Let waiting work stop batch tasks (re-queued): those of lower priority, those of a "
+        "queue over its deserved share for a queue below its own (reclaim), and any for an "
+        "interactive task within its queue's guarantee. Interactive tasks are never stopped."
+    )).tag(config=True)
+    fair_share_half_life = Float(300.0, help=(
+        "Seconds after which what a queue used counts half in its fair share against the "
+        "other queues (a queue that just had the GPUs yields to one that did not); 0: only "
+        "what queues hold now counts.")).tag(config=True)
     pipeline = Float(0.1, help=(
         "Send the next tasks of a backlog to a busy engine before it is free, when the last "
         "task of the same function there took at most this many seconds (as many as should "
@@ -233,7 +240,8 @@ class Scheduler(Configurable):
     def _new_loop(self) -> tuple[RuntimeLoop, LocalExecutor, list[ev.Event]]:
         host = discover_host(declare=self.local_resources or None)
         core = Core(policy=self.policy, reservation_after=self.reservation_after,
-                    preemption=self.preemption, pipeline=self.pipeline)
+                    preemption=self.preemption, pipeline=self.pipeline,
+                    fair_share_half_life=self.fair_share_half_life)
         self._clock = Clock.started()
         gpus = GpuMonitor(host)
         loop = RuntimeLoop(core, host, self._clock, self._loop_settings(), self.debug,
@@ -301,19 +309,23 @@ class Scheduler(Configurable):
                target: str = "any", node: str | None = None, labels: object = None,
                time_limit: float | None = None, retries: int = 0, preemptible: bool = False,
                push: object = None, pull: object = None, parent: dict | None = None,
-               kwargs: dict | None = None) -> TaskHandle | GangHandle:
+               kwargs: dict | None = None, batch: bool | None = None,
+               min_runtime: float = 0.0) -> TaskHandle | GangHandle:
         """Submit a callable (``fn(*args, **kwargs)``) or cell source (``code=``).
 
         ``resources``: ``{"GPU": 0.5, "CPU": 2}`` or ``"GPU=0.5,CPU=2"``; ``gpu_memory``:
         ``"10GiB"`` per device instead of a GPU share; ``gang``: ``"ddp:4"``, ``"ddp:4:3"``
-        or ``("ddp", 4[, 3])``; ``labels``: a node selector ``{"gpu.model": "A100"}``.
+        or ``("ddp", 4[, 3])``; ``labels``: a node selector ``{"gpu.model": "A100"}``;
+        ``batch=True``: batch work, which preemption may stop (re-queued) once it has run
+        ``min_runtime`` seconds (a task is interactive by default: never preempted).
 
         Returns at once (the task runs in the background). A bad amount, unknown or closed
         queue, bad gang, or unknown node raises ``ValueError`` and queues nothing.
         """
         work = submission.work(fn, args, kwargs, code, namespace, push, pull, parent)
         common = submission.common(self.default_queue, resources, gpu_memory, queue, priority,
-                                   target, node, labels, time_limit, retries, preemptible)
+                                   target, node, labels, time_limit, retries, preemptible,
+                                   batch, min_runtime)
         common["family"] = submission.family(fn) if gang is None else ""
         gang_spec = submission.parse_gang(gang, strategy)
         base_name = (submission.check_task_name(name) if name is not None
@@ -338,7 +350,8 @@ class Scheduler(Configurable):
         each chunk a task, and an ``ItemHandle`` per item comes back; ``chunksize=n`` fixes
         the size (also in kernel threads); ``chunksize=1`` is one task per item, as one
         submission (all accepted or none), the default elsewhere. ``progress``: a
-        ``tqdm.auto`` bar of items ended. See :mod:`.maps`."""
+        ``tqdm.auto`` bar of items ended. Items are batch work unless ``batch=False``
+        (preemption may stop them; see ``submit``). See :mod:`.maps`."""
         return maps.submit_map(self, fn, items, name=name, chunksize=chunksize,
                                progress=progress, **submit_kw)
 
@@ -364,6 +377,24 @@ class Scheduler(Configurable):
         self._request([ev.Cancel(i, reason) for i in ids])
         return True
 
+    def set_priority(self, task: object, priority: object) -> str:
+        """Give a waiting task (a handle, an id or a name; a gang moves as one) a new
+        priority; it moves in its queue at once. One line on where it stands now.
+        ``ValueError`` for a task that runs or has ended, or a priority out of bounds."""
+        return steering.steer(self, task, "priority", priority)
+
+    def top(self, task: object) -> str:
+        """Put a waiting task first in its queue (the least priority that does)."""
+        return steering.steer(self, task, "top")
+
+    def hold(self, task: object) -> str:
+        """Hold a waiting task: it is never started (nor reserved for) until released."""
+        return steering.steer(self, task, "hold")
+
+    def release(self, task: object) -> str:
+        """Let a held task wait again, its age kept."""
+        return steering.steer(self, task, "release")
+
     def cancel_all(self, reason: str = "cancelled by the user") -> int:
         """Cancel every task not finished (nor being stopped) yet; returns how many."""
         if not self.started:
@@ -376,12 +407,14 @@ class Scheduler(Configurable):
         return len(ids)
 
     def wait(self, handles_or_ids: object = None, timeout: float | None = None) -> list:
-        """Wait for tasks (default: all submitted and not finished); returns their handles.
-        ``TimeoutError`` if some are still not finished after ``timeout`` seconds."""
+        """Wait for tasks (default: all submitted and not finished, but those held: they never
+        start until released); returns their handles. ``TimeoutError`` if some are still not
+        finished after ``timeout`` seconds."""
         if timeout is not None:
             timeout = check_seconds(timeout, "wait timeout")
         if handles_or_ids is None:
-            handles = [h for h in list(self._records().handles.values()) if not h.done()]
+            handles = [h for h in list(self._records().handles.values())
+                       if not h.done() and h.state != HELD]
             handles += [h for m in list(self._maps) for h in m.unfinished()]
         else:
             items = handles_or_ids
@@ -429,13 +462,18 @@ class Scheduler(Configurable):
 
     def set_queue(self, name: str, parent: str | None = None, weight: int | None = None,
                   capability: object = None, guarantee: object = None,
-                  priority: int | None = None, state: str | None = None) -> None:
+                  priority: int | None = None, state: str | None = None,
+                  max_running: int | None = None) -> None:
         """Create or change a queue; ``capability``/``guarantee`` are resource specs. A new
         queue goes under ``parent`` (``root`` when None); an existing one moves there when
-        ``parent`` is given, and stays where it is when it is None."""
+        ``parent`` is given, and stays where it is when it is None. ``max_running``: at most
+        this many of its tasks run at once, whatever is free (0: no cap)."""
         cap = parse_resources(capability) if capability is not None else None
         guar = parse_resources(guarantee) if guarantee is not None else None
-        self._request([ev.QueueSet(name, parent, weight, cap, guar, priority, state)])
+        if max_running is not None:
+            max_running = check_whole(max_running, "max_running (0: no cap)", 0, MAX_RUNNING)
+        self._request([ev.QueueSet(name, parent, weight, cap, guar, priority, state,
+                                   max_running)])
 
     def drain(self, node: str, on: bool = True) -> None:
         """Cordon a node (no new tasks start there) or, with ``on=False``, open it again."""

@@ -29,13 +29,14 @@ def between(value: object, what: str, low: float, high: float, unit: str) -> flo
 NUMBERS: dict[str, Callable[[object, str], float]] = {  # each number setting's check
     "pipeline": check_seconds,
     "reservation_after": check_seconds,
+    "fair_share_half_life": check_seconds,
     "update_interval": lambda v, what: between(v, what, MIN_UPDATE_INTERVAL, 3600.0, "seconds"),
     "max_rows": lambda v, what: check_int(v, what, 1, MAX_ROWS),
     "push_warn_bytes": lambda v, what: check_int(v, what, 0, 2**53),
 }
 
 APPLIED = {  # where a changed setting applies (local_resources: the local node too)
-    "core": ("policy", "reservation_after", "preemption", "pipeline"),
+    "core": ("policy", "reservation_after", "preemption", "pipeline", "fair_share_half_life"),
     "loop": ("update_interval", "max_rows"),
     "executors": ("host_leases", "ledger_path", "push_warn_bytes", "local_resources"),
     "next start": ("host_leases", "ledger_path", "count_other_processes"),

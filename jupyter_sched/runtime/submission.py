@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..executors.base import Work
 from ..executors.local.output import current_parent
-from ..model.limits import MAX_GANG_SIZE, check_int, check_whole
+from ..model.limits import MAX_GANG_SIZE, check_int, check_seconds, check_whole
 from ..model.resources import Demand
 from ..model.tasks import GangSpec, TaskSpec
 
@@ -25,16 +25,19 @@ if TYPE_CHECKING:
     from ..host.discovery import HostInfo
 
 COMMON = ("resources", "gpu_memory", "queue", "priority", "target", "node", "labels",
-           "time_limit", "retries", "preemptible")
+           "time_limit", "retries", "preemptible", "batch", "min_runtime")
 
 
 def common(default_queue: str, resources: object = None, gpu_memory: object = None,
            queue: str | None = None, priority: int = 0, target: str = "any",
            node: str | None = None, labels: object = None, time_limit: float | None = None,
-           retries: int = 0, preemptible: bool = False) -> dict[str, Any]:
+           retries: int = 0, preemptible: bool = False, batch: bool | None = None,
+           min_runtime: object = 0.0) -> dict[str, Any]:
     """The checked options of a submission's tasks, as ``TaskSpec`` fields (``queue`` falls
     back to ``default_queue``). ``resources`` may be a parsed ``Demand`` (with no
-    ``gpu_memory``): it is taken as it is."""
+    ``gpu_memory``): it is taken as it is. ``batch`` is ``preemptible`` by its user's name
+    (None: as ``preemptible`` says); ``min_runtime``: seconds a batch task runs before it may
+    be preempted."""
     if isinstance(resources, Demand) and gpu_memory is None:
         demand = resources
     else:
@@ -45,9 +48,22 @@ def common(default_queue: str, resources: object = None, gpu_memory: object = No
         time_limit = float(time_limit)
     if not isinstance(preemptible, bool):
         raise ValueError(f"preemptible {_short(preemptible)} must be True or False")
+    if batch is not None:
+        if not isinstance(batch, bool):
+            raise ValueError(f"batch {_short(batch)} must be True (batch work, which "
+                             "preemption may stop) or False (interactive)")
+        if preemptible and not batch:
+            raise ValueError("batch=False (interactive) and preemptible=True contradict each "
+                             "other; batch=True is the same as preemptible=True")
+        preemptible = batch
+    min_runtime = check_seconds(min_runtime, "min_runtime")
+    if min_runtime and not preemptible:
+        raise ValueError(f"min_runtime {min_runtime:g} is for batch work (batch=True); an "
+                         "interactive task is never preempted")
     return dict(demand=demand, queue=queue or default_queue, priority=priority,
                 target=target, node=node, selector=selector(labels),
-                time_limit=time_limit, retries=retries, preemptible=preemptible)
+                time_limit=time_limit, retries=retries, preemptible=preemptible,
+                min_runtime=min_runtime)
 
 
 def family(fn: Callable | None) -> str:

@@ -32,6 +32,7 @@ from .format import (
     format_resources,
     free_total,
     gang_text,
+    live_states,
     more_text,
     one_line,
     row_html,
@@ -283,7 +284,7 @@ def _task_rows_html(views: Iterable[TaskView]) -> list[str]:
 
 def queue_text(snapshot: Snapshot, limit: int = LIMIT) -> str:
     counts = snapshot.counts
-    head = counts_text(counts, ("running", "queued", "infeasible"))
+    head = counts_text(counts, live_states(counts))
     running, waiting = snapshot.running[:limit], snapshot.waiting[:limit]
     rows = [_task_row(v) for v in (*running, *waiting)]
     lines = [head]
@@ -313,7 +314,7 @@ def _why_text(waiting: Iterable[TaskView]) -> list[str]:
 def _queue_html(snapshot: Snapshot, limit: int = LIMIT) -> str:
     counts = snapshot.counts
     running, waiting = snapshot.running[:limit], snapshot.waiting[:limit]
-    body = f"<div>{escape(counts_text(counts, ('running', 'queued', 'infeasible')))}</div>"
+    body = f"<div>{escape(counts_text(counts, live_states(counts)))}</div>"
     if running or waiting:
         body += table_html(_TASK_HEADER, _task_rows_html((*running, *waiting)))
     for more in (more_text(counts.get("running", 0) - len(running), "running"),
@@ -378,8 +379,11 @@ _QUEUES_HEADER = ("queue", "parent", "state", "weight", "priority", "capability"
 
 
 def _queue_cells(q: QueueView) -> tuple[str, ...]:
+    running = f"{q.running:,}"
+    if q.max_running:
+        running += f" of max {q.max_running:,}"
     return (one_line(q.name), one_line(q.parent), q.state, str(q.weight), str(q.priority),
-            format_resources(q.capability), format_resources(q.allocated), f"{q.running:,}",
+            format_resources(q.capability), format_resources(q.allocated), running,
             f"{q.waiting:,}")
 
 
@@ -404,7 +408,7 @@ def summary_text(snapshot: Snapshot) -> str:
     nodes = len(snapshot.nodes)
     parts = [f"{nodes} node{'s' if nodes != 1 else ''}", gpu]
     parts += [f"{snapshot.counts.get(s, 0):,} {s}"
-              for s in ("running", "queued", "infeasible", "done", "failed")]
+              for s in (*live_states(snapshot.counts), "done", "failed")]
     return " · ".join(parts)
 
 

@@ -17,6 +17,7 @@ from .snapshot import NodeView
 
 _STATE_COLOURS = {
     "running": "#2e7d32", "queued": "#1565c0", "pending": "#1565c0", "infeasible": "#e65100",
+    "held": "#6a1b9a",
     "done": "#616161", "failed": "#c62828", "cancelled": "#8d6e63",
 }
 
@@ -113,6 +114,8 @@ def task_state_text(view: Any, error: str | None = None) -> str:
         return f"{text}: {reason}" if reason else text  # (what others hold, when they do)
     if state == "infeasible":
         return f"infeasible: {reason}" if reason else "infeasible"
+    if state == "held":  # the user's: it waits, never started until released
+        return "held: never started until released"
     if state == "running":
         return "running" + where_text(view)
     if state == "stopping":  # still holding its devices until its executor confirms
@@ -243,6 +246,14 @@ def counts_text(counts: Mapping[str, int], states: Iterable[str]) -> str:
     return ", ".join(f"{counts.get(s, 0):,} {s}" for s in states)
 
 
+def live_states(counts: Mapping[str, int]) -> tuple[str, ...]:
+    """The states a count of the live tasks names: held only when some are."""
+    if counts.get("held"):
+        return ("running", "queued", "held", "infeasible")
+    return ("running", "queued", "infeasible")
+
+
 def waiting_count(counts: Mapping[str, int]) -> int:
-    return counts.get("pending", 0) + counts.get("queued", 0) + counts.get("infeasible", 0)
+    return (counts.get("pending", 0) + counts.get("queued", 0) + counts.get("infeasible", 0)
+            + counts.get("held", 0))
 

@@ -93,6 +93,7 @@ class TaskView:
     gang: str | None = None
     rank: int | None = None
     stopping_since: float | None = None  # a stop is out since (state "stopping")
+    batch: bool = False  # batch work (preemption may stop it), else interactive
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class QueueView:
     deserved: dict[str, float]
     running: int
     waiting: int
+    max_running: int | None = None  # at most this many of its tasks run at once (None: no cap)
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ class Snapshot:
     time: float
     nodes: tuple[NodeView, ...]
     running: tuple[TaskView, ...]
-    waiting: tuple[TaskView, ...]      # queued (in order) then infeasible, first max_rows
+    waiting: tuple[TaskView, ...]      # queued (in order), held, then infeasible, first max_rows
     history: tuple[TaskView, ...]      # most recent terminal tasks first, first max_rows
     queues: tuple[QueueView, ...]
     counts: dict[str, int]             # per state, over all tasks
@@ -156,7 +158,7 @@ def task_view(task: Task, position: int | None = None) -> TaskView:
         devices=devices, position=position, submitted=task.submitted_at,
         started=task.started_at if task.state == RUNNING or ended else times.get(RUNNING),
         ended=ended, gang=task.gang.name if task.gang else None, rank=task.rank,
-        stopping_since=stopping,
+        stopping_since=stopping, batch=spec.preemptible,
     )
 
 
@@ -178,6 +180,9 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     queued = sorted((core.tasks[i] for i in positions), key=lambda t: (positions[t.id], t.seq))
     waiting = [task_view(t) for t in itertools.islice(core.assigned.values(), max_rows)]
     waiting += [task_view(t, positions[t.id]) for t in queued[:max_rows - len(waiting)]]
+    for job in itertools.islice(core.held.values(), max(0, max_rows - len(waiting))):
+        waiting += [task_view(t) for t in getattr(job, "members", (job,))]  # (held: after
+    del waiting[max_rows:]                                               # those queued)
     for jobs in core.infeasible.values():
         if len(waiting) >= max_rows:
             break
@@ -228,7 +233,8 @@ def _queue_view(queue) -> QueueView:
         state=queue.state, weight=queue.weight, priority=queue.priority,
         capability=resources_to_json(queue.capability),
         allocated=resources_to_json(queue.allocated), deserved=resources_to_json(queue.deserved),
-        running=queue.running, waiting=queue.queued,
+        running=queue.running_all(), waiting=queue.queued,
+        max_running=queue.max_running or None,
     )
 
 

@@ -33,10 +33,9 @@ from ..session import Session
 if TYPE_CHECKING:
     from ..ledger import Ledger
 
-ClassHeap = list[tuple[int, int, ClassKey]]
-
-QueueHeap = list[tuple[int, float, float, float, int, str, Queue]]
-QUEUE_WAITS = "waits for its queue: "  # the reason of a job its queue does not admit now  # a queue's classes by their heads' rank
+ClassHeap = list[tuple[int, int, ClassKey]]  # a queue's classes by their heads' rank
+QueueHeap = list[tuple[int, float, float, float, int, str, Queue]]  # queues by queue_rank
+QUEUE_WAITS = "waits for its queue: "  # the reason of a job its queue does not admit now
 
 
 def run(session: Session) -> None:

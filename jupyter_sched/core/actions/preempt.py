@@ -37,10 +37,10 @@ from ...model.tasks import QUEUED, Gang, Task
 from ..jobs import job_spec
 from ..plugins.capability import admit
 from ..plugins.predicates import node_passes
+from ..plugins.proportion import cluster_totals
 from ..reservations import Reservation
 from ..session import Session
 from ..transitions import PREEMPT, fire
-from ..plugins.proportion import cluster_totals
 
 if TYPE_CHECKING:
     from ..ledger import Ledger

@@ -1,5 +1,6 @@
 """``%sched`` commands that show the scheduler and act on tasks: ``status`` (the default),
-``nodes``, ``queue``, ``history``, ``cancel``, ``wait``, ``result``, ``log``."""
+``nodes``, ``queue``, ``history``, ``cancel``, ``wait``, ``result``, ``log``, and steer
+waiting ones: ``priority``, ``top``, ``hold``, ``release``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from IPython.core.error import UsageError
 from ...views import display as d
 from ...views import format as fmt
 from ...views import tables
-from ..cell_options import SECONDS, documented
+from ..cell_options import PRIORITY, SECONDS, documented, one_line
 from ..statusline import error_text, is_done
 from .base import CommandContext, command, find_task, snapshot
 
@@ -152,6 +153,55 @@ def log(ctx: CommandContext, args: Namespace):
     return None
 
 
-COMMANDS = (status, nodes, queue, history, cancel, wait, result, log)
+@command("priority", "give a waiting task a new priority (it moves in its queue)")
+@ma.magic_arguments("sched priority")
+@ma.argument("task", metavar="ID|NAME", help="a waiting or held task (a gang moves as one)")
+@ma.argument("priority", metavar="N", type=PRIORITY, help="its new priority")
+@documented
+def priority(ctx: CommandContext, args: Namespace):
+    """Give a waiting task a new priority: it moves in its queue at once."""
+    print(_steered(lambda: ctx.scheduler.set_priority(find_task(ctx, args.task), args.priority)))
+
+
+@command("top", "put a waiting task first in its queue")
+@ma.magic_arguments("sched top")
+@ma.argument("task", metavar="ID|NAME", help="a waiting or held task (a gang moves as one)")
+@documented
+def top(ctx: CommandContext, args: Namespace):
+    """Put a waiting task first in its queue (the least priority that does)."""
+    print(_steered(lambda: ctx.scheduler.top(find_task(ctx, args.task))))
+
+
+@command("hold", "keep waiting tasks from starting until released")
+@ma.magic_arguments("sched hold")
+@ma.argument("tasks", nargs="+", metavar="ID|NAME", help="waiting tasks (a gang as one)")
+@documented
+def hold(ctx: CommandContext, args: Namespace):
+    """Hold waiting tasks: shown ``held``, never started nor reserved for until released."""
+    handles = [find_task(ctx, ref) for ref in args.tasks]  # all known before any is held
+    for handle in handles:
+        print(_steered(lambda h=handle: ctx.scheduler.hold(h)))
+
+
+@command("release", "let held tasks wait again (their age kept)")
+@ma.magic_arguments("sched release")
+@ma.argument("tasks", nargs="+", metavar="ID|NAME", help="held tasks")
+@documented
+def release(ctx: CommandContext, args: Namespace):
+    """Release held tasks: they wait again in their queue, in their place by age."""
+    handles = [find_task(ctx, ref) for ref in args.tasks]
+    for handle in handles:
+        print(_steered(lambda h=handle: ctx.scheduler.release(h)))
+
+
+def _steered(act) -> str:
+    try:
+        return act()
+    except ValueError as err:  # the core's words: which task, and why not
+        raise UsageError(one_line(err)) from None
+
+
+COMMANDS = (status, nodes, queue, history, cancel, wait, result, log, priority, top, hold,
+            release)
 
 __all__ = ["COMMANDS"]
