@@ -369,3 +369,26 @@ def test_a_class_refused_in_one_queue_is_still_tried_in_another():
     sim.run()
     assert all(t.state == "done" for t in sim.tasks.values())
     assert sim.makespan == 13.0
+
+
+# -- fragmentation -----------------------------------------------------------------------------
+
+
+def test_a_share_the_free_add_up_to_but_no_device_has_waits_fragmented():
+    core = Core()
+    step(core, gpus(2), task("a", 0.6), task("b", 0.6))
+    step(core, task("big", 0.8))
+    assert core.tasks["big"].reason == "fragmented: 0.4 + 0.4 free on n0, no device has 0.8"
+    assert "big" in core.said
+    step(core, task("small", 0.3))  # placed after big was tried: 0.4 + 0.1 free now
+    step(core, task("nothing", 0.0))  # the next cycle tries big again
+    assert core.tasks["big"].reason == ""  # the free shares add up to less than 0.8
+    assert started(step(core, ev.Finished("a"), ev.Finished("b"))) == ["big"]
+
+
+def test_a_whole_gpu_or_a_share_a_device_has_is_not_fragmented():
+    core = Core()
+    step(core, gpus(2), task("a", 0.6), task("b", 0.6), task("whole", 1.0))
+    assert core.tasks["whole"].reason == ""
+    step(core, task("fits", 0.4))
+    assert core.tasks["fits"].state == "running"

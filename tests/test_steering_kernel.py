@@ -129,3 +129,18 @@ def test_batch_cells_and_map_items_are_batch_work(kernel):
     kernel.until(cell.msg_id, line_says(cell, "done"), timeout=30)
     assert kernel.value("[v.batch for v in sched.snapshot(fresh=True).history "
                         "if v.name == 'interactive']") == [False]
+
+
+def test_a_share_no_device_has_waits_fragmented_in_its_status_line(kernel):
+    run = kernel.run("%sched local --gpus 2 --cpus 4 --mem 8GiB")
+    assert run.error is None, run.error
+    for name in ("frag-a", "frag-b"):
+        kernel.run(f"%%sched --gpus 0.6 --name {name}\ngate.wait(120)")
+    big = kernel.run("%%sched --gpus 0.8 --name frag-big\nprint('big ran')")
+    kernel.until(big.msg_id, line_says(
+        big, "fragmented: 0.4 + 0.4 free on local, no device has 0.8"), timeout=30)
+    queue = kernel.run("%sched queue").texts()[-1]
+    assert "fragmented: 0.4 + 0.4 free on local, no device has 0.8" in queue, queue
+    kernel.run("gate.set()")
+    kernel.until(big.msg_id, line_says(big, "done"), timeout=30)
+    kernel.run("gate.clear()\n%sched local --gpus 1 --cpus 4 --mem 8GiB")

@@ -134,6 +134,8 @@ class Ledger:
         self.at_once: Task | Gang | None = None
         self._seq = 0
         self.starts = 0  # tasks started, all time (queues that tie take turns by it)
+        # waiting tasks whose reason a cycle changed (their records are brought up to date)
+        self.said: set[str] = set()
         self._out: list[ev.Instruction] = []
 
     def next_seq(self) -> int:

@@ -336,6 +336,9 @@ class RuntimeLoop:
             batch = []
 
         self.records.carry_out_all(instructions, now, touched)
+        if core.said:  # reasons a cycle changed: a queue's cap, fragmentation
+            touched |= core.said
+            core.said.clear()
         self.records.sync(touched)
         for request in requests:
             request.answer()

@@ -21,7 +21,9 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING
 
+from ...model.quantity import SCALE, format_units
 from ...model.queues import CLOSED, Queue
+from ...model.resources import GPU
 from ...model.tasks import QUEUED, ClassKey, Gang, Task
 from ..jobs import job_key, job_spec, waits
 from ..plugins.capability import Room, admit
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 ClassHeap = list[tuple[int, int, ClassKey]]  # a queue's classes by their heads' rank
 QueueHeap = list[tuple[int, float, float, float, int, str, Queue]]  # queues by queue_rank
 QUEUE_WAITS = "waits for its queue: "  # the reason of a job its queue does not admit now
+FRAGMENTED = "fragmented:"  # the reason of a share no device has, though a node's free add up
 
 
 def run(session: Session) -> None:
@@ -96,15 +99,19 @@ def unplaced(session: Session, job: Task | Gang, key: ClassKey, over: str | None
     members = job.members if isinstance(job, Gang) else (job,)
     if over is not None:
         for member in members:  # why it waits, while its queue says so
-            if member.state == QUEUED:
+            if member.state == QUEUED and member.reason != QUEUE_WAITS + over:
                 member.reason = QUEUE_WAITS + over
+                core.said.add(member.id)
     elif members[0].reason.startswith(QUEUE_WAITS):
         for member in members:
             if member.state == QUEUED:
                 member.reason = ""
+                core.said.add(member.id)
     admitted = over is None
     if admitted and core.elsewhere:
         _say_held_elsewhere(core, job)
+    if admitted and (not members[0].reason or members[0].reason.startswith(FRAGMENTED)):
+        _say_fragmented(core, job, members)
     if admitted and session.waited_too_long(job) and job.seq not in core.reservations:
         members = job.members if isinstance(job, Gang) else [job]
         session.reserve(job, [m.spec for m in members])
@@ -118,6 +125,36 @@ def is_capped(queue: Queue | None) -> bool:
             return True
         q = q.parent
     return False
+
+
+def _say_fragmented(core: Ledger, job: Task | Gang, members: tuple[Task, ...] | list[Task]
+                    ) -> None:
+    """A share of one GPU that the free shares of a node add up to, though no device there
+    has it, waits ``fragmented: 0.4 + 0.4 free on n1, no device has 0.8``."""
+    spec = members[0].spec
+    units = spec.demand.gpu_units if not spec.demand.gpu_memory else 0
+    reason = ""
+    if 0 < units < SCALE:
+        for node in core.cluster.nodes.values():
+            devs = node.resources.devices.get(GPU)
+            if devs is None or not node_passes(node, spec):
+                continue
+            shares = sorted((s for s in devs.free.values() if 0 < s < units), reverse=True)
+            if sum(shares) >= units and max(devs.free.values(), default=0) < units:
+                used, total = [], 0
+                for share in shares:  # the fewest that add up to it
+                    used.append(share)
+                    total += share
+                    if total >= units:
+                        break
+                free = " + ".join(format_units(s) for s in used)
+                reason = (f"{FRAGMENTED} {free} free on {node.name}, no device has "
+                          f"{format_units(units)}")
+                break
+    for member in members:
+        if member.state == QUEUED and member.reason != reason:
+            member.reason = reason
+            core.said.add(member.id)
 
 
 def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
