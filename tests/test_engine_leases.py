@@ -6,6 +6,7 @@ tests/test_multihost_leases.py."""
 from __future__ import annotations
 
 import os
+import sys
 
 import psutil
 import pytest
@@ -169,13 +170,19 @@ def variables():
     return os.environ.get(THREADS_ENV), os.environ.get(MEMORY_ENV)
 
 
+def said(value, enforced):
+    """A reply as the wrapper hands it back: with how the share was held."""
+    status, head, rest = ok(value)
+    return status, {**head, "enforced": enforced}, rest
+
+
 def test_a_fraction_of_a_gpu_runs_with_its_mps_variables_restored_after(mps, ledger_file):
     share = host(ledger_file, units=0, mps=[(0, 2_500, 16 * GiB)])
-    assert host_call(share, lambda: ok(variables())) == ok(("25", "0=4096M"))
+    assert host_call(share, lambda: ok(variables())) == said(("25", "0=4096M"), "mps")
     assert variables() == (None, None)
     os.environ[THREADS_ENV] = "80"  # the engine's own setting comes back after the call
     try:
-        assert host_call(share, lambda: ok(variables())) == ok(("25", "0=4096M"))
+        assert host_call(share, lambda: ok(variables())) == said(("25", "0=4096M"), "mps")
         assert variables() == ("80", None)
     finally:
         del os.environ[THREADS_ENV]
@@ -193,7 +200,62 @@ def test_no_mps_daemon_or_a_whole_gpu_sets_nothing(mps, ledger_file):
     (mps / "control").unlink()
     on_host._mps[:] = [None, -1e9]
     share = host(ledger_file, units=0, mps=[(0, 2_500, 16 * GiB)])
-    assert host_call(share, lambda: ok(variables())) == ok((None, None))
+    assert host_call(share, lambda: ok(variables())) == said((None, None), "logical")
+
+
+class FakeTorch:
+    """``torch`` as far as a memory cap goes: CUDA there, each cap set noted."""
+
+    def __init__(self):
+        self.caps = []
+        self.cuda = self
+        self.available = True
+
+    def is_available(self):
+        return self.available
+
+    def set_per_process_memory_fraction(self, fraction, device):
+        self.caps.append((fraction, device))
+
+
+def test_a_torch_cap_holds_the_share_where_torch_is_imported_and_mps_is_not(
+        monkeypatch, ledger_file):
+    share = {**host(ledger_file, units=0, mps=[(0, 2_500, 16 * GiB)]), "torch": [(0, 2_500)],
+             "load_torch": False}
+    assert host_call(share, lambda: ok(1)) == said(1, "logical")  # torch not imported here
+    torch = FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert host_call(share, lambda: ok(list(torch.caps))) == said([(0.25, 0)], "torch")
+    assert torch.caps == [(0.25, 0), (1.0, 0)]  # the whole device again after the call
+    torch.available = False  # no CUDA: nothing is capped, and the word says so
+    assert host_call(share, lambda: ok(1)) == said(1, "logical")
+
+
+def test_under_mps_the_torch_cap_is_not_also_set(mps, monkeypatch, ledger_file):
+    torch = FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    share = {**host(ledger_file, units=0, mps=[(0, 2_500, 16 * GiB)]), "torch": [(0, 2_500)]}
+    assert host_call(share, lambda: ok(1)) == said(1, "mps") and torch.caps == []
+
+
+def test_the_first_task_to_use_cuda_fixes_the_engines_cap_and_says_so(
+        mps, monkeypatch, ledger_file):
+    loaded = [False]
+    monkeypatch.setattr(on_host, "cuda_loaded", lambda: loaded[0])
+    monkeypatch.setattr(on_host, "_cuda_cap", [None])
+
+    def first_cuda_use():
+        loaded[0] = True  # the task initialised CUDA
+        return ok(variables())
+
+    quarter = host(ledger_file, units=0, mps=[(0, 2_500, 16 * GiB)])
+    _, head, value = host_call(quarter, first_cuda_use)
+    assert head["cap"] == 2_500 and head["enforced"] == "mps" and value == ("25", "0=4096M")
+    _, head, _ = host_call(quarter, lambda: ok(1))  # the same cap: still its share's
+    assert head["enforced"] == "mps" and "cap" not in head
+    half = host(ledger_file, units=0, mps=[(0, 5_000, 16 * GiB)])
+    _, head, _ = host_call(half, lambda: ok(1))  # capped at 0.25, asked 0.5: not its cap
+    assert head["enforced"] == "logical" and "cap" not in head
 
 
 def test_mps_is_detected_again_after_a_while(mps):
@@ -236,7 +298,8 @@ def test_device_keys_are_those_another_scheduler_on_that_host_uses():
     assert meta == {"task": "t7", "node": "h1", "label": "me", "ledger": "/x.db",
                     "shares": {"declared:h1/boot:1": 5_000},
                     "devices": {"declared:h1/boot:0": 0, "declared:h1/boot:1": 1},
-                    "mps": [(0, 5_000, 16 * GiB)]}  # GPU 1 is device 0 of the engine
+                    "mps": [(0, 5_000, 16 * GiB)],  # GPU 1 is device 0 of the engine
+                    "torch": [(0, 5_000)], "load_torch": False}  # (auto: MPS, else torch)
 
 
 def test_what_needs_no_wrapper_gets_none():
@@ -248,6 +311,13 @@ def test_what_needs_no_wrapper_gets_none():
     assert meta["shares"] == {"declared:h1/boot:1": 10_000} and meta["mps"] == []
     meta = kernel_side.host_meta(start(2_500), engine, node, lease=False)
     assert meta["shares"] == {} and meta["mps"] == [(0, 2_500, 16 * GiB)]
+    # Scheduler.enforce: "logical" caps nothing; "mps" or "torch" only that way
+    assert kernel_side.host_meta(start(2_500), engine, node, lease=False,
+                                 enforce="logical") is None
+    meta = kernel_side.host_meta(start(2_500), engine, node, lease=False, enforce="mps")
+    assert meta["mps"] == [(0, 2_500, 16 * GiB)] and "torch" not in meta
+    meta = kernel_side.host_meta(start(2_500), engine, node, lease=False, enforce="torch")
+    assert meta["mps"] == [] and meta["torch"] == [(0, 2_500)] and meta["load_torch"]
 
 
 def test_holdings_become_held_elsewhere_without_this_kernels_engines():

@@ -317,6 +317,9 @@ def test_a_task_runs_and_finishes(setup):
     # a fraction of a GPU goes through the host wrapper, which sets MPS variables where MPS
     # runs (a local engine: no lease, this kernel's runtime took it)
     assert f is HOST_CALL and args[0]["shares"] == {} and args[0]["mps"] == [(0, 5000, None)]
+    assert args[0]["torch"] == [(0, 5000)] and not args[0]["load_torch"]  # if torch is there
+    # no MPS found by its probe: nothing caps it, as far as the kernel can tell
+    assert executor.enforcement(start(gpus=[1])) == "logical"
     f, args = args[1], args[2:]
     assert f is CALL and sent_entries(args) == {FUNCTION: len, ARGUMENTS: ((), {})}
     env = args[0][2]

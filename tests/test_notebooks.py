@@ -103,8 +103,9 @@ def _shipped() -> list[str]:
 
 
 def test_the_notebooks_folder_holds_the_examples_and_nothing_else():
-    # slurm.ipynb needs a Slurm cluster: tests/test_slurm.py runs it where one is made
-    assert _shipped() == sorted([*(f"{n}.ipynb" for n in EXAMPLES), "slurm.ipynb"])
+    # slurm.ipynb needs a Slurm cluster: tests/test_slurm.py runs it where one is made;
+    # ddp.ipynb a GPU and PyTorch: tests/test_gpu_ddp.py runs it where they are
+    assert _shipped() == sorted([*(f"{n}.ipynb" for n in EXAMPLES), "slurm.ipynb", "ddp.ipynb"])
 
 
 def test_a_notebook_a_user_adds_beside_the_examples_is_theirs(tmp_path):
@@ -123,7 +124,7 @@ def _kernel_spec():
     return kernelspec.KernelSpecManager().get_kernel_spec("python3")
 
 
-@pytest.mark.parametrize("name", [*EXAMPLES, "slurm"])
+@pytest.mark.parametrize("name", [*EXAMPLES, "slurm", "ddp"])
 def test_opening_a_notebook_changes_nothing_in_it(name):
     """JupyterLab writes the kernel's own name and language into a notebook it opens: saved
     with what the kernel says, an example is not marked modified (and autosaved) on opening."""
@@ -165,6 +166,8 @@ def _imports(nb) -> set[str]:
 
 # imports a notebook makes only when the module is there (it asks importlib first)
 OPTIONAL = {"gangs": {"torch"}}
+# what a notebook that runs only where a GPU is needs, which the README's install leaves out
+NEEDS_A_GPU = {"ddp": {"torch"}}
 
 
 def test_the_readmes_install_brings_what_every_notebook_imports():
@@ -181,10 +184,10 @@ def test_the_readmes_install_brings_what_every_notebook_imports():
               for r in [*project["dependencies"], *project["optional-dependencies"]["lab"]]}
     by_module = md.packages_distributions()
     missing = {}
-    for name in [*EXAMPLES, "slurm"]:
+    for name in [*EXAMPLES, "slurm", *NEEDS_A_GPU]:
         for module in sorted(_imports(notebook(name))):
             if (module in sys.stdlib_module_names or module == "jupyter_sched"
-                    or module in OPTIONAL.get(name, ())):
+                    or module in OPTIONAL.get(name, ()) or module in NEEDS_A_GPU.get(name, ())):
                 continue
             dists = {d.lower().replace("_", "-") for d in by_module.get(module, [])}
             if not dists & wanted:

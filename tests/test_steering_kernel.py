@@ -144,3 +144,21 @@ def test_a_share_no_device_has_waits_fragmented_in_its_status_line(kernel):
     kernel.run("gate.set()")
     kernel.until(big.msg_id, line_says(big, "done"), timeout=30)
     kernel.run("gate.clear()\n%sched local --gpus 1 --cpus 4 --mem 8GiB")
+
+
+def test_a_running_share_says_how_it_is_held(kernel):
+    cell = kernel.run("%%sched --gpus 0.5 --name shared\ngate.wait(120)")
+    kernel.until(cell.msg_id, line_says(cell, "running on local, GPU 0 (0.5) [logical]"),
+                 timeout=30)
+    queue = kernel.run("%sched queue").texts()[-1]
+    assert "GPU 0 (0.5) [logical]" in queue, queue
+    assert kernel.value("[(v.name, v.enforced) for v in sched.snapshot(fresh=True).running]"
+                        ) == [("shared", "logical")]
+    assert kernel.value("sched.task('shared').enforced") == "logical"
+    run = kernel.run("%config Scheduler.enforce = 'full'")
+    said = (run.error or {}).get("evalue", "") + run.stderr
+    assert "enforce" in said and "'full'" in said, said
+    assert kernel.value("sched.enforce") == "auto"
+    kernel.run("gate.set()")
+    kernel.until(cell.msg_id, line_says(cell, "done on local, GPU 0 (0.5) (in"), timeout=30)
+    kernel.run("gate.clear()")

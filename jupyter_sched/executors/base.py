@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..host.enforce import LOGICAL, word_for
 from ..model.quantity import units_to_shares
+from ..model.resources import GPU
 from ..model.tasks import RUNNING
 
 if TYPE_CHECKING:
@@ -88,6 +90,7 @@ class TaskRecord:
     node: str | None = None
     slot: str | None = None
     devices: dict[str, dict[int, float]] = field(default_factory=dict)
+    enforced: str | None = None  # how its fraction of a GPU is held (host/enforce.py)
     rank: int | None = None
     world_size: int | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -137,6 +140,7 @@ class ExecutorSettings:
     ledger_path: str = ""  # the ledger file every host uses ("": each host's own)
     push_warn_bytes: int = 100_000_000  # warn when a cell pushes more than this (0: never)
     local_resources: str = ""  # the kernel's host as declared ("": discovered)
+    enforce: str = "auto"  # how a fraction of a GPU is held (host/enforce.py)
 
 
 class Runtime(Protocol):
@@ -184,6 +188,12 @@ class Executor(ABC):
     def end_step(self) -> None:  # noqa: B027 (most executors have nothing to do)
         """The runtime's step has carried out its ``Start``s for this executor (it may have
         held some, to send them together)."""
+
+    def enforcement(self, start: Start) -> str | None:
+        """How the shares ``start`` gives its task are held, in a word (``logical``, ``mps``,
+        ``torch``), None when it holds no fraction of a GPU (runtime thread). Threads of one
+        process cannot be capped one by one: ``logical`` unless an executor knows better."""
+        return word_for(start.devices.get(GPU, {}), LOGICAL)
 
     def leases_itself(self, start: Start) -> bool:
         """Whether the process that runs ``start`` takes the host's GPU lease for it in its

@@ -220,8 +220,11 @@ def one_line(err: BaseException) -> str:
 def _cell_options(self, line, cell):
     """Run the cell as a task that asks for resources; return at once.
 
-    A status line under the cell follows it: queued and position, infeasible and why, running
-    where on which devices, done in how long, or the error. The task's output appears under it.
+    A status line under the cell follows it: queued and position (or why it waits: another
+    kernel's holdings, its queue's cap, ``fragmented: 0.4 + 0.4 free on local, no device has
+    0.8``), held, infeasible and why, running where on which devices and how a fraction of a
+    GPU is held (``[logical]``: nothing caps it; ``[mps]``, ``[torch]``: capped; see
+    ``Scheduler.enforce``), done in how long, or the error. The task's output appears under it.
 
     Example::
 

@@ -155,6 +155,12 @@ class TaskHandle(LightFuture):
         return self._live.devices
 
     @property
+    def enforced(self) -> str | None:
+        """How its fraction of a GPU is held: ``logical`` (nothing caps it), ``mps`` or
+        ``torch``; None without a fraction of a GPU."""
+        return self._live.enforced
+
+    @property
     def rank(self) -> int | None:
         return self._live.rank
 

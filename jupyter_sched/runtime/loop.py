@@ -424,7 +424,8 @@ class RuntimeLoop:
         now = self.now()
         snap = snapshots.take(self.core, self.settings.max_rows,
                               list(self.records.history_tasks), live=live, now=now,
-                              holders=holders, notices=tuple(self.notices()[-5:]))
+                              holders=holders, notices=tuple(self.notices()[-5:]),
+                              enforced=self.records.enforced())
         self.shown.publish(snap, now, notify)
         return snap
 

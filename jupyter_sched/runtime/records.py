@@ -157,6 +157,7 @@ class Records:
                                   attempt=instruction.attempt))
             return
         try:
+            record.enforced = executor.enforcement(instruction)
             executor.start(instruction, record)
         except Exception as exc:
             log.exception("could not start %s", instruction.task)
@@ -184,6 +185,11 @@ class Records:
                 executor.end_step()
             except Exception:
                 log.exception("%r could not end its step", executor)
+
+    def enforced(self) -> dict[str, str | None]:
+        """How each running task's fraction of a GPU is held, by id (those with a word)."""
+        return {task_id: record.enforced for task_id, record in self.live.items()
+                if record.enforced is not None}
 
     def executor_for(self, start: ev.Start) -> Executor | None:
         if start.slot is None:

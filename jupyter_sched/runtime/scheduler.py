@@ -40,6 +40,7 @@ from ..core.state import POLICIES, Core
 from ..executors.base import ExecutorSettings, TaskRecord
 from ..executors.local.executor import LocalExecutor
 from ..host.discovery import HostInfo, discover_host
+from ..host.enforce import CHOICES as ENFORCE_CHOICES
 from ..host.live import GpuMonitor
 from ..model.limits import MAX_RUNNING, check_name, check_seconds, check_whole
 from ..model.resources import parse_resources
@@ -118,6 +119,12 @@ class Scheduler(Configurable):
         "Clusters that start_cluster() (%sched start) starts outlive the kernel: a restart or "
         "a crash leaves them running, stop_cluster() (%sched stop) stops them (read at each "
         "start; start_cluster(keep=...) and %sched start --keep choose for one).")
+    ).tag(config=True)
+    enforce = Enum(ENFORCE_CHOICES, default_value="auto", help=(
+        "How a task's fraction of a GPU is held, shown in a word in every view: 'auto' takes "
+        "the strongest an engine has (NVIDIA MPS, else a torch memory cap, else none), 'mps' "
+        "or 'torch' that one where the engine has it, 'logical' none (a share is then a "
+        "promise between schedulers, not a limit). Kernel threads are always 'logical'.")
     ).tag(config=True)
     count_other_processes = Bool(False, help="Count GPU memory that NVML says processes "
                                  "outside every scheduler use as taken.").tag(config=True)
@@ -543,7 +550,7 @@ class Scheduler(Configurable):
         """What executors read of the settings (a new one for them when these change)."""
         return ExecutorSettings(host_leases=self.host_leases, ledger_path=self.ledger_path,
                                 push_warn_bytes=self.push_warn_bytes,
-                                local_resources=self.local_resources)
+                                local_resources=self.local_resources, enforce=self.enforce)
 
     # -- debugging --------------------------------------------------------------------------------
 

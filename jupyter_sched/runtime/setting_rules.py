@@ -38,7 +38,8 @@ NUMBERS: dict[str, Callable[[object, str], float]] = {  # each number setting's 
 APPLIED = {  # where a changed setting applies (local_resources: the local node too)
     "core": ("policy", "reservation_after", "preemption", "pipeline", "fair_share_half_life"),
     "loop": ("update_interval", "max_rows"),
-    "executors": ("host_leases", "ledger_path", "push_warn_bytes", "local_resources"),
+    "executors": ("host_leases", "ledger_path", "push_warn_bytes", "local_resources",
+                  "enforce"),
     "next start": ("host_leases", "ledger_path", "count_other_processes"),
     "each cluster start": ("keep_clusters",),  # read by start_cluster(), nothing to apply
 }

@@ -117,9 +117,9 @@ def task_state_text(view: Any, error: str | None = None) -> str:
     if state == "held":  # the user's: it waits, never started until released
         return "held: never started until released"
     if state == "running":
-        return "running" + where_text(view)
+        return "running" + where_text(view, held=True)
     if state == "stopping":  # still holding its devices until its executor confirms
-        return "stopping" + where_text(view) + (f": {reason}" if reason else "")
+        return "stopping" + where_text(view, held=True) + (f": {reason}" if reason else "")
     if state == "failed":
         why = one_line(error) if error else reason
         return f"failed: {why}" if why else "failed"
@@ -130,11 +130,16 @@ def task_state_text(view: Any, error: str | None = None) -> str:
     return state
 
 
-def where_text(view: Any, word: str = "on") -> str:
+def where_text(view: Any, word: str = "on", held: bool = False) -> str:
+    """`` on local (engine e1), GPU 0 (0.5)``; ``held``: with how a running task's fraction
+    of a GPU is held, ``GPU 0 (0.5) [mps]``."""
     node = view_attr(view, "node")
     if not node:
         return ""
     devices = format_devices(view_attr(view, "devices", {}) or {})
+    enforced = view_attr(view, "enforced") if held else None
+    if devices and enforced:
+        devices += f" [{enforced}]"  # logical (nothing caps it), mps or torch
     slot = view_attr(view, "slot")
     engine = f" (engine {slot})" if slot else ""
     return f" {word} {node}{engine}" + (f", {devices}" if devices else "")

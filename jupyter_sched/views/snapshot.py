@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,6 +95,7 @@ class TaskView:
     rank: int | None = None
     stopping_since: float | None = None  # a stop is out since (state "stopping")
     batch: bool = False  # batch work (preemption may stop it), else interactive
+    enforced: str | None = None  # how its fraction of a GPU is held: logical, mps, torch
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ def _demand_json(demand: Demand) -> dict[str, float | int]:
     return demand.to_json()
 
 
-def task_view(task: Task, position: int | None = None) -> TaskView:
+def task_view(task: Task, position: int | None = None,
+              enforced: Mapping[str, str | None] | None = None) -> TaskView:
     spec = task.spec
     times = dict(task.times)
     allocation = task.allocation
@@ -159,22 +162,27 @@ def task_view(task: Task, position: int | None = None) -> TaskView:
         started=task.started_at if task.state == RUNNING or ended else times.get(RUNNING),
         ended=ended, gang=task.gang.name if task.gang else None, rank=task.rank,
         stopping_since=stopping, batch=spec.preemptible,
+        enforced=enforced.get(task.id) if enforced is not None and allocation is not None
+        else None,
     )
 
 
 def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
          live: dict | None = None, now: float | None = None,
-         holders: dict | None = None, notices: tuple = ()) -> Snapshot:
+         holders: dict | None = None, notices: tuple = (),
+         enforced: Mapping[str, str | None] | None = None) -> Snapshot:
     """A bounded snapshot of ``core``. ``history``: terminal tasks, newest first (the runtime
     keeps them); ``live``: NVML readings by (node, device index); ``now``: the time it is
     taken, which the durations it shows run to (the core's last tick if None: the core
     knows no other time); ``holders``: {(node, device index): (others' leases as
     :class:`HolderView`, processes holding no lease as :class:`ProcessView`)}; ``notices``:
-    what the user must be told."""
+    what the user must be told; ``enforced``: how each running task's fraction of a GPU is
+    held, by task id."""
     live = live or {}
     holders = holders or {}
     nodes = tuple(_node_view(node, live, holders) for node in core.cluster.nodes.values())
-    running = tuple(task_view(t) for t in itertools.islice(core.running.values(), max_rows))
+    running = tuple(task_view(t, None, enforced)
+                    for t in itertools.islice(core.running.values(), max_rows))
     # each queue's first max_rows jobs are enough for the first max_rows rows of all
     positions = core.queue_position(max_rows)
     queued = sorted((core.tasks[i] for i in positions), key=lambda t: (positions[t.id], t.seq))

@@ -47,6 +47,8 @@ def probe(peer: str | None = None) -> dict[str, object]:
     controller's address as the kernel knows it: the engine's own address is the one it reaches
     the controller from."""
     from jupyter_sched.host.discovery import discover_host
+    from jupyter_sched.host.enforce import torch_importable
+    from jupyter_sched.host.mps import detect_mps
 
     return {
         "host": discover_host().to_json(),
@@ -54,6 +56,8 @@ def probe(peer: str | None = None) -> dict[str, object]:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "hostname": socket.gethostname(),
         "address": host_address(registered_with() or peer),
+        "mps": detect_mps().running,  # an MPS control daemon serves this engine's user
+        "torch": torch_importable(),  # a torch memory cap can be set in its process
     }
 
 
@@ -99,6 +103,8 @@ class EngineInfo:
     cuda_visible_devices: str | None
     hostname: str
     address: str
+    mps: bool = False  # an MPS control daemon serves it (its shares can be capped)
+    torch: bool = False  # torch can be imported there (a memory cap can be set)
 
     @classmethod
     def from_probe(cls, data: Mapping[str, object]) -> EngineInfo:
@@ -109,6 +115,8 @@ class EngineInfo:
                 cuda_visible_devices=data.get("cuda_visible_devices"),
                 hostname=str(data.get("hostname") or ""),
                 address=str(data.get("address") or "127.0.0.1"),
+                mps=data.get("mps") is True,
+                torch=data.get("torch") is True,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"not an engine report ({err!r}): {data!r}") from None

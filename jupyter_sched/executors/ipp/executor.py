@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...core import events as ev
+from ...host.enforce import word_for
+from ...model.resources import GPU
 from ..base import Executor, ExecutorSettings, Runtime, TaskRecord
 from .bundles import Bundles, Timings
 from .cluster import (
@@ -48,7 +50,7 @@ from .engines import HostMap
 from .faults import EngineLost, Faults, RemoteTaskError
 from .gangs import Gangs
 from .kept import Journal, RunNotes
-from .leases import HostLeases
+from .leases import HostLeases, engine_enforcement
 from .pipeline import Pipeline
 from .registry import EngineView, Registry
 from .replace import Replacements
@@ -303,6 +305,13 @@ class IppExecutor(Executor):
 
     def stop(self, task_id: str, reason: str) -> None:
         self._faults.stop(task_id, reason)
+
+    def enforcement(self, start: ev.Start) -> str | None:
+        with self._guard.lock:
+            engine = self._registry.by_slot(start.slot)
+        if engine is None:
+            return super().enforcement(start)
+        return word_for(start.devices.get(GPU, {}), engine_enforcement(engine, self.settings))
 
     def leases_itself(self, start: ev.Start) -> bool:
         with self._guard.lock:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from ...core import events as ev
+from ...host.enforce import LOGICAL, MPS, TORCH, enforcement
 from ...host.holders import kernel_label
 from ...host.leases import device_key
 from ...model.quantity import SCALE, format_units
@@ -60,24 +61,43 @@ def node_keys(node: NodeEntry) -> dict[int, str]:
     return {index: device_key(gpu, node.key) for index, gpu in node.gpus.items()}
 
 
+def engine_enforcement(engine: Engine, settings: ExecutorSettings) -> str:
+    """How a fraction of a GPU will be held on ``engine``, as far as the kernel can tell
+    (:func:`~...host.enforce.enforcement` of what its probe found): under ``auto`` a torch
+    cap is set only where the engine's process has imported torch already, which only the
+    engine knows, so it says ``logical`` until its reply says otherwise."""
+    setting = settings.enforce
+    return enforcement(setting, engine.info.mps, engine.info.torch and setting == TORCH)
+
+
 def host_meta(start: ev.Start, engine: Engine, node: NodeEntry, *, lease: bool,
-              ledger: str = "", label: str = "") -> dict[str, Any] | None:
+              ledger: str = "", label: str = "", enforce: str = "auto"
+              ) -> dict[str, Any] | None:
     """What :func:`.on_host.host_call` needs for a task, or None when it needs nothing: no
-    lease (``lease`` false, or no GPU share) and no fraction of a GPU for MPS."""
+    lease (``lease`` false, or no GPU share) and no fraction of a GPU to cap the ways
+    ``enforce`` (``Scheduler.enforce``) allows: ``mps`` (set where MPS serves the engine),
+    then ``torch`` (where torch is imported there, or imported for it under ``torch``)."""
     gpus = {i: units for i, units in start.devices.get(GPU, {}).items() if units > 0}
     if not gpus:
         return None
     keys = node_keys(node)
     shares = {keys[i]: units for i, units in gpus.items() if i in keys} if lease else {}
-    mps = []
+    mps, torch = [], []
     visible = engine.visible or ()
     for index, units in sorted(gpus.items()):
         if units < SCALE and index in visible and index in node.gpus:
-            mps.append((visible.index(index), units, node.gpus[index].memory))
-    if not shares and not mps:
+            if enforce in ("auto", MPS):
+                mps.append((visible.index(index), units, node.gpus[index].memory))
+            if enforce in ("auto", TORCH):
+                torch.append((visible.index(index), units))
+    if not shares and not mps and not torch:
         return None
-    return {"task": start.task, "node": node.name, "label": label, "ledger": ledger,
+    meta = {"task": start.task, "node": node.name, "label": label, "ledger": ledger,
             "shares": shares, "devices": {key: i for i, key in keys.items()}, "mps": mps}
+    if torch:
+        meta["torch"] = torch
+        meta["load_torch"] = enforce == TORCH
+    return meta
 
 
 def held_event(node: NodeEntry, holdings: Iterable[tuple], ours: set[int]
@@ -143,7 +163,7 @@ class HostLeases:
         settings = self._settings()
         lease = self.leases_itself(engine, node)
         host = host_meta(run.start, engine, node, lease=lease, label=self._label,
-                         ledger=settings.ledger_path)
+                         ledger=settings.ledger_path, enforce=settings.enforce)
         if host is None:
             return call
         fn, args, kwargs = call
@@ -165,6 +185,8 @@ class HostLeases:
         nothing more to do here (False)."""
         if head.get("ledger"):
             self._ledger_trouble(run.engine.node, head["ledger"])
+        if head.get("enforced") in (LOGICAL, MPS, TORCH):  # how its share was held, in fact
+            run.record.enforced = head["enforced"]
         if status != REFUSED:
             return False
         task, attempt = run.task, run.start.attempt

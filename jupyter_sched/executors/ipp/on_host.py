@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ...host.enforce import LOGICAL, MPS, TORCH, torch_scope
 from ...host.leases import Lease, Ledger, LedgerError, Refusal, default_ledger
 from ...host.mps import MEMORY_ENV, THREADS_ENV, MpsStatus, detect_mps, mps_environment
 from ...model.quantity import SCALE
@@ -70,11 +71,27 @@ def host_call(host: Mapping[str, Any], wrapper: Callable, /, *args: Any) -> tupl
             return REFUSED, refusal_head(ledger, host, got), b""
         with _lock:
             _held.extend((ledger, lease) for lease in got)
+    warm = cuda_loaded()  # CUDA read its MPS variables already: this process's cap is fixed
     try:
-        with mps_scope(host.get("mps", ())):
+        with mps_scope(host.get("mps", ())) as capped, \
+                torch_scope(() if capped else host.get("torch", ()),
+                            load=bool(host.get("load_torch"))) as held:
             reply = wrapper(*args)
     finally:
         give_back()
+    cap = _cap_of(host.get("mps", ()), capped)
+    fixed = None
+    if not warm and _cuda_cap[0] is None and cuda_loaded() and mps_status().running:
+        _cuda_cap[0] = fixed = cap  # this call's task was the first to use CUDA here
+    if isinstance(reply, tuple) and len(reply) > 1 and isinstance(reply[1], dict):
+        head = reply[1]
+        if host.get("mps") or host.get("torch"):
+            # as it was: an MPS cap is this task's only when this call fixed the process's
+            # cap, or the cap fixed before is the same
+            mps_held = capped and (not warm or _cuda_cap[0] in (None, cap))
+            head["enforced"] = MPS if mps_held else TORCH if held else LOGICAL
+        if fixed is not None:
+            head["cap"] = fixed  # the engine's cap from now on (its slot's, in the core)
     if note and isinstance(reply, tuple) and len(reply) > 1 and isinstance(reply[1], dict):
         reply[1]["ledger"] = note
     return reply
@@ -144,6 +161,27 @@ def refusal_head(ledger: Ledger, host: Mapping[str, Any], refusal: Refusal) -> d
 
 
 # -- MPS -------------------------------------------------------------------------------------------
+
+_cuda_cap: list[int | None] = [None]  # the cap (units) this engine's first CUDA task fixed
+
+
+def cuda_loaded() -> bool:
+    """Whether this process has loaded the CUDA driver (``libcuda.so`` mapped): from then on
+    the MPS variables it read are its cap, whatever the environment says."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return any(b"libcuda.so" in line for line in maps)
+    except OSError:
+        return False
+
+
+def _cap_of(mps: Iterable, env: Mapping[str, str]) -> int:
+    """The cap a call set, in units: its smallest share when MPS variables were set (one
+    percentage per process: the smallest share's), else the whole device."""
+    if not env:
+        return SCALE
+    shares = [units for _, units, _ in mps]
+    return min(shares) if shares else SCALE
 
 
 def mps_status(now: float | None = None) -> MpsStatus:
