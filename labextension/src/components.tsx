@@ -190,10 +190,12 @@ export function NodeList(props: { nodes: INodeRow[] } & INodeActions): JSX.Eleme
 
 /**
  * Height of one task row in pixels: fixed, so the list can window its rows. A row has three
- * lines (name and buttons; state, position, time and demand; where or why), each one line
- * high whatever the width: long text ends in an ellipsis and shows whole in its tooltip.
+ * lines (name and Cancel; state, position, time and demand; where or why, and a waiting
+ * task's Run next and Hold), each one line high whatever the width: long text ends in an
+ * ellipsis and shows whole in its tooltip. The buttons that steer a task share the last line,
+ * so that its name keeps the width of the first.
  */
-export const ROW_HEIGHT = 62;
+export const ROW_HEIGHT = 66;
 
 export interface IVirtualListProps<T> {
   items: ReadonlyArray<T>;
@@ -367,7 +369,6 @@ export function TaskItem(props: {
         <span className="jp-sched-task-label" title={task.label}>
           {task.label}
         </span>
-        {onSteer ? <SteerButtons task={task} onSteer={onSteer} /> : null}
         {onCancel && task.cancellable ? (
           <button
             type="button"
@@ -392,7 +393,14 @@ export function TaskItem(props: {
           </span>
         ) : null}
       </div>
-      {task.detailText ? (
+      {onSteer && task.steer.length ? (
+        <div className="jp-sched-task-foot">
+          <span className="jp-sched-task-detail" title={task.stateText}>
+            {task.detailText}
+          </span>
+          <SteerButtons task={task} onSteer={onSteer} />
+        </div>
+      ) : task.detailText ? (
         <div className="jp-sched-task-detail" title={task.stateText}>
           {task.detailText}
         </div>

@@ -209,15 +209,23 @@ describe('steering waiting tasks from the sidebar', () => {
       <SidebarView {...props({ snapshot: snapshotOf(steeredStatus()), onCommand: () => 0 })} />
     );
     expect(buttons(container, 't5')).toEqual([
+      ['Cancel', 'Cancel task t5 job-t5'],
       ['Run next', 'Run task t5 job-t5 next'],
-      ['Hold', 'Hold task t5 job-t5'],
-      ['Cancel', 'Cancel task t5 job-t5']
+      ['Hold', 'Hold task t5 job-t5']
     ]);
     expect(buttons(container, 't8')).toEqual([
+      ['Cancel', 'Cancel task t8 job-t8'],
       ['Run next', 'Run task t8 job-t8 next'],
-      ['Release', 'Release task t8 job-t8'],
-      ['Cancel', 'Cancel task t8 job-t8']
+      ['Release', 'Release task t8 job-t8']
     ]);
+    // on the last line, after why it waits: the name keeps the first line's width
+    const foot = row(container, 't5').querySelector('.jp-sched-task-foot') as HTMLElement;
+    expect([...foot.children].map(c => c.className.split(' ')[0])).toEqual([
+      'jp-sched-task-detail',
+      'jp-sched-steer',
+      'jp-sched-steer'
+    ]);
+    expect(foot.querySelector('.jp-sched-task-detail')?.textContent).toBe('position 1 in default');
     // a running task and one that cannot run are not steered: cancelled only
     expect(buttons(container, 't1')).toEqual([['Cancel', 'Cancel task t1 job-t1']]);
     expect(buttons(container, 't9')).toEqual([['Cancel', 'Cancel task t9 job-t9']]);
