@@ -66,8 +66,15 @@ def _bundle(text: str, body: str, data: dict) -> dict[str, Any]:
 # -- JSON ---------------------------------------------------------------------------------------
 
 def to_json(value: Any) -> Any:
-    """A view (or a structure of them) as plain JSON: device indices become string keys."""
-    if is_dataclass(value) and not isinstance(value, type):
+    """A view (or a structure of them) as plain JSON: device indices become string keys. A
+    task's ``batch`` and ``enforced`` are left out at their defaults (interactive, nothing to
+    say): a snapshot's rows stay as small as they were (docs/schema.md)."""
+    if isinstance(value, TaskView):
+        value = asdict(value)
+        for key, default in _TASK_DEFAULTS:
+            if value.get(key) == default:
+                del value[key]
+    elif is_dataclass(value) and not isinstance(value, type):
         value = asdict(value)
     if isinstance(value, Mapping):
         return {str(k): to_json(v) for k, v in value.items()}
@@ -76,11 +83,18 @@ def to_json(value: Any) -> Any:
     return value
 
 
+_TASK_DEFAULTS = (("batch", False), ("enforced", None))
+
+
 def _task_json(view: Any) -> dict:
     if isinstance(view, TaskView):
         return to_json(view)
     fields = TaskView.__dataclass_fields__
-    return {name: to_json(view_attr(view, name, None)) for name in fields}
+    data = {name: to_json(view_attr(view, name, None)) for name in fields}
+    for key, default in _TASK_DEFAULTS:
+        if data.get(key, default) == default:
+            data.pop(key, None)
+    return data
 
 
 # -- tasks --------------------------------------------------------------------------------------
