@@ -7,7 +7,7 @@
 
 import * as React from 'react';
 
-import { IGpuBar, INodeRow, IQueueRow, ITaskRow } from './model';
+import { IGpuBar, INodeRow, IQueueRow, ITaskRow, ITextPart } from './model';
 import { SteerCommand } from './schema';
 
 const STATE_ICONS: { [state: string]: string } = {
@@ -247,6 +247,31 @@ export function VirtualList<T>(props: IVirtualListProps<T>): JSX.Element {
   );
 }
 
+/**
+ * A line of a task's text. How a running task's share of a GPU is held is a word of its own
+ * after its devices ("GPU 0 (0.5) [mps]"), with what it means as its tooltip.
+ */
+export function TaskText(props: { parts: ReadonlyArray<ITextPart> }): JSX.Element {
+  return (
+    <>
+      {props.parts.map((part, i) =>
+        part.enforced ? (
+          <span
+            key={i}
+            className="jp-sched-enforced"
+            data-enforced={part.enforced.word}
+            title={part.enforced.title}
+          >
+            {part.text}
+          </span>
+        ) : (
+          <React.Fragment key={i}>{part.text}</React.Fragment>
+        )
+      )}
+    </>
+  );
+}
+
 /** How long a task has run, waited or been stopping, if known; it follows the state's badge. */
 export function Elapsed(props: { task: ITaskRow }): JSX.Element | null {
   const { task } = props;
@@ -395,14 +420,14 @@ export function TaskItem(props: {
       </div>
       {onSteer && task.steer.length ? (
         <div className="jp-sched-task-foot">
-          <span className="jp-sched-task-detail" title={task.stateText}>
-            {task.detailText}
+          <span className="jp-sched-task-detail" title={task.stateTitle}>
+            <TaskText parts={task.detailParts} />
           </span>
           <SteerButtons task={task} onSteer={onSteer} />
         </div>
       ) : task.detailText ? (
-        <div className="jp-sched-task-detail" title={task.stateText}>
-          {task.detailText}
+        <div className="jp-sched-task-detail" title={task.stateTitle}>
+          <TaskText parts={task.detailParts} />
         </div>
       ) : null}
     </div>

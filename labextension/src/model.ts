@@ -154,9 +154,18 @@ export interface ITaskRow {
   stateText: string;
   /** The same without the state's name: where it runs or waits, or why ("position 2 in …"). */
   detailText: string;
+  /** `stateText` in parts: the enforcement word, where there is one, is a part of its own. */
+  stateParts: ITextPart[];
+  /** `detailText` in parts, the same way. */
+  detailParts: ITextPart[];
+  /** The tooltip of the task's text: `stateText`, then what its enforcement word means. */
+  stateTitle: string;
+  /** How a running or stopping task's fraction of a GPU is held; null when the kernel says not. */
+  enforced: IEnforcement | null;
   queue: string;
   position: number | null;
   needs: string;
+  /** Where it runs or ran: "local, GPU 0 (0.5)", with "[mps]" after a running share's devices. */
   where: string;
   reason: string;
   /**
@@ -187,46 +196,140 @@ export function taskLabel(task: Pick<ITaskView, 'id' | 'name'>): string {
   return !name || name === task.id ? task.id : `${task.id} ${name}`;
 }
 
-export function taskWhere(task: ITaskView): string {
+/**
+ * How a running task's fraction of a GPU is held (`enforced`), as its text shows it: the word
+ * in brackets right after its devices (`GPU 0 (0.25) [logical]`), as the kernel's text does.
+ */
+export interface IEnforcement {
+  /** `logical`, `mps`, `torch` (or a word of a later kernel). */
+  word: string;
+  /** As shown: "[mps]". */
+  text: string;
+  /** What it means, in one line, for its tooltip. */
+  title: string;
+}
+
+/** What each enforcement word means; a word not known here is shown with a plainer line. */
+const ENFORCEMENT: { [word: string]: string } = {
+  logical: 'nothing caps this share: a promise between schedulers',
+  mps: "NVIDIA MPS caps this task's process to its share",
+  torch: 'a torch memory cap holds this task to its share of the memory'
+};
+
+/** The states whose tasks hold devices now, so how their share is held is said. */
+const HOLDING = new Set(['running', 'stopping']);
+
+/**
+ * How `task` holds its share, when it is running or stopping on devices and the kernel says;
+ * null otherwise (an ended task holds nothing, whatever its row still says).
+ */
+export function enforcementOf(task: ITaskView): IEnforcement | null {
+  const word = typeof task.enforced === 'string' ? oneLine(task.enforced) : '';
+  if (!word || !HOLDING.has(String(task.state)) || !task.node || !formatDevices(task.devices)) {
+    return null;
+  }
+  const meaning = Object.prototype.hasOwnProperty.call(ENFORCEMENT, word)
+    ? ENFORCEMENT[word]
+    : `how this task's share of the GPU is held: ${word}`;
+  return { word, text: `[${word}]`, title: meaning };
+}
+
+/** A piece of a task's text: plain, or its enforcement word (shown with its own tooltip). */
+export interface ITextPart {
+  text: string;
+  enforced?: IEnforcement;
+}
+
+type Piece = string | ITextPart | ReadonlyArray<ITextPart>;
+
+/** Pieces as parts: plain text run together, empty text left out. */
+function textParts(...pieces: Piece[]): ITextPart[] {
+  const out: ITextPart[] = [];
+  const flat = pieces.flatMap(p => (typeof p === 'string' ? [{ text: p }] : p));
+  for (const part of flat as ITextPart[]) {
+    const last = out[out.length - 1];
+    if (!part.text) {
+      continue;
+    }
+    if (!part.enforced && last && !last.enforced) {
+      out[out.length - 1] = { text: last.text + part.text };
+    } else {
+      out.push(part.enforced ? { ...part } : { text: part.text });
+    }
+  }
+  return out;
+}
+
+/** Parts as one line of text. */
+export function partsText(line: ReadonlyArray<ITextPart>): string {
+  return line.map(part => part.text).join('');
+}
+
+/** Where a task runs or ran, with how a running share is held after its devices. */
+function whereParts(task: ITaskView): ITextPart[] {
   if (!task.node) {
-    return '';
+    return [];
   }
   const devices = formatDevices(task.devices);
   const slot = task.slot ? ` (${task.slot})` : '';
-  return devices ? `${task.node}${slot}, ${devices}` : `${task.node}${slot}`;
+  if (!devices) {
+    return textParts(`${task.node}${slot}`);
+  }
+  const enforced = enforcementOf(task);
+  return textParts(
+    `${task.node}${slot}, ${devices}`,
+    enforced ? [{ text: ' ' }, { text: enforced.text, enforced }] : []
+  );
 }
 
-export function taskStateText(task: ITaskView, error?: string | null): string {
+/** "local, GPU 0 (0.5)"; a running task's says how its share is held: "… (0.5) [mps]". */
+export function taskWhere(task: ITaskView): string {
+  return partsText(whereParts(task));
+}
+
+/** A task's state in words, in parts (see `taskStateText`). */
+export function taskStateParts(task: ITaskView, error?: string | null): ITextPart[] {
   const reason = oneLine(task.reason);
-  const where = taskWhere(task);
+  const where = whereParts(task);
   switch (task.state) {
     case 'queued': {
       // the reason, when there is one, says what others on the host hold (as the kernel)
       const queue = task.queue ? ` in ${task.queue}` : '';
       const text = task.position ? `queued, position ${task.position}${queue}` : `queued${queue}`;
-      return reason ? `${text}: ${reason}` : text;
+      return textParts(reason ? `${text}: ${reason}` : text);
     }
     case 'held': {
       const text = task.queue ? `held in ${task.queue}` : 'held';
-      return `${text}: ${reason || HELD}`;
+      return textParts(`${text}: ${reason || HELD}`);
     }
     case 'infeasible':
-      return reason ? `infeasible: ${reason}` : 'infeasible';
+      return textParts(reason ? `infeasible: ${reason}` : 'infeasible');
     case 'running':
-      return where ? `running on ${where}` : 'running';
-    case 'stopping':
-      return reason ? `stopping: ${reason}` : 'stopping';
+      return where.length ? textParts('running on ', where) : textParts('running');
+    case 'stopping': {
+      // it holds its devices until its executor confirms: where it still does, as the kernel
+      const on = task.node && formatDevices(task.devices) ? textParts(' on ', where) : [];
+      return textParts('stopping', on, reason ? `: ${reason}` : '');
+    }
     case 'failed': {
       const why = error ? oneLine(error) : reason;
-      return why ? `failed: ${why}` : 'failed';
+      return textParts(why ? `failed: ${why}` : 'failed');
     }
     case 'cancelled':
-      return reason ? `cancelled: ${reason}` : 'cancelled';
+      return textParts(reason ? `cancelled: ${reason}` : 'cancelled');
     case 'done':
-      return where ? `done on ${where}` : 'done';
+      return where.length ? textParts('done on ', where) : textParts('done');
     default:
-      return String(task.state);
+      return textParts(String(task.state));
   }
+}
+
+/**
+ * A task's state in words: "queued, position 2 in default", "running on local, GPU 0 (0.5)
+ * [mps]", "stopping on local, GPU 0: cancelled from the Scheduler sidebar".
+ */
+export function taskStateText(task: ITaskView, error?: string | null): string {
+  return partsText(taskStateParts(task, error));
 }
 
 /** What a held task waits for, when the kernel gives no reason. */
@@ -280,19 +383,21 @@ function elapsedTitle(task: ITaskView, time: string): string {
 }
 
 /** "running on local, GPU 0" → "on local, GPU 0"; "queued, position 2" → "position 2". */
-function withoutState(stateText: string, state: string): string {
-  return stateText.startsWith(state)
-    ? stateText.slice(state.length).replace(/^[,:]?\s*/, '')
-    : stateText;
+function withoutState(stateParts: ITextPart[], state: string): ITextPart[] {
+  const [first, ...rest] = stateParts;
+  if (!first || first.enforced || !first.text.startsWith(state)) {
+    return stateParts;
+  }
+  return textParts(first.text.slice(state.length).replace(/^[,:]?\s*/, ''), rest);
 }
 
 /** A row's last line: where the task runs or waits, or why it waits. */
-function detailOf(state: string, stateText: string, reason: string): string {
+function detailOf(state: string, stateParts: ITextPart[], reason: string): ITextPart[] {
   if (state === 'held') {
-    return reason || HELD;
+    return textParts(reason || HELD);
   }
   // a queued task's row shows its position beside its state: its line says why it waits
-  return state === 'queued' && reason ? reason : withoutState(stateText, state);
+  return state === 'queued' && reason ? textParts(reason) : withoutState(stateParts, state);
 }
 
 export function taskRow(
@@ -301,17 +406,24 @@ export function taskRow(
   error?: string | null
 ): ITaskRow {
   const state = String(task.state);
-  const stateText = taskStateText(task, error);
+  const stateParts = taskStateParts(task, error);
+  const stateText = partsText(stateParts);
   const seconds = elapsed(task, now);
   const time = seconds === null ? '' : formatDuration(seconds);
   const reason = oneLine(task.reason);
+  const detailParts = detailOf(state, stateParts, reason);
+  const enforced = enforcementOf(task);
   return {
     id: task.id,
     name: task.name ?? '',
     label: taskLabel(task),
     state,
     stateText,
-    detailText: detailOf(state, stateText, reason),
+    detailText: partsText(detailParts),
+    stateParts,
+    detailParts,
+    stateTitle: enforced ? `${stateText}\n${enforced.text}: ${enforced.title}` : stateText,
+    enforced,
     queue: task.queue ?? '',
     // a held task has no place in its queue until released, whatever an old list says
     position: state === 'held' ? null : (task.position ?? null),

@@ -28,7 +28,7 @@ import type { ISignal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { Elapsed, NodeList, QueueTable, StateBadge, TaskList } from './components';
+import { Elapsed, NodeList, QueueTable, StateBadge, TaskList, TaskText } from './components';
 import {
   followsTasks,
   nodeRow,
@@ -90,7 +90,9 @@ function TaskCard(props: {
           {row.label}
         </span>
       </div>
-      <div className="jp-sched-task-detail">{row.stateText}</div>
+      <div className="jp-sched-task-detail" title={row.enforced ? row.stateTitle : undefined}>
+        <TaskText parts={row.stateParts} />
+      </div>
       <div className="jp-sched-task-detail">
         needs {row.needs} · queue {row.queue}
         {task.gang ? ` · gang ${task.gang} rank ${task.rank ?? '?'}` : ''}

@@ -56,8 +56,14 @@ export interface ITaskView {
   rank: number | null;
   /** For a `stopping` task, when the stop was asked (scheduler clock); absent from old kernels. */
   stopping_since?: number | null;
-  /** Batch work (maps) may be preempted, interactive work (cells) not; absent from old kernels. */
+  /** Batch work (maps) may be preempted, interactive work (cells) not; absent when false. */
   batch?: boolean;
+  /**
+   * For a running or stopping task on a fraction of a GPU, how its share is held: `logical`
+   * (nothing caps it), `mps` (NVIDIA MPS caps its process), `torch` (a torch memory cap in its
+   * process); absent otherwise, and from old kernels.
+   */
+  enforced?: string;
 }
 
 /** Another kernel's lease on a GPU of this host, from the host's lease ledger. */

@@ -21,7 +21,8 @@ import {
   statusBarText,
   statusItemView,
   taskNow,
-  taskRow
+  taskRow,
+  taskStateText
 } from '../src/model';
 import {
   IDeviceView,
@@ -841,5 +842,81 @@ describe('queues with a limit on running tasks', () => {
       const row = queueRow({ ...queue, ...limit });
       expect([row.maxRunning, row.runningText, row.runningTitle]).toEqual([null, '2', '2 running']);
     }
+  });
+});
+
+describe('how a running share of a GPU is held', () => {
+  const quarter = { node: 'local', devices: { GPU: { '0': 0.25 } }, started: 3 };
+
+  it('follows the devices of a running task, as the kernel writes it', () => {
+    const row = taskRow(task('t1', { state: 'running', ...quarter, enforced: 'logical' }));
+    expect(row.stateText).toBe('running on local, GPU 0 (0.25) [logical]');
+    expect(row.detailText).toBe('on local, GPU 0 (0.25) [logical]');
+    expect(row.where).toBe('local, GPU 0 (0.25) [logical]');
+    expect(row.enforced).toEqual({
+      word: 'logical',
+      text: '[logical]',
+      title: 'nothing caps this share: a promise between schedulers'
+    });
+    // the word is a part of its own, so a view can give it its tooltip
+    expect(row.detailParts).toEqual([
+      { text: 'on local, GPU 0 (0.25) ' },
+      { text: '[logical]', enforced: row.enforced }
+    ]);
+    expect(row.stateTitle).toBe(
+      'running on local, GPU 0 (0.25) [logical]\n[logical]: nothing caps this share: a promise between schedulers'
+    );
+  });
+
+  it('says what each word means', () => {
+    const title = (enforced: string) =>
+      taskRow(task('t1', { state: 'running', ...quarter, enforced })).enforced?.title;
+    expect(title('mps')).toBe("NVIDIA MPS caps this task's process to its share");
+    expect(title('torch')).toBe('a torch memory cap holds this task to its share of the memory');
+    expect(title('later')).toBe("how this task's share of the GPU is held: later");
+    const half = task('t2', { state: 'running', node: 'local', devices: { GPU: { '0': 0.5 } } });
+    expect(taskStateText({ ...half, enforced: 'mps' })).toBe('running on local, GPU 0 (0.5) [mps]');
+  });
+
+  it('is not said where the kernel does not say it', () => {
+    const row = taskRow(task('t1', { state: 'running', ...quarter }));
+    expect(row.stateText).toBe('running on local, GPU 0 (0.25)');
+    expect(row.enforced).toBeNull();
+    expect(row.detailParts).toEqual([{ text: 'on local, GPU 0 (0.25)' }]);
+    expect(row.stateTitle).toBe(row.stateText);
+  });
+
+  it('is not said of a task that ended, nor of one that holds no devices', () => {
+    for (const state of ['done', 'failed', 'cancelled', 'queued']) {
+      const row = taskRow(task('t1', { state, ...quarter, enforced: 'mps', ended: 9 }));
+      expect(row.enforced).toBeNull();
+      expect(row.stateText).not.toContain('[mps]');
+    }
+    const done = taskRow(task('t1', { state: 'done', ...quarter, enforced: 'mps', ended: 9 }));
+    expect(done.stateText).toBe('done on local, GPU 0 (0.25)');
+    const nowhere = taskRow(task('t1', { state: 'running', node: 'local', enforced: 'mps' }));
+    expect(nowhere.stateText).toBe('running on local');
+    expect(nowhere.enforced).toBeNull();
+  });
+
+  it("follows a stopping task's devices, which it holds until it has stopped", () => {
+    const stopping = task('t1', {
+      state: 'stopping',
+      ...quarter,
+      enforced: 'torch',
+      stopping_since: 5,
+      reason: 'cancelled from the Scheduler sidebar'
+    });
+    const row = taskRow(stopping);
+    expect(row.stateText).toBe(
+      'stopping on local, GPU 0 (0.25) [torch]: cancelled from the Scheduler sidebar'
+    );
+    expect(row.detailText).toBe(
+      'on local, GPU 0 (0.25) [torch]: cancelled from the Scheduler sidebar'
+    );
+    expect(row.enforced?.word).toBe('torch');
+    // one that holds no devices says why it stops, as before
+    const bare = { ...stopping, devices: {}, enforced: undefined };
+    expect(taskRow(bare).stateText).toBe('stopping: cancelled from the Scheduler sidebar');
   });
 });

@@ -218,12 +218,151 @@ describe('held tasks and queue limits', () => {
     unmount();
   });
 
+  it('shows a held task that still carries an old position without it, counted as waiting', () => {
+    const stale = { ...held, position: 3 };
+    const queue = {
+      version: 1,
+      kind: 'queue',
+      time: 100,
+      running: [],
+      waiting: [task('t5', { position: 1 }), stale],
+      counts: { queued: 1, held: 2 }
+    };
+    const gang = { version: 1, kind: 'gang', name: 'ring', error: null, tasks: [stale] };
+    for (const data of [queue, gang]) {
+      const { container, unmount } = render(<PayloadView data={data} text="" />);
+      const row = container.querySelector('.jp-sched-task[data-task-id="t8"]') as HTMLElement;
+      expect(row.dataset.state).toBe('held');
+      expect(row.dataset.position).toBeUndefined();
+      expect(row.querySelector('.jp-sched-state')?.textContent).toBe('‖held');
+      expect(row.querySelector('.jp-sched-position')).toBeNull();
+      expect(row.querySelector('.jp-sched-task-detail')?.textContent).toBe(
+        'not started until released'
+      );
+      expect(row.querySelector('.jp-sched-task-detail')?.getAttribute('title')).toBe(
+        'held in default: not started until released'
+      );
+      unmount();
+    }
+    // the held task not listed is counted with the waiting ones
+    const { container, unmount } = render(<PayloadView data={queue} text="" />);
+    expect(container.querySelector('.jp-sched-summary')?.textContent).toBe('1 queued · 2 held');
+    const waiting = container.querySelector('[aria-label="Waiting tasks"]') as HTMLElement;
+    expect(waiting.querySelectorAll('.jp-sched-task')).toHaveLength(2);
+    expect(container.textContent).toContain('and 1 more');
+    unmount();
+    const card = render(
+      <PayloadView data={{ version: 1, kind: 'task', task: stale, error: null }} text="" />
+    );
+    expect(card.container.querySelector('.jp-sched-state')?.textContent).toBe('‖held');
+    expect(card.container.textContent).not.toContain('position');
+    expect(card.container.textContent).not.toContain('#3');
+    card.unmount();
+  });
+
   it("shows a queue's limit on running tasks", () => {
     const queues = payload('status').queues.map((q: object) => ({ ...q, max_running: 4 }));
     const data = { version: 1, kind: 'queues', time: 1, queues };
     const { container, unmount } = render(<PayloadView data={data} text="" />);
     const cell = container.querySelector('.jp-sched-queue-running') as HTMLElement;
     expect(cell.textContent).toBe(`${queues[0].running} of max 4`);
+    unmount();
+  });
+});
+
+describe('how a running share is held', () => {
+  const running = task('t1', {
+    state: 'running',
+    node: 'local',
+    devices: { GPU: { '0': 0.25 } },
+    started: 90,
+    enforced: 'logical'
+  });
+
+  it("follows a running task's devices in a status line, with its meaning as its tooltip", () => {
+    const data = { version: 1, kind: 'task', time: 100, task: running, error: null };
+    const { container, unmount } = render(<PayloadView data={data} text="" />);
+    const card = container.querySelector('.jp-sched-task-card') as HTMLElement;
+    const detail = card.querySelector('.jp-sched-task-detail') as HTMLElement;
+    expect(detail.textContent).toBe('running on local, GPU 0 (0.25) [logical]');
+    const word = detail.querySelector('.jp-sched-enforced') as HTMLElement;
+    expect(word.textContent).toBe('[logical]');
+    expect(word.title).toBe('nothing caps this share: a promise between schedulers');
+    unmount();
+  });
+
+  it('shows it in the task rows of a status, a queue and a gang', () => {
+    const other = task('t2', {
+      state: 'running',
+      node: 'local',
+      devices: { GPU: { '1': 0.5 } },
+      started: 90
+    });
+    const status: IStatusPayload = {
+      ...payload('status'),
+      time: 100,
+      running: [{ ...running, enforced: 'mps' }, other],
+      waiting: [],
+      counts: { running: 2 }
+    };
+    const gang = { version: 1, kind: 'gang', name: 'ring', error: null, tasks: status.running };
+    for (const data of [status, { ...status, kind: 'queue' }, gang]) {
+      const { container, unmount } = render(<PayloadView data={data} text="" />);
+      const row = (id: string) =>
+        container.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
+      expect(row('t1').querySelector('.jp-sched-task-detail')?.textContent).toBe(
+        'on local, GPU 0 (0.25) [mps]'
+      );
+      expect(row('t1').querySelector('.jp-sched-enforced')?.getAttribute('title')).toBe(
+        "NVIDIA MPS caps this task's process to its share"
+      );
+      expect(row('t2').querySelector('.jp-sched-task-detail')?.textContent).toBe(
+        'on local, GPU 1 (0.5)'
+      );
+      expect(row('t2').querySelector('.jp-sched-enforced')).toBeNull();
+      unmount();
+    }
+  });
+
+  it('is not shown for a task without it, nor for one that is done', () => {
+    const without = { ...running, enforced: undefined };
+    const done = { ...running, state: 'done', ended: 99 };
+    const history = {
+      version: 1,
+      kind: 'history',
+      time: 100,
+      counts: { done: 1 },
+      history: [done]
+    };
+    for (const data of [
+      { version: 1, kind: 'task', time: 100, task: without, error: null },
+      { version: 1, kind: 'task', time: 100, task: done, error: null },
+      history
+    ]) {
+      const { container, unmount } = render(<PayloadView data={data} text="" />);
+      expect(container.querySelector('.jp-sched-enforced')).toBeNull();
+      expect(container.textContent).not.toContain('[logical]');
+      expect(container.textContent).toContain('local, GPU 0 (0.25)');
+      unmount();
+    }
+  });
+
+  it('shows a stopping task on the devices it still holds, and how', () => {
+    const stopping = {
+      ...running,
+      state: 'stopping',
+      enforced: 'torch',
+      stopping_since: 97,
+      reason: 'time limit'
+    };
+    const data = { version: 1, kind: 'task', time: 100, task: stopping, error: null };
+    const { container, unmount } = render(<PayloadView data={data} text="" />);
+    expect(container.querySelector('.jp-sched-task-detail')?.textContent).toBe(
+      'stopping on local, GPU 0 (0.25) [torch]: time limit'
+    );
+    expect(container.querySelector('.jp-sched-enforced')?.getAttribute('title')).toBe(
+      'a torch memory cap holds this task to its share of the memory'
+    );
     unmount();
   });
 });

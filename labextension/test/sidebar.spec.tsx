@@ -404,6 +404,60 @@ describe('a stopping task in the sidebar', () => {
   });
 });
 
+describe('how a running share is held, in the sidebar', () => {
+  function held(): IStatusPayload {
+    const status = payload('status') as IStatusPayload;
+    status.running[0].enforced = 'mps';
+    status.running[1].enforced = 'logical';
+    delete status.running[2].enforced;
+    return status;
+  }
+
+  it("follows a running task's devices, with what it means as its tooltip", () => {
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(held()) })} />
+    );
+    const row = (id: string) =>
+      container.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
+    const detail = row('t1').querySelector('.jp-sched-task-detail') as HTMLElement;
+    expect(detail.textContent).toBe('on local, GPU 0 (0.5) [mps]');
+    expect(detail.title).toBe(
+      "running on local, GPU 0 (0.5) [mps]\n[mps]: NVIDIA MPS caps this task's process to its share"
+    );
+    const word = detail.querySelector('.jp-sched-enforced') as HTMLElement;
+    expect(word.textContent).toBe('[mps]');
+    expect(word.dataset.enforced).toBe('mps');
+    expect(word.title).toBe("NVIDIA MPS caps this task's process to its share");
+    const logical = row('t2').querySelector('.jp-sched-enforced') as HTMLElement;
+    expect(logical.textContent).toBe('[logical]');
+    expect(logical.title).toBe('nothing caps this share: a promise between schedulers');
+    // a task the kernel says nothing of has no word, and its tooltip is its state as before
+    expect(row('t3').querySelector('.jp-sched-enforced')).toBeNull();
+    expect(row('t3').querySelector('.jp-sched-task-detail')?.textContent).toBe(
+      'on local, GPU 1 (0.5)'
+    );
+    expect(row('t3').querySelector('.jp-sched-task-detail')?.getAttribute('title')).toBe(
+      'running on local, GPU 1 (0.5)'
+    );
+    unmount();
+  });
+
+  it('shows a word it does not know as text', () => {
+    const status = held();
+    status.running[0].enforced = HOSTILE;
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(status) })} />
+    );
+    expectOnlyText(container);
+    const word = container.querySelector(
+      '.jp-sched-task[data-task-id="t1"] .jp-sched-enforced'
+    ) as HTMLElement;
+    expect(word.textContent).toBe(`[${HOSTILE}]`);
+    expect(word.title).toBe(`how this task's share of the GPU is held: ${HOSTILE}`);
+    unmount();
+  });
+});
+
 describe('long text in the sidebar', () => {
   it('keeps the whole of names, reasons and node lines in tooltips', () => {
     const name = 'a-task-name-longer-than-any-sidebar-is-wide-'.repeat(3);
