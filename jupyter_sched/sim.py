@@ -16,6 +16,11 @@ drawn from with the simulation's ``seed``), and meanwhile the task may finish or
 lost; every report names its attempt, and a report that comes late (a ``Stopped`` for an attempt
 that already ended) is still sent, as a real executor may send it. ``submit(fails=k)`` makes
 the first k attempts of a task fail.
+
+``add_node(mps=True)`` serves a node's engines with NVIDIA MPS: an engine's cap is fixed by the
+first task with a GPU share that begins on it (its share per device; a whole GPU: uncapped), and
+the simulator reports it (``SlotCapped``) as a real engine would; a task submitted with
+``cuda=False`` never touches CUDA and fixes nothing.
 """
 
 from __future__ import annotations
@@ -42,12 +47,13 @@ class Task:
     """A simulated task: a view of the core's task plus where and when it ran."""
 
     def __init__(self, sim: Simulation, task_id: str, name: str, duration: float,
-                 fails: int = 0) -> None:
+                 fails: int = 0, cuda: bool = True) -> None:
         self._sim = sim
         self.id = task_id
         self.name = name
         self.duration = duration
         self.fails = fails
+        self.cuda = cuda  # whether it uses CUDA (and so fixes an MPS engine's cap)
         self.start: float | None = None
         self.end: float | None = None
         self.node: str | None = None
@@ -117,6 +123,8 @@ class Simulation:
         self._node_life: dict[str, list] = {}  # name -> [added, removed|None, totals]
         self._queues = {"default"}
         self._ticks: set[float] = set()
+        self._mps: set[str] = set()  # nodes whose engines MPS serves
+        self.caps: dict[tuple[str, str], int] = {}  # (node, slot) -> the cap its engine fixed
 
     # -- building the scenario -------------------------------------------------------------
 
@@ -137,12 +145,16 @@ class Simulation:
         gpu_memory: object = None,
         engines: int = 0,
         engines_per_gpu: int = 0,
+        mps: bool = False,
     ) -> None:
         """A node with ``resources`` (``{"CPU": 8, "GPU": 2, "memory": "64GiB"}``).
 
         By default tasks run on it without engine slots; ``engines=N`` gives it N floating
-        engine slots and ``engines_per_gpu=K`` K pinned slots per GPU instead.
+        engine slots and ``engines_per_gpu=K`` K pinned slots per GPU instead. ``mps``: NVIDIA
+        MPS serves its engines, each capped for its life by its first task using a GPU.
         """
+        if not isinstance(mps, bool):
+            raise ValueError(f"mps={mps!r} must be True or False")
         if not isinstance(name, str) or not name:
             raise ValueError(f"node name {name!r} must be a non-empty string")
         check_name(name, "node name")
@@ -170,6 +182,8 @@ class Simulation:
                                          dict(labels or {}), kind="sim", threads=threads,
                                          slots=slots))
         self._node_life[name] = [when, None, totals]
+        if mps:
+            self._mps.add(name)
 
     def remove_node(self, name: str, at: float = 0.0) -> None:
         """The node is lost at ``at``: what runs there fails (and is retried if it may)."""
@@ -219,12 +233,14 @@ class Simulation:
         family: str | None = None,
         batch: bool | None = None,
         min_runtime: float = 0.0,
+        cuda: bool = True,
     ) -> Task | list[Task]:
         """A task (or, with ``gang=(name, size[, min])``, a list of gang members). ``fails``:
         how many of its attempts fail (each at the end of its duration) before one succeeds.
         ``family``: what it runs, as far as pipelining cares (default: its name, or ``"sim"``).
         ``batch`` (the same as ``preemptible``): with preemption on, it may be stopped for
         other work, once it has run ``min_runtime`` seconds; an interactive task never is.
+        ``cuda=False``: it never uses CUDA, so it fixes no MPS engine's cap.
 
         A queue closed by the time of ``at`` does not stop the run: the task ends
         ``cancelled``, with a reason naming the queue."""
@@ -232,6 +248,8 @@ class Simulation:
         at = check_seconds(at, "at")
         if not isinstance(fails, int) or fails < 0:
             raise ValueError(f"fails={fails!r} must be a whole number, 0 or more")
+        if not isinstance(cuda, bool):
+            raise ValueError(f"cuda={cuda!r} must be True or False")
         demand = Demand.parse(resources if resources is not None else {}, gpu_memory)
         if queue not in self._queues:
             raise ValueError(f"queue {queue!r} does not exist; known queues: "
@@ -253,7 +271,7 @@ class Simulation:
                             preemptible if batch is None else batch,
                             family if family is not None else name or "sim", min_runtime)
             spec.check()
-            made.append((spec, Task(self, task_id, member_name, duration, fails)))
+            made.append((spec, Task(self, task_id, member_name, duration, fails, cuda)))
         self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel"))
         for _, task in made:
             task.submitted = at
@@ -328,10 +346,15 @@ class Simulation:
             for before, start in list(self._parked.items()):
                 if start.node == name:
                     del self._parked[before]
+            for key in [key for key in self.caps if key[0] == name]:
+                del self.caps[key]  # (its engines died with it)
             return ev.NodeRemoved(name)
         if kind == "tick":
             self._ticks.discard(self.now)
             return None
+        if kind == "cap":  # (not once its node is gone: its engines went with it)
+            name, slot, cap = payload
+            return ev.SlotCapped(name, slot, cap) if (name, slot) in self.caps else None
         task_id, attempt = payload
         touched.add(task_id)
         running = self._live.get(task_id, (None,))[0] == attempt
@@ -397,6 +420,21 @@ class Simulation:
             amounts = dict(self.core.tasks[task.id].allocation.amounts)
         self._runs[task.id] = _Run(task.id, attempt, self.now, None, amounts)
         self._at(self.now + task.duration, ("finish", task.id, attempt))
+        self._fix_cap(instruction, task)
+
+    def _fix_cap(self, instruction: ev.Start, task: Task) -> None:
+        """An MPS engine's first task with a GPU share that uses CUDA fixes its cap: reported
+        to the core now, as a real engine would."""
+        slot = instruction.slot
+        if slot is None or instruction.node not in self._mps or not task.cuda:
+            return
+        key = (instruction.node, slot)
+        gpus = instruction.devices.get(GPU)
+        if key in self.caps or not gpus:
+            return
+        cap = next(iter(gpus.values()))  # (SCALE for whole GPUs: uncapped)
+        self.caps[key] = cap
+        self._at(self.now, ("cap", instruction.node, slot, cap))
 
     def _close_runs(self, task_ids) -> None:
         """End the open runs, among ``task_ids``, that the core no longer runs."""

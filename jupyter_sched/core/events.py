@@ -145,6 +145,19 @@ class SlotRemoved:
 
 
 @dataclass(frozen=True, slots=True)
+class SlotCapped:
+    """The engine of ``slot`` on ``node`` runs under NVIDIA MPS with its cap fixed: CUDA read
+    its cap once, when its first CUDA task began, so it holds for the engine's life. ``cap``:
+    that task's GPU share per device in units (``SCALE``: a whole GPU, fixed uncapped), or
+    None (not fixed: a new engine in its place, or no MPS serves it). From then on the slot
+    takes only tasks whose share per device is ``cap`` (and tasks with no GPU share)."""
+
+    node: str
+    slot: str
+    cap: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSet:
     """Create or change a queue (only the fields given change). ``parent``: where a new
     queue goes (None: under root); given for an existing queue, it moves the queue there."""
@@ -181,7 +194,7 @@ class Tick:
 
 
 Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved | NodeUpdated
-         | SlotAdded | SlotRemoved | QueueSet | HeldElsewhere | Tick | Steer)
+         | SlotAdded | SlotRemoved | SlotCapped | QueueSet | HeldElsewhere | Tick | Steer)
 
 # -- instructions ---------------------------------------------------------------------------
 

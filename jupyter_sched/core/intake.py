@@ -95,6 +95,7 @@ FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
                      ("labels", "labels?"), ("cordoned", "bool?"), ("declared", "bool?")),
     ev.SlotAdded: (("node", "str"), ("slot", "slot")),
     ev.SlotRemoved: (("node", "str"), ("slot", "str"), ("reason", "str")),
+    ev.SlotCapped: (("node", "str"), ("slot", "str"), ("cap", "int?")),
     ev.QueueSet: (("name", "str"), ("parent", "str?"), ("weight", "int?"),
                   ("capability", "amounts?"), ("guarantee", "amounts?"), ("priority", "int?"),
                   ("state", "str?"), ("max_running", "int?")),

@@ -1,5 +1,6 @@
 """The core's accounting invariants, checked as a whole (``Core.validate``; tests run it after
-every step): tasks, nodes, devices, slots, assigned tasks, queues' sums and kept counts."""
+every step): tasks, nodes, devices, slots and their caps' counts, assigned tasks, queues' sums and
+kept counts."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def check(self: Ledger) -> None:
         for res, units in held_there.applied.amounts.items():
             per[res] = per.get(res, 0) + units
             assert units <= sum(held_there.wanted.get(res, {}).values()), held_there
+    capped = 0  # engine slots whose MPS cap is fixed
     for node in self.cluster.nodes.values():
         node.resources.validate()
         assert node.resources.allocated == held.get(node.name, {}), (node, held)
@@ -49,6 +51,9 @@ def check(self: Ledger) -> None:
         assert all(self.assigned[t].slot == s.id and s.task is not None
                    for s in node.slots.values() for t in s.ahead), node
         assert node.keys == Cluster._keys(node), node
+        assert node.capped == sum(s.cap is not None for s in node.slots.values()), node
+        capped += node.capped
+    assert self.cluster.capped == capped, (self.cluster.capped, capped)
     _check_queues(self)
     _check_orders(self)
 

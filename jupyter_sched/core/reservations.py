@@ -70,12 +70,20 @@ def hold_on(node: Node, demand: Demand, busy: list[Hold],
     return shares, scalars
 
 
-def usable_devices(node: Node, target: str) -> list[frozenset[int] | None]:
+def usable_devices(node: Node, target: str, share: int = 0) -> list[frozenset[int] | None]:
     """The GPU sets one task aimed at ``target`` could use on ``node``: [None] (any) when it
-    may run in a kernel thread or on a floating engine; else each pinned engine's devices."""
+    may run in a kernel thread or on a floating engine; else each pinned engine's devices.
+    ``share``: the task's share per device (0: any), which only engines whose MPS cap is not
+    fixed, or fixed at it, take (none: [], nothing to hold here)."""
     if node.threads and target != "engines":
         return [None]
-    bindings = {slot.binding for slot in node.slots.values()}
+    if node.capped and share:
+        bindings = {slot.binding for slot in node.slots.values()
+                    if slot.cap is None or slot.cap == share}
+        if not bindings:
+            return []
+    else:
+        bindings = {slot.binding for slot in node.slots.values()}
     if None in bindings or not bindings:
         return [None]
     return sorted(bindings, key=lambda binding: sorted(binding or ()))

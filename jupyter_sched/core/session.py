@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from ..model.allocation import Allocation
-from ..model.cluster import Node
+from ..model.cluster import Node, demand_share
 from ..model.queues import CLOSED
 from ..model.resources import CPU, GPU
 from ..model.tasks import QUEUED, ClassKey, Gang, Task, TaskSpec
@@ -328,6 +328,7 @@ class Session:
     def _plan_holds(self, job: Task | Gang, spec: TaskSpec, members: int,
                     nodes: Iterable[Node], distinct: bool) -> dict[str, list[Hold]] | None:
         taken: dict[str, list[Hold]] = {}
+        share = demand_share(spec.demand)
         for _ in range(members):
             for node in nodes:
                 if distinct and node.name in taken:
@@ -335,7 +336,7 @@ class Session:
                 busy = [h for seq, h in self.reserved.get(node.name, {}).items()
                         if seq != job.seq] + taken.get(node.name, [])
                 hold = None
-                for usable in usable_devices(node, spec.target):
+                for usable in usable_devices(node, spec.target, share):
                     hold = hold_on(node, spec.demand, busy, usable)
                     if hold is not None:
                         break

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..model.cluster import PINNED_ONLY, Node
+from ..model.cluster import PINNED_ONLY, Node, demand_share, share_of
 from ..model.limits import (
     MAX_DEVICES_PER_NODE,
     MAX_PRIORITY,
@@ -29,8 +29,9 @@ from ..model.limits import (
     check_name,
     check_seconds,
 )
-from ..model.quantity import SCALE
+from ..model.quantity import SCALE, format_units
 from ..model.queues import CLOSED, OPEN
+from ..model.resources import GPU
 from ..model.tasks import (
     ASSIGNED,
     HELD,
@@ -49,7 +50,7 @@ from . import invariants
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
 from .errors import InvalidTransition, Refused
 from .intake import check
-from .jobs import in_order, job_key
+from .jobs import in_order, job_key, job_spec
 from .ledger import Ledger
 from .session import Session
 from .transitions import (
@@ -60,6 +61,7 @@ from .transitions import (
     LOSE,
     REJECT,
     RELEASE,
+    REVOKE,
     STOPPED,
     TIMEOUT,
     UNSTARTED,
@@ -451,9 +453,43 @@ class Core(Ledger):
         for task_id in [*slot.ahead[::-1], slot.task]:  # (those assigned first, the last
             if task_id is not None:                      # first: they take nothing over)
                 fire(self, self.tasks[task_id], LOSE, reason)
-        del node.slots[event.slot]
-        node.free_slots.pop(event.slot, None)
+        self.cluster.remove_slot(node, event.slot)
         self.nodes_changed = True
+        self._dirty = True
+
+    def _on_slot_capped(self, event: ev.SlotCapped) -> None:
+        """An engine's MPS cap was fixed (or lifted): the slot takes only tasks of that share
+        from now on. What can ever run is unchanged (a cap is lifted by a new engine), so
+        nothing is re-checked for feasibility; holds on the node for jobs of another share
+        are made again (on engines that may take them), and tasks sent ahead to the slot
+        with another share are taken back."""
+        node = self.node(event.node)
+        slot = node.slots.get(event.slot)
+        if slot is None:
+            raise ValueError(f"node {event.node!r} has no engine slot {event.slot!r}; "
+                             f"its slots: {', '.join(node.slots) or 'none'}")
+        cap = event.cap
+        if cap is not None and not 1 <= cap <= SCALE:
+            raise ValueError(f"SlotCapped({event.node!r}, {event.slot!r}, cap={cap!r}): a cap "
+                             f"is a whole number of units from 1 to {SCALE} ({SCALE}: a whole "
+                             "GPU, uncapped), or None while not fixed")
+        if cap == slot.cap:
+            return
+        self.cluster.set_cap(node, event.slot, cap)
+        running = self.tasks[slot.task] if slot.task is not None else None
+        if slot.ahead and running is not None and running.allocation is not None \
+                and not slot.takes(running.allocation.devices.get(GPU)):
+            for task_id in slot.ahead[::-1]:  # (they would take over its share)
+                behind = self.tasks[task_id]
+                if behind.state == ASSIGNED and behind.stopping is None:
+                    fire(self, behind, REVOKE, f"taken back from engine slot {event.slot!r}: "
+                         f"its engine's MPS cap is fixed at {format_units(cap or 0)}, not "
+                         f"{format_units(share_of(running.allocation.devices.get(GPU)))}")
+        if cap is not None:
+            for seq, reservation in list(self.reservations.items()):
+                if event.node in reservation.nodes \
+                        and demand_share(job_spec(reservation.job).demand) != cap:
+                    del self.reservations[seq]
         self._dirty = True
 
     def _on_queue_set(self, event: ev.QueueSet) -> None:
@@ -607,7 +643,8 @@ _HANDLERS: dict[type, Callable[[Core, Any], None]] = {
     ev.Finished: Core._on_finished, ev.Failed: Core._on_failed, ev.Stopped: Core._on_stopped,
     ev.NodeAdded: Core._on_node_added, ev.NodeRemoved: Core._on_node_removed,
     ev.NodeUpdated: Core._on_node_updated, ev.SlotAdded: Core._on_slot_added,
-    ev.SlotRemoved: Core._on_slot_removed, ev.QueueSet: Core._on_queue_set,
+    ev.SlotRemoved: Core._on_slot_removed, ev.SlotCapped: Core._on_slot_capped,
+    ev.QueueSet: Core._on_queue_set,
     ev.HeldElsewhere: Core._on_held_elsewhere, ev.Steer: Core._on_steer,
 }
 

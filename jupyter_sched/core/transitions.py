@@ -348,8 +348,9 @@ TABLE: dict[tuple[str, str], Rule] = {
     (ASSIGNED, CANCEL): Rule((STOPPING,), "Stop", "the engine may have begun it: it ends when "
                              "its executor reports", _stop_for(BY_CANCEL)),
     (ASSIGNED, REVOKE): Rule((STOPPING,), "Stop", "its slot's task ran past the pipelining "
-                             "bound while another slot is free: taken back (re-queued, no "
-                             "retry spent, when its executor confirms)", _stop_for(BY_REVOKE)),
+                             "bound while another slot is free, or its engine's MPS cap was "
+                             "fixed at another share: taken back (re-queued, no retry spent, "
+                             "when its executor confirms)", _stop_for(BY_REVOKE)),
     (ASSIGNED, FINISH): Rule((DONE,), "", "", _done),
     (ASSIGNED, FAIL): Rule((QUEUED, FAILED), "", _ENDS, _fail),
     (ASSIGNED, LOSE): Rule((QUEUED, FAILED), "", _ENDS, _fail),

@@ -8,6 +8,14 @@ Engine-device affinity (DESIGN.md section 4; Ray #22504, #3245): CUDA reads
 or *floating* until its first GPU task binds it to that task's devices. A task is placed only on a
 device that has the share free **and** a free slot able to use it.
 
+Engine caps (NVIDIA MPS): CUDA reads ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
+``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` once per process, so an engine's first CUDA task fixes the
+engine's cap for its life. A slot's ``cap`` is None (not fixed) or that task's share per device
+in units (``SCALE``: fixed uncapped, a whole GPU). A task with a GPU share per device of ``s``
+takes only a slot whose cap is None or ``s``, and prefers one whose cap is ``s``, so engines not
+yet capped stay free for other sizes; a task with no GPU share takes any slot. A node keeps
+count of its capped slots: where none is, placement costs what it did before caps.
+
 The registry keeps nodes in buckets by free capacity (largest free GPU share, whole free GPUs,
 free CPU), so finding a node for a demand looks at the few buckets that can hold it instead of
 every node.
@@ -16,13 +24,13 @@ every node.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
 from .allocation import Allocation, NodeResources
 from .limits import MAX_DEVICES_PER_NODE
 from .quantity import SCALE
-from .resources import CPU, GPU, Demand
+from .resources import CPU, GPU, Demand, gpu_memory_share
 from .specs import SlotSpec as SlotSpec
 
 # the share index key is (largest free share) * _TIE + (total free share): _TIE must exceed the
@@ -33,8 +41,26 @@ LOCAL: Final = "local"
 ENGINES: Final = "engines"
 
 
+def share_of(gpus: Mapping[int, int] | None) -> int:
+    """The share per device of GPU shares ``{index: units}``: a fraction's units, ``SCALE``
+    for whole devices, 0 for none. ``{0: 2500}`` -> 2500; ``{0: SCALE, 1: SCALE}`` -> SCALE."""
+    if gpus:
+        for units in gpus.values():
+            return units
+    return 0
+
+
+def demand_share(demand: Demand) -> int:
+    """The share per device ``demand`` takes wherever it goes (0: none, or it depends on the
+    device's memory)."""
+    gpus = demand.gpu_units
+    if demand.gpu_memory or not gpus:
+        return 0
+    return gpus if gpus < SCALE else SCALE
+
+
 class Slot:
-    __slots__ = ("ahead", "binding", "id", "pinned", "task")
+    __slots__ = ("ahead", "binding", "cap", "id", "pinned", "task")
 
     def __init__(self, spec: SlotSpec) -> None:
         self.id = spec.id
@@ -43,9 +69,17 @@ class Slot:
         self.task: str | None = None
         # the tasks assigned to run here after ``task``, in the order the engine runs them
         self.ahead: list[str] = []
+        # the engine's MPS cap, as its first CUDA task fixed it (units; SCALE: uncapped), or
+        # None while not fixed (``SlotCapped``)
+        self.cap: int | None = None
 
     def can_use(self, devices: Mapping[int, int]) -> bool:
         return self.binding is None or all(i in self.binding for i in devices)
+
+    def takes(self, gpus: Mapping[int, int] | None) -> bool:
+        """May a task holding ``gpus`` (``{index: units}``) run here, by the engine's cap?"""
+        cap = self.cap
+        return cap is None or not gpus or share_of(gpus) == cap
 
 
 PINNED_ONLY = "pinned-only"  # a node with this label "true" runs only tasks pinned to it by name
@@ -56,6 +90,7 @@ class Node:
     it runs only the tasks pinned to it by name (work taken back from a kept cluster)."""
 
     __slots__ = (
+        "capped",
         "cordoned",
         "free_slots",
         "keys",
@@ -89,6 +124,7 @@ class Node:
         self.threads = threads
         self.slots: dict[str, Slot] = {}
         self.free_slots: dict[str, None] = {}
+        self.capped = 0  # slots whose cap is fixed
         for spec in slots:
             self.add_slot(spec)
         self.cordoned = False
@@ -101,6 +137,21 @@ class Node:
             raise ValueError(f"node {self.name!r} already has an engine slot {spec.id!r}")
         self.slots[spec.id] = Slot(spec)
         self.free_slots[spec.id] = None
+
+    def remove_slot(self, slot_id: str) -> Slot:
+        slot = self.slots.pop(slot_id)
+        self.free_slots.pop(slot_id, None)
+        if slot.cap is not None:
+            self.capped -= 1
+        return slot
+
+    def set_cap(self, slot_id: str, cap: int | None) -> int:
+        """Fix (or, with None, lift) a slot's cap; how the count of capped slots changed."""
+        slot = self.slots[slot_id]
+        change = (0 if cap is None else 1) - (0 if slot.cap is None else 1)
+        slot.cap = cap
+        self.capped += change
+        return change
 
     def matches(self, selector: tuple[tuple[str, str], ...]) -> bool:
         labels = self.labels
@@ -115,10 +166,12 @@ class Node:
         return self.threads or bool(self.slots)
 
     def place(
-        self, demand: Demand, target: str, gpu_held: Mapping[int, int] | None = None
+        self, demand: Demand, target: str, gpu_held: Mapping[int, int] | None = None,
+        caps: bool = True,
     ) -> tuple[Allocation, str | None] | None:
         """Where ``demand`` would run here now: (allocation, engine slot or None for a kernel
-        thread), or None. Changes nothing. ``gpu_held``: GPU shares to leave free."""
+        thread), or None. Changes nothing. ``gpu_held``: GPU shares to leave free. ``caps``:
+        False to pass over the engines' caps (would it run here but for them?)."""
         resources = self.resources
         if self.threads and target != ENGINES:
             allocation = resources.choose(demand, None, gpu_held)
@@ -133,6 +186,8 @@ class Node:
             if allocation is None:
                 return None
             return allocation, self._pick_slot(None)
+        if self.capped and caps:
+            return self._place_capped(demand, gpu_held)
         bindings = {slots[s].binding for s in self.free_slots}
         if gpus < SCALE:
             # one device: the best fit among every device some free engine can use
@@ -166,6 +221,73 @@ class Node:
                 return slot_id
         assert floating is not None, "place() found devices no free slot can use"
         return floating
+
+    def _place_capped(self, demand: Demand, gpu_held: Mapping[int, int] | None
+                      ) -> tuple[Allocation, str | None] | None:
+        """:meth:`place` of a GPU demand on engines, some of them capped: first on the devices
+        of free engines capped at its share, then on those of free engines not capped yet.
+        With a GPU memory request the share depends on the device: an engine capped at ``c``
+        offers the devices it sees where the request would take ``c``."""
+        resources = self.resources
+        slots = self.slots
+        memory = demand.gpu_memory
+        share = demand_share(demand)
+        devs = resources.devices.get(GPU)
+        if devs is None:
+            return None
+        matched: set[frozenset[int] | None] = set()
+        unfixed: set[frozenset[int] | None] = set()
+        for slot_id in self.free_slots:
+            slot = slots[slot_id]
+            cap = slot.cap
+            if cap is None:
+                unfixed.add(slot.binding)
+            elif memory:
+                seen: Iterable[int] = devs.free if slot.binding is None else slot.binding
+                fits = frozenset(i for i in seen if i in devs.free and gpu_memory_share(
+                    memory, devs.memory.get(i)) == cap)
+                if fits:
+                    matched.add(fits)
+            elif cap == share:
+                matched.add(slot.binding)
+        for bindings in (matched, unfixed):
+            if not bindings:
+                continue
+            if share < SCALE:  # one device: the best fit among the devices these engines see
+                allowed: frozenset[int] | None = None
+                if None not in bindings:
+                    allowed = frozenset(i for binding in bindings if binding is not None
+                                        for i in binding)
+                allocation = resources.choose(demand, allowed, gpu_held)
+                if allocation is not None:
+                    return allocation, self._pick_capped(allocation.devices[GPU])
+                continue
+            for binding in sorted(bindings, key=lambda b: (b is None, sorted(b or ()))):
+                allocation = resources.choose(demand, binding, gpu_held)
+                if allocation is not None:
+                    return allocation, self._pick_capped(allocation.devices[GPU])
+        return None
+
+    def _pick_capped(self, devices: dict[int, int]) -> str:
+        """:meth:`_pick_slot` among engines whose cap takes ``devices``: one capped at their
+        share first, then a bound one not capped, then a floating one (each the freed last)."""
+        share = share_of(devices)
+        bound = floating = None
+        for slot_id in reversed(self.free_slots):
+            slot = self.slots[slot_id]
+            cap = slot.cap
+            if (cap is not None and cap != share) or not slot.can_use(devices):
+                continue
+            if cap is not None:
+                return slot_id
+            if slot.binding is not None:
+                if bound is None:
+                    bound = slot_id
+            elif floating is None:
+                floating = slot_id
+        chosen = bound if bound is not None else floating
+        assert chosen is not None, "place() found devices no free slot can take"
+        return chosen
 
     def utilization(self, name: str) -> float:
         total = self.resources.total.get(name, 0)
@@ -230,6 +352,7 @@ class Cluster:
         self.by_gpu_share = BucketIndex()   # largest free share on one GPU
         self.by_whole_gpus = BucketIndex()  # entirely free GPUs
         self.by_cpu = BucketIndex()         # free CPU units
+        self.capped = 0  # engine slots whose cap is fixed, on all nodes
         self._order = 0
 
     def add(self, node: Node) -> None:
@@ -240,11 +363,23 @@ class Cluster:
         self.nodes[node.name] = node
         node.keys = self._keys(node)
         self._index(node, node.keys)
+        self.capped += node.capped
 
     def remove(self, name: str) -> Node:
         node = self.nodes.pop(name)
         self._unindex(node, node.keys)
+        self.capped -= node.capped
         return node
+
+    def remove_slot(self, node: Node, slot_id: str) -> Slot:
+        slot = node.remove_slot(slot_id)
+        if slot.cap is not None:
+            self.capped -= 1
+        return slot
+
+    def set_cap(self, node: Node, slot_id: str, cap: int | None) -> None:
+        """Fix (or, with None, lift) the cap of ``node``'s slot ``slot_id``."""
+        self.capped += node.set_cap(slot_id, cap)
 
     def refresh(self, node: Node) -> None:
         """Re-file a node after its free capacity changed (only in the indexes whose key moved,

@@ -21,10 +21,11 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING
 
+from ...model.cluster import demand_share
 from ...model.quantity import SCALE, format_units
 from ...model.queues import CLOSED, Queue
 from ...model.resources import GPU
-from ...model.tasks import QUEUED, ClassKey, Gang, Task
+from ...model.tasks import QUEUED, ClassKey, Gang, Task, TaskSpec
 from ..jobs import job_key, job_spec, waits
 from ..plugins.capability import Room, admit
 from ..plugins.gang import place_gang
@@ -39,6 +40,8 @@ ClassHeap = list[tuple[int, int, ClassKey]]  # a queue's classes by their heads'
 QueueHeap = list[tuple[int, float, float, float, int, str, Queue]]  # queues by queue_rank
 QUEUE_WAITS = "waits for its queue: "  # the reason of a job its queue does not admit now
 FRAGMENTED = "fragmented:"  # the reason of a share no device has, though a node's free add up
+NO_ENGINE = "no engine capped at"  # the reason of a share no free engine's MPS cap takes
+_REDONE = (FRAGMENTED, NO_ENGINE)  # the reasons each cycle that fails the job says again
 
 
 def run(session: Session) -> None:
@@ -110,8 +113,8 @@ def unplaced(session: Session, job: Task | Gang, key: ClassKey, over: str | None
     admitted = over is None
     if admitted and core.elsewhere:
         _say_held_elsewhere(core, job)
-    if admitted and (not members[0].reason or members[0].reason.startswith(FRAGMENTED)):
-        _say_fragmented(core, job, members)
+    if admitted and (not members[0].reason or members[0].reason.startswith(_REDONE)):
+        _say_why_not_placed(core, job, members)
     if admitted and session.waited_too_long(job) and job.seq not in core.reservations:
         members = job.members if isinstance(job, Gang) else [job]
         session.reserve(job, [m.spec for m in members])
@@ -127,10 +130,11 @@ def is_capped(queue: Queue | None) -> bool:
     return False
 
 
-def _say_fragmented(core: Ledger, job: Task | Gang, members: tuple[Task, ...] | list[Task]
-                    ) -> None:
+def _say_why_not_placed(core: Ledger, job: Task | Gang,
+                        members: tuple[Task, ...] | list[Task]) -> None:
     """A share of one GPU that the free shares of a node add up to, though no device there
-    has it, waits ``fragmented: 0.4 + 0.4 free on n1, no device has 0.8``."""
+    has it, waits ``fragmented: 0.4 + 0.4 free on n1, no device has 0.8``; one that would be
+    placed but for the engines' MPS caps waits ``no engine capped at 0.5 is free (...)``."""
     spec = members[0].spec
     units = spec.demand.gpu_units if not spec.demand.gpu_memory else 0
     reason = ""
@@ -151,10 +155,43 @@ def _say_fragmented(core: Ledger, job: Task | Gang, members: tuple[Task, ...] | 
                 reason = (f"{FRAGMENTED} {free} free on {node.name}, no device has "
                           f"{format_units(units)}")
                 break
+    if not reason and core.cluster.capped:
+        reason = _no_engine(core, spec)
     for member in members:
         if member.state == QUEUED and member.reason != reason:
             member.reason = reason
             core.said.add(member.id)
+
+
+def _no_engine(core: Ledger, spec: TaskSpec) -> str:
+    """Why ``spec`` waits where it would be placed now but for the engines' MPS caps (it
+    waits, not infeasible: a cap is lifted by a new engine), counting the free engines of
+    those nodes by cap: ``no engine capped at 0.5 is free (engines capped at 0.25: 2;
+    engines not yet capped: 0)``; "" where it is not so."""
+    demand = spec.demand
+    share = demand_share(demand)
+    caps: dict[int, int] = {}
+    unfixed = 0
+    found = False
+    for node in core.cluster.nodes.values():
+        if not node.capped or not node.free_slots or not node_passes(node, spec) \
+                or node.place(demand, spec.target) is not None \
+                or node.place(demand, spec.target, caps=False) is None:
+            continue
+        found = True
+        for slot_id in node.free_slots:
+            cap = node.slots[slot_id].cap
+            if cap is None:
+                unfixed += 1
+            elif cap != share:
+                caps[cap] = caps.get(cap, 0) + 1
+    if not found:
+        return ""
+    wanted = format_units(share) if share else "its share"
+    others = "; ".join(f"engines capped at {format_units(cap)}: {count}"
+                       for cap, count in sorted(caps.items()))
+    return (f"{NO_ENGINE} {wanted} is free ({others + '; ' if others else ''}"
+            f"engines not yet capped: {unfixed})")
 
 
 def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 from ...model.cluster import Node, Slot
+from ...model.resources import GPU
 from ...model.tasks import ASSIGNED, QUEUED, Gang, Task
 from ..jobs import job_rank, job_spec
 from ..plugins.predicates import node_passes
@@ -80,7 +81,7 @@ def run(session: Session) -> None:
 def _busy_slots(core: Ledger, like: Task, depth: int) -> Iterator[tuple[Node, Slot, Task]]:
     """Slots running a task of ``like``'s class and queue, with fewer than ``depth`` tasks
     assigned, not being stopped, that has run at most ``pipeline`` seconds, on a node that
-    takes work."""
+    takes work, whose engine's MPS cap (if fixed) is the share the task hands over."""
     horizon = core.now - core.pipeline
     for node in core.cluster.nodes.values():
         if not node.slots or node.cordoned or node.pinned_only:
@@ -93,7 +94,9 @@ def _busy_slots(core: Ledger, like: Task, depth: int) -> Iterator[tuple[Node, Sl
             if (before.klass == like.klass and before.queue == like.queue
                     and spec.family == like.spec.family and before.gang is None
                     and before.stopping is None and before.started_at is not None
-                    and before.started_at >= horizon):
+                    and before.started_at >= horizon
+                    and (slot.cap is None or before.allocation is None
+                         or slot.takes(before.allocation.devices.get(GPU)))):
                 yield node, slot, before
 
 
