@@ -9,6 +9,8 @@ preemption, plus one) at the end.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest_core import Watched
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
@@ -489,3 +491,15 @@ def test_a_running_task_is_never_cancelled_behind_its_executors_back():
     assert sim.core.tasks[t.id].state == RUNNING
     sim.run()
     assert t.state == "cancelled" and t.end == END + 0.5
+
+
+def test_two_queues_never_take_a_gpu_back_and_forth():
+    """A scenario where, with preemption on, a whole-GPU task and two half-GPU tasks of other
+    queues once reclaimed the GPU from each other without end (tens of thousands of attempts
+    at one instant): a reclaim may take only what a queue holds beyond its deserved share."""
+    import ast
+
+    text = (Path(__file__).parent / "scenarios" / "preempt_back_and_forth.txt").read_text()
+    sim, _, _ = play(ast.literal_eval(text), check_each_step=False)
+    attempts = max(sim.core.tasks[t].attempt for t in sim.tasks if t in sim.core.tasks)
+    assert attempts < 20, attempts

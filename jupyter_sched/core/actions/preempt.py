@@ -7,9 +7,10 @@ such a task's place when
 
 * **priority**: the victim's priority is lower than its own; or
 * **reclaim**: its queue stands below its deserved share (with the task, it would still be
-  within it on every resource it asks for), and the victim's queue is above its deserved
-  share and stays at or above its guarantee without the victim (Volcano's and KAI's
-  ``reclaim``); or
+  within it on every resource it asks for), and the victim's queue holds more than its
+  deserved share, so much that it stays at or above it (and its guarantee) without the
+  victim (Volcano's and KAI's ``reclaim``: what is taken back is only what was beyond the
+  share, so two queues never take a GPU back and forth); or
 * **guarantee**: it is interactive and its queue, with it, stays within its guarantee on the
   guaranteed resources it asks for, and the victim's queue stays at or above its own
   guarantee without the victim: an interactive cell gets what its queue is promised.
@@ -145,9 +146,11 @@ class _Claims:
                 return False  # never below the victim queue's guarantee
         if self.guaranteed:
             return True
-        return any(queue.allocated.get(name, 0) - given.get(name, 0)
-                   > queue.deserved.get(name, 0)
-                   for name in victim.allocation.amounts)  # its queue is over its share
+        # a reclaim takes only what its queue holds beyond its deserved share: it stays at or
+        # above it without the victim (else the two queues would take it back and forth)
+        return all(queue.allocated.get(name, 0) - given.get(name, 0) - units
+                   >= queue.deserved.get(name, 0)
+                   for name, units in victim.allocation.amounts.items())
 
     def take(self, victim: Task) -> None:
         assert victim.allocation is not None, f"victim {victim.id!r} runs and holds nothing"
