@@ -331,6 +331,20 @@ def test_a_task_runs_and_finishes(setup):
     assert runtime.events[-1] == ev.Finished("t1", attempt=1)
 
 
+def test_an_engine_says_how_a_share_was_held_and_the_cap_its_first_cuda_task_fixed(setup):
+    runtime, client, executor = setup
+    client.register(0, report())
+    rec = record(fn=len)
+    executor.start(start(gpus=[1]), rec)
+    answer = reply("ok", 7)
+    answer[1].update(enforced="mps", cap=5_000)  # as the engine's wrapper adds them
+    client.sent[-1][4].set_result(answer)
+    assert rec.enforced == "mps"
+    slot = executor.engines[0].slot
+    assert runtime.events[-2:] == [ev.SlotCapped("local", slot, 5_000),
+                                   ev.Finished("t1", attempt=1)]
+
+
 def test_a_failed_task_reports_its_own_exception(setup):
     runtime, client, executor = setup
     client.register(0, report())

@@ -187,6 +187,9 @@ class HostLeases:
             self._ledger_trouble(run.engine.node, head["ledger"])
         if head.get("enforced") in (LOGICAL, MPS, TORCH):  # how its share was held, in fact
             run.record.enforced = head["enforced"]
+        cap = head.get("cap")
+        if type(cap) is int and 0 < cap <= SCALE:  # its first CUDA task fixed the engine's
+            out.report(ev.SlotCapped(run.engine.node, run.engine.slot, cap))  # MPS cap
         if status != REFUSED:
             return False
         task, attempt = run.task, run.start.attempt
