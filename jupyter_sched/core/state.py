@@ -539,37 +539,22 @@ class Core(Ledger):
         """When a ``Tick`` next matters (the current attempt of a task reaches its time
         limit, the task before an assigned one passes the pipelining bound, or a preemptible
         task's ``min_runtime`` ends while preemption is on), or None."""
-        overruns = self.overruns
-        while overruns:
-            _, _, task_id, attempt = overruns[0]
-            task = self.tasks.get(task_id)
-            if task is not None and task.state == ASSIGNED and task.attempt == attempt:
-                break
-            heapq.heappop(overruns)
-        limit = self._next_time_limit()
-        if overruns and (limit is None or overruns[0][0] < limit):
-            limit = overruns[0][0]
-        guards = self.guards
-        while guards:
-            _, _, task_id, attempt = guards[0]
-            task = self.tasks.get(task_id)
-            if task is not None and task.state == RUNNING and task.attempt == attempt \
-                    and task.stopping is None:
-                if limit is None or guards[0][0] < limit:
-                    limit = guards[0][0]
-                break
-            heapq.heappop(guards)
-        return limit
+        due = [when for when in (self._first_due(self.overruns, ASSIGNED),
+                                 self._first_due(self.deadlines, RUNNING),
+                                 self._first_due(self.guards, RUNNING)) if when is not None]
+        return min(due) if due else None
 
-    def _next_time_limit(self) -> float | None:
-        deadlines = self.deadlines
-        while deadlines:
-            _, _, task_id, attempt = deadlines[0]
+    def _first_due(self, heap: list[tuple[float, int, str, int]], state: str) -> float | None:
+        """When the first entry of ``heap`` (``(when, seq, task id, attempt)``) falls due whose
+        attempt is still its task's and in ``state`` (a running one not being stopped); the
+        entries of attempts that ended, or are being stopped, are dropped on the way."""
+        while heap:
+            _, _, task_id, attempt = heap[0]
             task = self.tasks.get(task_id)
-            if task is not None and task.state == RUNNING and task.attempt == attempt \
-                    and task.stopping is None:
-                return deadlines[0][0]
-            heapq.heappop(deadlines)  # that attempt ended (or is being stopped) already
+            if task is not None and task.state == state and task.attempt == attempt \
+                    and (state != RUNNING or task.stopping is None):
+                return heap[0][0]
+            heapq.heappop(heap)
         return None
 
     def forget(self, task_ids: Iterable[str]) -> None:
