@@ -416,6 +416,126 @@ describe('strings from the kernel are text', () => {
   });
 });
 
+/** What the kernel says of a task whose share the free parts of a node add up to, split. */
+const FRAGMENTED = 'fragmented: 0.4 + 0.4 free on local, no device has 0.8';
+
+describe('why a queued task waits', () => {
+  const fragmented = task('t5', { position: 1, demand: { GPU: 0.8 }, reason: FRAGMENTED });
+  const hostile = task('t6', { position: 2, reason: HOSTILE });
+  const status: IStatusPayload = {
+    ...payload('status'),
+    time: 100,
+    running: [],
+    waiting: [fragmented, hostile],
+    counts: { queued: 2 }
+  };
+
+  it.each([
+    ['status', status],
+    ['queue', { ...status, kind: 'queue' }]
+  ])('shows a fragmented reason whole in the rows of a %s, as text', (_, data) => {
+    const { container, unmount } = render(<PayloadView data={data} text="" />);
+    const waiting = container.querySelector('[aria-label="Waiting tasks"]') as HTMLElement;
+    const row = (id: string) =>
+      waiting.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
+    expect(row('t5').dataset.state).toBe('queued');
+    expect(row('t5').querySelector('.jp-sched-position')?.textContent).toBe('#1');
+    const why = row('t5').querySelector('.jp-sched-task-detail') as HTMLElement;
+    // the line may be cut short by its width: its tooltip says it whole, with where it waits
+    expect(why.textContent).toBe(FRAGMENTED);
+    expect(why.title).toBe(`queued, position 1 in default: ${FRAGMENTED}`);
+    expectOnlyText(container);
+    const markup = row('t6').querySelector('.jp-sched-task-detail') as HTMLElement;
+    expect(markup.textContent).toBe(HOSTILE);
+    expect(markup.title).toBe(`queued, position 2 in default: ${HOSTILE}`);
+    expect(markup.children).toHaveLength(0);
+    unmount();
+  });
+
+  it('shows a fragmented reason whole in a task payload, and markup as text', () => {
+    for (const [waits, reason] of [
+      [fragmented, FRAGMENTED],
+      [hostile, HOSTILE]
+    ] as const) {
+      const data = { version: 1, kind: 'task', time: 100, task: waits, error: null };
+      const { container, unmount } = render(<PayloadView data={data} text="" />);
+      const card = container.querySelector('.jp-sched-task-card') as HTMLElement;
+      expect(card.dataset.state).toBe('queued');
+      const line = card.querySelector('.jp-sched-task-detail') as HTMLElement;
+      expect(line.textContent).toBe(`queued, position ${waits.position} in default: ${reason}`);
+      expect(line.children).toHaveLength(0);
+      expect(container.querySelector('img')).toBeNull();
+      unmount();
+    }
+  });
+});
+
+describe('each word of how a share is held', () => {
+  const MEANING: { [word: string]: string } = {
+    logical: 'nothing caps this share: a promise between schedulers',
+    mps: "NVIDIA MPS caps this task's process to its share",
+    torch: 'a torch memory cap holds this task to its share of the memory'
+  };
+  const whole = task('t2', {
+    state: 'running',
+    node: 'local',
+    demand: { GPU: 1 },
+    devices: { GPU: { '1': 1 } },
+    started: 90
+  });
+
+  it.each(Object.keys(MEANING))(
+    'shows [%s] after a quarter of a GPU in a status, a queue and a task, none after a whole one',
+    word => {
+      const quarter = task('t1', {
+        state: 'running',
+        node: 'local',
+        devices: { GPU: { '0': 0.25 } },
+        started: 90,
+        enforced: word
+      });
+      const status: IStatusPayload = {
+        ...payload('status'),
+        time: 100,
+        running: [quarter, whole],
+        waiting: [],
+        counts: { running: 2 }
+      };
+      for (const data of [status, { ...status, kind: 'queue' }]) {
+        const { container, unmount } = render(<PayloadView data={data} text="" />);
+        const row = (id: string) =>
+          container.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
+        const detail = row('t1').querySelector('.jp-sched-task-detail') as HTMLElement;
+        expect(detail.textContent).toBe(`on local, GPU 0 (0.25) [${word}]`);
+        expect(detail.title).toBe(
+          `running on local, GPU 0 (0.25) [${word}]\n[${word}]: ${MEANING[word]}`
+        );
+        const shown = detail.querySelector('.jp-sched-enforced') as HTMLElement;
+        expect(shown.textContent).toBe(`[${word}]`);
+        expect(shown.dataset.enforced).toBe(word);
+        expect(shown.title).toBe(MEANING[word]);
+        expect(row('t2').querySelector('.jp-sched-task-detail')?.textContent).toBe(
+          'on local, GPU 1'
+        );
+        expect(row('t2').querySelector('.jp-sched-enforced')).toBeNull();
+        expect(row('t2').textContent).not.toMatch(/\[/);
+        unmount();
+      }
+      for (const [shown, text] of [
+        [quarter, `running on local, GPU 0 (0.25) [${word}]`],
+        [whole, 'running on local, GPU 1']
+      ] as const) {
+        const data = { version: 1, kind: 'task', time: 100, task: shown, error: null };
+        const { container, unmount } = render(<PayloadView data={data} text="" />);
+        expect(container.querySelector('.jp-sched-task-detail')?.textContent).toBe(text);
+        const words = [...container.querySelectorAll('.jp-sched-enforced')];
+        expect(words.map(w => w.textContent)).toEqual(shown === quarter ? [`[${word}]`] : []);
+        unmount();
+      }
+    }
+  );
+});
+
 describe('what this renderer does not know', () => {
   it('shows the plain text under a line naming an unknown version', () => {
     const { container, unmount } = render(

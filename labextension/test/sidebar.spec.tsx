@@ -798,3 +798,108 @@ describe('StatusText with a notice', () => {
     unmount();
   });
 });
+
+/** What the kernel says of a task whose share the free parts of a node add up to, split. */
+const FRAGMENTED = 'fragmented: 0.4 + 0.4 free on local, no device has 0.8';
+
+describe('why a queued task waits, in the sidebar', () => {
+  /** t5 waits on fragmented shares, first in its queue; t6 second, with a reason of markup. */
+  function fragmentedStatus(): IStatusPayload {
+    return {
+      ...payload('status'),
+      time: 100,
+      running: [],
+      waiting: [
+        task('t5', { position: 1, demand: { GPU: 0.8 }, reason: FRAGMENTED }),
+        task('t6', { position: 2, reason: HOSTILE })
+      ],
+      counts: { queued: 2 }
+    };
+  }
+
+  it.each([
+    ['with', () => undefined],
+    ['without', undefined]
+  ])('shows a fragmented reason whole in the row and its tooltip, %s commands', (_, onCommand) => {
+    const { container, unmount } = render(
+      <SidebarView {...props({ snapshot: snapshotOf(fragmentedStatus()), onCommand })} />
+    );
+    const row = (id: string) =>
+      container.querySelector(
+        `[data-section="waiting"] .jp-sched-task[data-task-id="${id}"]`
+      ) as HTMLElement;
+    expect(row('t5').dataset.state).toBe('queued');
+    expect(row('t5').querySelector('.jp-sched-position')?.textContent).toBe('#1');
+    const why = row('t5').querySelector('.jp-sched-task-detail') as HTMLElement;
+    // the line may be cut short by its width: its tooltip says it whole, with where it waits
+    expect(why.textContent).toBe(FRAGMENTED);
+    expect(why.title).toBe(`queued, position 1 in default: ${FRAGMENTED}`);
+    expect(row('t5').textContent).toContain(FRAGMENTED);
+    // a reason is text, whatever it holds
+    expectOnlyText(container);
+    const hostile = row('t6').querySelector('.jp-sched-task-detail') as HTMLElement;
+    expect(hostile.textContent).toBe(HOSTILE);
+    expect(hostile.title).toBe(`queued, position 2 in default: ${HOSTILE}`);
+    expect(hostile.children).toHaveLength(0);
+    unmount();
+  });
+});
+
+describe('each word of how a share is held, in the sidebar', () => {
+  const MEANING: { [word: string]: string } = {
+    logical: 'nothing caps this share: a promise between schedulers',
+    mps: "NVIDIA MPS caps this task's process to its share",
+    torch: 'a torch memory cap holds this task to its share of the memory'
+  };
+
+  it.each(Object.keys(MEANING))(
+    'shows [%s] after a quarter of a GPU, and nothing after a whole one',
+    word => {
+      const status: IStatusPayload = {
+        ...payload('status'),
+        time: 100,
+        running: [
+          task('t1', {
+            state: 'running',
+            node: 'local',
+            devices: { GPU: { '0': 0.25 } },
+            started: 90,
+            enforced: word
+          }),
+          task('t2', {
+            state: 'running',
+            node: 'local',
+            demand: { GPU: 1 },
+            devices: { GPU: { '1': 1 } },
+            started: 90
+          })
+        ],
+        waiting: [],
+        counts: { running: 2 }
+      };
+      const { container, unmount } = render(
+        <SidebarView {...props({ snapshot: snapshotOf(status), onCommand: () => undefined })} />
+      );
+      const row = (id: string) =>
+        container.querySelector(
+          `[data-section="running"] .jp-sched-task[data-task-id="${id}"]`
+        ) as HTMLElement;
+      const detail = row('t1').querySelector('.jp-sched-task-detail') as HTMLElement;
+      expect(detail.textContent).toBe(`on local, GPU 0 (0.25) [${word}]`);
+      const shown = detail.querySelector('.jp-sched-enforced') as HTMLElement;
+      expect(shown.textContent).toBe(`[${word}]`);
+      expect(shown.dataset.enforced).toBe(word);
+      expect(shown.title).toBe(MEANING[word]);
+      expect(detail.title).toBe(
+        `running on local, GPU 0 (0.25) [${word}]\n[${word}]: ${MEANING[word]}`
+      );
+      // a whole GPU: the kernel sends no word, and none is shown
+      const whole = row('t2').querySelector('.jp-sched-task-detail') as HTMLElement;
+      expect(whole.textContent).toBe('on local, GPU 1');
+      expect(whole.title).toBe('running on local, GPU 1');
+      expect(row('t2').querySelector('.jp-sched-enforced')).toBeNull();
+      expect(row('t2').textContent).not.toMatch(/\[/);
+      unmount();
+    }
+  );
+});
