@@ -233,6 +233,40 @@ def test_the_reason_goes_when_the_task_waits_for_room_instead(core):
     assert core.tasks["a"].reason == "" and "a" in core.said
 
 
+# -- engines to start again ---------------------------------------------------------------------
+
+
+def test_an_idle_engine_of_another_cap_is_named_for_each_task_kept_out_by_caps(core):
+    core.handle(engines(per_gpu=3), *capped(2500, 2500, 2500))
+    out = core.handle(submit(task("q", 0.25)))  # the two other engines stay idle
+    idle = sorted({"e0.0", "e0.1", "e0.2"} - {slot_of(out, "q")})
+    core.handle(submit(task("a", 0.5)), submit(task("b", 0.5)), submit(task("c", 0.5)))
+    assert core.tasks["a"].reason.startswith("no engine capped at 0.5")
+    # the head of its class (b and c were not tried: they would fail the same way)
+    assert core.engines_to_restart() == [("a", "n", idle[0])]
+    assert core.engines_to_restart() == [("a", "n", idle[0])]  # asking changes nothing
+    # the runtime started it again: its slot left, a new one came uncapped; a takes it
+    core.handle(ev.SlotRemoved("n", idle[0], "started again"))
+    out = core.handle(ev.SlotAdded("n", SlotSpec("e0.3", frozenset({0}))))
+    assert slot_of(out, "a") == "e0.3"
+    # b is the head now: 0.25 + 0.5 are held, it waits for room, and no engine is named
+    assert core.tasks["b"].reason == "" and core.engines_to_restart() == []
+    core.handle(ev.Finished("q"))  # room for b, but only e0.x capped at 0.25 is free
+    assert core.tasks["b"].reason.startswith("no engine capped at 0.5")
+    assert core.engines_to_restart() == [("b", "n", idle[1])]
+
+
+def test_no_engine_is_named_for_a_task_that_waits_for_room_or_is_gone(core):
+    core.handle(engines(per_gpu=2), *capped(2500, 2500))
+    core.handle(submit(task("a", 0.5)))
+    assert core.engines_to_restart() == [("a", "n", "e0.0")]
+    core.handle(ev.Cancel("a"))
+    assert core.engines_to_restart() == [] and core.cap_waits == {}
+    core.handle(submit(task("w", 0.25)), submit(task("x", 0.25)), submit(task("y", 0.5)))
+    # both engines run a 0.25 task: y waits for an engine to be free, not for a cap
+    assert core.tasks["y"].reason == "" and core.engines_to_restart() == []
+
+
 # -- pipelining ---------------------------------------------------------------------------------
 
 

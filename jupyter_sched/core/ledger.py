@@ -121,6 +121,10 @@ class Ledger:
         # jobs (a task, or a gang's first member) that waited only for shares held elsewhere
         # when last tried, by task id -> node: the runtime tells the host about them
         self.elsewhere_waits: dict[str, str] = {}
+        # tasks that waited only for an engine capped at their share (MPS) when last tried,
+        # by task id -> that share: the runtime may have an idle engine of another cap
+        # started again for them (:meth:`.state.Core.engines_to_restart`)
+        self.cap_waits: dict[str, int] = {}
         # pipelining (:mod:`.actions.pipeline`): off at 0, else the seconds a task of a class
         # may be expected to take for the next one to be sent ahead to its engine slot
         self.pipeline = 0.0
@@ -416,6 +420,8 @@ class Ledger:
                 del queue.classes[job_key(job)]
         self.reservations.pop(job.seq, None)
         self.elsewhere_waits.pop(members[0].id, None)
+        for member in members:
+            self.cap_waits.pop(member.id, None)
 
     def _unorder(self, queue: str, key: ClassKey, seq: int) -> None:
         """Job ``seq`` of class ``key`` no longer waits in ``queue``."""

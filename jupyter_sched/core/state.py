@@ -589,6 +589,12 @@ class Core(Ledger):
             del self.elsewhere_waits[task_id]
         return out
 
+    def engines_to_restart(self) -> list[tuple[str, str, str]]:
+        """``(task, node, slot)``: an idle engine capped (MPS) at another share for each task
+        that waits only for an engine capped at its own (see
+        :func:`.actions.allocate.engines_to_restart`); the shell may start them again."""
+        return allocate.engines_to_restart(self)
+
     def position_of(self, task_id: str) -> int | None:
         """A waiting task's place in its queue's order (1 = next; a gang's members share
         their gang's), else None: 1 + the waiting jobs of its queue ranked before its job

@@ -21,7 +21,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ...model.cluster import demand_share
+from ...model.cluster import Node, demand_share
 from ...model.quantity import SCALE, format_units
 from ...model.queues import CLOSED, Queue
 from ...model.resources import GPU
@@ -157,10 +157,15 @@ def _say_why_not_placed(core: Ledger, job: Task | Gang,
                 break
     if not reason and core.cluster.capped:
         reason = _no_engine(core, spec)
+    capped = reason.startswith(NO_ENGINE)
     for member in members:
         if member.state == QUEUED and member.reason != reason:
             member.reason = reason
             core.said.add(member.id)
+        if capped and member.state == QUEUED:
+            core.cap_waits[member.id] = demand_share(spec.demand)
+        else:
+            core.cap_waits.pop(member.id, None)
 
 
 def _no_engine(core: Ledger, spec: TaskSpec) -> str:
@@ -168,16 +173,11 @@ def _no_engine(core: Ledger, spec: TaskSpec) -> str:
     waits, not infeasible: a cap is lifted by a new engine), counting the free engines of
     those nodes by cap: ``no engine capped at 0.5 is free (engines capped at 0.25: 2;
     engines not yet capped: 0)``; "" where it is not so."""
-    demand = spec.demand
-    share = demand_share(demand)
+    share = demand_share(spec.demand)
     caps: dict[int, int] = {}
     unfixed = 0
     found = False
-    for node in core.cluster.nodes.values():
-        if not node.capped or not node.free_slots or not node_passes(node, spec) \
-                or node.place(demand, spec.target) is not None \
-                or node.place(demand, spec.target, caps=False) is None:
-            continue
+    for node in _kept_out_by_caps(core, spec):
         found = True
         for slot_id in node.free_slots:
             cap = node.slots[slot_id].cap
@@ -192,6 +192,45 @@ def _no_engine(core: Ledger, spec: TaskSpec) -> str:
                        for cap, count in sorted(caps.items()))
     return (f"{NO_ENGINE} {wanted} is free ({others + '; ' if others else ''}"
             f"engines not yet capped: {unfixed})")
+
+
+def _kept_out_by_caps(core: Ledger, spec: TaskSpec) -> list[Node]:
+    """The nodes where ``spec`` would be placed now but for the engines' MPS caps."""
+    demand = spec.demand
+    return [node for node in core.cluster.nodes.values()
+            if node.capped and node.free_slots and node_passes(node, spec)
+            and node.place(demand, spec.target) is None
+            and node.place(demand, spec.target, caps=False) is not None]
+
+
+def engines_to_restart(core: Ledger) -> list[tuple[str, str, str]]:
+    """``(task, node, slot)``: for each task that waits only for an engine capped at its
+    share (oldest first: the heads of their classes, as a cycle tried them; the next of a
+    class is named once its head started, if it is kept out the same way), a free engine
+    slot capped at another share on a node that would take the task but for the caps, each
+    slot once: started again, its engine is capped by its next task. Tasks no longer waiting
+    so are forgotten here."""
+    out: list[tuple[str, str, str]] = []
+    taken: set[tuple[str, str]] = set()
+    gone: list[str] = []
+    for task_id in sorted(core.cap_waits, key=lambda t: core.tasks[t].seq
+                          if t in core.tasks else -1):
+        task = core.tasks.get(task_id)
+        if task is None or task.state != QUEUED or not task.reason.startswith(NO_ENGINE):
+            gone.append(task_id)
+            continue
+        share = core.cap_waits[task_id]
+        for node in _kept_out_by_caps(core, task.spec):
+            slot = next((s for s in sorted(node.free_slots)
+                         if (cap := node.slots[s].cap) is not None and cap != share
+                         and (node.name, s) not in taken), None)
+            if slot is not None:
+                taken.add((node.name, slot))
+                out.append((task_id, node.name, slot))
+                break
+    for task_id in gone:
+        del core.cap_waits[task_id]
+    return out
 
 
 def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
