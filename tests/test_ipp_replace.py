@@ -29,6 +29,7 @@ from conftest_ipp import (
 )
 from test_ipp_unit import LOCAL, report
 
+from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp.cluster import Launch
 from jupyter_sched.executors.ipp.engines import EngineInfo
 from jupyter_sched.executors.ipp.replace import LIMIT, WINDOW, Replacements
@@ -156,6 +157,42 @@ def test_an_engine_pinned_to_a_gpu_is_replaced_pinned_to_it(cluster, tmp_path):
     assert new.pinned and new.visible == (1,)
     assert psutil.Process(new.pid).environ().get("CUDA_VISIBLE_DEVICES") == "1"
     assert "pinned as it was (CUDA_VISIBLE_DEVICES=1)" in said[0]
+    all_slots_run_at_once(sched, executor, tmp_path / "all")
+
+
+def test_an_idle_engine_capped_at_another_share_is_started_again_for_a_task(cluster, tmp_path):
+    """Under MPS an engine keeps the cap its first CUDA task fixed. Every engine capped at
+    0.25 (as their replies would report), a 0.5 task waits for an engine of its share, and
+    one idle engine is started again, pinned as it was, uncapped: the task runs there."""
+    sched, executor = cluster
+    before = shape(executor)
+    loop = sched._loop
+    slots = sorted(e.slot for e in executor.engines.values())
+    pids = {e.slot: e.pid for e in executor.engines.values()}
+    after = seen(sched)
+    for slot in slots:
+        loop.report(ev.SlotCapped("local", slot, 2_500))
+    marker = tmp_path / "pid"
+    h = sched.submit(say_pid, str(marker), resources={"GPU": 0.5}, target="engines")
+    assert h.result(timeout=60) is None
+    ran = int(marker.read_text())
+    assert ran not in pids.values()  # a new engine ran it, not one capped at 0.25
+    new = next(e for e in executor.engines.values() if e.pid == ran)
+    gone = next(slot for slot in slots if pids[slot] not in
+                {e.pid for e in executor.engines.values()})
+    # pinned as the one it replaced (in its slot, or one of a new id should the controller
+    # still have held the old one's); a floating one is bound by the task it ran
+    assert len(executor.engines) == len(before) and new.pinned == before[gone][0]
+    if new.pinned:
+        assert new.visible == before[gone][1]
+    said = [text for _, _, text in sched.notices(after) if "was started again" in text]
+    assert len(said) == 1, said
+    assert (f"was started again for task {h.id} (0.5 of a GPU): its MPS cap of 0.25 takes "
+            "no other share (started again); replaced: engine") in said[0]
+    assert_gone([pids[gone]])
+    for slot in slots:  # the others as they were, for the tests after this one
+        if slot != gone:
+            loop.report(ev.SlotCapped("local", slot, None))
     all_slots_run_at_once(sched, executor, tmp_path / "all")
 
 

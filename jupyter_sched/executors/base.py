@@ -201,6 +201,12 @@ class Executor(ABC):
         thread)."""
         return False
 
+    def restart_engine(self, slot: str, why: str) -> bool:
+        """Start the idle engine of ``slot`` again, pinned as it was, so that its next task
+        fixes its MPS cap anew (``why``: for the user's notice); False when this executor has
+        no such engine to start again: not idle, not started by it (runtime thread)."""
+        return False
+
     def lease_holders(self) -> set[int]:
         """The pids of this executor's processes on the kernel's host that hold leases of its
         tasks in their own name: the runtime counts them as its own (runtime thread)."""

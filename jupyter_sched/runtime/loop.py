@@ -43,6 +43,7 @@ from ..executors.base import Executor
 from ..executors.local.output import TaskOutput
 from ..model.resources import GPU
 from ..views import snapshot as snapshots
+from .engine_restarts import EngineRestarts
 from .inbox import STOP, WAKE, Call, Flush, Inbox, Request
 from .lease_steps import LeaseSteps
 from .leases import POLL
@@ -111,6 +112,8 @@ class RuntimeLoop:
             self.leases.own_pids = self._lease_holders
         self.lease_steps.leases_itself = self._leases_itself
         self.executors: list[Executor] = []
+        self.restarts = EngineRestarts(
+            lambda node, slot: self.records.slot_executors.get((node, slot)))
         self.outputs = DueOutputs()  # task outputs waiting to be flushed
         # Runtime (executors read these from their threads): the kernel's host; whether GPU
         # work waits, as of the last step (engines' hosts are re-read only while it is true)
@@ -340,6 +343,7 @@ class RuntimeLoop:
             touched |= core.said
             core.said.clear()
         self.records.sync(touched)
+        self.restarts.step(core, now)  # idle engines whose MPS cap keeps a task out
         for request in requests:
             request.answer()
         for call in calls:

@@ -54,7 +54,7 @@ from .leases import HostLeases, engine_enforcement
 from .pipeline import Pipeline
 from .registry import EngineView, Registry
 from .replace import Replacements
-from .state import Guard, Run
+from .state import Engine, Guard, Outbox, Run
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class IppExecutor(Executor):
                                           enabled=replace_engines, log_dir=self._cluster.log_dir)
         notes = self._notes = RunNotes(self._cluster.journal)
         self._attached: str | None = None  # a kept cluster connected to (attach_kept)
+        self._restarted: set[str] = set()  # slots whose idle engine was started again
         self._faults = Faults(guard, self.connection, self._registry, self._pipeline,
                               stop_grace=stop_grace, lost=self._replacements.lost, notes=notes)
         self._leases = HostLeases(guard, self.connection, self._registry, self._pipeline.idle,
@@ -106,7 +107,7 @@ class IppExecutor(Executor):
         self._bundles = Bundles(guard, self.connection, self._pipeline, self._faults,
                                 self._dispatch, self._timings, notes)
         self._gangs = Gangs(guard, self.connection, self._pipeline, self._dispatch.send)
-        self._registry.start(left=self._faults.engine_lost, joined=self._replacements.joined)
+        self._registry.start(left=self._faults.engine_lost, joined=self._joined)
 
     # -- getting engines --------------------------------------------------------------------------
 
@@ -288,6 +289,12 @@ class IppExecutor(Executor):
     def start(self, start: ev.Start, task: TaskRecord) -> None:
         with self._guard as out:
             engine = self._registry.by_slot(start.slot)
+            if engine is None and start.slot in self._restarted and not self._closed:
+                # placed there before the core heard the engine is started again: the
+                # attempt never began, and goes back to the queue without spending a retry
+                out.report(ev.Failed(start.task, f"engine slot {start.slot!r} was being "
+                                     "started again", attempt=start.attempt, unstarted=True))
+                return
             if engine is None or self._closed:
                 self._dispatch.lost(start, out)
                 return
@@ -305,6 +312,24 @@ class IppExecutor(Executor):
 
     def stop(self, task_id: str, reason: str) -> None:
         self._faults.stop(task_id, reason)
+
+    def _joined(self, engine: Engine, out: Outbox) -> None:
+        self._restarted.discard(engine.slot)  # (a replacement may take the slot's name again)
+        self._replacements.joined(engine, out)
+
+    def restart_engine(self, slot: str, why: str) -> bool:
+        with self._guard:
+            engine = self._registry.by_slot(slot)
+            if engine is None or self._closed or self._pipeline.on_engine(engine.eid) \
+                    or self._faults.quiet_left(engine) > 0:
+                return False
+            refused = self._replacements.why_not(engine)
+            if refused is not None:
+                log.info("engine %d is not started again (%s): %s", engine.eid, why, refused)
+                return False
+            self._restarted.add(slot)
+            self._faults.restart(engine, why)
+            return True
 
     def enforcement(self, start: ev.Start) -> str | None:
         with self._guard.lock:

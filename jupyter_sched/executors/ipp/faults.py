@@ -178,7 +178,14 @@ class Faults:
                 return
         self._engine_gone(engine, how)
 
-    def _engine_gone(self, engine: Engine, how: str) -> None:
+    def restart(self, engine: Engine, how: str) -> None:
+        """Start ``engine`` again on purpose, idle as it is (lock held): its slot goes now,
+        so nothing more is sent to it, its process is killed, and it is replaced as a lost
+        engine is (``lost``), pinned as it was. ``how``: why, for the notice."""
+        self._signal(engine, signal.SIGKILL)
+        self._engine_gone(engine, how, "started again")
+
+    def _engine_gone(self, engine: Engine, how: str, status: str | None = None) -> None:
         with self._guard as out:
             if not self._registry.alive(engine):
                 return
@@ -187,7 +194,8 @@ class Faults:
                 death.cancel()
             self._quiet.pop(engine.eid, None)
             how = self._killed.pop(engine.eid, how)
-            status = self._statuses.pop(engine.eid, None) or "exit status unknown"
+            status = status or self._statuses.pop(engine.eid, None) or "exit status unknown"
+            self._statuses.pop(engine.eid, None)
             reason = f"engine {engine.eid} on host {engine.info.hostname} {how} ({status})"
             for run in self._pipeline.on_engine(engine.eid):
                 self._pipeline.remove(run)

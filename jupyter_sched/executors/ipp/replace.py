@@ -97,6 +97,17 @@ class Replacements:
             return
         self._start(Pending(engine.slot, engine.eid, launch, reason), out)
 
+    def why_not(self, engine: Engine) -> str | None:
+        """Why ``engine`` would not be replaced were it lost now; None when it would (lock
+        held)."""
+        if self._closed:
+            return "the scheduler stops"
+        why = self._not_replaced("")
+        if why is None and self._cluster.launch_of(
+                engine.info.pid, engine.info.cuda_visible_devices) is None:
+            why = "it was not started by this scheduler"
+        return why
+
     def _not_replaced(self, status: str) -> str | None:
         if not self.owned:
             return ("its cluster was connected to, not started here (%sched nodes shows the "
