@@ -22,8 +22,8 @@ each reserves), and each user's fair-share standing::
     ledger  /home/alice/.local/share/jupyter/runtime/jupyter-sched-leases-ws1.db
 
     leases
-      device        share  user   pid   label        task  since     alive
-      GPU-8932f937  0.5    alice  4242  train.ipynb  t17   09:58:12  yes
+      device        share  enforced  user   pid   label        task  since     alive
+      GPU-8932f937  0.5    mps       alice  4242  train.ipynb  t17   09:58:12  yes
 
     waits, in the host's order
       #  user  pid   label       task  waits for     since     reserves
@@ -47,8 +47,11 @@ for the owner of the ledger file.
     found        false when there is no ledger at that path (then every list is empty)
     time         when it was read (epoch seconds)
     leases       [{id, device, share, units, user, uid, pid, label, task, since, taken, host,
-                   alive}]: every lease; share = units / 10,000 of the device; since: when its
-                 task got it, taken: when its holder took it; alive: false once its holder ended
+                   enforced, alive}]: every lease; share = units / 10,000 of the device; since:
+                 when its task got it, taken: when its holder took it; enforced: how a fraction
+                 of a device is held (logical: nothing caps it, mps: NVIDIA MPS caps its
+                 process, torch: a torch memory cap), null for a whole device or a holder that
+                 did not say; alive: false once its holder ended
     waits        [{position, id, user, uid, pid, label, task, waits_for, share, units, count,
                    devices, priority, since, reserves: [{device, share, units}]}], in the
                  host's order (position 1 goes first): count devices of units each, on any of

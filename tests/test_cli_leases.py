@@ -27,7 +27,8 @@ from types import SimpleNamespace
 import pytest
 
 from jupyter_sched.host import lease_text
-from jupyter_sched.host.leases import LEASES_ENV, Ledger, LedgerError
+from jupyter_sched.host.holders import Owner
+from jupyter_sched.host.leases import FORMAT, LEASES_ENV, Lease, Ledger, LedgerError
 from jupyter_sched.notebook.commands import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +65,8 @@ from jupyter_sched.host.lease_order import WaitSpec
 from jupyter_sched.host.leases import Ledger
 path, label, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 ledger = Ledger(path, label=label)
-ids = [ledger.take(device, units, task=task).id for device, units, task in spec["takes"]]
+ids = [ledger.take(device, units, task=task, held=held[0] if held else "").id
+       for device, units, task, *held in spec["takes"]]
 ledger.set_waits([WaitSpec(task, Demand(units, count, tuple(devices)), priority, since)
                   for task, units, count, devices, priority, since in spec["waits"]])
 print(json.dumps(ids), flush=True)
@@ -81,7 +83,7 @@ class Held:
 
 @contextlib.contextmanager
 def holder(path: Path, label: str = "", takes=(), waits=(), hold: bool = True):
-    """A child process that takes ``takes`` ((device, units, task)) and records ``waits``
+    """A child process that takes ``takes`` ((device, units, task[, held])) and records ``waits``
     ((task, units, count, devices, priority, since)) in the ledger at ``path``; it runs (and
     holds) until the block ends, or ends at once when not ``hold``."""
     spec = json.dumps({"takes": list(takes), "waits": list(waits), "hold": hold})
@@ -160,9 +162,9 @@ def host(tmp_path):
     gone = ended_lease(path, GPU, 2_500)
     since = time.time() - 60
     with contextlib.ExitStack() as stack:
-        a = stack.enter_context(holder(path, "train.ipynb", [(GPU, 5_000, "t17")],
+        a = stack.enter_context(holder(path, "train.ipynb", [(GPU, 5_000, "t17", "mps")],
                                        [("t18", 5_000, 1, [GPU, OTHER], 0, since + 30)]))
-        b = stack.enter_context(holder(path, "eval.ipynb", [(OTHER, 2_500, "t3")],
+        b = stack.enter_context(holder(path, "eval.ipynb", [(OTHER, 2_500, "t3", "logical")],
                                        [("t4", 10_000, 2, [GPU, OTHER], 0, since)]))
         yield SimpleNamespace(path=path, gone=gone, a=a, b=b, since=since)
 
@@ -175,13 +177,13 @@ def test_the_picture_of_a_host(host):
     out = proc.stdout.splitlines()
     assert out[:3] == [f"ledger  {host.path}", "", "leases"]
     assert cells(out[3:7]) == [
-        ["device", "share", "user", "pid", "label", "task", "since", "alive"],
-        ["GPU-8932f937", "0.25", ME, str(host.gone.pid), "gone.ipynb", "t9",
+        ["device", "share", "enforced", "user", "pid", "label", "task", "since", "alive"],
+        ["GPU-8932f937", "0.25", "-", ME, str(host.gone.pid), "gone.ipynb", "t9",
          when(held[0].since), "no (ended)"],
-        ["GPU-8932f937", "0.5", ME, str(host.a.pid), "train.ipynb", "t17",
+        ["GPU-8932f937", "0.5", "mps", ME, str(host.a.pid), "train.ipynb", "t17",
          when(held[1].since), "yes"],
-        ["GPU-11111111", "0.25", ME, str(host.b.pid), "eval.ipynb", "t3", when(held[2].since),
-         "yes"],
+        ["GPU-11111111", "0.25", "logical", ME, str(host.b.pid), "eval.ipynb", "t3",
+         when(held[2].since), "yes"],
     ]
     assert out[7:10] == ["  1 lease of an ended holder: `jupyter-sched leases --sweep` takes it "
                          "back", "", "waits, in the host's order"]
@@ -217,11 +219,12 @@ def test_the_picture_as_json(host):
     assert data["leases"] == [
         {"id": lease.id, "device": device, "share": units / 10_000, "units": units,
          "user": ME, "uid": me, "pid": pid, "label": label, "task": task,
-         "since": lease.since, "taken": lease.taken, "host": boot, "alive": alive}
-        for lease, (device, units, pid, label, task, alive) in zip(held, [
-            (GPU, 2_500, host.gone.pid, "gone.ipynb", "t9", False),
-            (GPU, 5_000, host.a.pid, "train.ipynb", "t17", True),
-            (OTHER, 2_500, host.b.pid, "eval.ipynb", "t3", True)], strict=True)]
+         "since": lease.since, "taken": lease.taken, "host": boot, "enforced": enforced,
+         "alive": alive}
+        for lease, (device, units, pid, label, task, enforced, alive) in zip(held, [
+            (GPU, 2_500, host.gone.pid, "gone.ipynb", "t9", None, False),
+            (GPU, 5_000, host.a.pid, "train.ipynb", "t17", "mps", True),
+            (OTHER, 2_500, host.b.pid, "eval.ipynb", "t3", "logical", True)], strict=True)]
     first, second = order.waits
     assert data["waits"] == [
         {"position": 1, "id": first.id, "user": ME, "uid": me, "pid": host.b.pid,
@@ -251,7 +254,7 @@ def test_long_labels_and_tasks_are_cut_to_fit_100_columns(tmp_path):
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 100, proc.stdout
     held, waiting = cells(lines[3:5])[1], cells(lines[7:9])[1]
-    for shown_label, shown_task in (held[4:6], waiting[3:5]):  # cut, each to 10 or more
+    for shown_label, shown_task in (held[5:7], waiting[3:5]):  # cut, each to 10 or more
         assert shown_label.endswith("…") and label.startswith(shown_label[:-1])
         assert shown_task.endswith("…") and task.startswith(shown_task[:-1])
         assert min(len(shown_label), len(shown_task)) >= 10
@@ -265,7 +268,40 @@ def test_another_users_label_cannot_steer_the_terminal(tmp_path):
     with holder(path, "nb\x1b[2J\x1b]0;owned\x07.ipynb", [(GPU, 5_000, "t\r1")]):
         proc = leases("--path", str(path))
     assert "\x1b" not in proc.stdout and "\r" not in proc.stdout and "\x07" not in proc.stdout
-    assert cells(proc.stdout.splitlines()[3:5])[1][4:6] == ["nb?[2J?]0;owned?.ipynb", "t?1"]
+    assert cells(proc.stdout.splitlines()[3:5])[1][5:7] == ["nb?[2J?]0;owned?.ipynb", "t?1"]
+
+
+def test_each_lease_says_how_its_share_is_held(tmp_path):
+    """A fraction of a GPU shows the word its holder took it with; a whole GPU has none (its
+    holder's word is not kept: nothing else may hold any of it)."""
+    path = tmp_path / "l.db"
+    with holder(path, "train.ipynb", [(GPU, 10_000, "t1", "logical"), (OTHER, 5_000, "t2",
+                                                                        "torch")]):
+        proc = leases("--path", str(path))
+        data = json.loads(leases("--path", str(path), "--json").stdout)
+    rows = cells(proc.stdout.splitlines()[3:6])
+    assert [row[:3] for row in rows] == [["device", "share", "enforced"],
+                                         ["GPU-8932f937", "1", "-"],
+                                         ["GPU-11111111", "0.5", "torch"]]
+    assert [(lease["task"], lease["enforced"]) for lease in data["leases"]] == [
+        ("t1", None), ("t2", "torch")]
+
+
+def test_the_widest_leases_still_fit_100_columns():
+    """A long user, label and task, a seven-digit pid, a declared GPU of two digits, a lease
+    of another day whose holder ended: the lines fit, the words and times are never cut."""
+    me = Owner.current()
+    owner = Owner(me.uid, "a-rather-long-user-name", 4_194_301, 1.0, me.host, me.pidns,
+                  "notebook experiments/2024/a-rather-long-notebook-name.ipynb")
+    long_ago = time.time() - 3 * 86_400
+    lease = Lease(7, "declared:h1/boot:12", 3_333, owner, "sweep-learning-rate-0.0003-seed-7",
+                  long_ago, long_ago, "logical")
+    lines = lease_text.format_leases([(lease, False)]).splitlines()
+    assert max(len(line) for line in lines) <= 100, "\n".join(lines)
+    header, row = cells(lines[:2])
+    assert header[2] == "enforced" and row[1:3] == ["0.3333", "logical"]
+    assert row[-2:] == [when(long_ago), "no (ended)"] and row[4] == "4194301"
+    assert row[5].endswith("…") and row[6].endswith("…")  # label and task: cut first
 
 
 def test_a_read_torn_by_a_writer_is_made_again(tmp_path, monkeypatch):
@@ -406,9 +442,9 @@ def _format_1(path: Path) -> None:
      "{path} is a SQLite database but not a jupyter-sched lease ledger (application id 0x0); "
      "it is left as it is: check the path"),
     (_format_1,
-     "the lease ledger {path} has format 1, older than the format 2 this jupyter-sched reads; "
-     "it is left as it is: look at it with the jupyter-sched its kernels use (a kernel of "
-     "this one brings an older ledger up to date)"),
+     f"the lease ledger {{path}} has format 1, older than the format {FORMAT} this "
+     "jupyter-sched reads; it is left as it is: look at it with the jupyter-sched its kernels "
+     "use (a kernel of this one brings an older ledger up to date)"),
 ], ids=["empty", "text", "another-database", "format-1"])
 @pytest.mark.parametrize("args", [[], ["--json"], ["--sweep"], ["--weight", f"{ME}=2"],
                                   ["--half-life", "60"]],
@@ -504,7 +540,7 @@ def test_watch_refreshes_a_terminal_until_ctrl_c(tmp_path):
         lines = screen.splitlines()
         assert lines[0] == f"ledger  {path}"
         assert re.fullmatch(r"every   0\.2 s, until Ctrl-C; read at \d\d:\d\d:\d\d", lines[1])
-        assert cells(lines[4:6])[1][4:6] == ["w.ipynb", "t1"]
+        assert cells(lines[4:6])[1][5:7] == ["w.ipynb", "t1"]
 
 
 def _read_until(fd: int, done, timeout: float = 60.0) -> str:

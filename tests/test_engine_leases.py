@@ -258,6 +258,40 @@ def test_the_first_task_to_use_cuda_fixes_the_engines_cap_and_says_so(
     assert head["enforced"] == "logical" and "cap" not in head
 
 
+def test_the_lease_on_the_engines_host_says_how_the_share_is_held_as_the_reply_does(
+        mps, monkeypatch, ledger_file):
+    def words():
+        return [(lease.units, lease.held) for lease in Ledger(ledger_file).held()]
+
+    quarter = host(ledger_file, units=2_500, mps=[(0, 2_500, 16 * GiB)])
+    _, head, seen = host_call(quarter, lambda: ok(words()))
+    assert (head["enforced"], seen) == ("mps", [(2_500, "mps")])
+    torch = FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    (mps / "control").unlink()  # no daemon: the torch cap holds it
+    on_host._mps[:] = [None, -1e9]
+    capped = {**quarter, "torch": [(0, 2_500)]}
+    _, head, seen = host_call(capped, lambda: ok(words()))
+    assert (head["enforced"], seen) == ("torch", [(2_500, "torch")])
+    torch.available = False
+    _, head, seen = host_call(capped, lambda: ok(words()))
+    assert (head["enforced"], seen) == ("logical", [(2_500, "logical")])
+    whole = host(ledger_file, units=10_000)  # nothing to cap, nothing to say
+    assert host_call(whole, lambda: ok(words())) == ok([(10_000, "")])
+    assert words() == []
+
+
+def test_a_refused_lease_leaves_the_mps_variables_as_they_were(mps, ledger_file):
+    other = Ledger(ledger_file, owner=other_owner())
+    (theirs,) = other.take_all({KEY: 10_000}, task="t3")
+    ran = []
+    quarter = host(ledger_file, units=2_500, mps=[(0, 2_500, 16 * GiB)])
+    status, head, _ = host_call(quarter, lambda: ran.append(variables()))
+    assert (status, ran, variables()) == (REFUSED, [], (None, None))
+    assert "enforced" not in head and head["reason"].startswith("0.25 of GPU 0 on h1")
+    other.give(theirs)
+
+
 def test_mps_is_detected_again_after_a_while(mps):
     assert on_host.mps_status(now=1000.0).running
     (mps / "control").unlink()

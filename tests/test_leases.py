@@ -19,6 +19,7 @@ import pytest
 
 from jupyter_sched.host import holders
 from jupyter_sched.host.discovery import GpuInfo, discover_host
+from jupyter_sched.host.lease_rows import clock
 from jupyter_sched.host.leases import (
     FORMAT,
     LEASES_ENV,
@@ -160,6 +161,54 @@ def test_a_pass_hands_leases_over_as_they_are_and_a_lost_one_is_taken_anew(ledge
     (anew,) = done.passed
     assert [(lease.device, lease.units, lease.task) for lease in anew] == [(GPU, 5_000, "d")]
     assert anew[0].id != b.id and ledger.free_share(GPU) == 2_500
+
+
+@pytest.mark.parametrize("word", ["logical", "mps", "torch", ""])
+def test_a_lease_keeps_how_its_share_is_held(ledger, path, word):
+    lease = ledger.take(GPU, 5_000, task="t1", held=word)
+    assert lease.held == word
+    assert [held.held for held in ledger.held()] == [word]
+    with Ledger.to_read(path) as reader:
+        (seen,), _ = reader.view()
+    assert seen == lease
+    assert lease.describe().endswith(f"train.ipynb, task t1, {word}, since "
+                                     f"{clock(lease.since)})" if word else
+                                     f"train.ipynb, task t1, since {clock(lease.since)})")
+
+
+def test_a_whole_device_is_held_without_a_word(ledger):
+    """Nothing else may hold any of a whole device: there is nothing to say of how."""
+    both = ledger.take_all({GPU: SCALE, OTHER: 2_500}, task="t1", held="mps")
+    assert [(lease.units, lease.held) for lease in both] == [(SCALE, ""), (2_500, "mps")]
+    (whole,) = ledger.exchange([both[0].id], [("t2", {GPU: SCALE}, "logical")]).taken
+    assert [lease.held for lease in whole] == [""]
+    assert [(lease.task, lease.held) for lease in ledger.held()] == [("t1", "mps"), ("t2", "")]
+
+
+@pytest.mark.parametrize("word", ["full", "MPS", None, 1])
+def test_a_word_that_says_no_way_of_holding_is_refused(ledger, word):
+    lease = ledger.take(GPU, 5_000)
+    version = ledger.version()
+    with pytest.raises(ValueError) as refused:
+        ledger.exchange([lease.id], [("a", {GPU: 1}, "logical"), ("b", {OTHER: 1}, word)])
+    assert str(refused.value) == (f"held={word!r} is not how a share is held; give one of "
+                                  "'', 'logical', 'mps', 'torch'")
+    with pytest.raises(ValueError, match=f"held={word!r} is not how"):
+        ledger.take(OTHER, 1, held=word)
+    assert ledger.held() == [lease] and ledger.version() == version  # nothing written
+
+
+def test_a_pass_keeps_how_the_share_is_held(ledger, path):
+    a = ledger.take(GPU, 5_000, task="a", held="mps")
+    b = ledger.take(OTHER, 2_500, task="b", held="torch")
+    (moved,) = ledger.exchange([], [], passes=[("c", (a,))]).passed
+    assert [(lease.task, lease.held) for lease in moved] == [("c", "mps")]
+    with Ledger(path) as another:
+        another.give(b)  # lost: the pass takes it anew, held as it was
+    (anew,) = ledger.exchange([], [], passes=[("d", (b,))]).passed
+    assert [(lease.task, lease.units, lease.held) for lease in anew] == [("d", 2_500, "torch")]
+    assert {(lease.task, lease.held) for lease in ledger.held()} == {("c", "mps"),
+                                                                    ("d", "torch")}
 
 
 def test_an_exchange_checks_every_share_before_it_writes(ledger):
@@ -360,6 +409,63 @@ def test_a_ledger_of_another_format_is_refused(path):
     with pytest.raises(LedgerError, match=f"has format {FORMAT + 1}, newer than the format "
                                           f"{FORMAT}"):
         Ledger(path)
+
+
+def _lease_row(path, task):
+    """A lease of this process as an older jupyter-sched wrote it, straight into the file."""
+    me = holders.Owner.current()
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("INSERT INTO leases (device, units, uid, user, pid, started, host, pidns, "
+                   "label, task, since) VALUES (?, 5000, ?, ?, ?, ?, ?, ?, 'old.ipynb', ?, 12.5)",
+                   (GPU, me.uid, me.user, me.pid, me.started, me.host, me.pidns, task))
+    finally:
+        db.close()
+
+
+def format_2(path):
+    """A ledger of format 2 (no word on how a share is held), with one lease in it."""
+    Ledger(path).close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("ALTER TABLE leases DROP COLUMN held")
+    db.execute("PRAGMA user_version = 2")
+    db.close()
+    _lease_row(path, "t2")
+
+
+def format_1(path):
+    """A ledger of format 1 (leases only, no time each was taken), with one lease in it."""
+    Ledger(path).close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("ALTER TABLE leases DROP COLUMN held")
+    db.execute("ALTER TABLE leases DROP COLUMN taken")
+    for table in ("waits", "usage", "kernel_use", "weights", "settings"):
+        db.execute(f"DROP TABLE {table}")
+    db.execute("PRAGMA user_version = 1")
+    db.close()
+    _lease_row(path, "t1")
+
+
+@pytest.mark.parametrize(("make", "task"), [(format_1, "t1"), (format_2, "t2")],
+                         ids=["format-1", "format-2"])
+def test_an_older_ledger_is_brought_up_to_date_in_place_keeping_its_leases(path, make, task):
+    make(path)
+    inode = path.stat().st_ino
+    with Ledger(path, label="new.ipynb") as ledger:
+        (old,) = ledger.held()
+        assert (old.device, old.units, old.task, old.owner.label) == (GPU, 5_000, task,
+                                                                      "old.ipynb")
+        assert (old.since, old.taken, old.held) == (12.5, 12.5, "")
+        new = ledger.take(GPU, 2_500, task="t3", held="mps")
+        ledger.set_weight("alice", 2)  # (format 1 had no weights)
+        assert [lease.held for lease in ledger.held()] == ["", "mps"] and new
+    assert path.stat().st_ino == inode  # the same file
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (FORMAT,)
+    db.close()
+    with Ledger.to_read(path) as reader:  # read as any ledger of this format
+        assert [(lease.task, lease.held) for lease in reader.held()] == [(task, ""),
+                                                                         ("t3", "mps")]
 
 
 def test_a_ledger_without_its_tables_is_refused(path):

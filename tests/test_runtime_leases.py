@@ -85,6 +85,7 @@ def test_a_task_holds_its_lease_while_it_runs(sched, path):
     with Ledger(path) as ledger:
         (lease,) = ledger.held()
         assert (lease.device, lease.units, lease.task) == (gpu_key(sched), 5000, h.id)
+        assert lease.held == "logical"  # a kernel thread: nothing caps its share
         go_on.set()
         h.result(WAIT)
         assert wait_for(lambda: ledger.held() == [])
@@ -115,8 +116,8 @@ def test_a_lost_race_requeues_the_attempt_without_a_retry(sched, path, monkeypat
     real_poll, real_settle = leases.poll, leases.settle
     monkeypatch.setattr(leases, "poll", lambda *a: None if blind.is_set() else real_poll(*a))
 
-    def settle(ended, starts, now):
-        refused = real_settle(ended, starts, now)
+    def settle(*args):
+        refused = real_settle(*args)
         if refused:
             blind.clear()
         return refused
@@ -387,6 +388,70 @@ def test_the_runtime_names_a_task_given_a_passed_lease_without_a_step_of_its_own
     finally:
         go.set()
         gate.set()
+
+
+def test_a_lease_passed_between_tasks_keeps_how_its_share_is_held(sched, path):
+    """Kernel threads hold their shares ``logical``: the ledger says so while they run, and
+    the lease a task takes over from one that ended says it still."""
+    gates = [threading.Event() for _ in range(3)]
+    try:
+        first, second, third = (sched.submit(gate.wait, WAIT, resources="GPU=0.5")
+                                for gate in gates)
+        assert wait_for(lambda: (first.state, second.state) == ("running", "running"))
+        with Ledger.to_read(path) as ledger:
+            before = {lease.task: lease for lease in ledger.held()}
+        assert {task: lease.held for task, lease in before.items()} == {
+            first.id: "logical", second.id: "logical"}
+        gates[0].set()
+        first.result(WAIT)
+        assert wait_for(lambda: third.state == "running")
+
+        def held():
+            with Ledger.to_read(path) as ledger:
+                return {lease.task: (lease.id, lease.held) for lease in ledger.held()}
+
+        assert wait_for(lambda: first.id not in held(), timeout=runtime_leases.LABEL + WAIT)
+        assert held() == {second.id: (before[second.id].id, "logical"),
+                          third.id: (before[first.id].id, "logical")}  # first's, passed on
+    finally:
+        for gate in gates:
+            gate.set()
+
+
+def test_a_lease_passes_only_to_a_start_that_holds_its_share_the_same_way(path):
+    """A start whose share is held another way (an engine under MPS after a kernel thread)
+    takes a lease of its own: a pass never changes what a lease says."""
+    from jupyter_sched.core import events as ev
+
+    host = HostInfo("h", "boot", 4, 0, (GpuInfo(0, None, "", "declared", None, declared=True),))
+    leases = runtime_leases.HostLeases(Ledger(path), host, "local")
+    words = {"a": "logical", "b": "logical", "c": "mps", "d": None}
+
+    def start(task, units=5_000):
+        return ev.Start(task, "local", None, {"GPU": {0: units}}, attempt=1)
+
+    def enforcement(start):
+        return words[start.task]
+
+    def held():
+        return sorted((lease.task, lease.held) for lease in leases.ledger.held())
+
+    assert leases.settle([], [start("a")], 0.0, enforcement) == {}
+    (taken,) = leases.ledger.held()
+    assert leases.settle(["a"], [start("b")], 0.0, enforcement) == {}  # the same: passed
+    assert leases.settle([], [], runtime_leases.LABEL, enforcement) == {}
+    assert held() == [("b", "logical")] and leases.ledger.held()[0].id == taken.id
+    assert leases.settle(["b"], [start("c")], 2.0, enforcement) == {}  # held another way
+    assert held() == [("c", "mps")] and leases.ledger.held()[0].id != taken.id
+    assert leases.settle(["c"], [start("d")], 3.0, enforcement) == {}  # not said: ''
+    assert held() == [("d", "")]
+    words["e"] = "mps"  # a whole GPU has no word: any start of it takes a whole one over
+    assert leases.settle(["d"], [start("e", 10_000)], 4.0, enforcement) == {}
+    whole = leases.ledger.held()
+    assert [(lease.task, lease.held) for lease in whole] == [("e", "")]
+    words["f"] = "logical"
+    assert leases.settle(["e"], [start("f", 10_000)], 5.0, enforcement) == {}
+    assert leases.tasks() == ["f"] and leases.label_due is not None  # passed as it is
 
 
 def gpu_key_of(host, index=0):

@@ -9,10 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..model.quantity import SCALE, format_units
+from .enforce import LOGICAL, MPS, TORCH
 from .fairness import Wait
 from .holders import Owner, is_me
 
-COLUMNS = "id, device, units, uid, user, pid, started, host, pidns, label, task, since, taken"
+COLUMNS = ("id, device, units, uid, user, pid, started, host, pidns, label, task, since, taken, "
+           "held")
+HELD = ("", LOGICAL, MPS, TORCH)
+"""How a lease's share may be held (:mod:`.enforce`); '': a whole device, or not said."""
 INSERT = (f"INSERT INTO leases ({COLUMNS.removeprefix('id, ')}) "
           f"VALUES ({', '.join('?' * COLUMNS.count(','))})")
 
@@ -24,7 +28,9 @@ class NotYourLease(PermissionError):
 @dataclass(frozen=True, slots=True)
 class Lease:
     """``units`` of ``device`` held by ``owner`` for ``task`` since ``since`` (epoch seconds;
-    ``taken``: since when its holder has held it, through the tasks it passed it on to)."""
+    ``taken``: since when its holder has held it, through the tasks it passed it on to);
+    ``held``: how the share is held (:mod:`.enforce`: ``logical``, ``mps``, ``torch``), ''
+    for a whole device or when its holder did not say."""
 
     id: int
     device: str
@@ -33,6 +39,7 @@ class Lease:
     task: str = ""
     since: float = 0.0
     taken: float = 0.0
+    held: str = ""
 
     @property
     def share(self) -> str:
@@ -40,11 +47,12 @@ class Lease:
         return format_units(self.units)
 
     def describe(self) -> str:
-        """``0.5 held by another process (pid 4242, user alice, train.ipynb, task t17)``."""
+        """``0.5 held by another process (pid 4242, user alice, train.ipynb, task t17, mps,
+        since 09:58:12)``."""
         owner = self.owner
         who = "this process" if is_me(owner) else "another process"
         parts = [f"pid {owner.pid}", f"user {owner.user}", owner.label,
-                 f"task {self.task}" if self.task else "", since_text(self.since)]
+                 f"task {self.task}" if self.task else "", self.held, since_text(self.since)]
         return f"{self.share} held by {who} ({', '.join(part for part in parts if part)})"
 
 
@@ -99,9 +107,10 @@ class Exchange:
 
 
 def lease_from_row(row: tuple) -> Lease:
-    lid, device, units, uid, user, pid, started, host, pidns, label, task, since, taken = row
+    lid, device, units, uid, user, pid, started, host, pidns, label, task, since, taken, \
+        held = row
     return Lease(lid, device, units, Owner(uid, user, pid, started, host, pidns, label), task,
-                 since, taken or since)
+                 since, taken or since, held)
 
 
 def owner_columns(owner: Owner) -> tuple:
@@ -132,13 +141,15 @@ def used_of(db: sqlite3.Connection, devices: list[str]) -> dict[str, int]:
 
 
 def insert_lease(db: sqlite3.Connection, owner: Owner, task: str, shares: Mapping[str, int],
-                 since: float, taken: float) -> tuple[Lease, ...]:
-    """New leases of ``shares`` for ``owner``'s ``task`` (inside a transaction)."""
+                 since: float, taken: float, held: str = "") -> tuple[Lease, ...]:
+    """New leases of ``shares`` for ``owner``'s ``task`` (inside a transaction), each of a
+    fraction of its device held as ``held`` says (a whole device: '')."""
     leases = []
     for device, units in shares.items():
-        row = (device, units, *owner_columns(owner), task, since, taken)
+        word = held if units < SCALE else ""
+        row = (device, units, *owner_columns(owner), task, since, taken, word)
         lease_id = db.execute(INSERT, row).lastrowid
-        leases.append(Lease(lease_id, device, units, owner, task, since, taken))
+        leases.append(Lease(lease_id, device, units, owner, task, since, taken, word))
     return tuple(leases)
 
 
@@ -175,6 +186,14 @@ def short_of(shares: Mapping[str, int], used: Mapping[str, int],
                  if units > SCALE - used[d] - reserved.get(d, 0)), None)
 
 
+def check_held(held: object) -> str:
+    """``held`` when it says how a share is held (:data:`HELD`); else a ValueError."""
+    if not isinstance(held, str) or held not in HELD:
+        raise ValueError(f"held={held!r} is not how a share is held; give one of "
+                         f"{', '.join(repr(word) for word in HELD)}")
+    return held
+
+
 def check_share(device: object, units: object) -> None:
     if not isinstance(device, str) or not device:
         raise ValueError(f"device={device!r} is not a device key; give a GPU UUID or "
@@ -184,6 +203,6 @@ def check_share(device: object, units: object) -> None:
                          f"to {SCALE:,} ({SCALE:,} units = the whole device)")
 
 
-__all__ = ["COLUMNS", "INSERT", "Exchange", "Lease", "NotYourLease", "Refusal", "check_share",
-           "clock", "insert_lease", "lease_from_row", "leases_of", "owner_columns", "rows_of",
-           "short_device", "short_of", "used_of", "wait_text"]
+__all__ = ["COLUMNS", "HELD", "INSERT", "Exchange", "Lease", "NotYourLease", "Refusal",
+           "check_held", "check_share", "clock", "insert_lease", "lease_from_row", "leases_of",
+           "owner_columns", "rows_of", "short_device", "short_of", "used_of", "wait_text"]

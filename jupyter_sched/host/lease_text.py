@@ -8,8 +8,9 @@ columns (a cell too long for its column is cut, ending in "…"), :func:`picture
 object (its keys are listed in :mod:`jupyter_sched.__main__`)::
 
     leases
-      device        share  user   pid   label        task  since     alive
-      GPU-8932f937  0.5    alice  4242  train.ipynb  t17   09:58:12  yes
+      device        share  enforced  user   pid   label        task  since     alive
+      GPU-8932f937  0.5    mps       alice  4242  train.ipynb  t17   09:58:12  yes
+      GPU-11111111  1      -         bob    5151  eval.ipynb   t2    09:57:40  yes
 
     waits, in the host's order
       #  user  pid   label       task  waits for     since     reserves
@@ -136,17 +137,20 @@ def format_picture(picture: Picture, sweep: str = SWEEP) -> str:
 
 def format_leases(leases: Sequence[tuple[Lease, bool]], now: float | None = None,
                   sweep: str = SWEEP) -> str:
-    """Leases and whether each holder runs, as an aligned table (or a line saying none)."""
+    """Leases, how each share is held (``enforced``: ``-`` for a whole device, or a holder
+    that did not say) and whether each holder runs, as an aligned table (or a line saying
+    none). Too wide, it cuts users, labels and tasks to 10, then labels and tasks to 6, then
+    devices to 10."""
     if not leases:
         return "  no leases: every GPU of this host is free"
     now = time.time() if now is None else now
-    table = [("device", "share", "user", "pid", "label", "task", "since", "alive")]
+    table = [("device", "share", "enforced", "user", "pid", "label", "task", "since", "alive")]
     for lease, alive in leases:
         owner = lease.owner
-        table.append((short_device(lease.device), lease.share, owner.user, str(owner.pid),
-                      owner.label or "-", lease.task or "-", when(lease.since, now),
-                      "yes" if alive else "no (ended)"))
-    lines = align_rows(table, WIDTH, shrink=((2, 4, 5),))
+        table.append((short_device(lease.device), lease.share, lease.held or "-", owner.user,
+                      str(owner.pid), owner.label or "-", lease.task or "-",
+                      when(lease.since, now), "yes" if alive else "no (ended)"))
+    lines = align_rows(table, WIDTH, shrink=((3, 5, 6), (5, 6), (0,)), least=(10, 6, 10))
     ended = sum(not alive for _, alive in leases)
     if ended:
         lines.append(f"  1 lease of an ended holder: `{sweep}` takes it back" if ended == 1
@@ -211,17 +215,18 @@ def when(t: float, now: float) -> str:
 
 
 def align_rows(table: list[tuple[str, ...]], width: int | None = None,
-               shrink: Sequence[Sequence[int]] = ()) -> list[str]:
+               shrink: Sequence[Sequence[int]] = (), least: Sequence[int] = ()) -> list[str]:
     """``table`` (its first row the header) as lines indented by two, its columns aligned;
     with ``width``, columns are narrowed until the lines fit, their cells cut with "…": those
-    of ``shrink[0]`` first (the widest first, none below 10 or its header), then
-    ``shrink[1]``..."""
+    of ``shrink[0]`` first (the widest first, none below its header or ``least[0]``, 10 unless
+    given), then ``shrink[1]``..."""
     table = [tuple(_CONTROL.sub("?", cell) for cell in row) for row in table]
     widths = [max(len(row[col]) for row in table) for col in range(len(table[0]))]
     over = 2 + sum(widths) + 2 * (len(widths) - 1) - (width or 10**9)
-    for tier in shrink:
+    for k, tier in enumerate(shrink):
+        floor = least[k] if k < len(least) else 10
         while over > 0:
-            narrow = [col for col in tier if widths[col] > max(len(table[0][col]), 10)]
+            narrow = [col for col in tier if widths[col] > max(len(table[0][col]), floor)]
             if not narrow:
                 break
             widths[max(narrow, key=lambda col: widths[col])] -= 1
@@ -264,7 +269,7 @@ def lease_json(lease: Lease, alive: bool | None = None) -> dict[str, object]:
         "id": lease.id, "device": lease.device, "share": lease.units / SCALE,
         "units": lease.units, "user": owner.user, "uid": owner.uid, "pid": owner.pid,
         "label": owner.label, "task": lease.task, "since": lease.since, "taken": lease.taken,
-        "host": owner.host}
+        "host": owner.host, "enforced": lease.held or None}
     if alive is not None:
         out["alive"] = alive
     return out

@@ -4,10 +4,10 @@ Every scheduler on a host takes a lease from the host's ledger before it starts 
 share of a device, and gives it back when the task ends::
 
     ledger = Ledger(ledger_path(runtime_dir), label="train.ipynb")
-    lease = ledger.take(device_key(gpu, host.key), 5_000, task="t17")  # 0.5 of the GPU
+    lease = ledger.take(device_key(gpu, host.key), 5_000, task="t17", held="mps")  # 0.5
     if not lease:          # a Refusal: who holds what
         print(lease)       # "0.5 of GPU-8932f937 is not free (only 0.25 is): 0.75 held by
-                           #  another process (pid 4242, user bob, eval.ipynb, task t3)"
+                           #  another process (pid 4242, user bob, eval.ipynb, task t3, mps)"
     ...
     ledger.give(lease)
 
@@ -26,6 +26,10 @@ writer).
 
 **Devices** are named by a key every process of the host agrees on, :func:`device_key`: the GPU
 UUID for a real GPU, host key and index for a declared one.
+
+**How** a fraction of a device is held is recorded with its lease (``held``: ``logical``,
+``mps``, ``torch``, as :mod:`.enforce` says; '' for a whole device or when not said), for
+people to see: the ledger promises shares, it caps nothing.
 
 **Holders** (:class:`~.holders.Owner`) are processes, named by pid *and* start time. Leases of
 holders that have ended are taken back: by a ``take`` that finds its device short, for that
@@ -75,6 +79,7 @@ from .lease_rows import (
     Lease,
     NotYourLease,
     Refusal,
+    check_held,
     check_share,
     insert_lease,
     lease_from_row,
@@ -86,6 +91,10 @@ from .lease_rows import (
 )
 from .ledger_conn import LedgerConnection
 from .ledger_file import FORMAT, LEASES_ENV, LedgerError
+
+Take = tuple[object, Mapping[str, int]] | tuple[object, Mapping[str, int], str]
+"""A take of :meth:`Ledger.exchange`: ``(task, {device: units})``, or with how its fractions
+of a device are held, ``(task, {device: units}, held)``."""
 
 
 def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
@@ -165,27 +174,30 @@ class Ledger:
 
     # -- taking and giving ---------------------------------------------------------------------
 
-    def take(self, device: str, units: int, *, task: object = "",
-             label: str | None = None) -> Lease | Refusal:
+    def take(self, device: str, units: int, *, task: object = "", label: str | None = None,
+             held: str = "") -> Lease | Refusal:
         """``units`` of ``device`` for ``task``, or a :class:`Refusal` (falsy) saying who holds
         what. Takes back the leases of ended holders of ``device`` first."""
-        result = self.take_all({device: units}, task=task, label=label)
+        result = self.take_all({device: units}, task=task, label=label, held=held)
         return result if isinstance(result, Refusal) else result[0]
 
     def take_all(self, shares: Mapping[str, int], *, task: object = "",
-                 label: str | None = None) -> tuple[Lease, ...] | Refusal:
+                 label: str | None = None, held: str = "") -> tuple[Lease, ...] | Refusal:
         """All of ``shares`` ({device: units}) or none: the leases in order, or the first
         device's :class:`Refusal`. For a task on several devices, which must not hold one
-        while it waits for another. ``task`` is stored as text."""
-        return self.exchange((), [(task, shares)], label=label).taken[0]
+        while it waits for another. ``task`` is stored as text; ``held`` says how a fraction
+        of a device is held (``logical``, ``mps``, ``torch``; '': not said)."""
+        return self.exchange((), [(task, shares, held)], label=label).taken[0]
 
-    def exchange(self, gives: Iterable[int], takes: Sequence[tuple[object, Mapping[str, int]]],
+    def exchange(self, gives: Iterable[int], takes: Sequence[Take],
                  *, passes: Sequence[tuple[object, Sequence[Lease]]] = (),
                  waits: Iterable[WaitSpec] | None = None, label: str | None = None,
                  recover: Sequence[Lease] = ()) -> Exchange:
         """Give back the leases of ids ``gives`` (this process's; others are left alone), then
         take each ``(task, {device: units})`` of ``takes`` all or nothing, in order, in one
         transaction: a scheduler that ends and starts many tasks at once pays for one commit.
+        A take may say how its fractions of a device are held: ``(task, shares, held)``
+        (:data:`~.lease_rows.HELD`; a whole device is stored with '').
         Each take gets its leases or the :class:`Refusal` of its first device that is short;
         a refused take leaves the others be. A device short of a take's share first has the
         leases of its ended holders taken back (free room needs no check of its holders).
@@ -193,13 +205,11 @@ class Ledger:
 
         ``passes``: ``(task, leases)``, this process's leases handed over to another of its
         tasks as they are (what is held does not change, nor the version; only the task and
-        since); a pass whose leases are gone is given back and taken anew. ``waits``: this
-        process's waits from now on (None: as they are). ``recover``: leases this process held
-        in a ledger that was lost, taken again as they were (no reservation applies)."""
-        takes = [(str(task), dict(shares)) for task, shares in takes]
-        for _, shares in takes:
-            for device, units in shares.items():
-                check_share(device, units)
+        since; how they are held stays as it is); a pass whose leases are gone is given back
+        and taken anew. ``waits``: this process's waits from now on (None: as they are).
+        ``recover``: leases this process held in a ledger that was lost, taken again as they
+        were (no reservation applies)."""
+        takes = [_take(item) for item in takes]
         owner = self.owner
         if label is not None:
             owner = replace(owner, label=label)
@@ -212,7 +222,8 @@ class Ledger:
             for k in lost:
                 gives += [lease.id for lease in passes[k][1]]
                 takes.append((str(passes[k][0]), {lease.device: lease.units
-                                                  for lease in passes[k][1]}))
+                                                  for lease in passes[k][1]},
+                              next((lease.held for lease in passes[k][1] if lease.held), "")))
             self._give(db, gives, owner, now)
             recovered = self._recover(db, owner, recover)
             # takes rank as this process's waits did until now: a task that starts leaves
@@ -225,20 +236,20 @@ class Ledger:
             passed[k] = got
         return Exchange(taken[:len(taken) - len(lost)] + recovered, before, after, passed)
 
-    def _takes(self, db: sqlite3.Connection, takes: list[tuple[str, dict[str, int]]],
+    def _takes(self, db: sqlite3.Connection, takes: list[tuple[str, dict[str, int], str]],
                owner: Owner, now: float) -> list[tuple[Lease, ...] | Refusal]:
         if not takes:
             return []
         grace = lease_order.grace_until(db)
         if grace is not None and now < grace:
             return [Refusal(next(iter(shares)), shares[next(iter(shares))], 0, until=grace)
-                    for _, shares in takes]
-        used = used_of(db, sorted({d for _, shares in takes for d in shares}))
+                    for _, shares, _ in takes]
+        used = used_of(db, sorted({d for _, shares, _ in takes for d in shares}))
         order = self._order(db, now) if _any_waits(db) else lease_order.EMPTY
         reserved = order.ahead_of(owner.pid, owner.uid)
         swept: set[str] = set()
         taken: list[tuple[Lease, ...] | Refusal] = []
-        for task, shares in takes:
+        for task, shares, held in takes:
             short = short_of(shares, used, reserved)
             if short is not None and short not in swept:  # ended holders' leases go first
                 swept.add(short)
@@ -249,7 +260,7 @@ class Ledger:
                 taken.append(Refusal(short, shares[short], SCALE - used[short], holders,
                                      order.blocking(owner.pid, owner.uid, short)))
                 continue
-            leases = insert_lease(db, owner, task, shares, now, now)
+            leases = insert_lease(db, owner, task, shares, now, now, held)
             for device, units in shares.items():
                 used[device] += units
             taken.append(leases)
@@ -270,7 +281,7 @@ class Ledger:
                 continue
             used[lease.device] += lease.units
             out.append(insert_lease(db, owner, lease.task, {lease.device: lease.units},
-                                    lease.since, lease.taken))
+                                    lease.since, lease.taken, lease.held))
         return out
 
     def _give(self, db: sqlite3.Connection, ids: list[int], owner: Owner, now: float) -> None:
@@ -501,6 +512,15 @@ class Ledger:
             conn.fresh = False
             self._seen_alive.clear()
         return conn.reading()
+
+
+def _take(item: Take) -> tuple[str, dict[str, int], str]:
+    """A take of :meth:`Ledger.exchange` as ``(task, shares, held)``, checked."""
+    task, shares, *rest = item
+    shares = dict(shares)
+    for device, units in shares.items():
+        check_share(device, units)
+    return str(task), shares, check_held(rest[0] if rest else "")
 
 
 def _any_waits(db: sqlite3.Connection) -> bool:

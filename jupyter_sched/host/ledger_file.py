@@ -23,9 +23,10 @@ from .holders import user_name
 LEASES_ENV = "JUPYTER_SCHED_LEASES"
 """Environment variable naming the ledger (a file, or a directory to hold it) for every kernel."""
 
-FORMAT = 2
-"""The ledger's format (``PRAGMA user_version``): a file of format 1 is brought up to it in
-place (:func:`_upgrade`); a file of a newer format is refused."""
+FORMAT = 3
+"""The ledger's format (``PRAGMA user_version``): 1 held leases only, 2 added the host's order
+among waiting work, 3 how each lease's share is held (``held``). A file of format 1 or 2 is
+brought up to it in place (:func:`_upgrade`); a file of a newer format is refused."""
 
 APPLICATION_ID = 0x4A534C31  # "JSL1" in the SQLite header: this file is a lease ledger
 _LEASES = f"""
@@ -42,7 +43,8 @@ CREATE TABLE leases (
     label TEXT NOT NULL,
     task TEXT NOT NULL,
     since REAL NOT NULL,
-    taken REAL NOT NULL DEFAULT 0  -- when its holder took it (since: when its task got it)
+    taken REAL NOT NULL DEFAULT 0,  -- when its holder took it (since: when its task got it)
+    held TEXT NOT NULL DEFAULT ''  -- logical, mps, torch; '': a whole device, or not said
 );
 CREATE INDEX leases_by_device ON leases (device);
 CREATE TABLE changes (id INTEGER PRIMARY KEY CHECK (id = 0), count INTEGER NOT NULL);
@@ -425,7 +427,7 @@ def _check_format(path: Path, db: sqlite3.Connection) -> None:
             f"{app:#x}); it is left as it is: choose another path with ${LEASES_ENV}, or move "
             f"the file away if it is not needed"
         )
-    if version == 1:
+    if version in (1, 2):
         _upgrade(db)
         (version,) = db.execute("PRAGMA user_version").fetchone()
     if version != FORMAT:
@@ -455,10 +457,11 @@ def looks_like_a_ledger(path: Path) -> bool:
 
 
 def _upgrade(db: sqlite3.Connection) -> None:
-    """Bring a ledger of format 1 (leases only) to format 2 in place, in one transaction: its
-    leases are kept (taken when their task got them), the tables of waits, use, weights and
-    settings are added. Kernels of an older jupyter-sched then refuse the file by its format,
-    as they refuse any newer one."""
+    """Bring a ledger of format 1 (leases only) or 2 (no word on how a share is held) to
+    format 3 in place, in one transaction, keeping its leases: format 1 gains when each was
+    taken (when its task got it) and the tables of waits, use, weights and settings; both
+    gain the column ``held``, '' (not known) for the leases already there. Kernels of an older
+    jupyter-sched then refuse the file by its format, as they refuse any newer one."""
     db.execute("BEGIN IMMEDIATE")
     try:
         (version,) = db.execute("PRAGMA user_version").fetchone()
@@ -467,6 +470,8 @@ def _upgrade(db: sqlite3.Connection) -> None:
             db.execute("UPDATE leases SET taken = since")
             for statement in _statements(_WAITS):
                 db.execute(statement)
+        if version in (1, 2):
+            db.execute("ALTER TABLE leases ADD COLUMN held TEXT NOT NULL DEFAULT ''")
             db.execute(f"PRAGMA user_version = {FORMAT}")
     except BaseException:
         db.rollback()

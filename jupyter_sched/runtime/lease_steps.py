@@ -48,12 +48,15 @@ class LeaseSteps:
         self._refused: dict[str, str] = {}  # task -> why its start in this step got no lease
         # whether a start's own process takes its lease (an engine of a kept cluster)
         self.leases_itself: Callable[[ev.Start], bool] = lambda start: False
+        # how a start's fractions of a GPU are held, in a word (None: not said)
+        self.enforcement: Callable[[ev.Start], str | None] = lambda start: None
 
     def settle(self, instructions: list, now: float) -> None:
         """Before a step's instructions are carried out: give back the leases of attempts that
         ended (their records are synced after the instructions: a start must never be refused
         by our own leases) and take those of the step's starts, with this kernel's waits, in
-        one transaction when one is due (a step that only passes leases on writes none)."""
+        one transaction when one is due (a step that only passes leases on writes none); each
+        start's leases say how its share is held (:attr:`enforcement`)."""
         leases, core = self.leases, self.core
         self._refused = {}
         if leases is None or core is None:
@@ -70,7 +73,7 @@ class LeaseSteps:
             return
         for start in starts:
             self._unleased.discard(start.task)
-        self._refused = leases.settle(ended, starts, now)
+        self._refused = leases.settle(ended, starts, now, self.enforcement)
 
     def lease(self, start: ev.Start) -> bool:
         """Whether ``start`` got the host's leases (:meth:`settle` took them); False, and the

@@ -160,13 +160,16 @@ class HostLeases:
         return {self._keys[i]: units for i, units in start.devices.get(GPU, {}).items()
                 if i in self._keys and units > 0}
 
-    def settle(self, ended: Iterable[str], starts: Iterable[ev.Start],
-               now: float) -> dict[str, str]:
+    def settle(self, ended: Iterable[str], starts: Iterable[ev.Start], now: float,
+               enforcement: Callable[[ev.Start], str | None] = lambda start: None
+               ) -> dict[str, str]:
         """Give back the leases of the tasks ``ended`` (and of earlier attempts of ``starts``)
         and take those of ``starts``, each all or nothing, in one transaction of the ledger,
-        with this kernel's waits when they changed. Leases given back that a start needs as
-        they are (the same shares of the same devices) pass to it instead; a step that only
-        passes writes nothing: a stream of like tasks changes nothing others need to read. The
+        with this kernel's waits when they changed; a start's leases say how its fractions of
+        a GPU are held (``enforcement(start)``: ``logical``, ``mps``, ``torch``; None: not
+        said). Leases given back that a start needs as they are (the same shares of the same
+        devices, held the same way) pass to it instead; a step that only passes writes
+        nothing: a stream of like tasks changes nothing others need to read. The
         ledger learns which task holds a lease passed on with the next transaction, at the
         latest ``LABEL`` seconds (of ``now``) after the pass (:attr:`label_due`). Returns
         ``{task: reason}`` for the starts refused (another kernel holds the share, or waits
@@ -178,31 +181,34 @@ class HostLeases:
                      if (leases := self._release(start.task, start.attempt))]
         spare: dict[tuple, list[tuple[Lease, ...]]] = {}
         for leases in released:
-            spare.setdefault(_shape((lease.device, lease.units) for lease in leases),
+            spare.setdefault(_shape((lease.device, lease.units, lease.held) for lease in leases),
                              []).append(leases)
         takes = []
         for start in starts:
             shares = self.shares(start)
             if shares:
-                same = spare.get(_shape(shares.items()))
+                held = enforcement(start) or ""
+                same = spare.get(_shape((device, units, held if units < SCALE else "")
+                                        for device, units in shares.items()))
                 if same:
                     self._hand_over(start.task, start.attempt, same.pop())
                 else:
-                    takes.append((start, shares))
+                    takes.append((start, shares, held))
         gives = [lease.id for group in spare.values() for leases in group for lease in leases]
         due = self.label_due is not None and now >= self.label_due
         waits = self.view.wanted if self.view.due() else None
         if not gives and not takes and not due and waits is None:
             return {}
         if self.view.blocked is not None:  # no ledger to take from: they wait for one
-            return {start.task: self.view.blocked for start, _ in takes}
+            return {start.task: self.view.blocked for start, _, _ in takes}
         passes = list(self._unlabelled.items())
         try:
-            done = self.ledger.exchange(gives, [(start.task, shares) for start, shares in takes],
+            done = self.ledger.exchange(gives, [(start.task, shares, held)
+                                                for start, shares, held in takes],
                                         passes=passes, waits=waits)
         except ERRORS as err:
             self._failed(err)
-            return {start.task: self.view.blocked or str(err) for start, _ in takes}
+            return {start.task: self.view.blocked or str(err) for start, _, _ in takes}
         self._unlabelled.clear()
         self.label_due = None
         if waits is not None:
@@ -213,7 +219,7 @@ class HostLeases:
         for (task, _), got in zip(passes, done.passed, strict=True):
             self._labelled(task, got)
         refused = {}
-        for (start, _), got in zip(takes, done.taken, strict=True):
+        for (start, _, _), got in zip(takes, done.taken, strict=True):
             if isinstance(got, Refusal):
                 refused[start.task] = self._refused(got)
             else:
@@ -444,7 +450,8 @@ class HostLeases:
         self.view.resend()
 
 
-def _shape(shares: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+def _shape(shares: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str], ...]:
+    """Leases as a start needs them: ``(device, units, held)`` each, in one order."""
     return tuple(sorted(shares))
 
 

@@ -111,6 +111,7 @@ class RuntimeLoop:
             self.leases.successor_of = self.records.successor
             self.leases.own_pids = self._lease_holders
         self.lease_steps.leases_itself = self._leases_itself
+        self.lease_steps.enforcement = self._enforcement
         self.executors: list[Executor] = []
         self.restarts = EngineRestarts(
             lambda node, slot: self.records.slot_executors.get((node, slot)))
@@ -436,6 +437,10 @@ class RuntimeLoop:
     def _leases_itself(self, start: ev.Start) -> bool:
         executor = self.records.executor_for(start)
         return executor is not None and executor.leases_itself(start)
+
+    def _enforcement(self, start: ev.Start) -> str | None:
+        executor = self.records.executor_for(start)
+        return executor.enforcement(start) if executor is not None else None
 
     def _lease_holders(self) -> set[int]:
         return {pid for executor in list(self.executors) for pid in executor.lease_holders()}

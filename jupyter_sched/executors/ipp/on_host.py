@@ -11,13 +11,15 @@ makes (:func:`.leases.host_meta`)::
      "devices": {"GPU-8932f937-...": 0},            # every GPU of the node, {key: node index}
      "mps": [(0, 5000, 17179869184)]}               # (ordinal here, units, device memory)
 
-Before the task's code runs, the leases are taken all or nothing in this host's ledger, held by
-this engine process; when the call ends they are given back (also when it raised or was
-interrupted; an engine killed meanwhile leaves them to the ledger's sweep, which knows the
-engine process has ended). A refusal does not run the task: the reply is ``(REFUSED, head,
-b"")``, ``head`` holding the refusal's text (``reason``) and what others hold of the node's
-devices (``holdings``). :func:`host_holdings` reads the latter alone, for the kernel's re-reads
-while work waits for the host.
+Before the task's code runs (its MPS variables or torch cap set), the leases are taken all or
+nothing in this host's ledger, held by this engine process and saying how the share is held, as
+the reply does (``enforced``: :mod:`jupyter_sched.host.enforce`); when the call ends they are
+given back (also when it raised or was interrupted; an engine killed meanwhile leaves them to
+the ledger's sweep, which knows the engine process has ended). A refusal does not run the task
+(its variables and cap are undone): the reply is ``(REFUSED, head, b"")``, ``head`` holding
+the refusal's text (``reason``) and what others hold of the node's devices (``holdings``).
+:func:`host_holdings` reads the latter alone, for the kernel's re-reads while work waits for
+the host.
 
 MPS (:mod:`jupyter_sched.host.mps`): when a control daemon serves this engine's user, a task on
 a fraction of a GPU runs with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
@@ -54,47 +56,62 @@ _mps: list = [None, -1e9]  # (status, when detected)
 
 
 def host_call(host: Mapping[str, Any], wrapper: Callable, /, *args: Any) -> tuple:
-    """``wrapper(*args)`` holding the task's leases on this host, with its MPS variables."""
+    """``wrapper(*args)`` holding the task's leases on this host, with its MPS variables; the
+    leases say how the share is held, as the reply does (``head["enforced"]``)."""
     give_back()
-    note = ""
-    if host.get("shares"):
-        try:
-            ledger = open_ledger(host.get("ledger", ""))
-            # an engine holds leases only during a call, and runs one call at a time: any it
-            # holds now were left by a call interrupted between taking and holding them
-            ledger.give_mine()
-            got = ledger.take_all(dict(host["shares"]), task=host.get("task", ""),
-                                  label=host.get("label") or None)
-        except ERRORS as err:  # the task runs unleased, as a kernel with no ledger would
-            note, got = f"{type(err).__name__}: {err}", ()
-        if isinstance(got, Refusal):
-            return REFUSED, refusal_head(ledger, host, got), b""
-        with _lock:
-            _held.extend((ledger, lease) for lease in got)
     warm = cuda_loaded()  # CUDA read its MPS variables already: this process's cap is fixed
-    try:
-        with mps_scope(host.get("mps", ())) as capped, \
-                torch_scope(() if capped else host.get("torch", ()),
-                            load=bool(host.get("load_torch"))) as held:
+    with contextlib.ExitStack() as scopes:
+        capped = scopes.enter_context(mps_scope(host.get("mps", ())))
+        held = scopes.enter_context(torch_scope(() if capped else host.get("torch", ()),
+                                                load=bool(host.get("load_torch"))))
+        cap = _cap_of(host.get("mps", ()), capped)
+        word = None
+        if host.get("mps") or host.get("torch"):
+            # as it is: an MPS cap is this task's only when this call fixes the process's
+            # cap, or the cap fixed before is the same
+            mps_held = capped and (not warm or _cuda_cap[0] in (None, cap))
+            word = MPS if mps_held else TORCH if held else LOGICAL
+        note, refused = _take(host, word)
+        if refused is not None:
+            return REFUSED, refused, b""
+        try:
             reply = wrapper(*args)
-    finally:
-        give_back()
-    cap = _cap_of(host.get("mps", ()), capped)
+        finally:
+            give_back()
     fixed = None
     if not warm and _cuda_cap[0] is None and cuda_loaded() and mps_status().running:
         _cuda_cap[0] = fixed = cap  # this call's task was the first to use CUDA here
     if isinstance(reply, tuple) and len(reply) > 1 and isinstance(reply[1], dict):
         head = reply[1]
-        if host.get("mps") or host.get("torch"):
-            # as it was: an MPS cap is this task's only when this call fixed the process's
-            # cap, or the cap fixed before is the same
-            mps_held = capped and (not warm or _cuda_cap[0] in (None, cap))
-            head["enforced"] = MPS if mps_held else TORCH if held else LOGICAL
+        if word is not None:
+            head["enforced"] = word
         if fixed is not None:
             head["cap"] = fixed  # the engine's cap from now on (its slot's, in the core)
-    if note and isinstance(reply, tuple) and len(reply) > 1 and isinstance(reply[1], dict):
-        reply[1]["ledger"] = note
+        if note:
+            head["ledger"] = note
     return reply
+
+
+def _take(host: Mapping[str, Any], word: str | None) -> tuple[str, dict[str, Any] | None]:
+    """Take the task's leases (held as ``word`` says) for the call: ``(note, None)``, the note
+    saying why the task runs unleased (a ledger that cannot be used), or ``("", head)`` of a
+    refusal."""
+    if not host.get("shares"):
+        return "", None
+    try:
+        ledger = open_ledger(host.get("ledger", ""))
+        # an engine holds leases only during a call, and runs one call at a time: any it
+        # holds now were left by a call interrupted between taking and holding them
+        ledger.give_mine()
+        got = ledger.take_all(dict(host["shares"]), task=host.get("task", ""),
+                              label=host.get("label") or None, held=word or "")
+    except ERRORS as err:  # the task runs unleased, as a kernel with no ledger would
+        return f"{type(err).__name__}: {err}", None
+    if isinstance(got, Refusal):
+        return "", refusal_head(ledger, host, got)
+    with _lock:
+        _held.extend((ledger, lease) for lease in got)
+    return "", None
 
 
 def host_holdings(host: Mapping[str, Any]) -> dict[str, Any]:
