@@ -278,6 +278,9 @@ def test_the_lease_on_the_engines_host_says_how_the_share_is_held_as_the_reply_d
     assert (head["enforced"], seen) == ("logical", [(2_500, "logical")])
     whole = host(ledger_file, units=10_000)  # nothing to cap, nothing to say
     assert host_call(whole, lambda: ok(words())) == ok([(10_000, "")])
+    # Scheduler.enforce = "logical": nothing to cap, but a fraction is held logically
+    assert host_call(host(ledger_file, units=2_500), lambda: ok(words())) == \
+        ok([(2_500, "logical")])
     assert words() == []
 
 

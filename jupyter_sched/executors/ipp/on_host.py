@@ -71,7 +71,7 @@ def host_call(host: Mapping[str, Any], wrapper: Callable, /, *args: Any) -> tupl
             # cap, or the cap fixed before is the same
             mps_held = capped and (not warm or _cuda_cap[0] in (None, cap))
             word = MPS if mps_held else TORCH if held else LOGICAL
-        note, refused = _take(host, word)
+        note, refused = _take(host, word or LOGICAL)  # (a whole GPU's lease has no word)
         if refused is not None:
             return REFUSED, refused, b""
         try:
