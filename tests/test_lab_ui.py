@@ -906,8 +906,9 @@ def test_a_reload_shows_the_status_line_as_it_is_now(page, lab, artifacts):
 
 
 def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab, artifacts):
-    """A notebook's task holds its only GPU and two more wait. "Run next" on the second puts
-    it first in its queue; "Hold" holds the other, which the kernel then says is held, with no
+    """A notebook's two tasks hold 0.6 of each of its two GPUs and two tasks of 0.8 wait, the
+    first saying why: the 0.4 + 0.4 left is fragmented. "Run next" on the second puts it
+    first in its queue; "Hold" holds the other, which the kernel then says is held, with no
     position, and the sidebar shows as held; "Release", pressed with the keyboard on the same
     button, which kept the focus, puts it back in its queue. Each change is read from the
     kernel by running a cell."""
@@ -915,15 +916,16 @@ def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab
     from playwright.sync_api import expect
 
     cells = [
-        "%load_ext jupyter_sched\n%sched local --gpus 1",
+        "%load_ext jupyter_sched\n%sched local --gpus 2",
         "import threading\ngate = threading.Event()",
-        f"%%sched --gpus 1 --name gpu-holder --out g\ngate.wait({HOLD})",
-        "%%sched --gpus 1 --name first-wait --out a\npass",
-        "%%sched --gpus 1 --name second-wait --out b\npass",
+        f"%%sched --gpus 0.6 --name gpu-holder --out g\ngate.wait({HOLD})",
+        f"%%sched --gpus 0.6 --name other-half --out h\ngate.wait({HOLD})",
+        "%%sched --gpus 0.8 --name first-wait --out a\npass",
+        "%%sched --gpus 0.8 --name second-wait --out b\npass",
         "print(g.state, '|', a.state, a.position, '|', b.state, b.position)",
         "gate.set()",
     ]
-    load, imports, holder, first, second, states, done = range(len(cells))
+    load, imports, holder, other, first, second, states, done = range(len(cells))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
@@ -937,14 +939,17 @@ def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab
     # a workspace of its own: only this notebook is open
     page.goto(lab.lab_url("steer.ipynb", workspace="steer"))
     wait_kernel_idle(page)
-    run_cells(page, load, imports, holder, first, second)
+    run_cells(page, load, imports, holder, other, first, second)
     show_scheduler(page)
     others = r"( · others [\d.]+)?$"
-    expect_following(page, "steer.ipynb", rf"^GPU [\d.]+/1 · 1 running · 2 queued{others}")
+    expect_following(page, "steer.ipynb", rf"^GPU [\d.]+/2 · 2 running · 2 queued{others}")
     expect(task_row(page, "gpu-holder")).to_have_attribute("data-state", "running")
     first_row, second_row = task_row(page, "first-wait"), task_row(page, "second-wait")
     expect(first_row).to_have_attribute("data-position", "1")
     expect(second_row).to_have_attribute("data-position", "2")
+    # the first waits on fragmented shares, and says so in its row, as the kernel does
+    fragmented = "fragmented: 0.4 + 0.4 free on local, no device has 0.8"
+    expect(first_row.locator(".jp-sched-task-detail")).to_have_text(fragmented)
     kernel_says(r"running \| queued 1 \| queued 2")
     # the running task is only cancelled; a waiting one is steered, by labelled buttons
     assert task_row(page, "gpu-holder").locator("button").all_inner_texts() == ["Cancel"]
@@ -966,7 +971,7 @@ def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab
     expect(first_row).to_have_attribute("data-state", "held", timeout=WAIT)
     expect(first_row.locator(".jp-sched-state")).to_have_text(re.compile(r"held$"))
     assert first_row.get_attribute("data-position") is None
-    expect_status(page, rf"^GPU [\d.]+/1 · 1 running · 1 queued · 1 held{others}")
+    expect_status(page, rf"^GPU [\d.]+/2 · 2 running · 1 queued · 1 held{others}")
     snap(page, artifacts, "steer-held", sidebar(page))
     # Hold became Release in place, and kept the focus: the keyboard releases it
     release = first_row.locator("button.jp-sched-release")
@@ -977,13 +982,13 @@ def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab
     page.keyboard.press("Enter")
     expect(first_row).to_have_attribute("data-state", "queued", timeout=WAIT)
     expect(first_row.locator("button.jp-sched-hold")).to_have_count(1)
-    expect_status(page, rf"^GPU [\d.]+/1 · 1 running · 2 queued{others}")
+    expect_status(page, rf"^GPU [\d.]+/2 · 2 running · 2 queued{others}")
     kernel_says(r"running \| queued \d+ \| queued 1")
     assert sidebar(page).locator(".jp-sched-error").count() == 0
 
     # the GPU is given back: the two waiting tasks run, and the notebook goes
     run_cells(page, done)
-    expect_status(page, rf"^GPU [\d.]+/1 · 0 running · 0 queued{others}")
+    expect_status(page, rf"^GPU [\d.]+/2 · 0 running · 0 queued{others}")
     kernel_says(r"done \| done \S+ \| done \S+")
     close_notebook(page, "steer.ipynb")
     lab.api(f"/api/sessions/{session_of(lab, 'steer.ipynb')['id']}", method="DELETE")
