@@ -88,7 +88,10 @@ def install(workdir: Path) -> Install:
     """
     log: list[str] = []
     venv = workdir / "venv"
-    env = _clean_env()
+    # the core as plain Python: the browser tests drive the extension and the kernel, which
+    # behave the same either way, and mypyc would double the build (test_build.py builds
+    # and checks the compiled wheel)
+    env = _clean_env(JUPYTER_SCHED_PURE="1")
     python = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", python]
 
