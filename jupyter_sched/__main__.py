@@ -152,7 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     leases = commands.add_parser(
         "leases",
         help="list who holds and who waits for which GPU on this host",
-        description="Show this host's lease ledger as every kernel sees it: the leases, the "
+        description="Show this host's lease ledger as every kernel sees it: the leases and "
+        "how each share is held (logical: nothing caps it; mps, torch: capped), the "
         "waits in the host's order and what they reserve, each user's fair-share standing. "
         "Only --sweep, --weight and --half-life change the ledger.",
     )
