@@ -2,7 +2,7 @@
 
 Each user (made with ``useradd`` by the test) runs a scheduler of their own, as their kernel
 would, on the same two declared GPUs through one ledger in a setgid group directory, each with
-a backlog of half-GPU tasks of 1 s for 120 s. Every task writes down when it ran: each user's
+a backlog of half-GPU tasks of 1 s for 60 s. Every task writes down when it ran: each user's
 GPU-seconds come from those records. Equal weights split the GPU time between 40% and 60%;
 weights 2:1 give the heavier user between 60% and 73%. The two cases run side by side, each
 with a ledger of its own.
@@ -20,7 +20,7 @@ from test_host_trust import RealUsers, why_no_real_users
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
-RUN = 120.0  # seconds both users keep a backlog
+RUN = 60.0  # seconds both users keep a backlog
 SKIP = 10.0  # seconds at the start not counted (both start up, fill the GPUs)
 
 WORKLOAD = """
