@@ -390,7 +390,7 @@ class Requests:
     def __init__(self):
         self.sent = []
 
-    def apply(self, eid, fn, args, hook, output=None):
+    def apply(self, eid, fn, args, hook, output=None, sent=None):
         reply = Reply(f"m{len(self.sent)}")
         hook(reply)
         self.sent.append((eid, fn, args))

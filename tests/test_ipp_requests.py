@@ -46,6 +46,40 @@ def request(client, fn, args, hook):
     return send_apply(client, "socket", b"engine-0", fn, args, hook)
 
 
+class Sends:
+    """Records what the client's IO thread sends."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, socket, msg, buffers, ident):
+        self.sent.append((socket, msg, buffers, ident))
+
+
+def sent_through(client) -> list:
+    """Run the one callback the request left for the client's IO thread: the buffers it sent
+    to engine-0 through its socket."""
+    ((call, args, kwargs),) = client._io_loop.calls
+    session = Sends()
+    call(session, *args[1:], **kwargs)
+    ((socket, _msg, buffers, ident),) = session.sent
+    assert socket == "socket" and ident == b"engine-0"
+    return buffers
+
+
+def test_sent_is_called_on_the_io_thread_once_the_request_is_in_its_socket():
+    client = Client()
+    told = []
+    reply = send_apply(client, "socket", b"engine-0", CALL, [("t1", "n", {})],
+                       lambda f: None, lambda f: told.append(f))
+    assert told == []  # not yet: the IO thread has not sent it
+    ((call, args, kwargs),) = client._io_loop.calls
+    session = Sends()
+    session.send = lambda *a, **k: told.append("socket")
+    call(session, *args[1:], **kwargs)
+    assert told == ["socket", reply]  # after the send, with its future
+
+
 def test_a_request_is_kept_as_the_client_keeps_its_own_until_both_futures_are_done():
     client = Client()
     hooked = []
@@ -57,9 +91,7 @@ def test_a_request_is_kept_as_the_client_keeps_its_own_until_both_futures_are_do
     assert client._futures[msg_id] is reply and client._output_futures[msg_id] is reply.output
     assert msg_id in client.outstanding and client.history == [msg_id]
     assert client._outstanding_dict["engine-0"] == {msg_id} and msg_id in client.metadata
-    ((send, (socket, _msg, *_), kwargs),) = client._io_loop.calls
-    assert send == client.session.send and socket == "socket" and kwargs["ident"] == b"engine-0"
-    buffers = kwargs["buffers"]
+    buffers = sent_through(client)
     f, args, kwargs = unpack_apply_message(buffers)  # as the engine reads it
     # small arguments travel as one frame (function, its info, the arguments: as a raw
     # request of one argument), and the wrapper spreads them
@@ -151,6 +183,5 @@ def test_big_arguments_keep_their_own_frames():
     client = Client()
     big = b"x" * 5000  # (past the client's buffer threshold: sent without a copy)
     request(client, CALL, [("t1",), big], lambda f: None)
-    ((_, _, kwargs),) = client._io_loop.calls
-    f, args, _ = unpack_apply_message(kwargs["buffers"])
+    f, args, _ = unpack_apply_message(sent_through(client))
     assert not f.spread and list(args) == [("t1",), big]

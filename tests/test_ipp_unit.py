@@ -189,10 +189,12 @@ class FakeClient(Connection):
         self.signals = []
         self.closed = False
 
-    def apply(self, eid, fn, args, hook, output=None):
+    def apply(self, eid, fn, args, hook, output=None, sent=None):
         future = FakeFuture(f"m{len(self.sent)}", output)
         hook(future)
         self.sent.append((eid, fn, list(args), {}, future))
+        if sent is not None:
+            sent(future)
         return future
 
     def abort(self, request, eid):

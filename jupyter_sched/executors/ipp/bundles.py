@@ -135,17 +135,21 @@ class Bundles:
         def hook(future: Reply) -> None:  # before the request leaves
             future.add_done_callback(lambda f: self._replied(runs, f))
 
+        def sent(future: Reply) -> None:  # written down once it has left (see dispatch)
+            for k, run in enumerate(runs):
+                self._notes.sent(run, k, request=future.msg_id)
+
         try:
-            future = self._connection.apply(eid, BUNDLE, [tuple(calls)], hook)
+            future = self._connection.apply(eid, BUNDLE, [tuple(calls)], hook, None,
+                                            sent if self._notes.journal is not None else None)
         except Exception as err:
             for run in runs:
                 self._pipeline.remove(run)
                 out.fail(run.task, err, f"could not send the task to engine {eid}: "
                          f"{type(err).__name__}: {err}", attempt=run.start.attempt)
             return
-        for k, run in enumerate(runs):
+        for run in runs:
             run.future = future
-            self._notes.sent(run, k)
 
     def _replied(self, runs: list[Run], future: Any) -> None:
         """IO thread: the engine answered a bundle (or the client gave up on it): each run

@@ -41,8 +41,10 @@ _warned: set[tuple[str, ...]] = set()
 class Connection:
     """The parts' view of an ipyparallel client, through its public API.
 
-    ``apply(eid, fn, args, hook, output)`` sends ``fn(*args)`` to engine ``eid`` and answers its
-    :class:`.futures.Reply`; ``output(stream, text)`` gets what the call prints."""
+    ``apply(eid, fn, args, hook, output, sent)`` sends ``fn(*args)`` to engine ``eid`` and
+    answers its :class:`.futures.Reply`; ``output(stream, text)`` gets what the call prints;
+    ``sent(reply)`` is called once the request has left this process's Python (handed to the
+    client's socket), so that what is written down as sent survives this process's end."""
 
     fast = False
 
@@ -56,13 +58,15 @@ class Connection:
     # -- requests ---------------------------------------------------------------------------------
 
     def apply(self, eid: int, fn: Any, args: list, hook: Hook,
-              output: Output | None = None) -> Reply:
+              output: Output | None = None, sent: Hook | None = None) -> Reply:
         reply = Reply("")
         reply.output = Reply("")
         hook(reply)  # (this reply is ours to resolve: nothing can come before)
         result = self._view(eid).apply_async(fn, *args)
         reply.msg_id = reply.output.msg_id = result.msg_ids[0]
         result.add_done_callback(lambda r: self._answered(r, reply, output))
+        if sent is not None:  # (the public API says no more than that it was asked to send)
+            sent(reply)
         return reply
 
     def forget(self, eid: int) -> None:
@@ -171,7 +175,7 @@ class FastConnection(Connection):
         self._threshold = getattr(session, "buffer_threshold", 1024)
 
     def apply(self, eid: int, fn: Any, args: list, hook: Hook,
-              output: Output | None = None) -> Reply:
+              output: Output | None = None, sent: Hook | None = None) -> Reply:
         route = self._routes.get(eid)
         if route is None:
             route = self._routes[eid] = internals.route(self.client, eid)
@@ -183,7 +187,7 @@ class FastConnection(Connection):
                 reply.iopub_callbacks.append(lambda msg: _stream(msg, output))
                 inner(reply)
 
-        return internals.send_apply(self.client, *route, fn, args, hook)
+        return internals.send_apply(self.client, *route, fn, args, hook, sent)
 
     def forget(self, eid: int) -> None:
         super().forget(eid)

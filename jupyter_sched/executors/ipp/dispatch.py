@@ -164,16 +164,19 @@ class Dispatcher:
         def hook(future: Any) -> None:  # before the request leaves: no reply can come earlier
             future.add_done_callback(lambda f: self._replied(run, f))
 
+        def sent(future: Any) -> None:  # written down once it has left: a kernel killed
+            self._notes.sent(run, request=future.msg_id)  # before then never sent it
+
         try:
             run.future = self._connection.apply(
                 engine.eid, fn, args, hook,
-                (lambda name, text: self._relay(run, name, text)) if relay else None)
+                (lambda name, text: self._relay(run, name, text)) if relay else None,
+                sent if self._notes.journal is not None else None)
         except Exception as err:
             self._pipeline.remove(run)
             out.fail(run.task, err, f"could not send the task to engine {engine.eid}: "
                      f"{type(err).__name__}: {err}", attempt=run.start.attempt)
             return
-        self._notes.sent(run)
 
     def _send_later(self, run: Run) -> None:
         with self._guard as out:

@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import collections
 import inspect
+import logging
 import pickle
 from collections.abc import Callable
 from typing import Any
 
 from .futures import Reply
+
+log = logging.getLogger(__name__)
 
 # the client's attributes the fast path uses, and the type each must have
 _CLIENT_TABLES: dict[str, type | tuple[type, ...]] = {
@@ -215,11 +218,13 @@ def route(client: Any, eid: int) -> tuple[Any, bytes]:
 
 
 def send_apply(client: Any, socket: Any, ident: bytes, fn: Any, args: list,
-               hook: Callable[[Reply], Any]) -> Reply:
+               hook: Callable[[Reply], Any],
+               sent: Callable[[Reply], Any] | None = None) -> Reply:
     """Send ``fn(*args)`` (as :func:`prepickled` values where they may go so) to the engine
     ``ident`` names; its future (``hook`` is called with it before the request leaves, so that
-    no reply or output can come first). The client keeps the request as ``Client._send`` keeps
-    its own until both its futures are done."""
+    no reply or output can come first; ``sent`` on the client's IO thread once the request is
+    in its socket). The client keeps the request as ``Client._send`` keeps its own until both
+    its futures are done."""
     if client._closed:
         raise RuntimeError("the ipyparallel client's sockets are closed")
     ReplyReader.install(client)
@@ -253,8 +258,19 @@ def send_apply(client: Any, socket: Any, ident: bytes, fn: Any, args: list,
 
     reply.add_done_callback(forget)
     output.add_done_callback(forget)
-    client._io_loop.add_callback(session.send, socket, msg, buffers=buffers, ident=ident)
+    client._io_loop.add_callback(_send, session, socket, msg, buffers, ident, reply, sent)
     return reply
+
+
+def _send(session: Any, socket: Any, msg: dict, buffers: list, ident: bytes, reply: Reply,
+          sent: Callable[[Reply], Any] | None) -> None:
+    """The client's IO thread: the request into its socket, then ``sent(reply)``."""
+    session.send(socket, msg, buffers=buffers, ident=ident)
+    if sent is not None:
+        try:
+            sent(reply)
+        except Exception:
+            log.exception("after sending %s", reply.msg_id)
 
 
 def call_later(client: Any, delay: float, fn: Callable, *args: Any) -> None:

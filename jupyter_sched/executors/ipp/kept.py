@@ -319,7 +319,9 @@ class RunNotes:
     def __init__(self, journal: Journal | None) -> None:
         self.journal = journal
 
-    def sent(self, run: Any, index: int | None = None) -> None:
+    def sent(self, run: Any, index: int | None = None, request: str | None = None) -> None:
+        """``run``'s request (``request``, else its future's) has left this process: a kernel
+        killed from now on leaves it to the cluster, and the next one takes it back."""
         if self.journal is None:
             return
         start, record = run.start, run.record
@@ -327,7 +329,8 @@ class RunNotes:
         self.journal.write(
             "sent", id=self.journal.key(run.task), attempt=start.attempt, name=record.name,
             engine=run.engine.eid, pid=run.engine.info.pid, slot=start.slot, node=start.node,
-            request=getattr(run.future, "msg_id", None), index=index, gang=start.gang,
+            request=request or getattr(run.future, "msg_id", None), index=index,
+            gang=start.gang,
             rank=start.rank, devices={k: dict(v) for k, v in start.devices.items()},
             source=work.code if isinstance(work.code, str) else None)
 
