@@ -916,7 +916,9 @@ def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab
     from playwright.sync_api import expect
 
     cells = [
-        "%load_ext jupyter_sched\n%sched local --gpus 2",
+        # (GPUs of its own: the lab's other kernels lease the host's declared GPUs too)
+        "get_ipython().config.Scheduler.host_leases = False\n%load_ext jupyter_sched\n"
+        "%sched local --gpus 2",
         "import threading\ngate = threading.Event()",
         f"%%sched --gpus 0.6 --name gpu-holder --out g\ngate.wait({HOLD})",
         f"%%sched --gpus 0.6 --name other-half --out h\ngate.wait({HOLD})",
