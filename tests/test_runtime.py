@@ -161,6 +161,22 @@ def test_unknown_cancel_raises(sched):
         sched.cancel("t999")
 
 
+def test_a_released_task_is_said_to_have_started_however_soon_it_ends(sched):
+    """The line a steer gives is made in the step that took it: a task that ends as soon as it
+    starts is said to have started at once, on its node, every time (never, by chance, to have
+    ended already)."""
+    for i in range(20):
+        gate = threading.Event()
+        busy = sched.submit(gate.wait, WAIT, resources="GPU=2")
+        quick = sched.submit(int, resources="GPU=2", name=f"quick-{i}")
+        assert sched.hold(quick).startswith(f"held {quick.id} quick-{i}: it waits")
+        gate.set()
+        busy.result(timeout=WAIT)
+        said = sched.release(quick)
+        assert said == f"released {quick.id} quick-{i}: started at once, on local", said
+        assert quick.result(timeout=WAIT) == 0
+
+
 # -- time limits and shutdown -----------------------------------------------------------------
 
 

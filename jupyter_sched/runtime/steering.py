@@ -3,7 +3,8 @@
 ``Scheduler.set_priority/top/hold/release`` (and the handles' methods of the same names) come
 here: the task is found (a handle, an id, or a name), the core is asked (``Steer``; what it
 refuses comes back as a ``ValueError`` that names the task and why), and one line says where
-the task stands now, as the core sees it after the step.
+the task stands as the core left it in the step that took the steer (a task started at once
+is said to have started, even when it ends before the line is read).
 """
 
 from __future__ import annotations
@@ -25,10 +26,16 @@ def steer(sched: Any, task: object, action: str, priority: object = None) -> str
     number = None
     if action == "priority":
         number = check_whole(priority, "priority", -MAX_PRIORITY, MAX_PRIORITY)
-    sched._request([ev.Steer(handle.id, action, number)])
     label = fmt.task_label(handle)
     if handle.gang is not None:
         label = f"gang {handle.gang!r} ({label} and the rest)"
+    said: list[str] = []
+    # the line is made in the step that took the steer, as the core left it: a task that
+    # started at once is said to have started, however soon it ends after
+    sched._request([ev.Steer(handle.id, action, number)],
+                   after=lambda core: said.append(_said(core, handle.id, action, label)))
+    if said:
+        return said[0]
     return sched._on_runtime(lambda core: _said(core, handle.id, action, label))
 
 
