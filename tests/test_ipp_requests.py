@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import collections
 import pickle
+import threading
+import time
 
 import pytest
 from ipyparallel.client.client import Metadata
 from ipyparallel.serialize import unpack_apply_message
 from jupyter_client.session import Session
 
-from jupyter_sched.executors.ipp.connection import pickled_call
+from jupyter_sched.executors.ipp.connection import Connection, pickled_call
 from jupyter_sched.executors.ipp.futures import Reply
 from jupyter_sched.executors.ipp.internals import send_apply
 from jupyter_sched.executors.ipp.on_engine import CALL, Ref
@@ -185,3 +187,87 @@ def test_big_arguments_keep_their_own_frames():
     request(client, CALL, [("t1",), big], lambda f: None)
     f, args, _ = unpack_apply_message(sent_through(client))
     assert not f.spread and list(args) == [("t1",), big]
+
+
+# -- the public API's requests ------------------------------------------------------------------
+
+
+class PublicResult:
+    """An ``AsyncResult`` as far as the public connection reads it: sent once ``left`` is set."""
+
+    def __init__(self, msg_id, left):
+        self.msg_ids = [msg_id]
+        self.left = left
+
+    def add_done_callback(self, fn):
+        pass
+
+    @property
+    def sent(self):
+        return self.left.is_set()
+
+    def wait_for_send(self, timeout=-1):
+        if not self.left.wait(None if timeout < 0 else timeout):
+            raise TimeoutError("Still waiting to be sent")
+
+
+class PublicClient:
+    def __init__(self):
+        self.left = {}
+        self.already_left = False
+
+    def direct_view(self, eid):
+        client = self
+
+        class View:
+            def apply_async(self, fn, *args):
+                msg_id = f"m{len(client.left)}"
+                client.left[msg_id] = threading.Event()
+                if client.already_left:
+                    client.left[msg_id].set()
+                return PublicResult(msg_id, client.left[msg_id])
+
+        return View()
+
+
+def sends_threads() -> set:
+    return {t for t in threading.enumerate() if t.name == "jupyter_sched-ipp-sends"}
+
+
+def test_the_public_api_says_a_request_was_sent_once_ipyparallel_says_it_left():
+    client = PublicClient()
+    connection = Connection(client)
+    before = sends_threads()
+    told = []
+    first = connection.apply(0, CALL, [], lambda f: None, sent=told.append)
+    second = connection.apply(0, CALL, [], lambda f: None, sent=told.append)
+    assert told == []  # asked to send is not sent: the client's IO thread has not sent them
+    client.left["m0"].set()
+    deadline = time.monotonic() + 10
+    while len(told) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert told == [first]  # the second has not left
+    client.left["m1"].set()
+    while len(told) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert told == [first, second]
+    client.already_left = True
+    third = connection.apply(0, CALL, [], lambda f: None, sent=told.append)
+    assert told == [first, second, third]  # one that had left by then: at once, on this thread
+    (thread,) = sends_threads() - before
+    connection.unwatch()
+    thread.join(10)
+    assert not thread.is_alive()  # (everything started is stopped)
+
+
+def test_a_request_still_unsent_when_the_connection_closes_is_not_said_to_be_sent():
+    client = PublicClient()
+    connection = Connection(client)
+    before = sends_threads()
+    told = []
+    connection.apply(0, CALL, [], lambda f: None, sent=told.append)
+    (thread,) = sends_threads() - before  # the connection's send thread
+    connection.unwatch()
+    thread.join(10)
+    assert not thread.is_alive() and told == []

@@ -12,7 +12,8 @@ printed, and engines joining or leaving are noticed by reading ``Client.ids`` ev
 
 Threads: requests are made from any thread (under the executor's lock); replies, output and
 registrations come on the client's IO thread (the public connection: its poller and output
-threads, and timers). A connection keeps its own small state under its own lock.
+threads, its send thread, and timers). A connection keeps its own small state under its own
+lock.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 POLL_EVERY = 0.25  # seconds between reads of the engine ids (public API only)
 OUTPUT_PATIENCE = 10.0  # seconds the public connection waits for a reply's output
+SEND_LOOK = 0.25  # seconds between looks, while a public request waits to leave, at a close
 Output = Callable[[str, str], None]  # (stream name, text) of a request's output, as it comes
 Hook = Callable[[Reply], None]  # called with a request's future before the request leaves
 
@@ -53,6 +55,7 @@ class Connection:
         self._lock = threading.Lock()
         self._views: dict[int, Any] = {}
         self._outputs: queue.SimpleQueue | None = None
+        self._sends: _Sends | None = None
         self._poller: threading.Event | None = None
 
     # -- requests ---------------------------------------------------------------------------------
@@ -65,9 +68,20 @@ class Connection:
         result = self._view(eid).apply_async(fn, *args)
         reply.msg_id = reply.output.msg_id = result.msg_ids[0]
         result.add_done_callback(lambda r: self._answered(r, reply, output))
-        if sent is not None:  # (the public API says no more than that it was asked to send)
-            sent(reply)
+        if sent is not None:
+            self._when_sent(result, reply, sent)
         return reply
+
+    def _when_sent(self, result: Any, reply: Reply, sent: Hook) -> None:
+        """``sent(reply)`` once ipyparallel says the request has left (``AsyncResult.sent``):
+        at once if it has, else on the send thread."""
+        if result.sent:
+            sent(reply)
+            return
+        with self._lock:
+            if self._sends is None:
+                self._sends = _Sends()
+            self._sends.put(result, reply, sent)
 
     def forget(self, eid: int) -> None:
         """Engine ``eid`` is a new one (an id the controller gave again): what reached the one
@@ -143,10 +157,13 @@ class Connection:
         with self._lock:
             poller, self._poller = self._poller, None
             outputs, self._outputs = self._outputs, None
+            sends, self._sends = self._sends, None
         if poller is not None:
             poller.set()
         if outputs is not None:
             outputs.put(None)
+        if sends is not None:
+            sends.close()
 
     def controller(self) -> tuple[str | None, str | None] | None:
         """Where the controller is (its host and registration address), None if unknown."""
@@ -300,6 +317,49 @@ def _wait_for_outputs(pending: queue.SimpleQueue) -> None:
         result, done, output = item
         result.wait_for_output(OUTPUT_PATIENCE)
         _hand_output(result, done, output)
+
+
+class _Sends:
+    """The public connection's send thread: ``sent(reply)`` for each request once ipyparallel
+    says it has left, in the order the requests were made (the client's IO thread sends them
+    in that order). Once closed, what has left by then is still said; the rest is not."""
+
+    def __init__(self) -> None:
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = threading.Event()
+        _daemon(self._run, "jupyter_sched-ipp-sends")
+
+    def put(self, result: Any, reply: Reply, sent: Hook) -> None:
+        self._pending.put((result, reply, sent))
+
+    def close(self) -> None:
+        self._closed.set()
+        self._pending.put(None)
+
+    def _run(self) -> None:
+        while (item := self._pending.get()) is not None:
+            result, reply, sent = item
+            if self._left(result):
+                _say_sent(sent, reply)
+
+    def _left(self, result: Any) -> bool:
+        while True:
+            try:
+                result.wait_for_send(SEND_LOOK)
+                return True
+            except TimeoutError:
+                if self._closed.is_set():
+                    return False
+            except Exception as err:  # (the client went away under it)
+                log.debug("waiting for a request to leave: %s", err)
+                return False
+
+
+def _say_sent(sent: Hook, reply: Reply) -> None:
+    try:
+        sent(reply)
+    except Exception:
+        log.exception("noting that a request was sent")
 
 
 def _daemon(target: Callable, name: str, *args: Any) -> None:
