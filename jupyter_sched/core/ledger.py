@@ -2,10 +2,12 @@
 every change shares.
 
 :class:`Ledger` holds what the core knows and the small operations that keep it consistent:
-binding a task to a node and releasing it, the waiting structures, deadlines, the outbox. It
-decides nothing: the transition table (:mod:`.transitions`) says what an event does to a task,
-the actions (:mod:`.actions`) decide placements, and :class:`.state.Core` is the one door.
-The session and the actions see the core as a ``Ledger``, so nothing below ``state`` imports it.
+binding a task to a node and releasing it, the waiting structures, deadlines, the outbox, and
+looking up a task, a node or a task's class. It decides nothing: the transition table
+(:mod:`.transitions`) says what an event does to a task, the actions (:mod:`.actions`) decide
+placements, :mod:`.steering` and :mod:`.membership` carry out steers and changes of the
+cluster, and :class:`.state.Core` is the one door. They all see the core as a ``Ledger``, so
+nothing below ``state`` imports it.
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ class Ledger:
         # its start takes nothing from it
         self.at_once: Task | Gang | None = None
         self._seq = 0
+        self._klasses: dict[tuple, int] = {}  # a class's key -> its number
         self.starts = 0  # tasks started, all time (queues that tie take turns by it)
         # waiting tasks whose reason a cycle changed (their records are brought up to date)
         self.said: set[str] = set()
@@ -145,6 +148,29 @@ class Ledger:
     def next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    def task(self, task_id: str) -> Task:
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise ValueError(f"no task {task_id!r}; task ids look like 't7'")
+        return task
+
+    def node(self, name: str) -> Node:
+        node = self.cluster.nodes.get(name)
+        if node is None:
+            raise ValueError(f"node {name!r} is not registered; known nodes: "
+                             f"{', '.join(self.cluster.nodes) or 'none'}")
+        return node
+
+    def klass_of(self, spec: TaskSpec) -> int:
+        """A class is a small int: its key (a priority, a demand, constraints) is hashed once
+        per task here, not at every lookup of the class's FIFO, feasibility or failure."""
+        klasses = self._klasses
+        klass = (spec.priority, spec.demand, spec.target, spec.node, spec.selector)
+        number = klasses.get(klass)
+        if number is None:
+            number = klasses[klass] = len(klasses)
+        return number
 
     def emit(self, instruction: ev.Instruction) -> None:
         self._out.append(instruction)

@@ -8,60 +8,45 @@ ties between nodes go by the order in which they came to their present free capa
 they joined, until it first changes), ties between jobs by the order of submission.
 
 What an event does to a task is the transition table (:mod:`.transitions`); this module turns
-events into its stimuli, checks events before they change anything, and runs the cycle.
+submissions, cancels, reports and time into its stimuli, checks events before they change
+anything, and runs the cycle. Steering a waiting job is :mod:`.steering`'s; nodes, engine slots
+and shares held elsewhere are :mod:`.membership`'s. Each handler answers whether a cycle is due.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..model.cluster import PINNED_ONLY, Node, demand_share, share_of
-from ..model.limits import (
-    MAX_DEVICES_PER_NODE,
-    MAX_PRIORITY,
-    check_count,
-    check_int,
-    check_name,
-    check_seconds,
-)
-from ..model.quantity import SCALE, format_units
+from ..model.limits import check_seconds
 from ..model.queues import CLOSED, OPEN
-from ..model.resources import GPU
 from ..model.tasks import (
     ASSIGNED,
-    HELD,
-    INFEASIBLE,
     PENDING,
     QUEUED,
     RUNNING,
     TERMINAL,
-    WAITING,
     Gang,
     Task,
     TaskSpec,
 )
 from . import events as ev
-from . import invariants
+from . import invariants, membership, steering
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
 from .errors import InvalidTransition, Refused
 from .intake import check
-from .jobs import in_order, job_key, job_spec
+from .jobs import in_order, job_key
 from .ledger import Ledger
 from .session import Session
 from .transitions import (
     CANCEL,
     FAIL,
     FINISH,
-    HOLD,
     LOSE,
     REJECT,
-    RELEASE,
-    REVOKE,
     STOPPED,
     TIMEOUT,
     UNSTARTED,
@@ -98,7 +83,6 @@ class Core(Ledger):
         self.pipeline = check_seconds(pipeline, "pipeline")
         # between queues, past use counts with this half-life (0: only what they hold now)
         self.fair_share_half_life = check_seconds(fair_share_half_life, "fair_share_half_life")
-        self._klasses: dict[tuple, int] = {}
         self._held: list[ev.Instruction] | None = None
         self._dirty = False
 
@@ -121,7 +105,8 @@ class Core(Ledger):
         for event in events:
             try:
                 check(event)  # (every field of its type, before a handler reads one)
-                handlers[type(event)](self, event)
+                if handlers[type(event)](self, event):
+                    self._dirty = True  # (a cycle is due)
             except ValueError as error:
                 refused.append((event, error))
         if self._dirty:
@@ -165,7 +150,9 @@ class Core(Ledger):
 
     # -- events -------------------------------------------------------------------------------
 
-    def _on_tick(self, event: ev.Tick) -> None:
+    # (each answers whether a scheduling cycle is due)
+
+    def _on_tick(self, event: ev.Tick) -> bool:
         """Time passes. Only a time limit running out needs a cycle: reservations are made
         when something else happens, since nothing frees up without an event."""
         if not isinstance(event.now, (int, float)) or not math.isfinite(event.now):
@@ -177,27 +164,29 @@ class Core(Ledger):
                     if queue.allocated or queue.used:
                         queue.decay(factor)
             self.now = event.now
+        due = False
         guards = self.guards
         while guards and guards[0][0] <= self.now:  # a task preemption may take from now on
             _, _, task_id, attempt = heapq.heappop(guards)
             task = self.tasks.get(task_id)
             if task is not None and task.state == RUNNING and task.attempt == attempt:
-                self._dirty = True
+                due = True
         deadlines = self.deadlines
         while deadlines and deadlines[0][0] <= self.now:
             _, _, task_id, attempt = heapq.heappop(deadlines)
             task = self.tasks.get(task_id)
             if task is not None and task.state == RUNNING and task.attempt == attempt:
                 fire(self, task, TIMEOUT, f"time limit of {task.spec.time_limit:g}s exceeded")
-                self._dirty = True
+                due = True
         overruns = self.overruns
         while overruns and overruns[0][0] <= self.now:  # a look at an assigned task's slot
             _, _, task_id, attempt = heapq.heappop(overruns)
             task = self.tasks.get(task_id)
             if task is not None and task.state == ASSIGNED and task.attempt == attempt:
-                self._dirty = True
+                due = True
+        return due
 
-    def _on_submit(self, event: ev.Submit) -> None:
+    def _on_submit(self, event: ev.Submit) -> bool:
         specs = event.tasks
         if not specs:
             raise ValueError("a submission needs at least one task")
@@ -226,13 +215,13 @@ class Core(Ledger):
             reason = f"queue {queue.name!r} was {queue.state} when it was submitted"
             for task in tasks:
                 fire(self, task, REJECT, reason)
-            return
+            return False
         if gang_spec is None:
             for task in tasks:
                 self.pending[task.seq] = task
         else:
             self.pending[job.seq] = job
-        self._dirty = True
+        return True
 
     def _check_specs(self, specs: tuple[TaskSpec, ...]) -> None:
         if len(specs) == 1:  # a single task (the common case): no set of ids to build
@@ -259,112 +248,28 @@ class Core(Ledger):
     def _new_task(self, spec: TaskSpec) -> Task:
         self._seq += 1
         task = Task(spec, self._seq, self.now)
-        task.klass = self._klass_of(spec)
+        task.klass = self.klass_of(spec)
         self.tasks[task.id] = task
         self.counts[PENDING] += 1
         return task
 
-    def _klass_of(self, spec: TaskSpec) -> int:
-        """A class is a small int: its key (a priority, a demand, constraints) is hashed once
-        per task here, not at every lookup of the class's FIFO, feasibility or failure."""
-        klasses = self._klasses
-        klass = (spec.priority, spec.demand, spec.target, spec.node, spec.selector)
-        number = klasses.get(klass)
-        if number is None:
-            number = klasses[klass] = len(klasses)
-        return number
-
-    def _on_steer(self, event: ev.Steer) -> None:
-        task = self.task(event.task)
-        action = event.action
-        if action not in ev.STEERS:
-            raise ValueError(f"Steer({event.task!r}, {action!r}): the action is one of "
-                             f"{', '.join(ev.STEERS)}")
-        gang = task.gang
-        members = gang.members if gang is not None else (task,)
-        what = f"gang {gang.name!r}" if gang is not None else task.id
-        states = {m.state for m in members}
-        if not states <= WAITING or (gang is not None and gang.started):
-            state = task.state if task.stopping is None else "being stopped"
-            ended = state in TERMINAL
-            raise ValueError(f"{what} {'has ended' if ended else 'is'} "
-                             f"{'(' + state + ')' if ended else state}: only a waiting task "
-                             f"can be {_STEERED[action]}")
-        job = gang if gang is not None else task
-        if action == "hold":
-            if HELD in states:
-                raise ValueError(f"{what} is held already; %sched release {task.id} lets it go")
-            for member in members:
-                fire(self, member, HOLD, "held by the user")
-        elif action == "release":
-            if states != {HELD}:
-                raise ValueError(f"{what} is {task.state}, not held: only a held task can be "
-                                 "released")
-            for member in members:
-                fire(self, member, RELEASE)
-        elif action == "priority":
-            priority = event.priority
-            check_int(priority, f"{what}: priority", -MAX_PRIORITY, MAX_PRIORITY)
-            assert priority is not None
-            self._reprioritize(job, priority)
-        else:  # top
-            self._reprioritize(job, self._top_priority(job))
-        self._dirty = True
-
-    def _top_priority(self, job: Task | Gang) -> int:
-        """The lowest priority that puts ``job`` first in its queue: its own when it is first
-        already, else one above the highest of the other waiting jobs there."""
-        first = job.members[0] if type(job) is Gang else job
-        spec = first.spec
-        if first.state == QUEUED and self.position(job) == 1:
-            return spec.priority
-        highest = max((order.priority for order in self.orders.get(spec.queue, {}).values()
-                       if len(order)), default=None)
-        if highest is None or spec.priority > highest:
-            return spec.priority
-        if highest >= MAX_PRIORITY:
-            raise ValueError(f"{first.id} cannot go before the tasks of priority {highest}, "
-                             "the highest there is")
-        return highest + 1
-
-    def _reprioritize(self, job: Task | Gang, priority: int) -> None:
-        """Give ``job`` (every member of a gang) ``priority``: a new class, filed again by its
-        age (O(its old class's FIFO))."""
-        members = job.members if type(job) is Gang else (job,)
-        if members[0].spec.priority == priority:
-            return
-        queued = job.waiting if type(job) is Gang else job.state == QUEUED
-        infeasible = members[0].state == INFEASIBLE
-        if queued:
-            self.unfile(job)
-        elif infeasible:  # (filed by class too)
-            self.leave_waiting(members[0])
-        for member in members:
-            member.spec = dataclasses.replace(member.spec, priority=priority)
-            member.priority = priority
-            member.klass = self._klass_of(member.spec)
-        if queued:
-            self.enter_waiting(job)
-        elif infeasible:
-            self.list_infeasible(job)
-
-    def _on_cancel(self, event: ev.Cancel) -> None:
+    def _on_cancel(self, event: ev.Cancel) -> bool:
         task = self.task(event.task)
         for member in task.gang.members if task.gang is not None else (task,):
             fire(self, member, CANCEL, event.reason)
-        self._dirty = True
+        return True
 
-    def _on_finished(self, event: ev.Finished) -> None:
-        self._report(event.task, event.attempt, FINISH, None)
+    def _on_finished(self, event: ev.Finished) -> bool:
+        return self._report(event.task, event.attempt, FINISH, None)
 
-    def _on_failed(self, event: ev.Failed) -> None:
+    def _on_failed(self, event: ev.Failed) -> bool:
         stimulus = UNSTARTED if event.unstarted else LOSE if event.lost else FAIL
-        self._report(event.task, event.attempt, stimulus, event.error)
+        return self._report(event.task, event.attempt, stimulus, event.error)
 
-    def _on_stopped(self, event: ev.Stopped) -> None:
-        self._report(event.task, event.attempt, STOPPED, "stopped by its executor")
+    def _on_stopped(self, event: ev.Stopped) -> bool:
+        return self._report(event.task, event.attempt, STOPPED, "stopped by its executor")
 
-    def _report(self, task_id: str, attempt: int | None, stimulus: str, detail: str | None) -> None:
+    def _report(self, task_id: str, attempt: int | None, stimulus: str, detail: str | None) -> bool:
         """An executor's report: about the task's current attempt, it goes through the table;
         about any other attempt (or a task that no longer runs) it is stale: counted, and it
         changes nothing."""
@@ -372,168 +277,18 @@ class Core(Ledger):
         if task is None or task.state not in _REPORTED \
                 or (attempt is not None and attempt != task.attempt):
             self.stale_reports += 1
-            return
+            return False
         fire(self, task, stimulus, detail)
-        self._dirty = True
+        return True
 
-    def _on_node_added(self, event: ev.NodeAdded) -> None:
-        check_name(event.name, "node name")
-        if event.name in self.cluster.nodes:
-            raise ValueError(f"node {event.name!r} is already registered")
-        for name, devs in event.resources.devices.items():
-            check_count(len(devs), MAX_DEVICES_PER_NODE, f"node {event.name!r}: {name} devices")
-        for slot in event.slots:
-            check_name(slot.id, "engine slot id")
-        if event.resources.allocated:
-            raise ValueError(f"node {event.name!r} joins with resources in use "
-                             f"({event.resources.allocated}); send them as they are when idle")
-        node = Node(event.name, event.resources.copy(), event.labels, event.kind,
-                    event.threads, event.slots)
-        self.cluster.add(node)
-        self.nodes_changed = True
-        self._dirty = True
-
-    def _on_node_removed(self, event: ev.NodeRemoved) -> None:
-        node = self.node(event.name)
-        reason = event.reason or f"node {event.name!r} was lost"
-        for slot in list(node.slots.values()):
-            for task_id in slot.ahead[::-1]:  # (before their slots' tasks: they take
-                fire(self, self.tasks[task_id], LOSE, reason)  # nothing over)
-        for task_id in list(node.tasks):
-            fire(self, self.tasks[task_id], LOSE, reason)
-        self.elsewhere.pop(event.name, None)
-        self.cluster.remove(event.name)
-        self._drop_reservations_on(event.name)
-        self.nodes_changed = True
-        self._dirty = True
-
-    def _on_node_updated(self, event: ev.NodeUpdated) -> None:
-        node = self.node(event.name)
-        for name, units in (event.totals or {}).items():  # check all before changing anything
-            if units < 0:
-                raise ValueError(f"{name}={units} on {event.name!r}: a total is 0 or more units")
-            if name in node.resources.devices and name not in (event.devices or {}):
-                raise ValueError(f"{name} on {event.name!r} is counted per device; "
-                                 "give its devices instead of a total")
-        for name, memory in (event.devices or {}).items():
-            check_count(len(memory), MAX_DEVICES_PER_NODE, f"node {event.name!r}: {name} devices")
-        held = self.elsewhere.get(event.name)
-        if held is not None and event.devices:  # others' shares are taken again on the new set
-            self.hold_elsewhere(node, {})
-        for name, units in (event.totals or {}).items():
-            if name not in node.resources.devices:
-                node.resources.set_total(name, units)
-        for name, memory in (event.devices or {}).items():
-            node.resources.set_devices(name, memory, event.declared)
-        if held is not None and event.devices:
-            self.hold_elsewhere(node, held.wanted, held.reason)
-        if event.labels is not None:
-            node.labels = {**dict(event.labels), "kind": node.kind}
-            node.pinned_only = node.labels.get(PINNED_ONLY) == "true"
-        if event.cordoned is not None:
-            node.cordoned = event.cordoned
-        self.cluster.refresh(node)
-        self._drop_reservations_on(event.name)
-        self.nodes_changed = True
-        self._dirty = True
-
-    def _on_slot_added(self, event: ev.SlotAdded) -> None:
-        node = self.node(event.node)
-        check_name(event.slot.id, "engine slot id")
-        node.add_slot(event.slot)
-        self.nodes_changed = True
-        self._dirty = True
-
-    def _on_slot_removed(self, event: ev.SlotRemoved) -> None:
-        node = self.node(event.node)
-        slot = node.slots.get(event.slot)
-        if slot is None:
-            raise ValueError(f"node {event.node!r} has no engine slot {event.slot!r}")
-        reason = event.reason or f"engine {event.slot} on {event.node!r} died"
-        for task_id in [*slot.ahead[::-1], slot.task]:  # (those assigned first, the last
-            if task_id is not None:                      # first: they take nothing over)
-                fire(self, self.tasks[task_id], LOSE, reason)
-        self.cluster.remove_slot(node, event.slot)
-        self.nodes_changed = True
-        self._dirty = True
-
-    def _on_slot_capped(self, event: ev.SlotCapped) -> None:
-        """An engine's MPS cap was fixed (or lifted): the slot takes only tasks of that share
-        from now on. What can ever run is unchanged (a cap is lifted by a new engine), so
-        nothing is re-checked for feasibility; holds on the node for jobs of another share
-        are made again (on engines that may take them), and tasks sent ahead to the slot
-        with another share are taken back."""
-        node = self.node(event.node)
-        slot = node.slots.get(event.slot)
-        if slot is None:
-            raise ValueError(f"node {event.node!r} has no engine slot {event.slot!r}; "
-                             f"its slots: {', '.join(node.slots) or 'none'}")
-        cap = event.cap
-        if cap is not None and not 1 <= cap <= SCALE:
-            raise ValueError(f"SlotCapped({event.node!r}, {event.slot!r}, cap={cap!r}): a cap "
-                             f"is a whole number of units from 1 to {SCALE} ({SCALE}: a whole "
-                             "GPU, uncapped), or None while not fixed")
-        if cap == slot.cap:
-            return
-        self.cluster.set_cap(node, event.slot, cap)
-        running = self.tasks[slot.task] if slot.task is not None else None
-        if slot.ahead and running is not None and running.allocation is not None \
-                and not slot.takes(running.allocation.devices.get(GPU)):
-            for task_id in slot.ahead[::-1]:  # (they would take over its share)
-                behind = self.tasks[task_id]
-                if behind.state == ASSIGNED and behind.stopping is None:
-                    fire(self, behind, REVOKE, f"taken back from engine slot {event.slot!r}: "
-                         f"its engine's MPS cap is fixed at {format_units(cap or 0)}, not "
-                         f"{format_units(share_of(running.allocation.devices.get(GPU)))}")
-        if cap is not None:
-            for seq, reservation in list(self.reservations.items()):
-                if event.node in reservation.nodes \
-                        and demand_share(job_spec(reservation.job).demand) != cap:
-                    del self.reservations[seq]
-        self._dirty = True
-
-    def _on_queue_set(self, event: ev.QueueSet) -> None:
+    def _on_queue_set(self, event: ev.QueueSet) -> bool:
         # (a reservation of a closed queue's job is dropped by the next cycle's session)
         self.queues.set(event.name, event.parent, event.weight, event.capability,
                         event.guarantee, event.priority, event.state, event.max_running)
         self.nodes_changed = True  # capabilities may have changed what is feasible
-        self._dirty = True
-
-    def _on_held_elsewhere(self, event: ev.HeldElsewhere) -> None:
-        node = self.node(event.node)
-        for name, shares in event.device_shares.items():  # check all before changing anything
-            for index, units in shares.items():
-                if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= SCALE:
-                    raise ValueError(f"{name} device {index!r} of {event.node!r}: held "
-                                     f"units={units!r}; give an int from 0 to {SCALE}")
-        self.hold_elsewhere(node, event.device_shares, event.reason)
-        self._dirty = True  # less held elsewhere: waiting work may fit now
-        for task_id, where in self.elsewhere_waits.items():  # their reason, as it is now
-            task = self.tasks.get(task_id)
-            if where == event.node and task is not None and task.state == QUEUED and task.reason:
-                for member in task.gang.members if task.gang is not None else (task,):
-                    if member.state == QUEUED:
-                        member.reason = event.reason or member.reason
-
-    def _drop_reservations_on(self, node_name: str) -> None:
-        for seq, reservation in list(self.reservations.items()):
-            if node_name in reservation.nodes:
-                del self.reservations[seq]
+        return True
 
     # -- reading --------------------------------------------------------------------------------
-
-    def task(self, task_id: str) -> Task:
-        task = self.tasks.get(task_id)
-        if task is None:
-            raise ValueError(f"no task {task_id!r}; task ids look like 't7'")
-        return task
-
-    def node(self, name: str) -> Node:
-        node = self.cluster.nodes.get(name)
-        if node is None:
-            raise ValueError(f"node {name!r} is not registered; known nodes: "
-                             f"{', '.join(self.cluster.nodes) or 'none'}")
-        return node
 
     def next_deadline(self) -> float | None:
         """When a ``Tick`` next matters (the current attempt of a task reaches its time
@@ -628,16 +383,14 @@ class Core(Ledger):
 __all__ = ["CLOSED", "POLICIES", "Core", "InvalidTransition", "Refused"]
 
 
-# what each event does: a table after the class (its methods, looked up once)
-_HANDLERS: dict[type, Callable[[Core, Any], None]] = {
+# what each event does: a table after the class (its methods, looked up once), each answering
+# whether a scheduling cycle is due
+_HANDLERS: dict[type, Callable[[Core, Any], bool]] = {
     ev.Tick: Core._on_tick, ev.Submit: Core._on_submit, ev.Cancel: Core._on_cancel,
     ev.Finished: Core._on_finished, ev.Failed: Core._on_failed, ev.Stopped: Core._on_stopped,
-    ev.NodeAdded: Core._on_node_added, ev.NodeRemoved: Core._on_node_removed,
-    ev.NodeUpdated: Core._on_node_updated, ev.SlotAdded: Core._on_slot_added,
-    ev.SlotRemoved: Core._on_slot_removed, ev.SlotCapped: Core._on_slot_capped,
+    ev.NodeAdded: membership.add_node, ev.NodeRemoved: membership.remove_node,
+    ev.NodeUpdated: membership.update_node, ev.SlotAdded: membership.add_slot,
+    ev.SlotRemoved: membership.remove_slot, ev.SlotCapped: membership.cap_slot,
     ev.QueueSet: Core._on_queue_set,
-    ev.HeldElsewhere: Core._on_held_elsewhere, ev.Steer: Core._on_steer,
+    ev.HeldElsewhere: membership.hold_elsewhere, ev.Steer: steering.steer,
 }
-
-_STEERED = {"priority": "given a new priority", "top": "moved first", "hold": "held",
-            "release": "released"}

@@ -1,0 +1,105 @@
+"""Steering a waiting job: a new priority, first in its queue, held, released (``Steer``).
+
+:func:`steer` checks the step against the job as it stands (only a waiting job is steered; a
+gang as a whole, never once it started) and refuses with a ``ValueError`` that names the job
+and why, before anything changes. A new priority is a new class for every member, filed again
+by its age, so the job keeps its place among jobs of its new priority.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+from ..model.limits import MAX_PRIORITY, check_int
+from ..model.tasks import HELD, INFEASIBLE, QUEUED, TERMINAL, WAITING, Gang, Task
+from . import events as ev
+from .ledger import Ledger
+from .transitions import HOLD, RELEASE, fire
+
+_STEERED: Final = {"priority": "given a new priority", "top": "moved first", "hold": "held",
+                   "release": "released"}
+
+
+def steer(ledger: Ledger, event: ev.Steer) -> bool:
+    """Carry out ``event`` on its task's job, or refuse it before anything changes; a
+    scheduling cycle is due after it (a job to place, or a reservation to make again)."""
+    task = ledger.task(event.task)
+    action = event.action
+    if action not in ev.STEERS:
+        raise ValueError(f"Steer({event.task!r}, {action!r}): the action is one of "
+                         f"{', '.join(ev.STEERS)}")
+    gang = task.gang
+    members = gang.members if gang is not None else [task]
+    what = f"gang {gang.name!r}" if gang is not None else task.id
+    states = {m.state for m in members}
+    if not states <= WAITING or (gang is not None and gang.started):
+        state = task.state if task.stopping is None else "being stopped"
+        ended = state in TERMINAL
+        raise ValueError(f"{what} {'has ended' if ended else 'is'} "
+                         f"{'(' + state + ')' if ended else state}: only a waiting task "
+                         f"can be {_STEERED[action]}")
+    job: Task | Gang = gang if gang is not None else task
+    if action == "hold":
+        if HELD in states:
+            raise ValueError(f"{what} is held already; %sched release {task.id} lets it go")
+        for member in members:
+            fire(ledger, member, HOLD, "held by the user")
+    elif action == "release":
+        if states != {HELD}:
+            raise ValueError(f"{what} is {task.state}, not held: only a held task can be "
+                             "released")
+        for member in members:
+            fire(ledger, member, RELEASE)
+    elif action == "priority":
+        priority = event.priority
+        check_int(priority, f"{what}: priority", -MAX_PRIORITY, MAX_PRIORITY)
+        assert priority is not None
+        _reprioritize(ledger, job, priority)
+    else:  # top
+        _reprioritize(ledger, job, _top_priority(ledger, job))
+    return True
+
+
+def _top_priority(ledger: Ledger, job: Task | Gang) -> int:
+    """The lowest priority that puts ``job`` first in its queue: its own when it is first
+    already, else one above the highest of the other waiting jobs there."""
+    first = job.members[0] if type(job) is Gang else job
+    assert type(first) is Task
+    spec = first.spec
+    if first.state == QUEUED and ledger.position(job) == 1:
+        return spec.priority
+    highest = max((order.priority for order in ledger.orders.get(spec.queue, {}).values()
+                   if len(order)), default=None)
+    if highest is None or spec.priority > highest:
+        return spec.priority
+    if highest >= MAX_PRIORITY:
+        raise ValueError(f"{first.id} cannot go before the tasks of priority {highest}, "
+                         "the highest there is")
+    return highest + 1
+
+
+def _reprioritize(ledger: Ledger, job: Task | Gang, priority: int) -> None:
+    """Give ``job`` (every member of a gang) ``priority``: a new class, filed again by its
+    age (O(its old class's FIFO))."""
+    members = job.members if type(job) is Gang else [job]
+    if members[0].spec.priority == priority:
+        return
+    queued = job.waiting if type(job) is Gang else job.state == QUEUED
+    infeasible = members[0].state == INFEASIBLE
+    if queued:
+        ledger.unfile(job)
+    elif infeasible:  # (filed by class too)
+        ledger.leave_waiting(members[0])
+    for member in members:
+        assert type(member) is Task
+        member.spec = dataclasses.replace(member.spec, priority=priority)
+        member.priority = priority
+        member.klass = ledger.klass_of(member.spec)
+    if queued:
+        ledger.enter_waiting(job)
+    elif infeasible:
+        ledger.list_infeasible(job)
+
+
+__all__ = ["steer"]
