@@ -292,7 +292,8 @@ def close_notebook(page, name: str) -> None:
     deadline = time.monotonic() + WAIT / 1000
     while tab.count() and time.monotonic() < deadline:
         if ask.count():
-            ask.locator("button.jp-mod-accept").click()
+            # (its buttons: Cancel, Discard and Save; both of the last two are "accept")
+            ask.get_by_role("button", name="Save", exact=True).click()
             expect(ask).to_have_count(0, timeout=WAIT)
         page.wait_for_timeout(100)
     expect(tab).to_have_count(0, timeout=WAIT)
