@@ -69,17 +69,59 @@ def sent_through(client) -> list:
     return buffers
 
 
-def test_sent_is_called_on_the_io_thread_once_the_request_is_in_its_socket():
+class Timers:
+    """The client's IO loop as ``_send`` uses it after the send: looks called when run."""
+
+    def __init__(self):
+        self.later = []
+
+    def call_later(self, delay, fn, *args):
+        self.later.append((fn, args))
+
+    def run(self):
+        later, self.later = self.later, []
+        for fn, args in later:
+            fn(*args)
+
+
+def test_sent_is_called_once_libzmq_has_written_the_request_out():
+    """A request waiting in libzmq's queue (its peer is not there yet) is not said to be sent:
+    a kernel killed then would take it with it. Once the peer is there and libzmq has written
+    it, it is, and the peer reads the request whole."""
+    zmq = pytest.importorskip("zmq")
     client = Client()
     told = []
     reply = send_apply(client, "socket", b"engine-0", CALL, [("t1", "n", {})],
-                       lambda f: None, lambda f: told.append(f))
-    assert told == []  # not yet: the IO thread has not sent it
-    ((call, args, kwargs),) = client._io_loop.calls
-    session = Sends()
-    session.send = lambda *a, **k: told.append("socket")
-    call(session, *args[1:], **kwargs)
-    assert told == ["socket", reply]  # after the send, with its future
+                       lambda f: None, told.append)
+    ((call, args, _),) = client._io_loop.calls
+    context = zmq.Context()
+    dealer, router = context.socket(zmq.DEALER), context.socket(zmq.ROUTER)
+    try:
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        router.close(0)  # (no peer there yet)
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        timers = Timers()
+        call(client.session, dealer, *args[2:-1], timers)
+        time.sleep(0.5)
+        timers.run()
+        assert told == [] and timers.later, "said to be sent while it waits in libzmq's queue"
+        router = context.socket(zmq.ROUTER)
+        router.bind(f"tcp://127.0.0.1:{port}")
+        deadline = time.monotonic() + 10
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.01)
+            timers.run()
+        assert told == [reply]
+        assert router.poll(5000)
+        _, parts = client.session.feed_identities(router.recv_multipart()[1:])
+        msg = client.session.deserialize(parts)
+        assert msg["header"]["msg_id"] == reply.msg_id
+        _, call_args, _ = unpack_apply_message(msg["buffers"])
+        assert list(call_args) == [("t1", "n", {})]
+    finally:
+        dealer.close(0)
+        router.close(0)
+        context.term()
 
 
 def test_a_request_is_kept_as_the_client_keeps_its_own_until_both_futures_are_done():

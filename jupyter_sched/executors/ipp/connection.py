@@ -45,8 +45,9 @@ class Connection:
 
     ``apply(eid, fn, args, hook, output, sent)`` sends ``fn(*args)`` to engine ``eid`` and
     answers its :class:`.futures.Reply`; ``output(stream, text)`` gets what the call prints;
-    ``sent(reply)`` is called once the request has left this process's Python (handed to the
-    client's socket), so that what is written down as sent survives this process's end."""
+    ``sent(reply)`` is called once the request has left (as far as ipyparallel tracks it
+    here; the fast connection, once libzmq has written it out), so that what is written down
+    as sent survives this process's end."""
 
     fast = False
 

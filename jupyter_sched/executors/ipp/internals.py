@@ -21,6 +21,8 @@ death (the client fails a dead engine's outstanding requests) resolves the reque
 * ``Client._config``: the controller's address;
 * ``serialize.PrePickled`` (its ``buffers``), ``PICKLE_PROTOCOL``, ``MAX_BYTES``: values
   pickled once, as they are, and sent so (by the kernel and by engines);
+* ``Session.send`` to an object with ``send_multipart`` (as to a ``ZMQStream``): a request
+  sent through :class:`Tracked`, whose tracker says when libzmq has written it out;
 * the engine kernel's ``aborted`` ids: a SIGINT that interrupts an aborted request only.
 
 :func:`check` runs when the executor connects (:func:`.connection.open_connection`) and in
@@ -86,7 +88,7 @@ def check(client: Any = None) -> list[str]:
             problems.append(f"Client.{name} is missing")
     if "_socket" not in DirectView.class_traits():
         problems.append("DirectView._socket is missing")
-    problems += _check_serializer() + _check_engine_kernel()
+    problems += _check_serializer() + _check_engine_kernel() + _check_tracked_send()
     if client is not None:
         problems += _check_client(client)
     return problems
@@ -148,6 +150,36 @@ def _check_engine_kernel() -> list[str]:
             return ["IPythonParallelKernel.aborted is missing"]
     except Exception as err:
         return [f"the engine's kernel: {type(err).__name__}: {err}"]
+    return []
+
+
+def _check_tracked_send() -> list[str]:
+    """A message sent by ``Session.send`` through :class:`Tracked` arrives whole, and its
+    tracker says when libzmq let it go (``wait`` raises if it never does)."""
+    try:
+        import zmq
+        from jupyter_client.session import Session
+
+        session, context = Session(key=b"probe"), zmq.Context.instance()
+        sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+        try:
+            address = f"inproc://jupyter_sched-probe-{id(sender)}"
+            receiver.bind(address)
+            sender.connect(address)
+            tracked = Tracked(sender)
+            session.send(tracked, "probe", content={"n": 1}, buffers=[b"b"])
+            assert tracked.tracker is not None, "Session.send did not send through it"
+            parts = receiver.recv_multipart()  # (inproc: let go once received)
+            tracked.tracker.wait(5)
+            _, parts = session.feed_identities(parts)
+            msg = session.deserialize(parts)
+            assert msg["content"] == {"n": 1} and bytes(msg["buffers"][0]) == b"b", \
+                "the message arrived otherwise"
+        finally:
+            sender.close(0)
+            receiver.close(0)
+    except Exception as err:
+        return [f"a tracked send: {type(err).__name__}: {err}"]
     return []
 
 
@@ -222,9 +254,9 @@ def send_apply(client: Any, socket: Any, ident: bytes, fn: Any, args: list,
                sent: Callable[[Reply], Any] | None = None) -> Reply:
     """Send ``fn(*args)`` (as :func:`prepickled` values where they may go so) to the engine
     ``ident`` names; its future (``hook`` is called with it before the request leaves, so that
-    no reply or output can come first; ``sent`` on the client's IO thread once the request is
-    in its socket). The client keeps the request as ``Client._send`` keeps its own until both
-    its futures are done."""
+    no reply or output can come first; ``sent`` on the client's IO thread once libzmq has
+    written the whole request out). The client keeps the request as ``Client._send`` keeps its
+    own until both its futures are done."""
     if client._closed:
         raise RuntimeError("the ipyparallel client's sockets are closed")
     ReplyReader.install(client)
@@ -258,19 +290,58 @@ def send_apply(client: Any, socket: Any, ident: bytes, fn: Any, args: list,
 
     reply.add_done_callback(forget)
     output.add_done_callback(forget)
-    client._io_loop.add_callback(_send, session, socket, msg, buffers, ident, reply, sent)
+    client._io_loop.add_callback(_send, session, socket, msg, buffers, ident, reply, sent,
+                                 client._io_loop)
     return reply
 
 
 def _send(session: Any, socket: Any, msg: dict, buffers: list, ident: bytes, reply: Reply,
-          sent: Callable[[Reply], Any] | None) -> None:
-    """The client's IO thread: the request into its socket, then ``sent(reply)``."""
-    session.send(socket, msg, buffers=buffers, ident=ident)
-    if sent is not None:
-        try:
-            sent(reply)
-        except Exception:
-            log.exception("after sending %s", reply.msg_id)
+          sent: Callable[[Reply], Any] | None, loop: Any) -> None:
+    """The client's IO thread: the request into its socket; then, when asked, ``sent(reply)``
+    once libzmq has let the whole request go (written it to the connection: a process killed
+    from then on has sent it; one killed while it waited in libzmq's queue has not)."""
+    if sent is None:
+        session.send(socket, msg, buffers=buffers, ident=ident)
+        return
+    tracked = Tracked(socket)
+    session.send(tracked, msg, buffers=buffers, ident=ident)
+    _when_gone(loop, tracked.tracker, sent, reply)
+
+
+TRACK_LOOK = 0.002  # seconds between looks at whether libzmq has let a request go
+
+
+class Tracked:
+    """A socket as ``Session.send`` sees it (something with ``send_multipart``), that sends a
+    message's last frame without a copy and keeps its tracker, done once libzmq has released
+    that frame: its frames go in order, so then the whole message has been written out. (A
+    ``zmq.Socket`` handed to ``Session.send`` is tracked only for large frames: small ones are
+    copied, and their tracker is done at once.)"""
+
+    def __init__(self, socket: Any) -> None:
+        self.socket = socket
+        self.tracker: Any = None
+
+    def send_multipart(self, parts: list, copy: bool = True, **_: Any) -> None:
+        import zmq
+
+        *head, last = parts
+        for part in head:
+            self.socket.send(part, zmq.SNDMORE, copy=copy)
+        self.tracker = self.socket.send(zmq.Frame(last, copy=False, track=True), copy=False,
+                                        track=True)
+
+
+def _when_gone(loop: Any, tracker: Any, sent: Callable[[Reply], Any], reply: Reply) -> None:
+    """``sent(reply)`` now if ``tracker`` is done, else a look again soon (on the IO thread; a
+    request still queued when the client closes is never said to be sent)."""
+    if tracker is not None and not tracker.done:
+        loop.call_later(TRACK_LOOK, _when_gone, loop, tracker, sent, reply)
+        return
+    try:
+        sent(reply)
+    except Exception:
+        log.exception("after sending %s", reply.msg_id)
 
 
 def call_later(client: Any, delay: float, fn: Callable, *args: Any) -> None:
