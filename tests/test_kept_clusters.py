@@ -235,6 +235,42 @@ def test_a_gangs_members_are_taken_back_each_with_its_own_value(xdg, tmp_path):
         _end(cluster_id, first, second)
 
 
+def test_a_request_the_controller_never_got_is_said_so_and_not_run(xdg):
+    """A journal that names a request the controller has no record of (lost on its way, or a
+    controller that lost its records): taking it back ends it, failed, with that said in
+    words, and it is not run."""
+    first = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+    second = None
+    cluster_id = None
+    try:
+        cluster_id = _start_kept(first, engines=1)
+        first.km.shutdown_kernel(now=True)  # SIGKILL
+        first.kc.stop_channels()
+        first = None
+        journal = kept.Journal(kept.journal_path(cluster_id))
+        journal.write("sent", id="gone.1/t1", attempt=1, name="ghost", engine=0,
+                      request="00000000-never-received_1_1", index=None, gang=None, rank=None,
+                      devices={}, source="print('never sent')")
+        journal.close()
+        second = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+        _ok(second.run("%load_ext jupyter_sched\nimport jupyter_sched"))
+        connect = second.run("%sched connect", timeout=120)
+        _ok(connect)
+        assert "took back 1 task" in connect.stdout
+        run = second.run("[h] = jupyter_sched.reattached()\nh.result(timeout=60)")
+        assert run.error is not None and run.error["ename"] == "RuntimeError", run.error
+        assert run.error["evalue"] == (
+            f"kept cluster {cluster_id}'s controller has no record of ghost's request: it never "
+            "reached the controller (the kernel that sent it ended first) or the controller "
+            "has lost its records; whether it ran is not known, and it is not run again")
+        assert second.value("h.state") == "failed"
+        assert kept.read_journal(kept.journal_path(cluster_id)).running() == []
+        _ok(second.run("%sched stop", timeout=120))
+        cluster_id = None
+    finally:
+        _end(cluster_id, first, second)
+
+
 def test_a_kept_clusters_task_holds_its_gpu_while_no_kernel_is_there(xdg, tmp_path):
     """The lease of a task on an engine of this host is the engine's: the kernel that sent it
     dies, and another notebook's kernel asking for that GPU waits, told who holds it, until

@@ -198,7 +198,14 @@ class TakeBack(Executor):
             last = self._left <= 0
         journal_id = following[0]
         how = "error"
-        if error is not None:
+        if error is not None and _unknown_request(error):
+            how = "unknown"
+            summary = (f"kept cluster {self.cluster_id}'s controller has no record of "
+                       f"{record.name}'s request: it never reached the controller (the kernel "
+                       "that sent it ended first) or the controller has lost its records; "
+                       "whether it ran is not known, and it is not run again")
+            self._fail(task_id, attempt, RuntimeError(summary), summary)
+        elif error is not None:
             summary = (f"the outcome of {record.name} cannot be had from kept cluster "
                        f"{self.cluster_id}: {type(error).__name__}: {error}")
             self._fail(task_id, attempt, error if _remote(error) else RemoteTaskError(summary),
@@ -259,6 +266,13 @@ def _part(reply: Any, index: int) -> tuple[Any, list]:
 
 def _remote(error: BaseException) -> bool:
     return type(error).__name__ in ("RemoteError", "TaskAborted", "EngineError")
+
+
+def _unknown_request(error: BaseException) -> bool:
+    """Whether ``error`` is the controller saying it has no record of the request asked for
+    (its hub's ``KeyError('No such message: ...')``, as a ``RemoteError``)."""
+    return (type(error).__name__ == "RemoteError" and getattr(error, "ename", "") == "KeyError"
+            and "No such message" in str(getattr(error, "evalue", "")))
 
 
 def _traceback(error: BaseException) -> str:
