@@ -69,48 +69,46 @@ def sent_through(client) -> list:
     return buffers
 
 
-class Timers:
-    """The client's IO loop as ``_send`` uses it after the send: looks called when run."""
-
-    def __init__(self):
-        self.later = []
-
-    def call_later(self, delay, fn, *args):
-        self.later.append((fn, args))
-
-    def run(self):
-        later, self.later = self.later, []
-        for fn, args in later:
-            fn(*args)
-
-
 def test_sent_is_called_once_libzmq_has_written_the_request_out():
-    """A request waiting in libzmq's queue (its peer is not there yet) is not said to be sent:
-    a kernel killed then would take it with it. Once the peer is there and libzmq has written
-    it, it is, and the peer reads the request whole."""
+    """As the client sends it: through its socket's ``ZMQStream``, on its IO loop. A request
+    waiting in the stream's queue or in libzmq's (its peer is not there yet) is not said to be
+    sent: a kernel killed then would take it with it. Once the peer is there and libzmq has
+    written it, it is, and the peer reads the request whole."""
     zmq = pytest.importorskip("zmq")
-    client = Client()
-    told = []
-    reply = send_apply(client, "socket", b"engine-0", CALL, [("t1", "n", {})],
-                       lambda f: None, told.append)
-    ((call, args, _),) = client._io_loop.calls
+    from tornado.ioloop import IOLoop
+    from zmq.eventloop.zmqstream import ZMQStream
+
     context = zmq.Context()
     dealer, router = context.socket(zmq.DEALER), context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    router.close(0)  # (no peer there yet)
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    started, loops = threading.Event(), []
+
+    def run_loop():
+        loop = IOLoop()
+        loops.append((loop, ZMQStream(dealer, loop)))
+        started.set()
+        loop.start()
+        loop.close()
+
+    thread = threading.Thread(target=run_loop, daemon=True)
+    thread.start()
+    started.wait(10)
+    ((loop, stream),) = loops
+    client = Client()
+    client._io_loop = loop
+    told = []
     try:
-        port = router.bind_to_random_port("tcp://127.0.0.1")
-        router.close(0)  # (no peer there yet)
-        dealer.connect(f"tcp://127.0.0.1:{port}")
-        timers = Timers()
-        call(client.session, dealer, *args[2:-1], timers)
+        reply = send_apply(client, stream, b"engine-0", CALL, [("t1", "n", {})],
+                           lambda f: None, told.append)
         time.sleep(0.5)
-        timers.run()
-        assert told == [] and timers.later, "said to be sent while it waits in libzmq's queue"
+        assert told == [], "said to be sent while it waits to be written"
         router = context.socket(zmq.ROUTER)
         router.bind(f"tcp://127.0.0.1:{port}")
         deadline = time.monotonic() + 10
         while not told and time.monotonic() < deadline:
             time.sleep(0.01)
-            timers.run()
         assert told == [reply]
         assert router.poll(5000)
         _, parts = client.session.feed_identities(router.recv_multipart()[1:])
@@ -119,7 +117,9 @@ def test_sent_is_called_once_libzmq_has_written_the_request_out():
         _, call_args, _ = unpack_apply_message(msg["buffers"])
         assert list(call_args) == [("t1", "n", {})]
     finally:
-        dealer.close(0)
+        loop.add_callback(loop.stop)
+        thread.join(10)
+        stream.close(0)
         router.close(0)
         context.term()
 

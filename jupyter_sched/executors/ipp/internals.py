@@ -21,8 +21,10 @@ death (the client fails a dead engine's outstanding requests) resolves the reque
 * ``Client._config``: the controller's address;
 * ``serialize.PrePickled`` (its ``buffers``), ``PICKLE_PROTOCOL``, ``MAX_BYTES``: values
   pickled once, as they are, and sent so (by the kernel and by engines);
-* ``Session.send`` to an object with ``send_multipart`` (as to a ``ZMQStream``): a request
-  sent through :class:`Tracked`, whose tracker says when libzmq has written it out;
+* ``Session.send`` to an object with ``send_multipart`` (as to a ``ZMQStream``), and
+  ``DirectView._socket`` a ``ZMQStream`` or socket that takes a ``zmq.Frame`` among a
+  message's parts: a request sent through :class:`Tracked`, whose tracker says when libzmq
+  has written it out;
 * the engine kernel's ``aborted`` ids: a SIGINT that interrupts an aborted request only.
 
 :func:`check` runs when the executor connects (:func:`.connection.open_connection`) and in
@@ -312,11 +314,13 @@ TRACK_LOOK = 0.002  # seconds between looks at whether libzmq has let a request 
 
 
 class Tracked:
-    """A socket as ``Session.send`` sees it (something with ``send_multipart``), that sends a
-    message's last frame without a copy and keeps its tracker, done once libzmq has released
-    that frame: its frames go in order, so then the whole message has been written out. (A
-    ``zmq.Socket`` handed to ``Session.send`` is tracked only for large frames: small ones are
-    copied, and their tracker is done at once.)"""
+    """A socket or stream as ``Session.send`` sees it (something with ``send_multipart``),
+    that sends a message with its last frame made without a copy and keeps that frame's
+    tracker, done once libzmq has released it: its frames go in order, so then the whole
+    message has been written out. The client's sockets are in ZMQStreams, which queue a
+    message until their IO loop sends it, and answer no tracker; and a ``zmq.Socket`` handed
+    to ``Session.send`` is tracked only for large frames (small ones are copied, and their
+    tracker is done at once)."""
 
     def __init__(self, socket: Any) -> None:
         self.socket = socket
@@ -326,10 +330,9 @@ class Tracked:
         import zmq
 
         *head, last = parts
-        for part in head:
-            self.socket.send(part, zmq.SNDMORE, copy=copy)
-        self.tracker = self.socket.send(zmq.Frame(last, copy=False, track=True), copy=False,
-                                        track=True)
+        frame = zmq.Frame(last, copy=False, track=True)
+        self.tracker = frame.tracker
+        self.socket.send_multipart([*head, frame], copy=copy)
 
 
 def _when_gone(loop: Any, tracker: Any, sent: Callable[[Reply], Any], reply: Reply) -> None:
