@@ -69,7 +69,7 @@ def sent_through(client) -> list:
     return buffers
 
 
-def test_sent_is_called_once_libzmq_has_written_the_request_out():
+def test_sent_is_called_once_libzmq_has_written_the_request_out(tmp_path):
     """As the client sends it: through its socket's ``ZMQStream``, on its IO loop. A request
     waiting in the stream's queue or in libzmq's (its peer is not there yet) is not said to be
     sent: a kernel killed then would take it with it. Once the peer is there and libzmq has
@@ -79,10 +79,11 @@ def test_sent_is_called_once_libzmq_has_written_the_request_out():
     from zmq.eventloop.zmqstream import ZMQStream
 
     context = zmq.Context()
-    dealer, router = context.socket(zmq.DEALER), context.socket(zmq.ROUTER)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    router.close(0)  # (no peer there yet)
-    dealer.connect(f"tcp://127.0.0.1:{port}")
+    # (a Unix socket: a TCP port nobody listens on can be connected to by the dealer itself,
+    # when the kernel picks that port as the connection's own)
+    address = f"ipc://{tmp_path}/peer"
+    dealer, router = context.socket(zmq.DEALER), None
+    dealer.connect(address)  # (no peer there yet)
     started, loops = threading.Event(), []
 
     def run_loop():
@@ -105,7 +106,7 @@ def test_sent_is_called_once_libzmq_has_written_the_request_out():
         time.sleep(0.5)
         assert told == [], "said to be sent while it waits to be written"
         router = context.socket(zmq.ROUTER)
-        router.bind(f"tcp://127.0.0.1:{port}")
+        router.bind(address)
         deadline = time.monotonic() + 10
         while not told and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -120,7 +121,8 @@ def test_sent_is_called_once_libzmq_has_written_the_request_out():
         loop.add_callback(loop.stop)
         thread.join(10)
         stream.close(0)
-        router.close(0)
+        if router is not None:
+            router.close(0)
         context.term()
 
 
