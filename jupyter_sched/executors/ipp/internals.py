@@ -301,7 +301,8 @@ def _send(session: Any, socket: Any, msg: dict, buffers: list, ident: bytes, rep
           sent: Callable[[Reply], Any] | None, loop: Any) -> None:
     """The client's IO thread: the request into its socket; then, when asked, ``sent(reply)``
     once libzmq has let the whole request go (written it to the connection: a process killed
-    from then on has sent it; one killed while it waited in libzmq's queue has not)."""
+    from then on has sent it; one killed while it waited, in the client's stream or in
+    libzmq's queue, has not)."""
     if sent is None:
         session.send(socket, msg, buffers=buffers, ident=ident)
         return
