@@ -24,8 +24,8 @@ with them nothing, since every holder died with the host.
 in total, which the take checks inside its transaction (and a trigger checks again for any
 writer).
 
-**Devices** are named by a key every process of the host agrees on, :func:`device_key`: the GPU
-UUID for a real GPU, host key and index for a declared one.
+**Devices** are named by :func:`.ledger_where.device_key`, and the file is where
+:func:`.ledger_where.ledger_path` says (:mod:`.ledger_where`).
 
 **How** a fraction of a device is held is recorded with its lease (``held``: ``logical``,
 ``mps``, ``torch``, as :mod:`.enforce` says; '' for a whole device or when not said), for
@@ -35,12 +35,6 @@ people to see: the ledger promises shares, it caps nothing.
 holders that have ended are taken back: by a ``take`` that finds its device short, for that
 device, and by :meth:`Ledger.sweep` for all. Nobody gives back another user's lease while its
 holder lives.
-
-**Where.** :func:`ledger_path`: one file per host in the directory the caller names (the Jupyter
-runtime directory, per user), or the file or directory ``$JUPYTER_SCHED_LEASES`` names. A
-directory writable by a group (best setgid, ``chmod g+ws``) shares the host's GPUs among the
-group's users: the file is then made group-readable and -writable. The file must be on a local
-filesystem (WAL uses shared memory; it does not work over NFS).
 
 **Order.** A take that finds room may still be refused: room that waits ranked ahead on the
 host have reserved (:mod:`.fairness`, recorded with :meth:`Ledger.exchange`'s ``waits``) is
@@ -60,8 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import socket
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,7 +62,6 @@ from pathlib import Path
 
 from ..model.quantity import SCALE
 from . import lease_order
-from .discovery import GpuInfo
 from .holders import Owner, holder_alive, is_me
 from .lease_order import GRACE, Order, WaitSpec
 from .lease_rows import (
@@ -91,43 +82,11 @@ from .lease_rows import (
 )
 from .ledger_conn import LedgerConnection
 from .ledger_file import FORMAT, LEASES_ENV, LedgerError
+from .ledger_where import default_ledger, device_key, ledger_path
 
 Take = tuple[object, Mapping[str, int]] | tuple[object, Mapping[str, int], str]
 """A take of :meth:`Ledger.exchange`: ``(task, {device: units})``, or with how its fractions
 of a device are held, ``(task, {device: units}, held)``."""
-
-
-def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
-    """Where this host's ledger lives: ``$JUPYTER_SCHED_LEASES``, else a file in ``directory``.
-
-    ``$JUPYTER_SCHED_LEASES`` names the file, or a directory (an existing one, or a path ending
-    in ``/``) that holds it. The file name carries the hostname, so that home directories shared
-    by several hosts still give each host its own ledger.
-    """
-    env = os.environ if env is None else env
-    chosen = env.get(LEASES_ENV, "").strip()
-    name = f"jupyter-sched-leases-{re.sub(r'[^A-Za-z0-9._-]', '_', socket.gethostname())}.db"
-    if chosen:
-        path = Path(chosen).expanduser()
-        return path / name if chosen.endswith(os.sep) or path.is_dir() else path
-    return Path(directory).expanduser() / name
-
-
-def default_ledger(configured: str = "") -> Path:
-    """The ledger file a scheduler uses: ``configured`` when given (``Scheduler.ledger_path``),
-    else this host's file where ``$JUPYTER_SCHED_LEASES`` says or in the Jupyter runtime
-    directory. The one place the default is decided: kernels, engines and the command line."""
-    if configured:
-        return Path(configured).expanduser()
-    from jupyter_core.paths import jupyter_runtime_dir
-
-    return ledger_path(jupyter_runtime_dir())
-
-
-def device_key(gpu: GpuInfo, host: str) -> str:
-    """The name every process of the host gives this GPU: its UUID, or for a declared GPU the
-    host key (``HostInfo.key``) and its index, since declared GPUs have no UUID of their own."""
-    return f"declared:{host}:{gpu.index}" if gpu.declared else gpu.uuid
 
 
 class Ledger:
