@@ -23,14 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jupyter_sched.host.leases import Ledger
+from jupyter_sched.host.ledger import Ledger
 
 WARMUP = 200
 DEVICE = "GPU-00000000-bench-4000-8000-000000000000"
 _HOLDER = """
 import sys, time
 sys.path.insert(0, sys.argv[3])
-from jupyter_sched.host.leases import Ledger
+from jupyter_sched.host.ledger import Ledger
 assert Ledger(sys.argv[1], label="neighbour.ipynb").take(sys.argv[2], 1_000)
 print("ready", flush=True)
 sys.stdin.read()

@@ -84,9 +84,10 @@ from pathlib import Path
 
 from . import __version__
 from .host.discovery import HostInfo, discover_host
-from .host.holders import user_name
-from .host.lease_rows import clock
-from .host.lease_text import (
+from .host.identity import user_name
+from .host.ledger import Lease, Ledger, LedgerError, default_ledger
+from .host.ledger.rows import clock
+from .host.ledger.text import (
     Picture,
     duration,
     format_picture,
@@ -94,8 +95,7 @@ from .host.lease_text import (
     look,
     picture_json,
 )
-from .host.lease_text import align_rows as _align
-from .host.leases import Lease, Ledger, LedgerError, default_ledger
+from .host.ledger.text import align_rows as _align
 from .model.quantity import format_bytes, format_units
 from .model.resources import resources_to_json
 

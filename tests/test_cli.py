@@ -31,7 +31,7 @@ from test_host_trust import RealUsers, why_no_real_users
 from jupyter_sched import __version__
 from jupyter_sched.__main__ import main
 from jupyter_sched.host import discovery
-from jupyter_sched.host.leases import Ledger
+from jupyter_sched.host.ledger import Ledger
 from jupyter_sched.testing import FakeNvml
 
 GiB = 2**30

@@ -26,9 +26,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyter_sched.host import lease_text
-from jupyter_sched.host.holders import Owner
-from jupyter_sched.host.leases import FORMAT, LEASES_ENV, Lease, Ledger, LedgerError
+from jupyter_sched.host.ledger import FORMAT, LEASES_ENV, Lease, Ledger, LedgerError
+from jupyter_sched.host.ledger import text as lease_text
+from jupyter_sched.host.ledger.holders import Owner
 from jupyter_sched.notebook.commands import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,9 +60,9 @@ def leases(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 HOLD = """
 import json, sys
-from jupyter_sched.host.fairness import Demand
-from jupyter_sched.host.lease_order import WaitSpec
-from jupyter_sched.host.leases import Ledger
+from jupyter_sched.host.ledger.fairness import Demand
+from jupyter_sched.host.ledger.order import WaitSpec
+from jupyter_sched.host.ledger import Ledger
 path, label, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 ledger = Ledger(path, label=label)
 ids = [ledger.take(device, units, task=task, held=held[0] if held else "").id

@@ -21,8 +21,8 @@ from jupyter_sched.executors.ipp.futures import Reply
 from jupyter_sched.executors.ipp.on_host import REFUSED, host_call, host_holdings
 from jupyter_sched.executors.ipp.state import Engine, Guard, Run
 from jupyter_sched.host.discovery import discover_host
-from jupyter_sched.host.holders import Owner
-from jupyter_sched.host.leases import Ledger, device_key
+from jupyter_sched.host.ledger import Ledger, device_key
+from jupyter_sched.host.ledger.holders import Owner
 from jupyter_sched.host.mps import MEMORY_ENV, PIPE_ENV, THREADS_ENV, MpsStatus
 from jupyter_sched.model.resources import GPU
 
@@ -143,7 +143,7 @@ def test_the_holdings_of_a_host_sweep_ended_holders_first(ledger_file):
 def test_the_default_ledger_is_the_one_every_kernel_of_the_host_finds(monkeypatch, tmp_path):
     monkeypatch.setenv("JUPYTER_SCHED_LEASES", f"{tmp_path}/")
     monkeypatch.setattr(on_host, "_ledgers", {})
-    from jupyter_sched.host.leases import default_ledger as default_path
+    from jupyter_sched.host.ledger import default_ledger as default_path
 
     assert on_host.open_ledger("").path == default_path("")  # as the kernels here resolve it
     assert on_host.open_ledger(str(tmp_path / "x.db")).path == tmp_path / "x.db"

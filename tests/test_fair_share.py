@@ -83,7 +83,7 @@ def gpu_seconds(log: Path, since: float, until: float) -> float:
 def test_two_backlogged_users_split_the_gpus_fairly_and_by_weight(people):
     equal, weighted = shared_ledger(people, "equal"), shared_ledger(people, "weighted")
     # the weights are the ledger's, set by its owner (alice makes it)
-    people.run(people.alice, "import json, sys\nfrom jupyter_sched.host.leases import Ledger\n"
+    people.run(people.alice, "import json, sys\nfrom jupyter_sched.host.ledger import Ledger\n"
                "ledger = Ledger(sys.argv[1] + '/leases.db')\nledger.set_weight(sys.argv[2], 2)\n"
                "print(json.dumps(True))", str(weighted), people.alice.name)
     start = time.time() + 2.0

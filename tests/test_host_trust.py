@@ -33,8 +33,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_sched.host import holders
-from jupyter_sched.host.leases import LEASES_ENV, Ledger
+from jupyter_sched.host.ledger import LEASES_ENV, Ledger, holders
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
@@ -212,7 +211,7 @@ def digest(path: Path) -> str:
 
 LEDGER = """
 import json, os, sys
-from jupyter_sched.host.leases import Ledger, LedgerError
+from jupyter_sched.host.ledger import Ledger, LedgerError
 path, ops, out = sys.argv[1], json.loads(sys.argv[2]), []
 try:
     ledger = Ledger(path)
@@ -295,7 +294,7 @@ def test_no_such_process_a_zombie_or_another_start_time_is_ended():
 HOLDERS = """
 import json, sys
 from dataclasses import replace
-from jupyter_sched.host.holders import Owner, holder_alive
+from jupyter_sched.host.ledger.holders import Owner, holder_alive
 me, out = Owner.current(), {}
 for name, pid, started, uid in json.loads(sys.argv[1]):
     owner = replace(me, pid=pid, started=started, uid=uid, user=str(uid))
@@ -510,8 +509,8 @@ def test_two_members_share_a_setgid_group_directory(people):
 REBUILD = """
 import json, os, sys
 from pathlib import Path
-from jupyter_sched.host.leases import Ledger, LedgerError
-from jupyter_sched.host.ledger_health import made_before_this_boot
+from jupyter_sched.host.ledger import Ledger, LedgerError
+from jupyter_sched.host.ledger.damage import made_before_this_boot
 path = Path(sys.argv[1])
 ledger = Ledger(path)
 lease = ledger.take(sys.argv[2], 5_000)

@@ -17,10 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_sched.host import holders
+from jupyter_sched.host import identity
 from jupyter_sched.host.discovery import GpuInfo, discover_host
-from jupyter_sched.host.lease_rows import clock
-from jupyter_sched.host.leases import (
+from jupyter_sched.host.ledger import (
     FORMAT,
     LEASES_ENV,
     Lease,
@@ -29,9 +28,11 @@ from jupyter_sched.host.leases import (
     NotYourLease,
     Refusal,
     device_key,
+    holders,
     ledger_path,
     short_device,
 )
+from jupyter_sched.host.ledger.rows import clock
 from jupyter_sched.model.quantity import SCALE
 
 GPU = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
@@ -305,7 +306,7 @@ def test_sweep_takes_back_every_ended_holder(ledger, path):
 
 
 def test_holders_of_another_boot_ended_but_other_hosts_are_left_alone(ledger, path):
-    host = holders.host_key()
+    host = identity.host_key()
     name = host.partition("/")[0]
     write_lease(path, GPU, 1, host=f"{name}/a-boot-id-of-before-the-restart")
     other_host = write_lease(path, GPU, 2, host="elsewhere/some-boot", pid=1, started=1.0)
@@ -316,7 +317,7 @@ def test_holders_of_another_boot_ended_but_other_hosts_are_left_alone(ledger, pa
 
 
 def test_the_host_key_is_the_one_discovery_gives():
-    assert holders.host_key() == discover_host(nvml=None, env={}).key
+    assert identity.host_key() == discover_host(nvml=None, env={}).key
 
 
 # -- several users -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_sched.host.leases import Lease, Ledger
+from jupyter_sched.host.ledger import Lease, Ledger
 from jupyter_sched.model.quantity import SCALE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,7 +103,7 @@ def collect(processes, results, timeout: float) -> list:
 
 _HOLDER = """
 import sys, time
-from jupyter_sched.host.leases import Ledger
+from jupyter_sched.host.ledger import Ledger
 lease = Ledger(sys.argv[1], label="doomed.ipynb").take(sys.argv[2], 10_000)
 print(lease.id if lease else "refused", flush=True)
 time.sleep(600)

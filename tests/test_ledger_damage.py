@@ -136,7 +136,7 @@ def test_no_damage_to_the_ledger_lets_a_gpu_be_held_twice(monkeypatch, tmp_path)
                 k.run("stop.set()\njupyter_sched.get_scheduler().cancel_all()")
                 k.value("jupyter_sched.get_scheduler().wait(timeout=60) and 0")
             # every lease was given back: none was taken twice or left behind by a rebuild
-            from jupyter_sched.host.leases import Ledger
+            from jupyter_sched.host.ledger import Ledger
 
             deadline = time.monotonic() + 10
             while (held := Ledger.to_read(ledger).held()) and time.monotonic() < deadline:

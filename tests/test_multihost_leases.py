@@ -26,7 +26,7 @@ from conftest_ipp import ROOT, TESTS, say_pid, wait_for
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp.leases import READ_EVERY
-from jupyter_sched.host.leases import Ledger
+from jupyter_sched.host.ledger import Ledger
 from jupyter_sched.host.mps import MEMORY_ENV, PIPE_ENV, THREADS_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -209,7 +209,7 @@ def test_host_leases_off_takes_none_and_on_again_waits_for_the_holder(cluster, t
     book = ledger(cluster)
     import psutil
 
-    from jupyter_sched.host.holders import Owner
+    from jupyter_sched.host.ledger.holders import Owner
 
     parent = psutil.Process().parent()  # a live process that is not this kernel
     me = Owner.current()

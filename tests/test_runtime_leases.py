@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from jupyter_sched.host.discovery import GpuInfo, HostInfo
-from jupyter_sched.host.leases import Ledger, device_key
+from jupyter_sched.host.ledger import Ledger, device_key
 from jupyter_sched.host.nvml import GpuProcess, Nvml
 from jupyter_sched.runtime import leases as runtime_leases
 from jupyter_sched.runtime.leases import SWEEP
@@ -46,7 +46,7 @@ def gpu_key(sched, index=0):
 def as_other_process(path, key, units):
     """A lease held by a live process that is not this one (our parent), as another kernel's."""
     parent = psutil.Process().parent()
-    from jupyter_sched.host.holders import Owner
+    from jupyter_sched.host.ledger.holders import Owner
 
     me = Owner.current()
     owner = Owner(me.uid, me.user, parent.pid, parent.create_time(), me.host, me.pidns,
@@ -60,7 +60,7 @@ def other_holder():
     import subprocess
     import sys
 
-    from jupyter_sched.host.holders import Owner
+    from jupyter_sched.host.ledger.holders import Owner
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     me = Owner.current()
@@ -141,7 +141,7 @@ def test_a_dead_holders_lease_is_swept(sched, path):
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        from jupyter_sched.host.holders import Owner
+        from jupyter_sched.host.ledger.holders import Owner
 
         me = Owner.current()
         proc = psutil.Process(child.pid)

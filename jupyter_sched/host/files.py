@@ -22,7 +22,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .holders import user_name
+from .identity import user_name
 
 NAME = "jupyter_sched"
 """The private directory's name in its base directory."""

@@ -224,7 +224,7 @@ def _kept_cluster(cluster_id: str | None) -> Any:
     """The ``ipp.Cluster`` of kept cluster ``cluster_id`` of this user (None: of the newest
     running one this notebook started), or None when there is no such."""
     from ..executors.ipp import kept
-    from ..host.holders import notebook_path
+    from ..host.identity import notebook_path
 
     try:
         if cluster_id is None:

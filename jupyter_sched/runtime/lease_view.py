@@ -1,7 +1,7 @@
 """What the rest of the host holds and waits for, as this kernel's core must see it.
 
 A part of :class:`~.leases.HostLeases` (the runtime thread only): it reads the ledger's view
-(leases, and the host's order of waits: :mod:`jupyter_sched.host.fairness`) when its version
+(leases, and the host's order of waits: :mod:`jupyter_sched.host.ledger.fairness`) when its version
 moved, and turns it into the one event the core knows, ``HeldElsewhere``: per GPU of the local
 node, the shares other processes hold, the room waits ranked ahead of this kernel reserve, and
 the memory processes outside every scheduler use. Its reason says who holds what, since when,
@@ -22,10 +22,9 @@ from collections.abc import Mapping, Sequence
 import psutil
 
 from ..core import events as ev
-from ..host import fairness
-from ..host.lease_order import EMPTY, MAX_WAITS, Order, WaitSpec
-from ..host.lease_rows import clock, wait_text
-from ..host.leases import Lease
+from ..host.ledger import Lease, fairness
+from ..host.ledger.order import EMPTY, MAX_WAITS, Order, WaitSpec
+from ..host.ledger.rows import clock, wait_text
 from ..host.outside import process_tree
 from ..model.quantity import SCALE, format_bytes, format_units
 from ..model.resources import GPU

@@ -1,4 +1,4 @@
-"""The runtime's side of the host's lease ledger (:mod:`jupyter_sched.host.leases`).
+"""The runtime's side of the host's lease ledger (:mod:`jupyter_sched.host.ledger`).
 
 Two kernels on one host each believe they own every GPU; the ledger is where they agree. The
 runtime thread:
@@ -25,7 +25,7 @@ runtime thread:
 
 * records the demands that wait only for what others hold (or reserve) as the host's waits,
   and counts what waits ranked ahead of this kernel reserve as held elsewhere
-  (:mod:`jupyter_sched.host.fairness`): a busy kernel does not starve the others;
+  (:mod:`jupyter_sched.host.ledger.fairness`): a busy kernel does not starve the others;
 * looks at the ledger file every ``CHECK`` seconds while it is used: a ledger deleted,
   replaced, truncated or overwritten is made again and this kernel takes back what it holds
   (the user is told once); until a ledger can be used, GPU work that needs a new lease waits,
@@ -47,10 +47,10 @@ from pathlib import Path
 
 from ..core import events as ev
 from ..host.discovery import HostInfo
-from ..host.holders import kernel_label
-from ..host.lease_order import MAX_WAITS
-from ..host.leases import Lease, Ledger, LedgerError, Refusal, default_ledger, device_key
-from ..host.ledger_health import deep_damage
+from ..host.identity import kernel_label
+from ..host.ledger import Lease, Ledger, LedgerError, Refusal, default_ledger, device_key
+from ..host.ledger.damage import deep_damage
+from ..host.ledger.order import MAX_WAITS
 from ..host.live import GpuMonitor
 from ..host.nvml import Nvml
 from ..host.outside import memory_used_by_others, process_tree

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...host.discovery import HostInfo, discover_host
-from ...host.holders import notebook_path
+from ...host.identity import notebook_path
 from ..base import Runtime
 from . import kept as kept_files
 from .kept import Journal, KeptCluster

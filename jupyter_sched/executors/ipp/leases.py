@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from ...core import events as ev
 from ...host.enforce import LOGICAL, MPS, TORCH, enforcement
-from ...host.holders import kernel_label
-from ...host.leases import device_key
+from ...host.identity import kernel_label
+from ...host.ledger import device_key
 from ...model.quantity import SCALE, format_units
 from ...model.resources import GPU
 from ..base import ExecutorSettings
@@ -57,7 +57,7 @@ HOLDINGS = Ref("jupyter_sched.executors.ipp.on_host", "host_holdings")
 
 def node_keys(node: NodeEntry) -> dict[int, str]:
     """``{node index: device key}``: the names every scheduler on the node's host gives its
-    GPUs (:func:`~jupyter_sched.host.leases.device_key` with that host's key)."""
+    GPUs (:func:`~jupyter_sched.host.ledger.device_key` with that host's key)."""
     return {index: device_key(gpu, node.key) for index, gpu in node.gpus.items()}
 
 

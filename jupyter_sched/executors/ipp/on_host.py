@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ...host.enforce import LOGICAL, MPS, TORCH, torch_scope
-from ...host.leases import Lease, Ledger, LedgerError, Refusal, default_ledger
+from ...host.ledger import Lease, Ledger, LedgerError, Refusal, default_ledger
 from ...host.mps import MEMORY_ENV, THREADS_ENV, MpsStatus, detect_mps, mps_environment
 from ...model.quantity import SCALE
 

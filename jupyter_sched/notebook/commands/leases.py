@@ -9,8 +9,8 @@ from pathlib import Path
 
 from IPython.core import magic_arguments as ma
 
-from ...host.lease_text import format_picture, look
-from ...host.leases import Ledger, LedgerError
+from ...host.ledger import Ledger, LedgerError
+from ...host.ledger.text import format_picture, look
 from ..cell_options import documented
 from .base import CommandContext, command
 

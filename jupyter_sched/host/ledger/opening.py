@@ -16,9 +16,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.quantity import SCALE
-from .files import group_name, in_group
-from .holders import user_name
+from ...model.quantity import SCALE
+from ..files import group_name, in_group
+from ..identity import user_name
 
 LEASES_ENV = "JUPYTER_SCHED_LEASES"
 """Environment variable naming the ledger (a file, or a directory to hold it) for every kernel."""

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .discovery import boot_id
-from .files import in_group
-from .holders import user_name
-from .ledger_file import APPLICATION_ID, LedgerError
+from ..discovery import boot_id
+from ..files import in_group
+from ..identity import user_name
+from .opening import APPLICATION_ID, LedgerError
 
 _HEADER = b"SQLite format 3\x00"
 _COMPANIONS = ("-wal", "-shm")  # SQLite's files beside the ledger, part of it

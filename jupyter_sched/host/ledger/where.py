@@ -3,7 +3,7 @@
 **Where.** :func:`ledger_path`: one file per host in the directory the caller names (the Jupyter
 runtime directory, per user), or the file or directory ``$JUPYTER_SCHED_LEASES`` names. A
 directory writable by a group (best setgid, ``chmod g+ws``) shares the host's GPUs among the
-group's users: the file is then made group-readable and -writable (:mod:`.ledger_file`). The
+group's users: the file is then made group-readable and -writable (:mod:`.opening`). The
 file must be on a local filesystem (WAL uses shared memory; it does not work over NFS).
 :func:`default_ledger` is the one place a scheduler's file is decided: kernels, engines and the
 command line.
@@ -20,8 +20,8 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 
-from .discovery import GpuInfo
-from .ledger_file import LEASES_ENV
+from ..discovery import GpuInfo
+from .opening import LEASES_ENV
 
 
 def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:

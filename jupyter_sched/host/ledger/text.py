@@ -30,11 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..model.quantity import SCALE, format_units
+from ...model.quantity import SCALE, format_units
 from .fairness import Wait
-from .lease_order import EMPTY, Order
-from .lease_rows import clock
-from .leases import Lease, Ledger, LedgerError, short_device
+from .ledger import Ledger
+from .opening import LedgerError
+from .order import EMPTY, Order
+from .rows import Lease, clock, short_device
 
 WIDTH = 100  # columns the tables fit in
 SWEEP = "jupyter-sched leases --sweep"
@@ -71,7 +72,7 @@ def look(path: Path, timeout: float = 10.0) -> Picture:
     cannot be read as a ledger.
 
     A ledger no process had open is read as a file nobody writes (``immutable``:
-    :mod:`.ledger_read`); should a scheduler write it back meanwhile (its last connection
+    :mod:`.reading`); should a scheduler write it back meanwhile (its last connection
     closing), the read is made again, so a torn read is never taken for a damaged ledger."""
     for _ in range(3):
         before = _stamp(path)

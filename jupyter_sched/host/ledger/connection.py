@@ -3,7 +3,7 @@ still the file it opened, and opening it again after damage.
 
 A part of :class:`.leases.Ledger` (any thread; ``lock`` guards the connection). A connection
 never crosses a fork: a child opens its own. Opening a ledger that replaces one this host had
-since it booted (:func:`.ledger_health.made_before_this_boot`) starts its grace: for ``GRACE``
+since it booted (:func:`.damage.made_before_this_boot`) starts its grace: for ``GRACE``
 seconds no new lease is taken, while the kernels that held leases take them back.
 """
 
@@ -18,10 +18,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import lease_order
-from .lease_order import GRACE
-from .ledger_file import LEASES_ENV, LedgerError, explain, looks_like_a_ledger, open_ledger
-from .ledger_health import (
+from . import order as lease_order
+from .damage import (
     Health,
     damage_of,
     made_before_this_boot,
@@ -29,7 +27,9 @@ from .ledger_health import (
     note_made,
     rebuild_lock,
 )
-from .ledger_read import open_ledger_to_read
+from .opening import LEASES_ENV, LedgerError, explain, looks_like_a_ledger, open_ledger
+from .order import GRACE
+from .reading import open_ledger_to_read
 
 
 class LedgerConnection:

@@ -24,8 +24,8 @@ with them nothing, since every holder died with the host.
 in total, which the take checks inside its transaction (and a trigger checks again for any
 writer).
 
-**Devices** are named by :func:`.ledger_where.device_key`, and the file is where
-:func:`.ledger_where.ledger_path` says (:mod:`.ledger_where`).
+**Devices** are named by :func:`.where.device_key`, and the file is where
+:func:`.where.ledger_path` says (:mod:`.where`).
 
 **How** a fraction of a device is held is recorded with its lease (``held``: ``logical``,
 ``mps``, ``torch``, as :mod:`.enforce` says; '' for a whole device or when not said), for
@@ -60,11 +60,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..model.quantity import SCALE
-from . import lease_order
+from ...model.quantity import SCALE
+from . import order as lease_order
+from .connection import LedgerConnection
 from .holders import Owner, holder_alive, is_me
-from .lease_order import GRACE, Order, WaitSpec
-from .lease_rows import (
+from .order import Order, WaitSpec
+from .rows import (
     COLUMNS,
     Exchange,
     Lease,
@@ -76,13 +77,9 @@ from .lease_rows import (
     lease_from_row,
     leases_of,
     rows_of,
-    short_device,
     short_of,
     used_of,
 )
-from .ledger_conn import LedgerConnection
-from .ledger_file import FORMAT, LEASES_ENV, LedgerError
-from .ledger_where import default_ledger, device_key, ledger_path
 
 Take = tuple[object, Mapping[str, int]] | tuple[object, Mapping[str, int], str]
 """A take of :meth:`Ledger.exchange`: ``(task, {device: units})``, or with how its fractions
@@ -121,7 +118,7 @@ class Ledger:
         changed, and a write raises :class:`LedgerError`. For one look: a ledger that no
         process had open is read as its file holds it then (open it again to look again).
         FileNotFoundError when there is none; :class:`LedgerError` for a file that cannot be
-        read as a ledger (:func:`~.ledger_read.open_ledger_to_read`)."""
+        read as a ledger (:func:`~.reading.open_ledger_to_read`)."""
         ledger = cls(path, timeout=timeout, connect=False)
         ledger._file.open_to_read()
         return ledger
@@ -156,7 +153,7 @@ class Ledger:
         take each ``(task, {device: units})`` of ``takes`` all or nothing, in order, in one
         transaction: a scheduler that ends and starts many tasks at once pays for one commit.
         A take may say how its fractions of a device are held: ``(task, shares, held)``
-        (:data:`~.lease_rows.HELD`; a whole device is stored with '').
+        (:data:`~.rows.HELD`; a whole device is stored with '').
         Each take gets its leases or the :class:`Refusal` of its first device that is short;
         a refused take leaves the others be. A device short of a take's share first has the
         leases of its ended holders taken back (free room needs no check of its holders).
@@ -490,8 +487,4 @@ def _count(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT count FROM changes").fetchone()[0])
 
 
-__all__ = [
-    "FORMAT", "GRACE", "LEASES_ENV", "Exchange", "Lease", "Ledger", "LedgerError", "NotYourLease",
-    "Order", "Refusal", "WaitSpec", "default_ledger", "device_key", "ledger_path",
-    "short_device",
-]
+__all__ = ["Ledger", "Take"]

@@ -1,6 +1,6 @@
 """Opening the lease ledger only to look at it: ``jupyter-sched leases``, ``%sched leases``.
 
-A look changes no file. :func:`open_ledger` (:mod:`.ledger_file`) is for the schedulers: it
+A look changes no file. :func:`open_ledger` (:mod:`.opening`) is for the schedulers: it
 makes a missing ledger, writes the tables into an empty file and brings an older format up to
 date. Here a missing ledger is FileNotFoundError, and an empty file, another program's file, a
 link, a directory or a ledger of another format is refused with a :class:`LedgerError` that
@@ -21,8 +21,8 @@ import stat
 from pathlib import Path
 from urllib.parse import quote
 
-from .holders import user_name
-from .ledger_file import APPLICATION_ID, FORMAT, LEASES_ENV, LedgerError, explain
+from ..identity import user_name
+from .opening import APPLICATION_ID, FORMAT, LEASES_ENV, LedgerError, explain
 
 _TABLES = {"leases", "changes", "waits", "usage", "kernel_use", "weights", "settings"}
 

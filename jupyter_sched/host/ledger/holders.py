@@ -18,13 +18,12 @@ cannot be read: such a holder counts as alive as long as ``kill(pid, 0)`` finds 
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass, replace
 from functools import cache
 
 import psutil
 
-from .discovery import boot_id
+from ..identity import host_key, user_name
 
 START_TOLERANCE = 1.5
 """Seconds two readings of one process's start time may differ by.
@@ -55,11 +54,6 @@ class Owner:
         return replace(me, label=label) if label else me
 
 
-def host_key() -> str:
-    """This host across processes: hostname and boot id, as ``HostInfo.key`` spells it."""
-    boot = boot_id()
-    hostname = socket.gethostname()
-    return f"{hostname}/{boot}" if boot else hostname
 
 
 def is_me(owner: Owner) -> bool:
@@ -137,14 +131,6 @@ def _process_owner(pid: int) -> Owner:
                  pidns=_pid_namespace())
 
 
-def user_name(uid: int) -> str:
-    """The login name of ``uid`` (from the password database, not ``$USER``), or the number."""
-    try:
-        import pwd
-
-        return pwd.getpwuid(uid).pw_name
-    except (ImportError, KeyError):  # Windows; a container's uid with no name
-        return str(uid)
 
 
 def _pid_namespace() -> str:
@@ -154,21 +140,8 @@ def _pid_namespace() -> str:
         return ""
 
 
-def notebook_path() -> str:
-    """The notebook this kernel runs for, as Jupyter's server names it
-    (``$JPY_SESSION_NAME``; "" when it does not say)."""
-    return os.environ.get("JPY_SESSION_NAME", "")[:1000]
 
 
-def kernel_label(engine: bool = False) -> str:
-    """What other kernels see of this one in a ledger: its notebook, when Jupyter says
-    (``$JPY_SESSION_NAME``); with ``engine``, what its engines are on another host's ledger."""
-    session = notebook_path()
-    notebook = f"notebook {os.path.basename(session)}" if session else ""
-    if not engine:
-        return notebook
-    return f"engine for {notebook or 'a kernel'} on {socket.gethostname()}"
 
 
-__all__ = ["START_TOLERANCE", "Owner", "holder_alive", "host_key", "is_me", "kernel_label",
-           "notebook_path", "user_name"]
+__all__ = ["START_TOLERANCE", "Owner", "holder_alive", "is_me"]

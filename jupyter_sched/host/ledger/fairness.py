@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..model.quantity import SCALE
+from ...model.quantity import SCALE
 
 DEFAULT_HALF_LIFE = 300.0
 """Seconds after which a user's past GPU use counts half (0: only what is held now counts)."""

@@ -8,8 +8,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..model.quantity import SCALE, format_units
-from .enforce import LOGICAL, MPS, TORCH
+from ...model.quantity import SCALE, format_units
+from ..enforce import LOGICAL, MPS, TORCH
 from .fairness import Wait
 from .holders import Owner, is_me
 

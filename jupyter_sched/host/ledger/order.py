@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..model.quantity import SCALE
+from ...model.quantity import SCALE
 from . import fairness
 from .fairness import Demand, Wait
 from .holders import Owner
