@@ -5,6 +5,8 @@ Nothing in the package's production code imports this module.
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from collections.abc import Iterable
 
 from .host.nvml import GpuProcess, Nvml, NvmlDevice
@@ -98,3 +100,90 @@ class FakeNvml(Nvml):
 
 
 __all__ = ["FakeNvml"]
+
+
+# -- the host's lease ledger, as other processes and people change it --------------------------
+
+
+def ledger_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """A SQLite connection to the ledger at ``path`` that may write it as a jupyter-sched
+    process does (the writer's guard registered): rows written through it stand for another
+    process's. A plain ``sqlite3.connect`` is refused any change, as a person's shell is."""
+    from .host.ledger import schema
+
+    db = sqlite3.connect(path, isolation_level=None)
+    schema.register(db)
+    return db
+
+
+# The tables of a format 3 ledger, as an older jupyter-sched made them.
+_FORMAT_3 = """
+CREATE TABLE leases (id INTEGER PRIMARY KEY AUTOINCREMENT, device TEXT NOT NULL,
+    units INTEGER NOT NULL CHECK (units BETWEEN 1 AND 10000), uid INTEGER NOT NULL,
+    user TEXT NOT NULL, pid INTEGER NOT NULL, started REAL NOT NULL, host TEXT NOT NULL,
+    pidns TEXT NOT NULL, label TEXT NOT NULL, task TEXT NOT NULL, since REAL NOT NULL,
+    taken REAL NOT NULL DEFAULT 0, held TEXT NOT NULL DEFAULT '');
+CREATE INDEX leases_by_device ON leases (device);
+CREATE TABLE changes (id INTEGER PRIMARY KEY CHECK (id = 0), count INTEGER NOT NULL);
+INSERT INTO changes VALUES (0, 0);
+CREATE TRIGGER a_device_is_never_held_beyond_one BEFORE INSERT ON leases
+WHEN (SELECT coalesce(sum(units), 0) FROM leases WHERE device = NEW.device) + NEW.units > 10000
+BEGIN SELECT RAISE(ABORT, 'device held beyond 1.0'); END;
+CREATE TRIGGER count_takes AFTER INSERT ON leases BEGIN UPDATE changes SET count = count + 1; END;
+CREATE TRIGGER count_gives AFTER DELETE ON leases BEGIN UPDATE changes SET count = count + 1; END;
+CREATE TABLE waits (id INTEGER PRIMARY KEY AUTOINCREMENT, uid INTEGER NOT NULL,
+    user TEXT NOT NULL, pid INTEGER NOT NULL, started REAL NOT NULL, host TEXT NOT NULL,
+    pidns TEXT NOT NULL, label TEXT NOT NULL, task TEXT NOT NULL,
+    units INTEGER NOT NULL CHECK (units BETWEEN 1 AND 10000), count INTEGER NOT NULL,
+    devices TEXT NOT NULL, priority INTEGER NOT NULL, since REAL NOT NULL);
+CREATE TABLE usage (uid INTEGER PRIMARY KEY, user TEXT NOT NULL, value REAL NOT NULL,
+    at REAL NOT NULL);
+CREATE TABLE kernel_use (pid INTEGER NOT NULL, started REAL NOT NULL, value REAL NOT NULL,
+    at REAL NOT NULL, PRIMARY KEY (pid, started));
+CREATE TABLE weights (user TEXT PRIMARY KEY, weight REAL NOT NULL CHECK (weight > 0));
+CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TRIGGER count_waits AFTER INSERT ON waits BEGIN UPDATE changes SET count = count + 1; END;
+CREATE TRIGGER count_waits_ended AFTER DELETE ON waits
+BEGIN UPDATE changes SET count = count + 1; END;
+"""
+
+
+def old_ledger(path: str | os.PathLike[str], form: int) -> None:
+    """Make a ledger of format ``form`` (1, 2 or 3) at ``path``, as an older jupyter-sched
+    made it, in WAL mode: format 3 held how each share is held; 2 did not; 1 had only leases
+    (no waits, use, weights or settings, nor when each lease was taken)."""
+    from .host.ledger.schema import APPLICATION_ID, statements
+
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        for statement in statements(_FORMAT_3):
+            db.execute(statement)
+        if form <= 2:
+            db.execute("ALTER TABLE leases DROP COLUMN held")
+        if form == 1:
+            db.execute("ALTER TABLE leases DROP COLUMN taken")
+            for table in ("waits", "usage", "kernel_use", "weights", "settings"):
+                db.execute(f"DROP TABLE {table}")
+        db.execute(f"PRAGMA user_version = {form}")
+    finally:
+        db.close()
+
+
+def step_wall_clock(seconds: float) -> None:
+    """Step this process's wall clock by ``seconds``, as NTP, a resumed VM or a woken laptop
+    step it: what the code reads moves (``time.time``, ``time.time_ns``, and the boot time
+    psutil derives start times from, which the kernel computes from the wall clock); the
+    boot clock and the monotonic clock do not. Cumulative; for tests in their own process."""
+    import time
+
+    import psutil
+
+    real_time, real_time_ns = time.time, time.time_ns
+    time.time = lambda: real_time() + seconds  # type: ignore[assignment]
+    time.time_ns = lambda: real_time_ns() + int(seconds * 1e9)  # type: ignore[assignment]
+    for module in (psutil, getattr(psutil, "_pslinux", None)):
+        boot = getattr(module, "boot_time", None)
+        if boot is not None:
+            module.boot_time = lambda boot=boot: boot() + seconds

@@ -257,8 +257,14 @@ def go_on(child: subprocess.Popen) -> dict:
 
 
 def owner_of(pid: int, started: float) -> holders.Owner:
+    """A holder named as an older ledger named it: by pid and wall-clock start alone."""
     me = holders.Owner.current()
     return holders.Owner(0, "root", pid, started, me.host, me.pidns)
+
+
+def holder_alive(owner: holders.Owner) -> bool:
+    with tempfile.TemporaryDirectory() as place:
+        return holders.Liveness(holders.HoldersDir(Path(place) / "l.db")).alive(owner)
 
 
 def test_a_process_that_exists_but_is_hidden_counts_as_alive(monkeypatch):
@@ -273,7 +279,7 @@ def test_a_process_that_exists_but_is_hidden_counts_as_alive(monkeypatch):
     owner = owner_of(4242, 1.0)
     monkeypatch.setattr(holders.os, "kill", eperm)
     monkeypatch.setattr(holders.psutil, "Process", hidden)
-    assert holders.holder_alive(owner)
+    assert holder_alive(owner)
 
 
 def test_no_such_process_a_zombie_or_another_start_time_is_ended():
@@ -283,22 +289,25 @@ def test_no_such_process_a_zombie_or_another_start_time_is_ended():
     while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:  # ended, not collected
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    assert not holders.holder_alive(owner_of(child.pid, started))
+    assert not holder_alive(owner_of(child.pid, started))
     child.wait()
-    assert not holders.holder_alive(owner_of(child.pid, started))  # no such process
+    assert not holder_alive(owner_of(child.pid, started))  # no such process
     parent = psutil.Process().parent()
-    assert holders.holder_alive(owner_of(parent.pid, parent.create_time()))
-    assert not holders.holder_alive(owner_of(parent.pid, parent.create_time() - 60))
+    assert holder_alive(owner_of(parent.pid, parent.create_time()))
+    assert not holder_alive(owner_of(parent.pid, parent.create_time() - 60))
 
 
 HOLDERS = """
 import json, sys
 from dataclasses import replace
-from jupyter_sched.host.ledger.holders import Owner, holder_alive
+import tempfile
+from pathlib import Path
+from jupyter_sched.host.ledger.holders import HoldersDir, Liveness, Owner
 me, out = Owner.current(), {}
+alive = Liveness(HoldersDir(Path(tempfile.mkdtemp()) / "l.db")).alive
 for name, pid, started, uid in json.loads(sys.argv[1]):
-    owner = replace(me, pid=pid, started=started, uid=uid, user=str(uid))
-    out[name] = [holder_alive(owner), __import__("os").path.exists(f"/proc/{pid}")]
+    owner = replace(me, pid=pid, started=started, uid=uid, user=str(uid), holder="", ticks=0)
+    out[name] = [alive(owner), __import__("os").path.exists(f"/proc/{pid}")]
 print(json.dumps(out))
 """
 
@@ -517,8 +526,8 @@ lease = ledger.take(sys.argv[2], 5_000)
 path.unlink()  # (a cleanup of the directory)
 out = {"made_before": made_before_this_boot(path)}
 try:
-    got = ledger.rebuild([lease])
-    out["rebuilt"] = [g.units for g in got]
+    ledger.rebuild()
+    out["rebuilt"] = [lease.units for lease in ledger.held()]
 except LedgerError as err:
     out["error"] = str(err)
 print(json.dumps(out))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pickle
 import pwd
+import shutil
 import socket
 import sqlite3
 import stat
@@ -34,6 +35,7 @@ from jupyter_sched.host.ledger import (
 )
 from jupyter_sched.host.ledger.rows import clock
 from jupyter_sched.model.quantity import SCALE
+from jupyter_sched.testing import ledger_writer, old_ledger
 
 GPU = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
 OTHER = "GPU-11111111-2222-3333-4444-555555555555"
@@ -55,7 +57,7 @@ def write_lease(path, device, units, **owner):
     me = holders.Owner.current()
     row = {"uid": me.uid, "user": me.user, "pid": me.pid, "started": me.started,
            "host": me.host, "pidns": me.pidns, "label": "", **owner}
-    db = sqlite3.connect(path, isolation_level=None)
+    db = ledger_writer(path)
     try:
         cursor = db.execute(
             "INSERT INTO leases (device, units, uid, user, pid, started, host, pidns, label, "
@@ -415,7 +417,7 @@ def test_a_ledger_of_another_format_is_refused(path):
 def _lease_row(path, task):
     """A lease of this process as an older jupyter-sched wrote it, straight into the file."""
     me = holders.Owner.current()
-    db = sqlite3.connect(path, isolation_level=None)
+    db = sqlite3.connect(path, isolation_level=None)  # (an older ledger: no writer's guard)
     try:
         db.execute("INSERT INTO leases (device, units, uid, user, pid, started, host, pidns, "
                    "label, task, since) VALUES (?, 5000, ?, ?, ?, ?, ?, ?, 'old.ipynb', ?, 12.5)",
@@ -424,31 +426,27 @@ def _lease_row(path, task):
         db.close()
 
 
+def format_3(path):
+    """A ledger of format 3 (holders named by pid and start time), with one lease in it."""
+    old_ledger(path, 3)
+    _lease_row(path, "t3")
+
+
 def format_2(path):
     """A ledger of format 2 (no word on how a share is held), with one lease in it."""
-    Ledger(path).close()
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("ALTER TABLE leases DROP COLUMN held")
-    db.execute("PRAGMA user_version = 2")
-    db.close()
+    old_ledger(path, 2)
     _lease_row(path, "t2")
 
 
 def format_1(path):
     """A ledger of format 1 (leases only, no time each was taken), with one lease in it."""
-    Ledger(path).close()
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("ALTER TABLE leases DROP COLUMN held")
-    db.execute("ALTER TABLE leases DROP COLUMN taken")
-    for table in ("waits", "usage", "kernel_use", "weights", "settings"):
-        db.execute(f"DROP TABLE {table}")
-    db.execute("PRAGMA user_version = 1")
-    db.close()
+    old_ledger(path, 1)
     _lease_row(path, "t1")
 
 
-@pytest.mark.parametrize(("make", "task"), [(format_1, "t1"), (format_2, "t2")],
-                         ids=["format-1", "format-2"])
+@pytest.mark.parametrize(("make", "task"), [(format_1, "t1"), (format_2, "t2"),
+                                            (format_3, "t3")],
+                         ids=["format-1", "format-2", "format-3"])
 def test_an_older_ledger_is_brought_up_to_date_in_place_keeping_its_leases(path, make, task):
     make(path)
     inode = path.stat().st_ino
@@ -520,9 +518,7 @@ def open_dir():
     directory = Path(tempfile.mkdtemp(prefix="leases-"))
     directory.chmod(0o755)
     yield directory
-    for name in directory.iterdir():
-        name.unlink()
-    directory.rmdir()
+    shutil.rmtree(directory)
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o644])

@@ -122,7 +122,7 @@ def test_a_damaged_ledger_is_made_again_and_loses_no_task(monkeypatch, tmp_path)
     with kernels(monkeypatch, ledger, 1) as (k,):
         said = "".join(run_stderr(k, msg_id) for msg_id in list(k.messages))
         assert said.count("lease ledger") == 1, said  # told once, under the cell
-        assert "a new one is in use" in said, said
+        assert "it was healed by this kernel at" in said, said
         assert k.run(WORK.format(log=str(log), name="k", seconds=0.1)).error is None
         k.run("hs = [jupyter_sched.submit(work, i, resources={'GPU': 0.5}) for i in range(6)]")
         assert set(k.value("[h.result(60) for h in hs]")) <= {0, 1}

@@ -23,6 +23,7 @@ import psutil
 
 from ..core import events as ev
 from ..host.ledger import Lease, fairness
+from ..host.ledger.holders import token
 from ..host.ledger.order import EMPTY, MAX_WAITS, Order, WaitSpec
 from ..host.ledger.rows import clock, wait_text
 from ..host.outside import process_tree
@@ -81,7 +82,7 @@ class LeaseView:
             units[index] = units.get(index, 0) + lease.units
             holders.setdefault(index, []).append(lease)
         parts = [held_text(units, holders)] if units else []
-        reserved = self.order.ahead_of(os.getpid(), os.getuid())
+        reserved = self.order.ahead_of(token(), os.getuid())
         reserving: dict[int, int] = {}
         for key, share in reserved.items():
             index = by_key.get(key)
@@ -113,9 +114,9 @@ class LeaseView:
         return ev.HeldElsewhere(self.node, {GPU: units}, reason)
 
     def _reserved_text(self, reserving: Mapping[int, int], by_key: Mapping[str, int]) -> str:
-        me = os.getpid()
+        me = token()
         waits = [w for w in self.order.waits_ahead(me, os.getuid())
-                 if w.pid != me and self.order.reservations.get(w.id)]
+                 if w.holder != me and self.order.reservations.get(w.id)]
         gpus = ", ".join(f"{format_units(u)} of GPU {i}" if u < SCALE else f"GPU {i}"
                          for i, u in sorted(reserving.items()))
         who = "; ".join(wait_text(w) for w in waits[:3])
@@ -124,8 +125,8 @@ class LeaseView:
 
     def _place_text(self) -> str:
         """``this kernel is 2nd on this host for GPU 0``, from its first wait."""
-        me = os.getpid()
-        mine = next((w for w in self.order.waits if w.pid == me), None)
+        me = token()
+        mine = next((w for w in self.order.waits if w.holder == me), None)
         if mine is None:
             return ""
         by_key = {key: index for index, key in self.keys.items()}

@@ -26,10 +26,15 @@ runtime thread:
 * records the demands that wait only for what others hold (or reserve) as the host's waits,
   and counts what waits ranked ahead of this kernel reserve as held elsewhere
   (:mod:`jupyter_sched.host.ledger.fairness`): a busy kernel does not starve the others;
-* looks at the ledger file every ``CHECK`` seconds while it is used: a ledger deleted,
-  replaced, truncated or overwritten is made again and this kernel takes back what it holds
-  (the user is told once); until a ledger can be used, GPU work that needs a new lease waits,
-  its reason naming the file and the fix.
+* looks after the ledger every ``CHECK`` seconds while it is used (:meth:`Ledger.look_after`):
+  a ledger deleted, replaced, damaged, copied over or edited by hand is healed, by this kernel
+  or another, with every live holder's leases (the user is told once); until a ledger can be
+  used, GPU work that needs a new lease waits, its reason naming the file and the fix;
+* never waits for the ledger long: another process holding its lock (or a full filesystem)
+  keeps the runtime thread at most ``WAIT`` seconds a call; GPU work then waits, its reason
+  naming the stall and who holds the lock ("the host's GPU ledger has been locked for 12 s by
+  pid 4242, user ana"), leases to give back are kept and given back as soon as the ledger can
+  be written, and CPU and kernel-thread work go on.
 
 Giving up on the ledger would let two kernels promise a GPU twice; ``host_leases = False``
 does that knowingly.
@@ -50,7 +55,9 @@ from ..host.discovery import HostInfo
 from ..host.identity import kernel_label
 from ..host.ledger import Lease, Ledger, LedgerError, Refusal, default_ledger, device_key
 from ..host.ledger.damage import deep_damage
+from ..host.ledger.opening import LedgerBusy, LedgerFull
 from ..host.ledger.order import MAX_WAITS
+from ..host.ledger.stalls import Stall, lock_holder
 from ..host.live import GpuMonitor
 from ..host.nvml import Nvml
 from ..host.outside import memory_used_by_others, process_tree
@@ -67,7 +74,9 @@ READ = 0.02  # seconds between reads of the version while steps follow each othe
 LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
 CHECK = 0.5  # seconds between looks at the ledger file (deleted, replaced, damaged?)
 ORDER = 1.0  # seconds between reads of the host's order while this kernel waits in it
+WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
 ERRORS = (LedgerError, sqlite3.Error, OSError)
+STALLS = (LedgerBusy, LedgerFull)
 
 
 class OutsideUse:
@@ -116,6 +125,8 @@ class HostLeases:
         self.own_pids: Callable[[], set[int]] = set
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
+        self._pending: list[int] = []  # leases to give back once the ledger can be written
+        self._stall = Stall()  # since when another process (or a full disk) has held us up
         self._now = 0.0  # the last time a step said (``settle``, ``poll``)
         self._version: int | None = None
         self._next_sweep = 0.0
@@ -128,19 +139,12 @@ class HostLeases:
     def open(cls, path: Path, host: HostInfo, node: str, label: str = "",
              outside: OutsideUse | None = None,
              notice: Callable[[str], None] | None = None) -> HostLeases:
-        """The host's ledger at ``path``. One that cannot be used now is told once, and GPU
-        work waits (its reason says why) until it can: no GPU is leased twice meanwhile."""
-        try:
-            ledger = Ledger(path, label=label)
-        except ERRORS as err:
-            leases = cls(Ledger(path, label=label, connect=False), host, node, outside, notice)
-            damage = deep_damage(path) if path.exists() else None
-            if damage is not None:
-                leases._rebuild(damage)  # a ledger of ours that was damaged: made again
-            else:
-                leases._blocked(err)
-            return leases
-        return cls(ledger, host, node, outside, notice)
+        """The host's ledger at ``path``, opened on first use by the runtime thread (never by
+        the caller's: ``%load_ext`` never waits for it). One that cannot be used then is told
+        once, and GPU work waits (its reason says why) until it can: no GPU is leased twice
+        meanwhile."""
+        return cls(Ledger(path, label=label, timeout=WAIT, connect=False), host, node, outside,
+                   notice)
 
     def set_host(self, host: HostInfo) -> None:
         """The local GPUs were (re)declared or discovered: their device keys change."""
@@ -195,11 +199,13 @@ class HostLeases:
                 else:
                     takes.append((start, shares, held))
         gives = [lease.id for group in spare.values() for leases in group for lease in leases]
+        gives += self._pending
         due = self.label_due is not None and now >= self.label_due
         waits = self.view.wanted if self.view.due() else None
         if not gives and not takes and not due and waits is None:
             return {}
         if self.view.blocked is not None:  # no ledger to take from: they wait for one
+            self._pending = gives  # (given back once it can be written)
             return {start.task: self.view.blocked for start, _, _ in takes}
         passes = list(self._unlabelled.items())
         try:
@@ -207,8 +213,11 @@ class HostLeases:
                                                 for start, shares, held in takes],
                                         passes=passes, waits=waits)
         except ERRORS as err:
+            self._pending = gives
             self._failed(err)
             return {start.task: self.view.blocked or str(err) for start, _, _ in takes}
+        self._pending = []
+        self._unstalled()
         self._unlabelled.clear()
         self.label_due = None
         if waits is not None:
@@ -254,12 +263,24 @@ class HostLeases:
 
     def give(self, task: str, attempt: int | None = None) -> None:
         """Give back the leases of ``task`` (of any attempt but ``attempt``, when given); the
-        task sent ahead behind it, if any, takes them over instead."""
-        for lease in self._release(task, attempt):
-            try:
-                self.ledger.give(lease)
-            except ERRORS as err:
-                self._failed(err)  # (a ledger made again has no lease of it)
+        task sent ahead behind it, if any, takes them over instead. While the ledger cannot
+        be written they are kept, and given back as soon as it can."""
+        ids = [lease.id for lease in self._release(task, attempt)]
+        if not ids:
+            return
+        self._pending += ids
+        if self.view.blocked is not None:
+            return
+        self._give_pending()
+
+    def _give_pending(self) -> None:
+        try:
+            self.ledger.exchange(self._pending, [])
+        except ERRORS as err:
+            self._failed(err)
+            return
+        self._pending = []
+        self._unstalled()
 
     def _release(self, task: str, attempt: int | None = None) -> tuple[Lease, ...]:
         """Forget the leases of ``task`` (as :meth:`give` says) and return those to give back:
@@ -290,15 +311,15 @@ class HostLeases:
         kept = [task for task in keep if task in self._by_task]
         for task in list(self._by_task):
             if task not in kept:
-                self.give(task)
-        if self.view.blocked is not None:
-            return kept
-        try:
-            self.ledger.set_waits(())
+                self._pending += [lease.id for lease in self._release(task)]
+        try:  # (one try, however the ledger was: a wait must not outlive its scheduler)
+            self.ledger.exchange(self._pending, [], waits=())
+            self._pending = []
             if whole_process and not kept:
                 self.ledger.give_mine()
         except ERRORS as err:
-            log.warning("giving back this kernel's GPU leases: %s", err)
+            log.warning("giving back this kernel's GPU leases: %s (what is left is taken "
+                        "back once this process ends)", err)
         return kept
 
     # -- what others hold -----------------------------------------------------------------------
@@ -310,8 +331,9 @@ class HostLeases:
 
     @property
     def busy(self) -> bool:
-        """This kernel holds leases or records waits: the ledger is looked after meanwhile."""
-        return bool(self._by_task or self.view.written or self.view.blocked)
+        """This kernel holds leases, records waits or has leases to give back: the ledger is
+        looked after meanwhile."""
+        return bool(self._by_task or self.view.written or self.view.blocked or self._pending)
 
     def look_due(self, now: float) -> float | None:
         """When the runtime must call :meth:`poll` though no GPU work waits: to look at the
@@ -382,62 +404,81 @@ class HostLeases:
     # -- damage -----------------------------------------------------------------------------------
 
     def _look_after(self) -> None:
-        """Make the ledger whole again when its file was deleted, replaced or damaged (or
-        could not be used), taking back what this kernel holds."""
-        damage = self.ledger.check()
-        if damage is None and self.view.blocked is None:
-            if self.view.order.grace_until is not None and (
-                    time.time() >= self.view.order.grace_until):
-                self._version = None  # the grace is over: read (and tell the core) again
+        """Have the ledger looked after (healed when it was deleted, replaced, damaged, copied
+        over or edited by hand: :meth:`Ledger.look_after`), tell the user what happened, and
+        give back what waited for a ledger that can be written."""
+        stalled = self._stall.since is not None
+        try:
+            if self.view.blocked is not None and not stalled:
+                healings = self.ledger.rebuild()
+            else:
+                healings = self.ledger.look_after()
+            if self._pending or stalled:  # (a write: a full disk is over only when it takes one)
+                self.ledger.exchange(self._pending, [], waits=self.view.written)
+                self._pending = []
+        except ERRORS as err:
+            self._failed(err)
             return
-        self._rebuild(damage or deep_damage(self.ledger.path))
+        self._told(healings)
+        if self.view.blocked is not None:
+            self._unblocked()
+        elif self.view.order.grace_until is not None and (
+                time.time() >= self.view.order.grace_until):
+            self._version = None  # the grace is over: read (and tell the core) again
 
     def _failed(self, err: BaseException) -> None:
-        """An error of the ledger in use: damaged (rebuild), or not usable now (wait)."""
-        damage = self.ledger.check() or deep_damage(self.ledger.path)
-        if damage is not None:
-            self._rebuild(damage)
-        else:
-            self._blocked(err)
-
-    def _rebuild(self, damage: str | None) -> None:
-        holdings = [(task, attempt, lease) for task, (attempt, leases) in self._by_task.items()
-                    for lease in leases]
-        was_blocked = self.view.blocked is not None
-        try:
-            got = self.ledger.rebuild([lease for _, _, lease in holdings], self.view.wanted,
-                                      settings=self.view.order if self.view.order.now else None)
-        except ERRORS as err:
-            self._blocked(err)
+        """An error of the ledger in use: held up by another process or a full disk (GPU
+        work waits, saying so), or damaged (healed), or not usable now (GPU work waits)."""
+        if isinstance(err, STALLS):
+            self._stalled(err)
             return
-        self.view.blocked = None
+        if (self.ledger.check() or deep_damage(self.ledger.path)) is None:
+            self._blocked(err)  # (nothing wrong with the file: tried again every CHECK)
+            return
+        try:
+            self._told(self.ledger.rebuild())
+        except STALLS as again:
+            self._stalled(again)
+        except ERRORS as again:
+            self._blocked(again)
+        else:
+            if self.view.blocked is not None:
+                self._unblocked()
+
+    def _told(self, healings: list) -> None:
+        """What happened to the ledger, each once: the user is told, and the core told
+        afresh what others hold."""
+        for healing in healings:
+            self._notice(healing.text(self.ledger.path))
+        if healings:
+            self._version = None
+            self.view.written = ()  # (a ledger healed holds no waits: they are written again)
+            self.view.resend()
+
+    def _stalled(self, err: BaseException) -> None:
+        """Another process holds the ledger's lock (or its filesystem is full): GPU work that
+        needs a new lease waits, its reason saying since when and who holds it."""
+        if isinstance(err, LedgerFull):
+            text = self._stall.text("has had no room to write (its filesystem is full)", None)
+        else:
+            path = self.ledger.path
+            holder = lock_holder([path, Path(f"{path}-wal"), Path(f"{path}-shm"),
+                                  path.with_name(f".{path.name}.lock")])
+            text = self._stall.text("has been locked", holder)
+        self.view.blocked = f"{text} ({self.ledger.path}); GPU tasks that need a share wait"
+        self.view.resend()
+
+    def _unstalled(self) -> None:
+        if self._stall.end() and self.view.blocked is not None:
+            self._unblocked()
+
+    def _unblocked(self) -> None:
+        was, self.view.blocked = self.view.blocked, None
+        self._stall.end()
         self._version = None
         self.view.resend()
-        if got is None:  # the ledger it had open, which works again
-            if was_blocked:
-                self._notice(f"the host's GPU lease ledger {self.ledger.path} can be used "
-                             "again")
-            return
-        by_task: dict[str, tuple[int, list[Lease]]] = {}
-        lost = []
-        for (task, attempt, _), new in zip(holdings, got, strict=True):
-            if isinstance(new, Refusal):
-                lost.append(f"{task} ({self._refused(new)})")
-            else:
-                by_task.setdefault(task, (attempt, []))[1].append(new)
-        self._by_task = {task: (attempt, tuple(leases))
-                         for task, (attempt, leases) in by_task.items()}
-        # passes the ledger was not told of yet name the new leases (the old ids are gone:
-        # a pass of them would take the shares a second time)
-        self._unlabelled = {task: self._by_task[task][1] for task in self._unlabelled
-                            if task in self._by_task}
-        self.view.written = self.view.wanted
-        what = damage or "was made again by another kernel"
-        text = (f"the host's GPU lease ledger {self.ledger.path} {what}: a new one is in use, "
-                f"and this kernel took back the {len(holdings)} GPU share(s) it holds")
-        if lost:
-            text += "; could not take back: " + "; ".join(lost)
-        self._notice(text)
+        if was is not None and "locked" not in was and "no room" not in was:
+            self._notice(f"the host's GPU lease ledger {self.ledger.path} can be used again")
 
     def _blocked(self, err: BaseException) -> None:
         """No ledger can be used now: GPU work that needs a new lease waits (said once)."""

@@ -1,10 +1,11 @@
 """Whether the ledger file is still the one a process opened, and whole; moving a damaged one
-aside for a fresh one (:meth:`.leases.Ledger.check`, :meth:`.leases.Ledger.rebuild`).
+aside for a fresh one (:meth:`.ledger.Ledger.check`, :meth:`.ledger.Ledger.rebuild`).
 
 A cleanup of the runtime directory deletes the file; an editor or a stray command truncates or
 overwrites it; another program replaces it. SQLite goes on with the file it has open (a
 deleted one keeps working for that process alone), so without a look at the path, each kernel
-would lease from a ledger of its own and the host's GPUs would be promised twice.
+would lease from a ledger of its own and the host's GPUs would be promised twice. What is
+found there is described with whose file it is, when it is not this user's own.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import sqlite3
 import stat
 import time
 from collections.abc import Iterator
@@ -22,7 +24,8 @@ from pathlib import Path
 from ..discovery import boot_id
 from ..files import in_group
 from ..identity import user_name
-from .opening import APPLICATION_ID, LedgerError
+from .opening import APPLICATION_ID, LedgerBusy, LedgerError
+from .stalls import lock_holder
 
 _HEADER = b"SQLite format 3\x00"
 _COMPANIONS = ("-wal", "-shm")  # SQLite's files beside the ledger, part of it
@@ -48,39 +51,43 @@ class Health:
 
 def damage_of(path: Path, opened: Health | None) -> str | None:
     """What is wrong with the ledger at ``path`` (compared with the file ``opened``, when
-    given), in words: ``"was deleted"``, ``"was replaced by a symbolic link"``, ``"was
-    truncated"``... or None when it is (still) a whole ledger."""
+    given), in words that name whose file is found there when it is not this user's:
+    ``"was deleted"``, ``"was replaced by a symbolic link of user 'bob' (to /tmp/x)"``, ``"was
+    truncated (to 0 bytes)"``... or None when it is (still) a whole ledger."""
     try:
         info = path.lstat()
     except FileNotFoundError:
         return "was deleted"
     except OSError as err:
         return f"cannot be looked at ({err.strerror})"
+    whose = f" of user {user_name(info.st_uid)!r}" if info.st_uid != os.getuid() else ""
     if stat.S_ISLNK(info.st_mode):
-        return "was replaced by a symbolic link"
+        target = ""
+        with contextlib.suppress(OSError):
+            target = f" (to {os.readlink(path)})"
+        return f"was replaced by a symbolic link{whose}{target}"
     if not stat.S_ISREG(info.st_mode):
-        return "was replaced by something that is not a file"
+        return f"was replaced by something that is not a file{whose}"
     if opened is not None and (info.st_dev, info.st_ino) != (opened.dev, opened.ino):
-        return "was replaced by another file"
+        if info.st_size == 0:
+            return f"was replaced by an empty file{whose}"
+        what = _header_damage(path, info)
+        return f"was replaced by another file{whose}" + (f" (it {what})" if what else "")
     if opened is not None and info.st_uid != opened.uid:
         return f"changed owner (uid {opened.uid} to {info.st_uid})"
     if opened is not None and info.st_mode != opened.mode and (
             (info.st_mode & 0o600) != 0o600 or info.st_mode & ~opened.mode & 0o022):
         return (f"changed mode ({stat.filemode(opened.mode)} to {stat.filemode(info.st_mode)})")
-    return _header_damage(path)
+    what = _header_damage(path, info)
+    if what is not None and whose:
+        return f"{what} (the file there is{whose})"
+    return what
 
 
-def _header_damage(path: Path) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:  # (deleted since it was looked at)
+def _header_damage(path: Path, info: os.stat_result) -> str | None:
+    head = read_head(path, info)
+    if head is None:
         return "was deleted"
-    except OSError as err:
-        return f"cannot be read ({err.strerror})"
-    try:
-        head = os.pread(fd, 100, 0)
-    finally:
-        os.close(fd)
     if len(head) < 100:
         return f"was truncated (to {len(head)} bytes)"
     if not head.startswith(_HEADER):
@@ -90,19 +97,58 @@ def _header_damage(path: Path) -> str | None:
     return None
 
 
+def read_head(path: Path, info: os.stat_result) -> bytes | None:
+    """The first 100 bytes of the ledger file that ``info`` describes (None: it is gone).
+
+    Read through a descriptor this process already has on the file when it has one (SQLite's
+    own): a process that opens and closes a file SQLite holds POSIX locks on drops those
+    locks."""
+    fd = _own_fd(info)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            return os.pread(fd, 100, 0)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise LedgerError(f"the lease ledger {path} cannot be read ({err.strerror})") from None
+    try:
+        return os.pread(fd, 100, 0)
+    finally:
+        os.close(fd)
+
+
+def _own_fd(info: os.stat_result) -> int | None:
+    """A descriptor this process has open on the file ``info`` describes, if any."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in names:
+        with contextlib.suppress(OSError, ValueError):
+            mine = os.fstat(int(name))
+            if (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino) and \
+                    stat.S_ISREG(mine.st_mode):
+                return int(name)
+    return None
+
+
 def deep_damage(path: Path) -> str | None:
     """:func:`damage_of`, and SQLite's own check of every page (after an SQLite error)."""
     damage = damage_of(path, None)
     if damage is not None:
         return damage
-    import sqlite3
-
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.2)
         try:
             rows = db.execute("PRAGMA quick_check").fetchall()
         finally:
             db.close()
+    except sqlite3.OperationalError as err:
+        if "locked" in str(err) or "busy" in str(err):
+            return None  # (another process writes: no word on the pages now)
+        return "was deleted" if not os.path.lexists(path) else f"is damaged ({err})"
     except sqlite3.DatabaseError as err:
         return "was deleted" if not os.path.lexists(path) else f"is damaged ({err})"
     if rows != [("ok",)]:
@@ -110,9 +156,10 @@ def deep_damage(path: Path) -> str | None:
     return None
 
 
-def move_aside(path: Path, damage: str) -> None:
+def move_aside(path: Path, damage: str) -> Path:
     """Rename the damaged ledger and SQLite's files beside it out of the way (kept for a
-    look: ``NAME.damaged-TIME-PID``), so a fresh ledger never takes up an old journal."""
+    look: ``NAME.damaged-TIME-PID``), so a fresh ledger never takes up an old journal; the
+    name the ledger went to."""
     suffix = f".damaged-{int(time.time())}-{os.getpid()}"
     for name in (path, *(Path(f"{path}{c}") for c in _COMPANIONS)):
         try:
@@ -124,15 +171,18 @@ def move_aside(path: Path, damage: str) -> None:
                 f"the lease ledger {path} {damage}, and {name} cannot be moved aside "
                 f"({err.strerror}); its owner can remove it (rm {name}), or choose another "
                 f"ledger with $JUPYTER_SCHED_LEASES") from None
+    return Path(f"{path}{suffix}")
 
 
 @contextlib.contextmanager
-def rebuild_lock(path: Path) -> Iterator[None]:
+def rebuild_lock(path: Path, wait: float = 0.2) -> Iterator[None]:
     """One process at a time rebuilds the ledger at ``path`` (an advisory lock on a file
-    beside it, opened without following links)."""
+    beside it, opened without following links), waiting at most ``wait`` seconds for another:
+    :class:`LedgerBusy` naming who holds it when it does not come (a process that holds the
+    lock never stalls a scheduler)."""
     lock = path.with_name(f".{path.name}.lock")
     try:
-        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o660)  # (flock needs no more)
+        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
     except OSError as err:
         raise LedgerError(f"cannot lock {lock} to rebuild the lease ledger {path} "
                           f"({err.strerror}); choose another ledger with "
@@ -145,7 +195,18 @@ def rebuild_lock(path: Path) -> Iterator[None]:
             raise LedgerError(f"{lock}, the lease ledger's lock, belongs to user "
                               f"{user_name(info.st_uid)!r}, who is not trusted here; choose a "
                               f"ledger of your own with $JUPYTER_SCHED_LEASES")
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = lock_holder([lock])
+                    raise LedgerBusy(
+                        f"the lease ledger's rebuild lock {lock} is held by "
+                        f"{holder.text() if holder else 'another process'}") from None
+                time.sleep(0.005)
         yield
     finally:
         os.close(fd)
@@ -168,7 +229,7 @@ def made_before_this_boot(path: Path) -> bool:
     """Whether a ledger was made at ``path`` earlier since this host booted (a ledger made now
     replaces one whose holders may still run)."""
     try:
-        fd = os.open(_marker(path), os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(_marker(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
     try:
@@ -184,7 +245,7 @@ def note_made(path: Path) -> None:
     """Remember that a ledger was made at ``path`` this boot."""
     marker = _marker(path)
     with contextlib.suppress(OSError):
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o660)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
         try:
             info = os.fstat(fd)
             if stat.S_ISREG(info.st_mode) and _trusted(info):  # (never another user's file)
@@ -199,4 +260,4 @@ def _this_boot() -> str:
 
 
 __all__ = ["Health", "damage_of", "deep_damage", "made_before_this_boot", "move_aside",
-           "note_made", "rebuild_lock"]
+           "note_made", "read_head", "rebuild_lock"]

@@ -55,8 +55,9 @@ class Demand:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """One recorded wait: who waits (``uid``, ``user``, ``pid``), for what, since when (epoch
-    seconds), at which priority."""
+    """One recorded wait: who waits (``uid``, ``user``, ``pid``, and ``holder``, the
+    process's token: :mod:`.holders`), for what, since when (epoch seconds), at which
+    priority."""
 
     id: int
     uid: int
@@ -67,6 +68,7 @@ class Wait:
     demand: Demand
     priority: int
     since: float
+    holder: str = ""
 
 
 def decayed(value: float, at: float, now: float, half_life: float) -> float:
@@ -105,16 +107,17 @@ def standing(usage: Mapping[int, tuple[float, float]],
 
 
 def rank_key(wait: Wait, standings: Mapping[int, float],
-             kernels: Mapping[int, float]) -> tuple:
+             kernels: Mapping[str, float]) -> tuple:
     """Where a wait stands: its user's fair share, its priority, its kernel's use, its age."""
-    return (standings.get(wait.uid, 0.0), -wait.priority, kernels.get(wait.pid, 0.0),
+    return (standings.get(wait.uid, 0.0), -wait.priority, kernels.get(wait.holder, 0.0),
             wait.since, wait.id)
 
 
 def ranked(waits: Iterable[Wait], standings: Mapping[int, float],
-           kernels: Mapping[int, float] | None = None) -> list[Wait]:
+           kernels: Mapping[str, float] | None = None) -> list[Wait]:
     """The waits in host order: their users' fair share, then priority, then their kernels'
-    use (``kernels``: GPU-seconds by pid), then age (then the order they were recorded in)."""
+    use (``kernels``: GPU-seconds by holder), then age (then the order they were recorded
+    in)."""
     used = kernels or {}
     return sorted(waits, key=lambda w: rank_key(w, standings, used))
 
@@ -156,31 +159,32 @@ def reserve(order: Sequence[Wait], held: Mapping[str, int]) -> dict[int, dict[st
     return out
 
 
-def ahead_of(order: Sequence[Wait], pid: int, standing: tuple | None = None,
+def ahead_of(order: Sequence[Wait], holder: str, standing: tuple | None = None,
              standings: Mapping[int, float] | None = None,
-             kernels: Mapping[int, float] | None = None) -> list[Wait]:
-    """The waits of other processes that ``pid`` must leave room for: those ranked before its
-    first wait; when it records none (its work runs, nothing of it waits), those ranked before
-    ``standing``, where a demand of it arriving now would stand (all of them without one)."""
-    if any(wait.pid == pid for wait in order):
+             kernels: Mapping[str, float] | None = None) -> list[Wait]:
+    """The waits of other processes that ``holder`` (a process's token) must leave room for:
+    those ranked before its first wait; when it records none (its work runs, nothing of it
+    waits), those ranked before ``standing``, where a demand of it arriving now would stand
+    (all of them without one)."""
+    if any(wait.holder == holder for wait in order):
         out = []
         for wait in order:
-            if wait.pid == pid:
+            if wait.holder == holder:
                 break
             out.append(wait)
         return out
     if standing is None:
-        return [wait for wait in order if wait.pid != pid]
+        return [wait for wait in order if wait.holder != holder]
     return [wait for wait in order
             if rank_key(wait, standings or {}, kernels or {}) < standing]
 
 
 def reserved_for(waits: Iterable[Wait], reservations: Mapping[int, Mapping[str, int]],
-                 pid: int) -> dict[str, int]:
-    """Units of each device reserved by ``waits`` of processes other than ``pid``."""
+                 holder: str) -> dict[str, int]:
+    """Units of each device reserved by ``waits`` of processes other than ``holder``."""
     out: dict[str, int] = {}
     for wait in waits:
-        if wait.pid == pid:
+        if wait.holder == holder:
             continue
         for device, units in reservations.get(wait.id, {}).items():
             out[device] = min(SCALE, out.get(device, 0) + units)

@@ -20,34 +20,29 @@ find. WAL lets readers (``jupyter-sched leases``, a dashboard) run while a kerne
 with them nothing, since every holder died with the host.
 
 **Units.** Shares are the model's fixed-point units (:mod:`jupyter_sched.model.quantity`):
-10,000 is a whole device. They are stored as integers, and no device is ever held beyond 10,000
-in total, which the take checks inside its transaction (and a trigger checks again for any
-writer).
+10,000 is a whole device, and no device is ever held beyond 10,000 in total, which the take
+checks inside its transaction (and a trigger checks again for any writer).
 
-**Devices** are named by :func:`.where.device_key`, and the file is where
-:func:`.where.ledger_path` says (:mod:`.where`).
-
-**How** a fraction of a device is held is recorded with its lease (``held``: ``logical``,
-``mps``, ``torch``, as :mod:`.enforce` says; '' for a whole device or when not said), for
-people to see: the ledger promises shares, it caps nothing.
-
-**Holders** (:class:`~.holders.Owner`) are processes, named by pid *and* start time. Leases of
-holders that have ended are taken back: by a ``take`` that finds its device short, for that
-device, and by :meth:`Ledger.sweep` for all. Nobody gives back another user's lease while its
-holder lives.
+**Holders** (:mod:`.holders`) are processes, known to be alive by a lock the operating system
+ends with them, never by pid or clock alone. Leases of holders that have ended are taken back:
+by a ``take`` that finds its device short, for that device, and by :meth:`Ledger.sweep` for all.
+Nobody gives back another user's lease while its holder lives. What this process holds is
+kept in its own record too (:mod:`.mine`), which its holder file shows to the others.
 
 **Order.** A take that finds room may still be refused: room that waits ranked ahead on the
 host have reserved (:mod:`.fairness`, recorded with :meth:`Ledger.exchange`'s ``waits``) is
 theirs. Each user's past GPU use is kept, decayed by a half-life, for that order.
 
-**Damage.** :meth:`Ledger.check` notices a ledger file that was deleted, replaced, truncated or
-overwritten since it was opened (its inode, type and header); :meth:`Ledger.rebuild` then makes
-a fresh one (or opens the one another scheduler made meanwhile) and takes again what this
-process holds. A ledger made again is left to the holders re-taking their leases for
-``GRACE`` seconds: meanwhile new takes are refused, so no device is promised twice.
+**Damage.** Every transaction first looks that the file and its content are the ones this
+process saw (:mod:`.connection`); :meth:`Ledger.look_after` also looks at the file's header and
+at this process's own leases in it. A ledger deleted, replaced, damaged, copied over or edited
+by hand is healed (:mod:`.healing`): made again where needed, and filled with every live
+holder's leases from their holder files; the process that heals tells its user, and every other
+scheduler its own (:meth:`Ledger.look_after` returns the :class:`.healing.Healing`).
 
-**Errors.** A ledger that cannot be used (unreadable, read-only, another program's file, a
-newer format) raises :class:`LedgerError` naming the file and what to do; it is never trusted.
+**Errors.** A ledger that cannot be used raises :class:`LedgerError` naming the file and what
+to do; another process holding its lock beyond ``timeout`` raises :class:`LedgerBusy`, a full
+filesystem :class:`LedgerFull` (stalls, not damage: try again).
 """
 
 from __future__ import annotations
@@ -56,15 +51,21 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from ...model.quantity import SCALE
 from . import order as lease_order
-from .connection import LedgerConnection
-from .holders import Owner, holder_alive, is_me
-from .order import Order, WaitSpec
+from . import schema
+from .connection import LedgerConnection, LedgerMoved
+from .damage import deep_damage, made_before_this_boot, note_made
+from .healing import Healing, adopt, consistent, heal
+from .holders import Liveness, Owner, is_me, token
+from .mine import Mine
+from .opening import LedgerBusy, LedgerDamaged, LedgerFull
+from .order import GRACE, Order, WaitSpec
 from .rows import (
     COLUMNS,
     Exchange,
@@ -76,6 +77,7 @@ from .rows import (
     insert_lease,
     lease_from_row,
     leases_of,
+    owner_of_row,
     rows_of,
     short_of,
     used_of,
@@ -85,15 +87,18 @@ Take = tuple[object, Mapping[str, int]] | tuple[object, Mapping[str, int], str]
 """A take of :meth:`Ledger.exchange`: ``(task, {device: units})``, or with how its fractions
 of a device are held, ``(task, {device: units}, held)``."""
 
+T = TypeVar("T")
+
 
 class Ledger:
     """The host's leases, in the SQLite file at ``path`` (made on first use).
 
     ``owner`` is who takes (default: this process, with ``label``). ``shared``: make a new file
     group-writable; None decides by the directory (group-writable directory: shared).
-    ``timeout`` is how long a take waits for another process's transaction. A holder seen alive
-    is not checked again for ``recheck`` seconds, which keeps takes cheap; an ended holder's
-    lease is taken back within that time by the next take its device is short for.
+    ``timeout`` is how long a transaction waits for another process's lock (then
+    :class:`LedgerBusy`). A holder seen alive is not checked again for ``recheck`` seconds,
+    which keeps takes cheap; an ended holder's lease is taken back within that time by the next
+    take its device is short for. ``connect``: open (and make) the file now.
 
     Safe to share between threads; a forked child opens its own connection.
     """
@@ -105,20 +110,20 @@ class Ledger:
         self.label = label
         self._owner = owner
         self._recheck = recheck
-        self._seen_alive: dict[tuple, float] = {}  # owner columns -> when seen alive
+        self._seen_alive: dict[str, float] = {}  # holder -> when seen alive (monotonic)
         self._file = LedgerConnection(self.path, shared, timeout)
+        self._mine: Mine | None = None
+        self._liveness: Liveness | None = None
+        self._healed: list[Healing] = []  # what to tell the user (look_after)
         if connect:  # (else on first use: a ledger that cannot be used yet)
-            with self._file.lock:
-                self._file.db()
+            self._call(lambda: None)
 
     @classmethod
     def to_read(cls, path: str | os.PathLike[str], *, timeout: float = 10.0) -> Ledger:
         """The existing ledger at ``path``, opened in this process only to be read
         (:meth:`view`, :meth:`held`, :meth:`version`, :meth:`alive`): no file is made or
-        changed, and a write raises :class:`LedgerError`. For one look: a ledger that no
-        process had open is read as its file holds it then (open it again to look again).
-        FileNotFoundError when there is none; :class:`LedgerError` for a file that cannot be
-        read as a ledger (:func:`~.reading.open_ledger_to_read`)."""
+        changed, and a write raises :class:`LedgerError`. FileNotFoundError when there is none;
+        :class:`LedgerError` for a file that cannot be read as a ledger."""
         ledger = cls(path, timeout=timeout, connect=False)
         ledger._file.open_to_read()
         return ledger
@@ -127,6 +132,24 @@ class Ledger:
     def owner(self) -> Owner:
         owner = self._owner or Owner.current()
         return replace(owner, label=self.label) if self.label else owner
+
+    @property
+    def mine(self) -> Mine:
+        """This process's record of what it holds here."""
+        if self._mine is None or self._mine.pid != os.getpid():
+            self._mine, self._liveness = Mine.of(self.path), None
+        return self._mine
+
+    @property
+    def liveness(self) -> Liveness:
+        mine = self.mine
+        if self._liveness is None:
+            self._liveness = Liveness(mine.holders)
+        return self._liveness
+
+    @property
+    def timeout(self) -> float:
+        return self._file.timeout
 
     # -- taking and giving ---------------------------------------------------------------------
 
@@ -140,69 +163,74 @@ class Ledger:
     def take_all(self, shares: Mapping[str, int], *, task: object = "",
                  label: str | None = None, held: str = "") -> tuple[Lease, ...] | Refusal:
         """All of ``shares`` ({device: units}) or none: the leases in order, or the first
-        device's :class:`Refusal`. For a task on several devices, which must not hold one
-        while it waits for another. ``task`` is stored as text; ``held`` says how a fraction
-        of a device is held (``logical``, ``mps``, ``torch``; '': not said)."""
+        device's :class:`Refusal`. ``task`` is stored as text; ``held`` says how a fraction of
+        a device is held (``logical``, ``mps``, ``torch``; '': not said)."""
         return self.exchange((), [(task, shares, held)], label=label).taken[0]
 
     def exchange(self, gives: Iterable[int], takes: Sequence[Take],
                  *, passes: Sequence[tuple[object, Sequence[Lease]]] = (),
-                 waits: Iterable[WaitSpec] | None = None, label: str | None = None,
-                 recover: Sequence[Lease] = ()) -> Exchange:
+                 waits: Iterable[WaitSpec] | None = None, label: str | None = None) -> Exchange:
         """Give back the leases of ids ``gives`` (this process's; others are left alone), then
-        take each ``(task, {device: units})`` of ``takes`` all or nothing, in order, in one
-        transaction: a scheduler that ends and starts many tasks at once pays for one commit.
-        A take may say how its fractions of a device are held: ``(task, shares, held)``
-        (:data:`~.rows.HELD`; a whole device is stored with '').
-        Each take gets its leases or the :class:`Refusal` of its first device that is short;
-        a refused take leaves the others be. A device short of a take's share first has the
-        leases of its ended holders taken back (free room needs no check of its holders).
-        Room reserved by waits of other processes ranked ahead of this one's is not free.
+        take each ``(task, {device: units}[, held])`` of ``takes`` all or nothing, in order,
+        in one transaction: a scheduler that ends and starts many tasks at once pays for one
+        commit. Each take gets its leases or the :class:`Refusal` of its first device that is
+        short; a refused take leaves the others be. A device short of a take's share first has
+        the leases of its ended holders taken back. Room reserved by waits of other processes
+        ranked ahead of this one's is not free.
 
         ``passes``: ``(task, leases)``, this process's leases handed over to another of its
-        tasks as they are (what is held does not change, nor the version; only the task and
-        since; how they are held stays as it is); a pass whose leases are gone is given back
-        and taken anew. ``waits``: this process's waits from now on (None: as they are).
-        ``recover``: leases this process held in a ledger that was lost, taken again as they
-        were (no reservation applies)."""
+        tasks as they are (only the task and since change, not the version); a pass whose
+        leases are gone is given back and taken anew. ``waits``: this process's waits from
+        now on (None: as they are)."""
         takes = [_take(item) for item in takes]
         owner = self.owner
         if label is not None:
             owner = replace(owner, label=label)
         gives = [int(i) for i in gives]
-        with self._transaction() as db:
+        waits = None if waits is None else list(waits)
+        return self._call(lambda: self._exchange(gives, takes, list(passes), waits, owner))
+
+    def _exchange(self, gives: list[int], takes: list[tuple[str, dict[str, int], str]],
+                  passes: list[tuple[object, Sequence[Lease]]], waits: list[WaitSpec] | None,
+                  owner: Owner) -> Exchange:
+        ours = self._is_ours(owner)
+        if ours and takes:
+            self.mine.file.ensure()
+        with self._writing(ours) as (db, change):
             before = _count(db)
             now = time.time()
-            passed = [self._pass(db, str(task), leases, owner, now) for task, leases in passes]
+            passed = [self._pass(db, str(task), leases, owner, now, change)
+                      for task, leases in passes]
             lost = [k for k, moved in enumerate(passed) if moved is None]
+            gives = list(gives)
+            takes = list(takes)
             for k in lost:
                 gives += [lease.id for lease in passes[k][1]]
                 takes.append((str(passes[k][0]), {lease.device: lease.units
                                                   for lease in passes[k][1]},
                               next((lease.held for lease in passes[k][1] if lease.held), "")))
-            self._give(db, gives, owner, now)
-            recovered = self._recover(db, owner, recover)
+            self._give(db, gives, owner, now, change)
             # takes rank as this process's waits did until now: a task that starts leaves
             # its wait with this very exchange, and takes in its place
-            taken = self._takes(db, takes, owner, now)
+            taken = self._takes(db, takes, owner, now, change)
             if waits is not None:
                 lease_order.replace_waits(db, owner, waits)
             after = _count(db)
         for k, got in zip(lost, taken[len(taken) - len(lost):], strict=True):
             passed[k] = got
-        return Exchange(taken[:len(taken) - len(lost)] + recovered, before, after, passed)
+        return Exchange(taken[:len(taken) - len(lost)], before, after, passed)
 
     def _takes(self, db: sqlite3.Connection, takes: list[tuple[str, dict[str, int], str]],
-               owner: Owner, now: float) -> list[tuple[Lease, ...] | Refusal]:
+               owner: Owner, now: float, change: Callable) -> list[tuple[Lease, ...] | Refusal]:
         if not takes:
             return []
-        grace = lease_order.grace_until(db)
-        if grace is not None and now < grace:
-            return [Refusal(next(iter(shares)), shares[next(iter(shares))], 0, until=grace)
+        left = lease_order.grace_left(db)
+        if left is not None:
+            return [Refusal(next(iter(shares)), shares[next(iter(shares))], 0, until=now + left)
                     for _, shares, _ in takes]
         used = used_of(db, sorted({d for _, shares, _ in takes for d in shares}))
         order = self._order(db, now) if _any_waits(db) else lease_order.EMPTY
-        reserved = order.ahead_of(owner.pid, owner.uid)
+        reserved = order.ahead_of(owner.holder, owner.uid)
         swept: set[str] = set()
         taken: list[tuple[Lease, ...] | Refusal] = []
         for task, shares, held in takes:
@@ -214,79 +242,81 @@ class Ledger:
             if short is not None:
                 holders = tuple(lease_from_row(row) for row in rows_of(db, [short]))
                 taken.append(Refusal(short, shares[short], SCALE - used[short], holders,
-                                     order.blocking(owner.pid, owner.uid, short)))
+                                     order.blocking(owner.holder, owner.uid, short)))
                 continue
             leases = insert_lease(db, owner, task, shares, now, now, held)
+            change(new=leases)
             for device, units in shares.items():
                 used[device] += units
             taken.append(leases)
         return taken
 
-    def _recover(self, db: sqlite3.Connection, owner: Owner,
-                 leases: Sequence[Lease]) -> list[tuple[Lease, ...] | Refusal]:
-        """Take ``leases`` again as they were, where no other holder took their room."""
-        if not leases:
-            return []
-        used = used_of(db, sorted({lease.device for lease in leases}))
-        out: list[tuple[Lease, ...] | Refusal] = []
-        for lease in leases:
-            if lease.units > SCALE - used[lease.device]:
-                holders = tuple(lease_from_row(row) for row in rows_of(db, [lease.device]))
-                out.append(Refusal(lease.device, lease.units, SCALE - used[lease.device],
-                                   holders))
-                continue
-            used[lease.device] += lease.units
-            out.append(insert_lease(db, owner, lease.task, {lease.device: lease.units},
-                                    lease.since, lease.taken, lease.held))
-        return out
-
-    def _give(self, db: sqlite3.Connection, ids: list[int], owner: Owner, now: float) -> None:
-        """Delete this process's leases of ``ids``, counting their use."""
+    def _give(self, db: sqlite3.Connection, ids: list[int], owner: Owner, now: float,
+              change: Callable) -> None:
+        """Delete this process's leases of ``ids``, counting their use. A lease the ledger
+        has under another id since a heal (:mod:`.healing`) is found by what it is."""
         if not ids:
             return
         marks = ", ".join("?" * len(ids))
-        rows = db.execute(f"SELECT uid, user, units, taken, since FROM leases WHERE id IN "
-                          f"({marks}) AND pid = ? AND started = ?",
-                          (*ids, owner.pid, owner.started)).fetchall()
-        db.executemany("DELETE FROM leases WHERE id = ? AND pid = ? AND started = ?",
-                       [(i, owner.pid, owner.started) for i in ids])
-        lease_order.record_use(db, [(uid, user, units, taken or since, owner.pid, owner.started)
-                                    for uid, user, units, taken, since in rows], now)
+        rows = db.execute(f"SELECT {COLUMNS} FROM leases WHERE id IN ({marks}) AND holder = ?",
+                          (*ids, owner.holder)).fetchall()
+        found = {row[0] for row in rows}
+        for lease in [lease for lease in self.mine.leases() if lease.id in set(ids) - found]:
+            row = db.execute(f"SELECT {COLUMNS} FROM leases WHERE holder = ? AND device = ? AND "
+                             "units = ? AND task = ? LIMIT 1",
+                             (owner.holder, lease.device, lease.units, lease.task)).fetchone()
+            if row is not None:
+                rows.append(row)
+        db.executemany("DELETE FROM leases WHERE id = ?", [(row[0],) for row in rows])
+        change(gone=ids)
+        lease_order.record_use(db, [(row[3], row[4], row[2], row[12] or row[11], row[14],
+                                     row[5]) for row in rows], now)
 
     @staticmethod
     def _pass(db: sqlite3.Connection, task: str, leases: Sequence[Lease], owner: Owner,
-              now: float) -> tuple[Lease, ...] | None:
+              now: float, change: Callable) -> tuple[Lease, ...] | None:
         """Hand ``leases`` over to ``task``: the leases as they are now, or None when one of
         them is gone (no longer held by this process)."""
         for lease in leases:
-            if db.execute("UPDATE leases SET task = ?, since = ? WHERE id = ? AND pid = ? "
-                          "AND started = ?", (task, now, lease.id, owner.pid,
-                                              owner.started)).rowcount != 1:
+            if db.execute("UPDATE leases SET task = ?, since = ? WHERE id = ? AND holder = ?",
+                          (task, now, lease.id, owner.holder)).rowcount != 1:
                 return None
-        return tuple(replace(lease, task=task, since=now) for lease in leases)
+        moved = tuple(replace(lease, task=task, since=now) for lease in leases)
+        change(new=moved)
+        return moved
 
     def give(self, lease: Lease | int) -> bool:
         """Give ``lease`` (or the lease of that id) back: True, or False when it was already
         gone (given back, or taken back from an ended holder). Another user's lease whose holder
         still runs raises :class:`NotYourLease`."""
         lease_id = lease.id if isinstance(lease, Lease) else int(lease)
-        with self._transaction() as db:
-            rows = db.execute(f"SELECT {COLUMNS} FROM leases WHERE id = ?", (lease_id,))
-            found = [lease_from_row(row) for row in rows]
-            if not found:
+        return self._call(lambda: self._give_one(lease_id))
+
+    def _give_one(self, lease_id: int) -> bool:
+        me = self.owner
+        with self._writing(self._is_ours(me)) as (db, change):
+            row = db.execute(f"SELECT {COLUMNS} FROM leases WHERE id = ?",
+                             (lease_id,)).fetchone()
+            theirs = lease_from_row(row) if row is not None else None
+            if self.mine.holds(lease_id) or (theirs is not None and
+                                             theirs.owner.holder == me.holder):
+                # (this process's: found by id, or by what it is since a heal)
+                before = _count(db)
+                self._give(db, [lease_id], me, time.time(), change)
+                return _count(db) != before
+            if theirs is None:
                 return False
-            theirs = found[0]
-            me = self.owner
-            if theirs.owner.uid != me.uid and holder_alive(theirs.owner):
+            if theirs.owner.uid != me.uid and self.liveness.alive(theirs.owner):
                 raise NotYourLease(
                     f"lease {lease_id} ({theirs.describe()}) belongs to user "
                     f"{theirs.owner.user!r} whose process still runs; only it can give the "
                     f"lease back (it is taken back by itself when that process ends)"
                 )
             db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
+            change(gone=[lease_id])
             lease_order.record_use(db, [(theirs.owner.uid, theirs.owner.user, theirs.units,
-                                         theirs.taken, theirs.owner.pid,
-                                         theirs.owner.started)], time.time())
+                                         theirs.taken, theirs.owner.holder,
+                                         theirs.owner.pid)], time.time())
         return True
 
     def give_mine(self) -> list[Lease]:
@@ -304,13 +334,16 @@ class Ledger:
     def sweep(self) -> list[Lease]:
         """Take back the leases (and end the waits) of every holder that has ended; returns
         the leases."""
-        with self._transaction() as db:
-            now = time.time()
-            before = leases_of(db)
-            after = self._sweep(db, None, cached=False, now=now)
-            lease_order.sweep_waits(db, lambda owner: self._alive(owner, False))
-        kept = {lease.id for lease in after}
-        return [lease for lease in before if lease.id not in kept]
+        def swept() -> list[Lease]:
+            with self._writing(False) as (db, _):
+                now = time.time()
+                before = leases_of(db)
+                after = self._sweep(db, None, cached=False, now=now)
+                lease_order.sweep_waits(db, self.liveness.alive)
+            kept = {lease.id for lease in after}
+            return [lease for lease in before if lease.id not in kept]
+
+        return self._call(swept)
 
     # -- the host's order ------------------------------------------------------------------------
 
@@ -326,8 +359,8 @@ class Ledger:
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not (
                 0 <= seconds < 1e9):
             raise ValueError(f"half-life {seconds!r} must be a number of seconds, 0 or more")
-        with self._transaction() as db:
-            lease_order.set_half_life(db, seconds)
+        self._call(lambda: self._in_transaction(
+            lambda db: lease_order.set_half_life(db, seconds)))
 
     def set_weight(self, user: str, weight: float) -> None:
         """``user``'s weight in the order between users (1 by default: 2 gets twice the GPU
@@ -337,14 +370,20 @@ class Ledger:
         if (not isinstance(weight, (int, float)) or isinstance(weight, bool)
                 or not 0 < weight < 1e6):
             raise ValueError(f"weight {weight!r} for user {user!r} must be a number above 0")
-        with self._transaction() as db:
-            lease_order.set_weight(db, user, float(weight))
+        self._call(lambda: self._in_transaction(
+            lambda db: lease_order.set_weight(db, user, float(weight))))
+
+    def _in_transaction(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+        with self._writing(False) as (db, _):
+            fn(db)
 
     def _order(self, db: sqlite3.Connection, now: float,
                leases: list[Lease] | None = None) -> Order:
         leases = leases_of(db) if leases is None else leases
         return lease_order.read(db, now, [(lease.owner.uid, lease.owner.user, lease.units,
-                                           lease.taken, lease.owner.pid) for lease in leases])
+                                           lease.taken, lease.owner.holder)
+                                          for lease in leases],
+                                lambda owner: self._alive(owner, True))
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -370,7 +409,7 @@ class Ledger:
 
     def alive(self, lease: Lease) -> bool:
         """False when ``lease``'s holder is known to have ended."""
-        return holder_alive(lease.owner)
+        return self.liveness.alive(lease.owner)
 
     # -- damage ------------------------------------------------------------------------------
 
@@ -379,35 +418,48 @@ class Ledger:
         overwritten), or None while it is the file opened and looks whole."""
         return self._file.check()
 
-    def rebuild(self, holdings: Sequence[Lease], waits: Iterable[WaitSpec] = (),
-                settings: Order | None = None) -> list[Lease | Refusal] | None:
-        """After damage or an error: open the ledger at the path again. When it is the file
-        this process had open, nothing was lost (None). Else (another scheduler made a new one
-        meanwhile, or this one moves the damaged file aside and makes a fresh one), this
-        process takes again what it holds (``holdings``, as it knows them) and its ``waits``,
-        and the half-life and weights it last read (``settings``) when the new ledger has
-        none: for each of ``holdings``, its new lease or the :class:`Refusal` that says who
-        took its room meanwhile. Raises :class:`LedgerError` when no ledger can be used at
-        the path (the message says why and what to do)."""
-        with self._file.lock:
-            if self._file.reopen():
-                return None
-            self._seen_alive.clear()
-            if settings is not None:
-                self._keep_settings(settings)
-            done = self.exchange((), [], waits=waits, recover=list(holdings))
-        return [got if isinstance(got, Refusal) else got[0] for got in done.taken]
+    def look_after(self) -> list[Healing]:
+        """Look at the ledger and heal it when it needs it (its file deleted, replaced or
+        damaged; this process's leases missing from it, or others of its there; healed by
+        another process since this one last wrote): what the user is to be told, each once.
+        Raises :class:`LedgerBusy` / :class:`LedgerFull` while it cannot be done now."""
+        damage = self._file.check()
+        if damage is not None:
+            self._heal_file(damage)
+        else:
+            self._call(self._check_mine)
+        told, self._healed = self._healed, []
+        return told
 
-    def _keep_settings(self, seen: Order) -> None:
-        """A ledger made again has the half-life and weights the lost one had, as this
-        process last read them (unless another process set them first)."""
-        with self._transaction() as db:
-            if db.execute("SELECT count(*) FROM weights").fetchone()[0] == 0:
-                for user, weight in seen.weights.items():
-                    lease_order.set_weight(db, user, weight)
-            if db.execute("SELECT count(*) FROM settings WHERE key = 'half_life'"
-                          ).fetchone()[0] == 0:
-                lease_order.set_half_life(db, seen.half_life)
+    def _check_mine(self) -> None:
+        """Heal when this process's leases in the ledger are not its record's (a copy put over
+        the ledger, a hand edit), or adopt another process's heal."""
+        self._file.verify_now()
+        with self._reading() as db:
+            rows = db.execute("SELECT id FROM leases WHERE holder = ?", (token(),)).fetchall()
+            have, held = {row[0] for row in rows}, {lease.id for lease in self.mine.leases()}
+            if have != held:
+                missing = len(held - have)
+                what = (f"lost {missing} of this kernel's leases" if missing else
+                        f"names this kernel for {len(have - held)} lease(s) it does not hold")
+                raise LedgerMoved(f"{what} (a copy put over it, or an edit by hand)")
+
+    def rebuild(self) -> list[Healing]:
+        """Heal the ledger now, whatever is found (an error of the ledger in use, or one that
+        could not be opened): opened again, moved aside when damaged (never another
+        program's file), filled from the holders' files."""
+        damage = self._file.check() or deep_damage(self.path)
+        known = None
+        if damage is None and not self._file.is_open:
+            try:
+                with self._file.lock:
+                    self._file.db()
+            except LedgerDamaged as err:
+                known = f"is damaged ({err})"
+        self._heal_file(damage or known or "could not be used", deep=damage is not None,
+                        known=known)
+        told, self._healed = self._healed, []
+        return told
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -426,6 +478,115 @@ class Ledger:
 
     # -- inside ----------------------------------------------------------------------------------
 
+    def _call(self, fn: Callable[[], T]) -> T:
+        """``fn()``, healing the ledger first when it is not what this process saw (and once
+        more should it have moved again meanwhile)."""
+        for attempt in range(3):
+            was_open = self._file.is_open
+            try:
+                self._ready()
+                return fn()
+            except LedgerMoved as moved:
+                if attempt == 2:
+                    raise
+                if self._file.check() is not None:
+                    self._heal_file(moved.what)
+                else:
+                    self._settle(moved.what)
+            except LedgerDamaged as err:
+                # damage found in a ledger this process had open is healed; one found on
+                # opening is the caller's to hear of (rebuild() heals it)
+                if not was_open or attempt == 2:
+                    raise
+                self._heal_file(deep_damage(self.path) or f"is damaged ({err})", deep=True)
+        raise AssertionError("unreachable")
+
+    def _ready(self) -> None:
+        """The connection open, and what it opened looked at once: a ledger this process made
+        is healed (filled from the holders' files: it may replace one whose holders still
+        run); one it found is settled (:meth:`_settle`: healed unless it holds every live
+        holder's leases and its whole schema)."""
+        with self._file.lock:
+            self._file.db()
+            if self._file.settled or not self._file.writable:
+                return
+            self._file.settled = True
+            if self._file.made:
+                self._file.made = False
+                self._heal_now("was made again" if made_before_this_boot(self.path) else "",
+                               fresh=True)
+                note_made(self.path)
+            else:
+                self._settle("")
+
+    def _heal_file(self, damage: str, deep: bool = False, known: str | None = None) -> None:
+        """The file was deleted, replaced or damaged: open the ledger at the path again and
+        settle it (:meth:`_settle`); a fresh one made here is healed."""
+        with self._file.lock:
+            outcome = self._file.reopen(deep or damage.startswith("is damaged"), known)
+            self._file.settled = True
+            self._file.made = False
+            self._seen_alive.clear()
+            if outcome == "new":
+                self._heal_now(damage, fresh=True)
+                note_made(self.path)
+            else:
+                self._settle(damage)
+
+    def _settle(self, what: str) -> None:
+        """The ledger is not what this process last saw (``what``): in one transaction, what
+        someone removed of the schema is made again, and a ledger that holds every live
+        holder's leases (healed by another process, or nothing lost) is adopted; any other
+        is healed."""
+        with self._file.lock, self._file.transaction(verify=False) as db:
+            missing = schema.restore(db)
+            if not missing and consistent(db, self.mine, self.liveness):
+                healing = adopt(db, self.mine, what)
+            else:
+                healing, _ = heal(db, self.mine, self.liveness, what or (
+                    "had its tables or triggers removed by hand" if missing else
+                    "lacked leases that live holders hold (an edit by hand, or a copy)"))
+        if healing is not None:
+            self._healed.append(healing)
+
+    def _heal_now(self, what: str, fresh: bool) -> None:
+        """Heal the ledger in use (:func:`.healing.heal`); a fresh one that replaced another
+        made this boot, with no other holder's file to fill it from, gets a grace (its holders
+        may not have put their files back yet)."""
+        with self._file.transaction(verify=False) as db:
+            healing, others = heal(db, self.mine, self.liveness, what or "was made",
+                                   self._file.aside if fresh else "")
+            if fresh and what and not others and made_before_this_boot(self.path):
+                lease_order.set_grace(db, GRACE)
+        if what:
+            self._healed.append(healing)
+
+    @contextlib.contextmanager
+    def _writing(self, ours: bool, verify: bool = True):
+        """A transaction whose changes to this process's leases (``change(gone=, new=)``) go
+        to its record and holder file before the commit (when ``ours``)."""
+        mine = self.mine if ours else None
+        saved: list[tuple] = []
+
+        def change(gone: Iterable[int] = (), new: Iterable[Lease] = ()) -> None:
+            if mine is not None:
+                saved.append(mine.change(gone, new))
+
+        try:
+            with self._file.transaction(verify=verify) as db:
+                yield db, change
+                if mine is not None and saved:
+                    mine.write()
+        except BaseException:
+            if mine is not None and saved:
+                mine.undo(saved[0])
+                with contextlib.suppress(OSError):
+                    mine.write()
+            raise
+
+    def _is_ours(self, owner: Owner) -> bool:
+        return owner.holder == token()
+
     def _sweep(self, db: sqlite3.Connection, devices: list[str] | None,
                cached: bool, now: float) -> list[Lease]:
         """Delete the leases of ended holders (of ``devices``, or all); return the others."""
@@ -437,37 +598,39 @@ class Ledger:
         counted up to ``now``."""
         kept, ended = [], []
         for row in rows_of(db, devices):
-            (kept if self._alive(row[3:10], cached) else ended).append(row)
+            (kept if self._alive(owner_of_row(row), cached) else ended).append(row)
         if ended:
             db.executemany("DELETE FROM leases WHERE id = ?", [(row[0],) for row in ended])
-            lease_order.record_use(db, [(row[3], row[4], row[2], row[12] or row[11], row[5],
-                                         row[6]) for row in ended], now)
+            lease_order.record_use(db, [(row[3], row[4], row[2], row[12] or row[11], row[14],
+                                         row[5]) for row in ended], now)
         return kept
 
-    def _alive(self, owner: tuple, cached: bool) -> bool:
-        """Whether the holder of these owner columns still runs (seen so less than ``recheck``
-        seconds ago, when ``cached``)."""
+    def _alive(self, owner: Owner, cached: bool) -> bool:
+        """Whether ``owner`` still runs (seen so less than ``recheck`` seconds ago, when
+        ``cached``)."""
+        key = owner.holder or f"{owner.pid}/{owner.started}/{owner.host}"
         now = time.monotonic()
-        if cached and now - self._seen_alive.get(owner, -1e9) < self._recheck:
+        if cached and now - self._seen_alive.get(key, -1e9) < self._recheck:
             return True
-        alive = holder_alive(Owner(*owner))
+        alive = self.liveness.alive(owner)
         if alive:
             if len(self._seen_alive) > 1024:
                 self._seen_alive.clear()
-            self._seen_alive[owner] = now
+            self._seen_alive[key] = now
         else:
-            self._seen_alive.pop(owner, None)
+            self._seen_alive.pop(key, None)
         return alive
 
-    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self._file.transaction()
-
-    def _reading(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    @contextlib.contextmanager
+    def _reading(self):
         conn = self._file
-        if conn.fresh:  # (a new connection: holders seen alive on another ledger are not)
-            conn.fresh = False
-            self._seen_alive.clear()
-        return conn.reading()
+        if conn.writable:
+            self._ready()
+        with conn.reading() as db:
+            if conn.fresh:  # (a new connection: holders seen alive on another ledger are not)
+                conn.fresh = False
+                self._seen_alive.clear()
+            yield db
 
 
 def _take(item: Take) -> tuple[str, dict[str, int], str]:
@@ -487,4 +650,4 @@ def _count(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT count FROM changes").fetchone()[0])
 
 
-__all__ = ["Ledger", "Take"]
+__all__ = ["Ledger", "LedgerBusy", "LedgerFull", "Take"]

@@ -3,7 +3,7 @@
 :func:`open_ledger` returns a connection to a checked ledger, or raises :class:`LedgerError`
 naming the file and what to do: unreadable or read-only for this user, not a SQLite database,
 another program's database, a ledger of another format. Nothing here repairs or trusts such a
-file. :mod:`.leases` holds the ledger's operations.
+file. :mod:`.schema` holds its tables, :mod:`.ledger` its operations.
 """
 
 from __future__ import annotations
@@ -16,82 +16,46 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...model.quantity import SCALE
 from ..files import group_name, in_group
 from ..identity import user_name
+from . import schema
+from .schema import APPLICATION_ID, FORMAT
 
 LEASES_ENV = "JUPYTER_SCHED_LEASES"
 """Environment variable naming the ledger (a file, or a directory to hold it) for every kernel."""
-
-FORMAT = 3
-"""The ledger's format (``PRAGMA user_version``): 1 held leases only, 2 added the host's order
-among waiting work, 3 how each lease's share is held (``held``). A file of format 1 or 2 is
-brought up to it in place (:func:`_upgrade`); a file of a newer format is refused."""
-
-APPLICATION_ID = 0x4A534C31  # "JSL1" in the SQLite header: this file is a lease ledger
-_LEASES = f"""
-CREATE TABLE leases (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a stale id cannot give a new lease
-    device TEXT NOT NULL,
-    units INTEGER NOT NULL CHECK (units BETWEEN 1 AND {SCALE}),
-    uid INTEGER NOT NULL,
-    user TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    started REAL NOT NULL,
-    host TEXT NOT NULL,
-    pidns TEXT NOT NULL,
-    label TEXT NOT NULL,
-    task TEXT NOT NULL,
-    since REAL NOT NULL,
-    taken REAL NOT NULL DEFAULT 0,  -- when its holder took it (since: when its task got it)
-    held TEXT NOT NULL DEFAULT ''  -- logical, mps, torch; '': a whole device, or not said
-);
-CREATE INDEX leases_by_device ON leases (device);
-CREATE TABLE changes (id INTEGER PRIMARY KEY CHECK (id = 0), count INTEGER NOT NULL);
-INSERT INTO changes VALUES (0, 0);
-CREATE TRIGGER a_device_is_never_held_beyond_one BEFORE INSERT ON leases
-WHEN (SELECT coalesce(sum(units), 0) FROM leases WHERE device = NEW.device) + NEW.units > {SCALE}
-BEGIN SELECT RAISE(ABORT, 'device held beyond 1.0'); END;
-CREATE TRIGGER count_takes AFTER INSERT ON leases
-BEGIN UPDATE changes SET count = count + 1; END;
-CREATE TRIGGER count_gives AFTER DELETE ON leases
-BEGIN UPDATE changes SET count = count + 1; END;
-"""
-# format 2: the host-wide order among waiting work (:mod:`.fairness`)
-_WAITS = f"""
-CREATE TABLE waits (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    uid INTEGER NOT NULL,
-    user TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    started REAL NOT NULL,
-    host TEXT NOT NULL,
-    pidns TEXT NOT NULL,
-    label TEXT NOT NULL,
-    task TEXT NOT NULL,
-    units INTEGER NOT NULL CHECK (units BETWEEN 1 AND {SCALE}),
-    count INTEGER NOT NULL CHECK (count >= 1),
-    devices TEXT NOT NULL,  -- the device keys it can use, separated by newlines
-    priority INTEGER NOT NULL,
-    since REAL NOT NULL
-);
-CREATE TABLE usage (uid INTEGER PRIMARY KEY, user TEXT NOT NULL, value REAL NOT NULL,
-                    at REAL NOT NULL);
-CREATE TABLE kernel_use (pid INTEGER NOT NULL, started REAL NOT NULL, value REAL NOT NULL,
-                         at REAL NOT NULL, PRIMARY KEY (pid, started));
-CREATE TABLE weights (user TEXT PRIMARY KEY, weight REAL NOT NULL CHECK (weight > 0));
-CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TRIGGER count_waits AFTER INSERT ON waits
-BEGIN UPDATE changes SET count = count + 1; END;
-CREATE TRIGGER count_waits_ended AFTER DELETE ON waits
-BEGIN UPDATE changes SET count = count + 1; END;
-"""
-_SCHEMA = _LEASES + _WAITS
 
 
 class LedgerError(Exception):
     """The ledger cannot be used: the message names the file and what to do."""
 
+
+class LedgerBusy(LedgerError):
+    """Another process held the ledger's lock longer than this one waits: a stall, not damage
+    (nothing is wrong with the file; try again)."""
+
+
+class LedgerFull(LedgerError):
+    """The ledger's filesystem is full: a stall until space is freed."""
+
+
+class LedgerDamaged(LedgerError):
+    """SQLite found the file damaged (or no database at all): it is checked, then healed."""
+
+
+def error_of(path: Path, err: sqlite3.Error) -> LedgerError:
+    """The :class:`LedgerError` (of the right kind) for SQLite's ``err`` on the ledger."""
+    code = getattr(err, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(err)
+    if primary in (5, 6) or (primary is None and ("locked" in text or "busy" in text)):
+        return LedgerBusy(explain(path, err))
+    if primary == 13 or (primary is None and "full" in text):
+        return LedgerFull(f"the filesystem of the lease ledger {path} is full ({text}); free "
+                          f"some space there (df {path.parent})")
+    if primary in (11, 26) or (primary is None and (
+            "malformed" in text or type(err) is sqlite3.DatabaseError)):
+        return LedgerDamaged(explain(path, err))
+    return LedgerError(explain(path, err))
 
 
 def open_ledger(path: Path, shared: bool | None, timeout: float) -> sqlite3.Connection:
@@ -101,8 +65,8 @@ def open_ledger(path: Path, shared: bool | None, timeout: float) -> sqlite3.Conn
     _prepare(path, shared)
     try:
         return _connect(path, timeout)
-    except sqlite3.DatabaseError as err:
-        raise LedgerError(explain(path, err)) from err
+    except sqlite3.Error as err:
+        raise error_of(path, err) from err
 
 
 # -- inside -----------------------------------------------------------------------------------
@@ -171,7 +135,8 @@ def _make(path: Path, mode: int) -> None:
         db = sqlite3.connect(draft, isolation_level=None)
         try:
             db.execute("PRAGMA journal_mode = WAL")  # kept in the file: every opener uses it
-            _create(db)
+            schema.register(db)
+            schema.create(db)
         finally:
             db.close()
         try:
@@ -369,9 +334,10 @@ def _wanted_group(path: Path) -> int | None:
 def _connect(path: Path, timeout: float) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
     try:
+        schema.register(db)
         db.execute("PRAGMA synchronous = NORMAL")
         if _is_new(path, db):
-            _create(db)
+            schema.create(db)
         _check_format(path, db)
         if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             # a file that was empty when found: it works as it is, and a later opener
@@ -390,32 +356,8 @@ def _is_new(path: Path, db: sqlite3.Connection) -> bool:
     return app == 0 and tables == 0
 
 
-def _create(db: sqlite3.Connection) -> None:
-    # one process makes the tables while any other that opens an empty file at the same
-    # moment waits, then finds them
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        (tables,) = db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        if tables == 0:
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute(f"PRAGMA user_version = {FORMAT}")
-            for statement in _statements(_SCHEMA):
-                db.execute(statement)
-    except BaseException:
-        db.rollback()
-        raise
-    db.execute("COMMIT")
 
 
-def _statements(script: str) -> list[str]:
-    # executescript() would commit the open transaction first; run the statements one by one
-    parts, current = [], []
-    for line in script.strip().splitlines():
-        current.append(line)
-        if sqlite3.complete_statement("\n".join(current)):
-            parts.append("\n".join(current))
-            current = []
-    return parts
 
 
 def _check_format(path: Path, db: sqlite3.Connection) -> None:
@@ -427,8 +369,8 @@ def _check_format(path: Path, db: sqlite3.Connection) -> None:
             f"{app:#x}); it is left as it is: choose another path with ${LEASES_ENV}, or move "
             f"the file away if it is not needed"
         )
-    if version in (1, 2):
-        _upgrade(db)
+    if version in (1, 2, 3):
+        schema.upgrade(db)
         (version,) = db.execute("PRAGMA user_version").fetchone()
     if version != FORMAT:
         newer = "newer" if version > FORMAT else "older"
@@ -438,9 +380,8 @@ def _check_format(path: Path, db: sqlite3.Connection) -> None:
             f"host, or choose another path with ${LEASES_ENV}"
         )
     names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-    if not {"leases", "changes", "waits", "usage", "kernel_use", "weights",
-            "settings"} <= names:
-        raise LedgerError(f"the lease ledger {path} lacks its tables (damaged); move it away "
+    if not names >= schema.TABLES:
+        raise LedgerDamaged(f"the lease ledger {path} lacks its tables (damaged); move it away "
                           f"(a new one is made on next use) or choose another path with "
                           f"${LEASES_ENV}")
 
@@ -456,27 +397,6 @@ def looks_like_a_ledger(path: Path) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and path.suffix == ".db"
 
 
-def _upgrade(db: sqlite3.Connection) -> None:
-    """Bring a ledger of format 1 (leases only) or 2 (no word on how a share is held) to
-    format 3 in place, in one transaction, keeping its leases: format 1 gains when each was
-    taken (when its task got it) and the tables of waits, use, weights and settings; both
-    gain the column ``held``, '' (not known) for the leases already there. Kernels of an older
-    jupyter-sched then refuse the file by its format, as they refuse any newer one."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        (version,) = db.execute("PRAGMA user_version").fetchone()
-        if version == 1:  # (another process may have upgraded it while this one waited)
-            db.execute("ALTER TABLE leases ADD COLUMN taken REAL NOT NULL DEFAULT 0")
-            db.execute("UPDATE leases SET taken = since")
-            for statement in _statements(_WAITS):
-                db.execute(statement)
-        if version in (1, 2):
-            db.execute("ALTER TABLE leases ADD COLUMN held TEXT NOT NULL DEFAULT ''")
-            db.execute(f"PRAGMA user_version = {FORMAT}")
-    except BaseException:
-        db.rollback()
-        raise
-    db.execute("COMMIT")
 
 
 def explain(path: Path, err: sqlite3.DatabaseError) -> str:
@@ -496,4 +416,6 @@ def explain(path: Path, err: sqlite3.DatabaseError) -> str:
             f"${LEASES_ENV}")
 
 
-__all__ = ["APPLICATION_ID", "FORMAT", "LEASES_ENV", "LedgerError", "explain", "open_ledger"]
+__all__ = ["APPLICATION_ID", "FORMAT", "LEASES_ENV", "LedgerBusy", "LedgerDamaged",
+           "LedgerError", "LedgerFull", "error_of", "explain", "looks_like_a_ledger",
+           "open_ledger"]

@@ -5,16 +5,18 @@ transactions (:mod:`.leases`)."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ...model.quantity import SCALE
+from ..discovery import boot_id
 from . import fairness
 from .fairness import Demand, Wait
 from .holders import Owner
 
 WAIT_COLUMNS = ("id, uid, user, pid, started, host, pidns, label, task, units, count, devices, "
-                "priority, since")
+                "priority, since, holder, ticks")
 _INSERT_WAIT = (f"INSERT INTO waits ({WAIT_COLUMNS.removeprefix('id, ')}) "
                 f"VALUES ({', '.join('?' * WAIT_COLUMNS.count(','))})")
 MAX_WAITS = 8  # waits one process records at most (the first ones in its own order)
@@ -42,25 +44,26 @@ class Order:
     weights: dict[str, float]
     half_life: float
     now: float
-    grace_until: float | None = None
-    owners: dict[int, tuple] = field(default_factory=dict)  # wait id -> owner columns
-    kernels: dict[int, float] = field(default_factory=dict)  # pid -> its GPU-seconds
+    grace_until: float | None = None  # (epoch, as this process's clock reads it)
+    owners: dict[int, Owner] = field(default_factory=dict)  # wait id -> who waits
+    kernels: dict[str, float] = field(default_factory=dict)  # holder -> its GPU-seconds
 
-    def waits_ahead(self, pid: int, uid: int) -> list[Wait]:
-        """The waits of other processes ranked before ``pid``'s first wait, or, when it has
-        none, before a demand of its (priority 0) arriving now."""
-        standing = (self.standings.get(uid, 0.0), 0, self.kernels.get(pid, 0.0), self.now, 0)
-        return fairness.ahead_of(self.waits, pid, standing, self.standings, self.kernels)
+    def waits_ahead(self, holder: str, uid: int) -> list[Wait]:
+        """The waits of other processes ranked before ``holder``'s first wait (a process's
+        token), or, when it has none, before a demand of its (priority 0) arriving now."""
+        standing = (self.standings.get(uid, 0.0), 0, self.kernels.get(holder, 0.0), self.now,
+                    0)
+        return fairness.ahead_of(self.waits, holder, standing, self.standings, self.kernels)
 
-    def ahead_of(self, pid: int, uid: int) -> dict[str, int]:
-        """Units of each device reserved by the waits ahead of ``pid``: room it must leave
+    def ahead_of(self, holder: str, uid: int) -> dict[str, int]:
+        """Units of each device reserved by the waits ahead of ``holder``: room it must leave
         free."""
-        return fairness.reserved_for(self.waits_ahead(pid, uid), self.reservations, pid)
+        return fairness.reserved_for(self.waits_ahead(holder, uid), self.reservations, holder)
 
-    def blocking(self, pid: int, uid: int, device: str) -> tuple[Wait, ...]:
-        """The waits ahead of ``pid`` that reserve ``device``."""
-        return tuple(w for w in self.waits_ahead(pid, uid)
-                     if w.pid != pid and device in self.reservations.get(w.id, {}))
+    def blocking(self, holder: str, uid: int, device: str) -> tuple[Wait, ...]:
+        """The waits ahead of ``holder`` that reserve ``device``."""
+        return tuple(w for w in self.waits_ahead(holder, uid)
+                     if w.holder != holder and device in self.reservations.get(w.id, {}))
 
 
 EMPTY = Order([], {}, {}, {}, {}, fairness.DEFAULT_HALF_LIFE, 0.0)
@@ -71,17 +74,42 @@ def half_life(db: sqlite3.Connection) -> float:
     return float(row[0]) if row else fairness.DEFAULT_HALF_LIFE
 
 
-def grace_until(db: sqlite3.Connection) -> float | None:
-    row = db.execute("SELECT value FROM settings WHERE key = 'grace_until'").fetchone()
-    return float(row[0]) if row else None
+def grace_left(db: sqlite3.Connection) -> float | None:
+    """Seconds left of a grace (:func:`set_grace`), by the host's boot clock, which no step of
+    the wall clock moves; None when there is none (or it was set on another boot)."""
+    row = db.execute("SELECT value FROM settings WHERE key = 'grace'").fetchone()
+    if not row:
+        return None
+    boot, _, until = str(row[0]).partition(" ")
+    try:
+        left = float(until) - boot_clock()
+    except ValueError:
+        return None
+    return left if boot == (boot_id() or "") and left > 0 else None
+
+
+def set_grace(db: sqlite3.Connection, seconds: float) -> None:
+    """For ``seconds`` from now no new lease is taken (the holders of a ledger made again,
+    with no file to restore their leases from, re-take what they hold meanwhile)."""
+    db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('grace', ?)",
+               (f"{boot_id() or ''} {boot_clock() + seconds!r}",))
+
+
+def boot_clock() -> float:
+    """Seconds since the host booted (``CLOCK_BOOTTIME``): one clock for every process of the
+    host, which wall-clock steps do not move."""
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
 
 
 def read(db: sqlite3.Connection, now: float,
-         leases: Sequence[tuple[int, str, int, float, int]]) -> Order:
-    """The order at ``now``; ``leases``: (uid, user, units, taken, pid) of every lease."""
+         leases: Sequence[tuple[int, str, int, float, str]],
+         alive: Callable[[Owner], bool] | None = None) -> Order:
+    """The order at ``now``; ``leases``: (uid, user, units, taken, holder) of every lease.
+    ``alive``: whether a waiting process lives (the waits of ended ones are left out)."""
     kernels = _kernel_standings(db, now, leases)
     rows = db.execute(f"SELECT {WAIT_COLUMNS} FROM waits").fetchall()
-    grace = grace_until(db)
+    left = grace_left(db)
+    grace = now + left if left is not None else None
     life = half_life(db)
     weights = dict(db.execute("SELECT user, weight FROM weights"))
     usage = {uid: (value, at) for uid, _, value, at in db.execute("SELECT * FROM usage")}
@@ -90,12 +118,15 @@ def read(db: sqlite3.Connection, now: float,
     waits, owners = [], {}
     for row in rows:
         (wid, uid, user, pid, started, host, pidns, label, task, units, count, devices,
-         priority, since) = row
+         priority, since, holder, ticks) = row
+        owner = Owner(uid, user, pid, started, host, pidns, label, holder, ticks)
+        if alive is not None and not alive(owner):
+            continue  # (its process ended: the next write takes it away)
         users[uid] = user
-        owners[wid] = (uid, user, pid, started, host, pidns, label)
+        owners[wid] = owner
         waits.append(Wait(wid, uid, user, pid, task, label,
                           Demand(units, count, tuple(d for d in devices.split("\n") if d)),
-                          priority, since))
+                          priority, since, holder))
     standings = fairness.standing(usage, [(uid, units, taken)
                                           for uid, _, units, taken, _ in leases],
                                   weights, users, now, life)
@@ -108,68 +139,68 @@ def read(db: sqlite3.Connection, now: float,
 
 
 def _kernel_standings(db: sqlite3.Connection, now: float,
-                      leases: Sequence[tuple[int, str, int, float, int]]) -> dict[int, float]:
-    """Each process's decayed GPU-seconds, past and held, by pid: between kernels of one user,
-    the one that used the GPUs least goes first (in GPU time, not in tasks: a kernel of tiny
-    tasks is not made to wait a long task's turn for each)."""
+                      leases: Sequence[tuple[int, str, int, float, str]]) -> dict[str, float]:
+    """Each process's decayed GPU-seconds, past and held, by holder: between kernels of one
+    user, the one that used the GPUs least goes first (in GPU time, not in tasks: a kernel of
+    tiny tasks is not made to wait a long task's turn for each)."""
     life = half_life(db)
-    out: dict[int, float] = {}
-    for pid, _, value, at in db.execute("SELECT pid, started, value, at FROM kernel_use"):
-        out[pid] = out.get(pid, 0.0) + fairness.decayed(value, at, now, life)
-    for _, _, units, taken, pid in leases:
-        out[pid] = out.get(pid, 0.0) + fairness.held_use(units, taken, now, life)
+    out: dict[str, float] = {}
+    for holder, value, at in db.execute("SELECT holder, value, at FROM holder_use"):
+        out[holder] = out.get(holder, 0.0) + fairness.decayed(value, at, now, life)
+    for _, _, units, taken, holder in leases:
+        out[holder] = out.get(holder, 0.0) + fairness.held_use(units, taken, now, life)
     return out
 
 
 def replace_waits(db: sqlite3.Connection, owner: Owner, waits: Iterable[WaitSpec]) -> None:
     """This process's waits are ``waits`` from now on (its earlier ones are removed)."""
-    db.execute("DELETE FROM waits WHERE pid = ? AND started = ? AND host = ?",
-               (owner.pid, owner.started, owner.host))
+    db.execute("DELETE FROM waits WHERE holder = ?", (owner.holder,))
     rows = []
     for wait in list(waits)[:MAX_WAITS]:
         demand = wait.demand
         rows.append((owner.uid, owner.user, owner.pid, owner.started, owner.host, owner.pidns,
                      owner.label, wait.task, min(SCALE, max(1, demand.units)),
                      max(1, demand.count), "\n".join(demand.devices), int(wait.priority),
-                     float(wait.since)))
+                     float(wait.since), owner.holder, owner.ticks))
     db.executemany(_INSERT_WAIT, rows)
 
 
-def sweep_waits(db: sqlite3.Connection, alive: Callable[[tuple], bool]) -> int:
-    """Remove the waits of holders that have ended (``alive(owner columns)``)."""
-    rows = db.execute("SELECT id, uid, user, pid, started, host, pidns, label FROM waits")
-    ended = [(row[0],) for row in rows.fetchall() if not alive(tuple(row[1:]))]
+def sweep_waits(db: sqlite3.Connection, alive: Callable[[Owner], bool]) -> int:
+    """Remove the waits of holders that have ended (``alive(owner)``)."""
+    rows = db.execute(f"SELECT {WAIT_COLUMNS} FROM waits").fetchall()
+    ended = [(row[0],) for row in rows if not alive(
+        Owner(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[14], row[15]))]
     db.executemany("DELETE FROM waits WHERE id = ?", ended)
     return len(ended)
 
 
 def record_use(db: sqlite3.Connection,
-               given: Iterable[tuple[int, str, int, float, int, float]], now: float) -> None:
-    """Count the GPU use of leases given back (uid, user, units, taken, pid, started) in
+               given: Iterable[tuple[int, str, int, float, str, int]], now: float) -> None:
+    """Count the GPU use of leases given back (uid, user, units, taken, holder, pid) in
     their users' and their processes' past use, decayed by the ledger's half-life."""
     life = half_life(db)
     if life <= 0:
         return
     by_uid: dict[int, tuple[str, float]] = {}
-    by_process: dict[tuple[int, float], float] = {}
-    for uid, user, units, taken, pid, started in given:
+    by_process: dict[str, tuple[int, float]] = {}
+    for uid, user, units, taken, holder, pid in given:
         used = fairness.held_use(units, taken, now, life)
         name, total = by_uid.get(uid, (user, 0.0))
         by_uid[uid] = (name, total + used)
-        by_process[pid, started] = by_process.get((pid, started), 0.0) + used
+        by_process[holder] = (pid, by_process.get(holder, (pid, 0.0))[1] + used)
     for uid, (user, used) in by_uid.items():
         row = db.execute("SELECT value, at FROM usage WHERE uid = ?", (uid,)).fetchone()
         value = fairness.decayed(row[0], row[1], now, life) if row else 0.0
         db.execute("INSERT OR REPLACE INTO usage (uid, user, value, at) VALUES (?, ?, ?, ?)",
                    (uid, user, value + used, now))
-    for (pid, started), used in by_process.items():
-        row = db.execute("SELECT value, at FROM kernel_use WHERE pid = ? AND started = ?",
-                         (pid, started)).fetchone()
+    for holder, (pid, used) in by_process.items():
+        row = db.execute("SELECT value, at FROM holder_use WHERE holder = ?",
+                         (holder,)).fetchone()
         value = fairness.decayed(row[0], row[1], now, life) if row else 0.0
-        db.execute("INSERT OR REPLACE INTO kernel_use (pid, started, value, at) "
-                   "VALUES (?, ?, ?, ?)", (pid, started, value + used, now))
+        db.execute("INSERT OR REPLACE INTO holder_use (holder, pid, value, at) "
+                   "VALUES (?, ?, ?, ?)", (holder, pid, value + used, now))
     # what has decayed to nothing (its kernel long gone, or idle) is forgotten
-    db.execute("DELETE FROM kernel_use WHERE at < ?", (now - 20 * life,))
+    db.execute("DELETE FROM holder_use WHERE at < ?", (now - 20 * life,))
 
 
 def set_half_life(db: sqlite3.Connection, seconds: float) -> None:
@@ -184,10 +215,6 @@ def set_weight(db: sqlite3.Connection, user: str, weight: float) -> None:
         db.execute("INSERT OR REPLACE INTO weights (user, weight) VALUES (?, ?)", (user, weight))
 
 
-def set_grace(db: sqlite3.Connection, until: float) -> None:
-    db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('grace_until', ?)",
-               (repr(float(until)),))
-
-
-__all__ = ["EMPTY", "GRACE", "MAX_WAITS", "Order", "WaitSpec", "read", "record_use",
-           "replace_waits", "set_grace", "set_half_life", "set_weight", "sweep_waits"]
+__all__ = ["EMPTY", "GRACE", "MAX_WAITS", "Order", "WaitSpec", "boot_clock", "grace_left", "read",
+           "record_use", "replace_waits", "set_grace", "set_half_life", "set_weight",
+           "sweep_waits"]

@@ -23,8 +23,9 @@ from urllib.parse import quote
 
 from ..identity import user_name
 from .opening import APPLICATION_ID, FORMAT, LEASES_ENV, LedgerError, explain
+from .schema import TABLES
 
-_TABLES = {"leases", "changes", "waits", "usage", "kernel_use", "weights", "settings"}
+_TABLES = TABLES
 
 
 def open_ledger_to_read(path: Path, timeout: float) -> sqlite3.Connection:

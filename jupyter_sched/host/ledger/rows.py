@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...model.quantity import SCALE, format_units
 from ..enforce import LOGICAL, MPS, TORCH
@@ -14,7 +14,7 @@ from .fairness import Wait
 from .holders import Owner, is_me
 
 COLUMNS = ("id, device, units, uid, user, pid, started, host, pidns, label, task, since, taken, "
-           "held")
+           "held, holder, ticks")
 HELD = ("", LOGICAL, MPS, TORCH)
 """How a lease's share may be held (:mod:`.enforce`); '': a whole device, or not said."""
 INSERT = (f"INSERT INTO leases ({COLUMNS.removeprefix('id, ')}) "
@@ -108,9 +108,15 @@ class Exchange:
 
 def lease_from_row(row: tuple) -> Lease:
     lid, device, units, uid, user, pid, started, host, pidns, label, task, since, taken, \
-        held = row
-    return Lease(lid, device, units, Owner(uid, user, pid, started, host, pidns, label), task,
+        held, holder, ticks = row
+    return Lease(lid, device, units,
+                 Owner(uid, user, pid, started, host, pidns, label, holder, ticks), task,
                  since, taken or since, held)
+
+
+def owner_of_row(row: tuple) -> Owner:
+    """The holder of a lease row (as :data:`COLUMNS` reads it)."""
+    return Owner(row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[14], row[15])
 
 
 def owner_columns(owner: Owner) -> tuple:
@@ -147,10 +153,25 @@ def insert_lease(db: sqlite3.Connection, owner: Owner, task: str, shares: Mappin
     leases = []
     for device, units in shares.items():
         word = held if units < SCALE else ""
-        row = (device, units, *owner_columns(owner), task, since, taken, word)
+        row = (device, units, *owner_columns(owner), task, since, taken, word, owner.holder,
+               owner.ticks)
         lease_id = db.execute(INSERT, row).lastrowid
         leases.append(Lease(lease_id, device, units, owner, task, since, taken, word))
     return tuple(leases)
+
+
+def insert_as(db: sqlite3.Connection, lease: Lease) -> Lease:
+    """``lease`` inserted again as it was, with its id when that id is free (a ledger made
+    again keeps its holders' lease ids), else a new one (inside a transaction)."""
+    owner = lease.owner
+    row = (lease.device, lease.units, *owner_columns(owner), lease.task, lease.since,
+           lease.taken, lease.held, owner.holder, owner.ticks)
+    free = db.execute("SELECT 1 FROM leases WHERE id = ?", (lease.id,)).fetchone() is None
+    if free and lease.id > 0:
+        db.execute(f"INSERT INTO leases (id, {COLUMNS.removeprefix('id, ')}) VALUES "
+                   f"(?, {', '.join('?' * COLUMNS.count(','))})", (lease.id, *row))
+        return lease
+    return replace(lease, id=db.execute(INSERT, row).lastrowid)
 
 
 def short_device(key: str) -> str:
@@ -204,5 +225,6 @@ def check_share(device: object, units: object) -> None:
 
 
 __all__ = ["COLUMNS", "HELD", "INSERT", "Exchange", "Lease", "NotYourLease", "Refusal",
-           "check_held", "check_share", "clock", "insert_lease", "lease_from_row", "leases_of",
-           "owner_columns", "rows_of", "short_device", "short_of", "used_of", "wait_text"]
+           "check_held", "check_share", "clock", "insert_as", "insert_lease", "lease_from_row",
+           "leases_of", "owner_columns", "owner_of_row", "rows_of", "short_device", "short_of",
+           "used_of", "wait_text"]
