@@ -268,9 +268,9 @@ def test_an_empty_ledger_copied_over_in_place_is_noticed_and_healed(path, peers,
 def test_rows_deleted_by_hand_are_refused_and_after_the_triggers_went_healed(path, peers):
     a = peers("a.ipynb")
     a("take", GPU, SCALE, "ta")
-    with sqlite3.connect(path) as db:  # a person's sqlite3 shell
-        with pytest.raises(sqlite3.OperationalError, match="jupyter_sched_writer"):
-            db.execute("DELETE FROM leases")
+    with sqlite3.connect(path) as db, pytest.raises(  # a person's sqlite3 shell
+            sqlite3.OperationalError, match="jupyter_sched_writer"):
+        db.execute("DELETE FROM leases")
     db = sqlite3.connect(path, isolation_level=None)
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND "
                               "name LIKE 'only_jupyter_sched_%'").fetchall():
@@ -373,8 +373,8 @@ def test_a_planted_empty_ledger_names_its_owner(path, tmp_path):
 
 def test_a_ledger_of_ours_refuses_a_write_from_a_plain_connection(path):
     Ledger(path).close()
-    with pytest.raises(sqlite3.OperationalError, match="jupyter_sched_writer"):
-        with sqlite3.connect(path) as db:
-            db.execute("INSERT INTO settings VALUES ('x', 'y')")
+    with pytest.raises(sqlite3.OperationalError, match="jupyter_sched_writer"), \
+            sqlite3.connect(path) as db:
+        db.execute("INSERT INTO settings VALUES ('x', 'y')")
     with ledger_writer(path) as db:  # (as a jupyter-sched process: allowed)
         db.execute("INSERT INTO settings VALUES ('x', 'y')")
