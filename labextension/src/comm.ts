@@ -16,7 +16,7 @@ import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel, KernelMessage as KM } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { dismissMark, INoticeMark } from './model';
+import { dismissMark, INoticeMark } from './model/notices';
 import {
   COMM_TARGET,
   COMM_VERSION,

@@ -70,6 +70,22 @@ export function task(id: string, fields: Partial<ITaskView> = {}): ITaskView {
   };
 }
 
+/** A status payload of nothing at 100 s, with `fields` put over it. */
+export function statusOf(fields: Partial<IStatusPayload>): IStatusPayload {
+  return {
+    version: 1,
+    kind: 'status',
+    time: 100,
+    gpu: { allocated: 0, total: 0 },
+    counts: {},
+    nodes: [],
+    running: [],
+    waiting: [],
+    queues: [],
+    ...fields
+  };
+}
+
 /** The kernel's status payload with every user string replaced by markup. */
 export function hostileStatus(): IStatusPayload {
   const status = payload('status') as IStatusPayload;
