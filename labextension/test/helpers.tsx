@@ -8,6 +8,7 @@ import { act } from 'react';
 import { createRoot, Root } from 'react-dom/client';
 
 import { ISnapshotData, IStatusPayload, ITaskView, MIME_TYPE } from '../src/schema';
+import { ISidebarProps } from '../src/sidebar';
 
 // eslint-disable-next-line @typescript-eslint/no-var-requires
 const bundles = require('./fixtures/bundles.json');
@@ -165,4 +166,60 @@ export async function waitFor<T>(check: () => T, timeout = 5000): Promise<T> {
     }
     await new Promise(resolve => setTimeout(resolve, 20));
   }
+}
+
+/** The sidebar's props for the kernel's status, live, with `fields` put over them. */
+export function sidebarProps(fields: Partial<ISidebarProps>): ISidebarProps {
+  return {
+    state: 'live',
+    snapshot: snapshotOf(payload('status')),
+    now: null,
+    sessionName: 'train.ipynb',
+    kernelName: 'Python 3',
+    error: null,
+    timelineWindow: 300,
+    ...fields
+  };
+}
+
+/** A user's click on `element`, which must be there. */
+export function click(element: Element | null): void {
+  expect(element).not.toBeNull();
+  act(() => (element as HTMLElement).click());
+}
+
+/** At time 100: t1 running since 90, t2 running since 20 and stopping since 97. */
+export function stoppingStatus(fields: Partial<IStatusPayload> = {}): IStatusPayload {
+  return {
+    ...payload('status'),
+    time: 100,
+    running: [
+      task('t1', { state: 'running', node: 'local', started: 90 }),
+      task('t2', {
+        state: 'stopping',
+        node: 'local',
+        started: 20,
+        stopping_since: 97,
+        reason: 'cancelled from the Scheduler sidebar'
+      })
+    ],
+    counts: { running: 1, stopping: 1, queued: 2, infeasible: 1 },
+    ...fields
+  };
+}
+
+/** t1 runs; t5 and t6 are queued, first and second; t8 is held; t9 cannot run. */
+export function steeredStatus(): IStatusPayload {
+  return {
+    ...payload('status'),
+    time: 100,
+    running: [task('t1', { state: 'running', node: 'local', started: 90 })],
+    waiting: [
+      task('t5', { position: 1, submitted: 95 }),
+      task('t6', { name: HOSTILE, position: 2, submitted: 96 }),
+      task('t8', { state: 'held', submitted: 97 }),
+      task('t9', { state: 'infeasible', reason: 'GPU: needs 4', demand: { GPU: 4 } })
+    ],
+    counts: { running: 1, queued: 2, held: 1, infeasible: 1 }
+  };
 }
