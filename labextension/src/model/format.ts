@@ -11,6 +11,14 @@ export function oneLine(text: string | null | undefined): string {
   return (text ?? '').split(/\s+/).filter(Boolean).join(' ');
 }
 
+/**
+ * An amount as the kernel writes one (Python's `{:g}`): `0.125` → "0.125", `2` → "2",
+ * `1 / 3` → "0.333333": six significant digits, no trailing zeros.
+ */
+export function formatAmount(value: number): string {
+  return Number.isFinite(value) ? String(Number(value.toPrecision(6))) : String(value);
+}
+
 /** `1.5` → "1.5", `2` → "2", `0.3333` → "0.33": at most two decimals, no trailing zeros. */
 export function formatNumber(value: number): string {
   if (!Number.isFinite(value)) {
@@ -77,7 +85,7 @@ export function formatClock(epoch: number | null | undefined): string {
  * `CPU` 2 → "2". The unit is part of the number's text; callers add none of their own.
  */
 export function amountText(name: string, value: number): string {
-  return name === 'memory' || name === 'gpu_memory' ? formatBytes(value) : formatNumber(value);
+  return name === 'memory' || name === 'gpu_memory' ? formatBytes(value) : formatAmount(value);
 }
 
 function resourceRank(name: string): number {
@@ -105,7 +113,7 @@ export function formatDevices(devices: ITaskView['devices'] | null | undefined):
     const indices = Object.keys(shares).sort((a, b) => Number(a) - Number(b));
     for (const index of indices) {
       const share = shares[index];
-      parts.push(share >= 1 ? `${name} ${index}` : `${name} ${index} (${formatNumber(share)})`);
+      parts.push(share >= 1 ? `${name} ${index}` : `${name} ${index} (${formatAmount(share)})`);
     }
   }
   return parts.join(', ');

@@ -48,14 +48,28 @@ export function taskNow(snapshot: ISnapshotData, task: ITaskView): ITaskView | n
     const ends = runs.map(run => run.end).filter(known);
     const ended = ENDED.has(state) ? (ends.length ? Math.max(...ends) : task.ended) : null;
     const since = state === 'stopping' ? (task.stopping_since ?? null) : null;
-    return { ...task, state, ended, stopping_since: since };
+    return { ...unsaid(task), state, ended, stopping_since: since };
   }
   const past = listOf(snapshot.history).find(t => t.id === task.id);
   if (!past || !same(past)) {
     return null;
   }
   const held = past.devices && Object.keys(past.devices).length > 0;
-  return held ? past : { ...past, devices: task.devices, node: past.node ?? task.node };
+  if (held) {
+    return past;
+  }
+  const node = past.node ?? task.node;
+  const filled = Object.keys(task.devices ?? {}).length > 0 || node !== past.node;
+  return { ...(filled ? unsaid(past) : past), devices: task.devices, node };
+}
+
+/**
+ * `task` without the kernel's words for its state (`text`): they say what the kernel saw, and
+ * a task changed here is written here (./text).
+ */
+function unsaid(task: ITaskView): ITaskView {
+  const { text: _, ...rest } = task;
+  return rest;
 }
 
 /**

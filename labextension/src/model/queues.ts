@@ -5,6 +5,7 @@
 
 import { IQueueView } from '../schema';
 import { formatAmounts } from './format';
+import { runningWords } from './text';
 import { clampShare } from './values';
 
 export interface IQueueRow {
@@ -47,7 +48,7 @@ export function queueRow(queue: IQueueView): IQueueRow {
     running,
     waiting: queue.waiting ?? 0,
     maxRunning,
-    runningText: maxRunning === null ? String(running) : `${running} of max ${maxRunning}`,
+    runningText: runningWords(running, maxRunning),
     runningTitle:
       maxRunning === null
         ? `${running} running`

@@ -5,7 +5,8 @@
  */
 
 import { ITaskView, SteerCommand } from '../schema';
-import { compareIds, formatAmounts, formatDevices, formatDuration, oneLine } from './format';
+import { compareIds, formatAmounts, formatDuration, oneLine } from './format';
+import { enforcedWord, enforcementMeaning, stateWords, whereWords } from './text';
 import { known } from './values';
 
 export interface ITaskRow {
@@ -69,29 +70,13 @@ export interface IEnforcement {
   title: string;
 }
 
-/** What each enforcement word means; a word not known here is shown with a plainer line. */
-const ENFORCEMENT: { [word: string]: string } = {
-  logical: 'nothing caps this share: a promise between schedulers',
-  mps: "NVIDIA MPS caps this task's process to its share",
-  torch: 'a torch memory cap holds this task to its share of the memory'
-};
-
-/** The states whose tasks hold devices now, so how their share is held is said. */
-const HOLDING = new Set(['running', 'stopping']);
-
 /**
  * How `task` holds its share, when it is running or stopping on devices and the kernel says;
  * null otherwise (an ended task holds nothing, whatever its row still says).
  */
 export function enforcementOf(task: ITaskView): IEnforcement | null {
-  const word = typeof task.enforced === 'string' ? oneLine(task.enforced) : '';
-  if (!word || !HOLDING.has(String(task.state)) || !task.node || !formatDevices(task.devices)) {
-    return null;
-  }
-  const meaning = Object.prototype.hasOwnProperty.call(ENFORCEMENT, word)
-    ? ENFORCEMENT[word]
-    : `how this task's share of the GPU is held: ${word}`;
-  return { word, text: `[${word}]`, title: meaning };
+  const word = enforcedWord(task);
+  return word ? { word, text: `[${word}]`, title: enforcementMeaning(word) } : null;
 }
 
 /** A piece of a task's text: plain, or its enforcement word (shown with its own tooltip). */
@@ -125,63 +110,28 @@ export function partsText(line: ReadonlyArray<ITextPart>): string {
   return line.map(part => part.text).join('');
 }
 
-/** Where a task runs or ran, with how a running share is held after its devices. */
-function whereParts(task: ITaskView): ITextPart[] {
-  if (!task.node) {
-    return [];
+/** `text` in parts: the enforcement word after the devices, when said, is a part of its own. */
+function partsOf(text: string, enforced: IEnforcement | null): ITextPart[] {
+  const at = enforced ? text.indexOf(` ${enforced.text}`) : -1;
+  if (!enforced || at < 0) {
+    return textParts(text);
   }
-  const devices = formatDevices(task.devices);
-  const slot = task.slot ? ` (${task.slot})` : '';
-  if (!devices) {
-    return textParts(`${task.node}${slot}`);
-  }
-  const enforced = enforcementOf(task);
-  return textParts(
-    `${task.node}${slot}, ${devices}`,
-    enforced ? [{ text: ' ' }, { text: enforced.text, enforced }] : []
-  );
+  const after = at + 1 + enforced.text.length;
+  return textParts(text.slice(0, at + 1), [{ text: enforced.text, enforced }], text.slice(after));
 }
 
 /** "local, GPU 0 (0.5)"; a running task's says how its share is held: "… (0.5) [mps]". */
 export function taskWhere(task: ITaskView): string {
-  return partsText(whereParts(task));
+  return whereWords(task);
 }
 
-/** A task's state in words, in parts (see `taskStateText`). */
+/**
+ * A task's state in words, in parts (see `taskStateText`): the kernel's words (`text`) when it
+ * wrote them, else the same written here (./text).
+ */
 export function taskStateParts(task: ITaskView, error?: string | null): ITextPart[] {
-  const reason = oneLine(task.reason);
-  const where = whereParts(task);
-  switch (task.state) {
-    case 'queued': {
-      // the reason, when there is one, says what others on the host hold (as the kernel)
-      const queue = task.queue ? ` in ${task.queue}` : '';
-      const text = task.position ? `queued, position ${task.position}${queue}` : `queued${queue}`;
-      return textParts(reason ? `${text}: ${reason}` : text);
-    }
-    case 'held': {
-      const text = task.queue ? `held in ${task.queue}` : 'held';
-      return textParts(`${text}: ${reason || HELD}`);
-    }
-    case 'infeasible':
-      return textParts(reason ? `infeasible: ${reason}` : 'infeasible');
-    case 'running':
-      return where.length ? textParts('running on ', where) : textParts('running');
-    case 'stopping': {
-      // it holds its devices until its executor confirms: where it still does, as the kernel
-      const on = task.node && formatDevices(task.devices) ? textParts(' on ', where) : [];
-      return textParts('stopping', on, reason ? `: ${reason}` : '');
-    }
-    case 'failed': {
-      const why = error ? oneLine(error) : reason;
-      return textParts(why ? `failed: ${why}` : 'failed');
-    }
-    case 'cancelled':
-      return textParts(reason ? `cancelled: ${reason}` : 'cancelled');
-    case 'done':
-      return where.length ? textParts('done on ', where) : textParts('done');
-    default:
-      return textParts(String(task.state));
-  }
+  const text = typeof task.text === 'string' ? oneLine(task.text) : stateWords(task, error);
+  return partsOf(text, enforcementOf(task));
 }
 
 /**
@@ -191,9 +141,6 @@ export function taskStateParts(task: ITaskView, error?: string | null): ITextPar
 export function taskStateText(task: ITaskView, error?: string | null): string {
   return partsText(taskStateParts(task, error));
 }
-
-/** What a held task waits for, when the kernel gives no reason. */
-const HELD = 'not started until released';
 
 /** States a cancel can still reach: `cancel_all` passes over stopping and ended tasks. */
 const CANCELLABLE = new Set(['pending', 'queued', 'held', 'infeasible', 'running']);
@@ -254,9 +201,6 @@ function withoutState(stateParts: ITextPart[], state: string): ITextPart[] {
 
 /** A row's last line: where the task runs or waits, or why it waits. */
 function detailOf(state: string, stateParts: ITextPart[], reason: string): ITextPart[] {
-  if (state === 'held') {
-    return textParts(reason || HELD);
-  }
   // a queued task's row shows its position beside its state: its line says why it waits
   return state === 'queued' && reason ? textParts(reason) : withoutState(stateParts, state);
 }

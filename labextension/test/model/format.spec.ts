@@ -1,5 +1,6 @@
 import {
   amountText,
+  formatAmount,
   formatAmounts,
   formatBytes,
   formatClock,
@@ -29,6 +30,16 @@ describe('text', () => {
     expect(amountText('memory', 8 * 2 ** 30)).toBe('8 GiB');
     expect(amountText('gpu_memory', 1.5 * 2 ** 30)).toBe('1.5 GiB');
     expect(amountText('CPU', 2)).toBe('2');
+  });
+
+  it('writes amounts and shares as the kernel does, to six digits', () => {
+    expect(formatAmount(0.125)).toBe('0.125');
+    expect(formatAmount(2)).toBe('2');
+    expect(formatAmount(1 / 3)).toBe('0.333333');
+    expect(formatAmounts({ GPU: 0.125, CPU: 0.5 })).toBe('GPU 0.125, CPU 0.5');
+    expect(formatDevices({ GPU: { '0': 0.125 } })).toBe('GPU 0 (0.125)');
+    // a GPU bar's share stays short: two decimals
+    expect(formatNumber(0.125)).toBe('0.13');
   });
 
   it('formats demands and devices like the kernel', () => {

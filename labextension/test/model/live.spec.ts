@@ -46,6 +46,9 @@ describe('a task shown in an output, as it is now', () => {
     const done = taskNow(snapshot(41), running);
     expect(done).toEqual({ ...running, state: 'done', ended: 40, stopping_since: null });
     expect(taskRow(done!).stateText).toBe('done on local, GPU 0 (0.5)');
+    // the kernel's words said it was running: they are not kept for a task that ended
+    const said = { ...running, text: 'running on local, GPU 0 (0.5)' };
+    expect(taskNow(snapshot(41), said)).toEqual(done);
     expect(taskRow(done!).elapsedText).toBe('28 s');
     // preempted and started again: every run carries the state now, the last one its end
     const runs = [run({ start: 12, end: 15, state: 'failed' }), run({ start: 18, end: 44 })];
@@ -65,6 +68,18 @@ describe('a task shown in an output, as it is now', () => {
     });
     expect(taskNow(gpu, running)?.devices).toEqual({ GPU: { '0': 0.5 } });
     expect(taskRow(taskNow(gpu, running)!).stateText).toBe('done on local, GPU 0 (0.5)');
+    // the kernel's words for it say no devices: the words are written again with them
+    const said = snapshotOf(statusOf({ time: 40 }), {
+      timeline: [],
+      history: [{ ...running, state: 'done', ended: 33, devices: {}, text: 'done on local' }]
+    });
+    expect(taskRow(taskNow(said, running)!).stateText).toBe('done on local, GPU 0 (0.5)');
+    // one that lists its devices keeps the kernel's words
+    const kept = snapshotOf(statusOf({ time: 40 }), {
+      timeline: [],
+      history: [{ ...ended, text: 'done on local: as said' }]
+    });
+    expect(taskRow(taskNow(kept, cpu)!).stateText).toBe('done on local: as said');
     // another task of that id (a kernel restarted) is not it
     const other = snapshotOf(statusOf({ time: 40 }), {
       timeline: [],

@@ -82,7 +82,8 @@ describe('rows', () => {
     );
     expect(taskRow(stopping, 175).elapsedText).toBe('1 min 15 s');
     expect(row.cancellable).toBe(false);
-    expect(row.detailText).toBe('cancelled from the Scheduler sidebar');
+    // where it still is, as the kernel says it: on its node, holding no device
+    expect(row.detailText).toBe('on local: cancelled from the Scheduler sidebar');
     // a kernel that does not say since when: no time rather than the run time
     expect(taskRow({ ...stopping, stopping_since: undefined }, 103).elapsedText).toBe('');
   });
@@ -123,17 +124,17 @@ describe('a task waiting for what other kernels hold', () => {
 describe('a held task', () => {
   const held = task('t5', { state: 'held', submitted: 10 });
 
-  it('says it is held, where, and that it waits to be released, with no position', () => {
+  it('says it is held and waits to be released, with no position, as the kernel says it', () => {
     const row = taskRow({ ...held, position: 3 }, 40);
     expect(row.state).toBe('held');
     expect(row.position).toBeNull();
-    expect(row.stateText).toBe('held in default: not started until released');
-    expect(row.detailText).toBe('not started until released');
+    expect(row.stateText).toBe('held: never started until released');
+    expect(row.detailText).toBe('never started until released');
     expect(row.elapsedTitle).toBe('waiting for 30 s');
-    // the kernel's reason, when it gives one, is the row's line
-    const why = taskRow({ ...held, reason: 'held by alice' });
-    expect(why.stateText).toBe('held in default: held by alice');
-    expect(why.detailText).toBe('held by alice');
+    // the kernel's words, when it sends them, are the row's line
+    const why = taskRow({ ...held, text: 'held: by alice until Monday' });
+    expect(why.stateText).toBe('held: by alice until Monday');
+    expect(why.detailText).toBe('by alice until Monday');
   });
 
   it("keeps its place in the kernel's order, before infeasible tasks", () => {
@@ -231,8 +232,44 @@ describe('how a running share of a GPU is held', () => {
       'on local, GPU 0 (0.25) [torch]: cancelled from the Scheduler sidebar'
     );
     expect(row.enforced?.word).toBe('torch');
-    // one that holds no devices says why it stops, as before
+    // one that holds no devices says where it stops and why
     const bare = { ...stopping, devices: {}, enforced: undefined };
-    expect(taskRow(bare).stateText).toBe('stopping: cancelled from the Scheduler sidebar');
+    expect(taskRow(bare).stateText).toBe('stopping on local: cancelled from the Scheduler sidebar');
+  });
+});
+
+describe("the kernel's words for a task's state", () => {
+  const running = task('t1', {
+    state: 'running',
+    node: 'local',
+    devices: { GPU: { '0': 0.25 } },
+    enforced: 'mps'
+  });
+
+  it('are shown as the kernel wrote them, the enforcement word a part of its own', () => {
+    // a later kernel may say more than this frontend would write: its words are shown
+    const row = taskRow({ ...running, text: 'running on local, GPU 0 (0.25) [mps], warming up' });
+    expect(row.stateText).toBe('running on local, GPU 0 (0.25) [mps], warming up');
+    expect(row.detailParts).toEqual([
+      { text: 'on local, GPU 0 (0.25) ' },
+      { text: '[mps]', enforced: row.enforced },
+      { text: ', warming up' }
+    ]);
+    // a word the text does not carry is not made up
+    expect(taskRow({ ...running, text: 'running on local' }).detailParts).toEqual([
+      { text: 'on local' }
+    ]);
+  });
+
+  it('are written here as the kernel writes them when it sent none', () => {
+    expect(taskRow(running).stateText).toBe('running on local, GPU 0 (0.25) [mps]');
+    const engine = task('t2', { state: 'running', node: 'gpu1', slot: 'e3', enforced: 'mps' });
+    expect(taskRow(engine).stateText).toBe('running on gpu1 (engine e3)');
+    const eighth = { ...engine, devices: { GPU: { '1': 0.125 } } };
+    expect(taskRow(eighth).stateText).toBe('running on gpu1 (engine e3), GPU 1 (0.125) [mps]');
+    expect(taskRow(task('t3', { state: 'failed', reason: 'x' }), null, 'E: y').stateText).toBe(
+      'failed: E: y'
+    );
+    expect(taskRow(task('t4', { state: 'pending' })).stateText).toBe('pending');
   });
 });

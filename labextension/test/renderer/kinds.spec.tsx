@@ -94,7 +94,9 @@ describe('times and stopping tasks', () => {
     expect(container.querySelector('.jp-sched-task-card')?.getAttribute('data-state')).toBe(
       'stopping'
     );
-    expect(container.textContent).toContain('stopping: cancelled from the Scheduler sidebar');
+    expect(container.textContent).toContain(
+      'stopping on local: cancelled from the Scheduler sidebar'
+    );
     expect(container.querySelector('.jp-sched-elapsed')).toBeNull();
     expect(container.querySelectorAll('button')).toHaveLength(0);
     unmount();
@@ -182,7 +184,7 @@ describe('held tasks and queue limits', () => {
     const { container, unmount } = render(<PayloadView data={data} text="" />);
     const card = container.querySelector('.jp-sched-task-card') as HTMLElement;
     expect(card.dataset.state).toBe('held');
-    expect(card.textContent).toContain('held in default: not started until released');
+    expect(card.textContent).toContain('held: never started until released');
     unmount();
   });
 
@@ -205,10 +207,10 @@ describe('held tasks and queue limits', () => {
       expect(row.querySelector('.jp-sched-state')?.textContent).toBe('‖held');
       expect(row.querySelector('.jp-sched-position')).toBeNull();
       expect(row.querySelector('.jp-sched-task-detail')?.textContent).toBe(
-        'not started until released'
+        'never started until released'
       );
       expect(row.querySelector('.jp-sched-task-detail')?.getAttribute('title')).toBe(
-        'held in default: not started until released'
+        'held: never started until released'
       );
       unmount();
     }

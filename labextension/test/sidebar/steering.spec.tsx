@@ -98,7 +98,7 @@ describe('steering waiting tasks from the sidebar', () => {
     expect(badge.querySelector('.jp-sched-state-icon')?.getAttribute('aria-hidden')).toBe('true');
     expect(badge.textContent).toBe('‖held');
     expect(held.querySelector('.jp-sched-task-detail')?.textContent).toBe(
-      'not started until released'
+      'never started until released'
     );
     expect(held.querySelector('.jp-sched-elapsed')?.textContent).toBe('3.0 s');
     expect(row(container, 't5').querySelector('.jp-sched-position')?.textContent).toBe('#1');
