@@ -64,6 +64,11 @@ export function sidebarView(status: IStatusPayload, options: IViewOptions = {}):
   const keptRunning = bounded(running, nRunning, maxRows);
   const keptWaiting = bounded(waiting, nWaiting, maxRows);
   const listed = [...running, ...waiting].filter(t => isCancellable(String(t.state))).length;
+  // the kernel counts a stopping task as running (a stop asked is no state of its own there)
+  const stopping = Math.max(
+    countOf(counts, 'stopping'),
+    running.filter(t => t.state === 'stopping').length
+  );
   // which of this kernel's tasks hold each GPU is known when the list has all of them
   const allRunning = running.length >= nRunning ? running : null;
   // rows are made for the kept tasks only: 10,000 waiting tasks cost MAX_ROWS rows
@@ -74,7 +79,7 @@ export function sidebarView(status: IStatusPayload, options: IViewOptions = {}):
     running: { rows: taskRows(keptRunning.rows, now), more: keptRunning.more },
     waiting: { rows: taskRows(keptWaiting.rows, now), more: keptWaiting.more },
     queues: (status.queues ?? []).map(queueRow),
-    cancellable: Math.max(countOf(counts, 'running') + nWaiting, listed),
+    cancellable: Math.max(nRunning - stopping + nWaiting, listed),
     notices: pendingNotices(status.notices, options.dismissed ?? null)
   };
 }

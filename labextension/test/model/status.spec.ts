@@ -37,6 +37,9 @@ describe('the sidebar view', () => {
     expect(view.cancellable).toBe(1);
     const onlyStopping = sidebarView(statusOf({ running: [running[1]], counts: { stopping: 1 } }));
     expect(onlyStopping.cancellable).toBe(0);
+    // the kernel counts a stopping task as running: the one listed stopping is out of reach
+    const asKernel = sidebarView(statusOf({ running, counts: { running: 2, queued: 1 } }));
+    expect(asKernel.cancellable).toBe(2);
   });
 
   it("makes GPU bars and node lines from the kernel's payload", () => {
