@@ -1,7 +1,7 @@
 import { gpuBar, MAX_HOLDERS } from '../../src/model/gpus';
 import { nodeRow } from '../../src/model/nodes';
 import { sidebarView } from '../../src/model/status';
-import { IDeviceView } from '../../src/schema';
+import { IDeviceView, IStatusPayload } from '../../src/schema';
 import { HOSTILE, payload, sharedStatus, SINCE, task } from '../helpers';
 
 describe('who else holds a GPU', () => {
@@ -23,25 +23,25 @@ describe('who else holds a GPU', () => {
     const [gpu0, gpu1] = node.gpus;
     const lines = (bar: typeof gpu0) => bar.holders.map(h => `${h.shareText} ${h.text}`);
     expect(lines(gpu0)).toEqual([
-      '1 this kernel · t1 train-0, t2 train-1',
+      '1 this kernel · t4 train-a, t5 train-b',
       'unmanaged pid 777 · 2 GiB · carol'
     ]);
     expect(lines(gpu1)).toEqual([
-      '0.5 this kernel · t3 train-2',
+      '0.25 this kernel · t6 eval',
       '0.5 bob · train.ipynb · pid 4242 · since 12:03:04',
       'unmanaged pid 777 · carol'
     ]);
     expect(gpu1.holders.map(h => [h.kind, h.pid, h.share])).toEqual([
-      ['mine', null, 0.5],
+      ['mine', null, 0.25],
       ['other', 4242, 0.5],
       ['unmanaged', 777, null]
     ]);
     // the whole line, which the sidebar may cut, then what it is in words
     expect(gpu1.holders.map(h => h.title)).toEqual([
-      "0.5 this kernel · t3 train-2\nthis kernel's tasks on GPU 1: t3 train-2",
+      "0.25 this kernel · t6 eval\nthis kernel's tasks on GPU 1: t6 eval",
       '0.5 bob · train.ipynb · pid 4242 · since 12:03:04\n' +
         "another kernel's lease on GPU 1: user bob, notebook train.ipynb, pid 4242, its task " +
-        't3, since 12:03:04',
+        't31, since 12:03:04',
       'unmanaged pid 777 · carol\na process on GPU 1 that holds no lease: pid 777, user carol'
     ]);
     expect(gpu0.holders[1].title).toBe(
@@ -52,21 +52,21 @@ describe('who else holds a GPU', () => {
 
   it("splits the bar into this kernel's part and the other kernels'", () => {
     const [, gpu1] = sidebarView(sharedStatus()).nodes[0].gpus;
-    expect([gpu1.share, gpu1.mine, gpu1.others, gpu1.reserved]).toEqual([1, 0.5, 0.5, 0]);
+    expect([gpu1.share, gpu1.mine, gpu1.others, gpu1.reserved]).toEqual([0.75, 0.25, 0.5, 0]);
     expect(gpu1.segments).toEqual([
-      { kind: 'mine', from: 0, width: 0.5, title: 'local GPU 1: 0.5 held by this kernel' },
+      { kind: 'mine', from: 0, width: 0.25, title: 'local GPU 1: 0.25 held by this kernel' },
       {
         kind: 'other',
-        from: 0.5,
+        from: 0.25,
         width: 0.5,
         title: 'local GPU 1: 0.5 held by other kernels: bob (train.ipynb, pid 4242)'
       }
     ]);
     expect(gpu1.meterText).toBe(
-      '1 allocated: 0.5 this kernel, 0.5 other kernels, 1 unmanaged process'
+      '0.75 allocated: 0.25 this kernel, 0.5 other kernels, 1 unmanaged process'
     );
     // the line under the bar is as before: who holds it is said line by line below it
-    expect(gpu1.text).toBe('1 allocated · 16 GiB · declared');
+    expect(gpu1.text).toBe('0.75 allocated · 16 GiB · declared');
   });
 
   it("counts what is neither this kernel's nor another kernel's as reserved", () => {
@@ -113,12 +113,19 @@ describe('who else holds a GPU', () => {
   });
 
   it('reads an old kernel, which sends no holders, as before', () => {
-    const [node] = sidebarView(payload('status')).nodes;
+    const status = payload('status') as IStatusPayload;
+    for (const device of status.nodes[0].devices) {
+      delete device.others;
+      delete device.unmanaged;
+    }
+    const [node] = sidebarView(status).nodes;
+    // what is not this kernel's tasks' is not known to be another kernel's: reserved
     expect(node.gpus.map(g => [g.mine, g.others, g.reserved])).toEqual([
       [1, 0, 0],
-      [1, 0, 0]
+      [0.25, 0, 0.5]
     ]);
     expect(node.gpus[0].meterText).toBe('1 allocated');
+    expect(node.gpus[1].holders.map(h => h.kind)).toEqual(['mine']);
     expect(
       nodeRow({ ...payload('status').nodes[0], devices: [device({ others: null as any })] }).gpus[0]
         .holders

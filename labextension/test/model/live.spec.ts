@@ -1,7 +1,13 @@
 import { taskRow } from '../../src/model/tasks';
 import { payloadNow, taskNow } from '../../src/model/live';
-import { IGangPayload, IStatusPayload, ITaskPayload, ITimelineEntry } from '../../src/schema';
-import { payload, snapshotOf, statusOf, task } from '../helpers';
+import {
+  IGangPayload,
+  IStatusPayload,
+  ITaskPayload,
+  ITaskView,
+  ITimelineEntry
+} from '../../src/schema';
+import { kernelSnapshot, payload, snapshotOf, statusOf, task } from '../helpers';
 
 describe('a task shown in an output, as it is now', () => {
   // t3 was submitted at 10 and started at 12 on GPU 0; the output says so at 20
@@ -126,5 +132,46 @@ describe('a task shown in an output, as it is now', () => {
     expect(now.tasks.map(t => t.state)).toEqual(['done', 'running', 'done']);
     expect(now.tasks[2]).toBe(gang.tasks[2]);
     expect(now.name).toBe('ring');
+  });
+});
+
+describe("a task of the kernel's output, as the kernel's own snapshot says it is now", () => {
+  it('is the listed task, in its words', () => {
+    const snapshot = kernelSnapshot();
+    const line = payload('line') as ITaskPayload;
+    const now = payloadNow({ ...line, time: 1 }, snapshot) as ITaskPayload;
+    expect(now.time).toBe(snapshot.time);
+    expect(now.task).toEqual(snapshot.running.find(t => t.id === line.task.id));
+    expect(taskRow(now.task).stateText).toBe('running on local, GPU 0 (0.5) [logical]');
+  });
+
+  it('has ended on the GPU its timeline says, no longer in the words it had running', () => {
+    const snapshot = kernelSnapshot();
+    const ended = snapshot.history!.find(t => t.name === 'warmup')!;
+    // its status line as the kernel drew it while it ran
+    const running: ITaskView = {
+      ...ended,
+      state: 'running',
+      ended: null,
+      devices: { GPU: { '0': 0.5 } },
+      enforced: 'logical',
+      text: 'running on local, GPU 0 (0.5) [logical]'
+    };
+    const line: ITaskPayload = { version: 1, kind: 'task', time: 4, task: running, error: null };
+    const now = payloadNow(line, snapshot) as ITaskPayload;
+    const run = snapshot.timeline.find(r => r.task === ended.id)!;
+    expect([now.task.state, now.task.ended, now.task.text]).toEqual(['done', run.end, undefined]);
+    expect(taskRow(now.task).stateText).toBe('done on local, GPU 0 (0.5)');
+  });
+
+  it('has failed, as the history says in its words, when it held no GPU', () => {
+    const snapshot = kernelSnapshot();
+    const failed = snapshot.history!.find(t => t.state === 'failed')!;
+    const running: ITaskView = { ...failed, state: 'running', ended: null, reason: '' };
+    delete running.text;
+    const line: ITaskPayload = { version: 1, kind: 'task', time: 4, task: running, error: null };
+    const now = payloadNow(line, snapshot) as ITaskPayload;
+    expect(now.task).toEqual(failed);
+    expect(taskRow(now.task).stateText).toBe('failed: ZeroDivisionError: division by zero');
   });
 });

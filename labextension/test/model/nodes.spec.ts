@@ -1,7 +1,7 @@
 import { nodeRow } from '../../src/model/nodes';
 import { sidebarView } from '../../src/model/status';
 import { INodeView } from '../../src/schema';
-import { payload } from '../helpers';
+import { bundle, payload } from '../helpers';
 
 describe('node lines', () => {
   function node(fields: Partial<INodeView>): INodeView {
@@ -33,9 +33,16 @@ describe('node lines', () => {
     expect(row.freeText).toBe('CPU 2/4 free · memory 8 GiB/8 GiB free · slots 3/4 free');
   });
 
-  it("read the kernel's payload the same way", () => {
+  it("read the kernel's payload the same way, with the kernel's amounts", () => {
     const [row] = sidebarView(payload('status')).nodes;
-    expect(row.freeText).toBe('CPU 2/2 free · memory 23.5 GiB/23.5 GiB free');
+    expect(row.freeText).toBe('CPU 1/4 free · memory 8 GiB/8 GiB free');
+    // the amounts are those of the kernel's own table: `local  local  ready  1/4  8 GiB/8 GiB`
+    const line = bundle('nodes')
+      ['text/plain'].split('\n')
+      .find((l: string) => l.startsWith('local '));
+    for (const part of row.freeParts) {
+      expect(line).toContain(part.replace(/^\S+ /, '').replace(/ free$/, ''));
+    }
   });
 
   it('leave out what the node does not have', () => {

@@ -1,3 +1,4 @@
+import { IStatusPayload } from '../../src/schema';
 import { taskRow } from '../../src/model/tasks';
 import { bounded, MAX_ROWS, sidebarView } from '../../src/model/status';
 import { payload, SINCE, statusOf, task } from '../helpers';
@@ -42,16 +43,45 @@ describe('the sidebar view', () => {
     expect(asKernel.cancellable).toBe(2);
   });
 
-  it("makes GPU bars and node lines from the kernel's payload", () => {
-    const view = sidebarView(payload('status'));
+  it("makes GPU bars, node lines and task rows from the kernel's payload", () => {
+    const status = payload('status') as IStatusPayload;
+    const view = sidebarView(status);
     const [node] = view.nodes;
     expect(node.name).toBe('local');
-    expect(node.gpus.map(g => g.share)).toEqual([1, 1]);
+    expect(node.gpus.map(g => g.share)).toEqual([1, 0.75]);
     expect(node.gpus[0].declared).toBe(true);
-    expect(node.gpus[0].text).toBe('1 allocated · 16 GiB · declared');
-    expect(node.freeText).toContain('CPU 2/2 free');
-    expect(view.running.rows.map(r => r.id)).toEqual(['t1', 't2', 't3', 't4']);
-    expect(view.waiting.rows.map(r => r.state)).toEqual(['queued', 'queued', 'infeasible']);
+    expect(node.gpus[1].text).toBe('0.75 allocated · 16 GiB · declared');
+    expect(node.freeText).toBe('CPU 1/4 free · memory 8 GiB/8 GiB free');
+    expect(view.running.rows.map(r => r.id)).toEqual(['t4', 't5', 't6', 't11', 't13', 't14']);
+    expect(view.running.rows.map(r => r.state)).toEqual([
+      'running',
+      'stopping',
+      'running',
+      'running',
+      'running',
+      'running'
+    ]);
+    expect(view.waiting.rows.map(r => r.state)).toEqual(['queued', 'queued', 'held', 'infeasible']);
+    // every row says what the kernel says of its task, in its words
+    const tasks = [...status.running, ...status.waiting];
+    for (const row of [...view.running.rows, ...view.waiting.rows]) {
+      expect(row.stateText).toBe(tasks.find(t => t.id === row.id)?.text);
+    }
+    expect(view.queues.map(q => [q.name, q.runningText])).toEqual([
+      ['default', '5'],
+      ['research', '1 of max 1']
+    ]);
+  });
+
+  it('counts a stopping task as the kernel does, running, but not among what cancel all reaches', () => {
+    const status = payload('status') as IStatusPayload;
+    expect(status.counts.running).toBe(6);
+    expect(status.counts.stopping).toBeUndefined();
+    const view = sidebarView(status);
+    expect(view.running.rows).toHaveLength(6);
+    expect(view.running.more).toBe(0);
+    // five running, two queued, one held, one infeasible: the stopping one is out of reach
+    expect(view.cancellable).toBe(9);
   });
 
   it('shows live NVML use where the kernel has it', () => {

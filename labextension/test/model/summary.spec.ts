@@ -26,7 +26,10 @@ describe('statusBarText', () => {
   });
 
   it("reads the kernel's own payload", () => {
-    expect(statusBarText(payload('status'))).toBe('GPU 2/2 · 4 running · 2 queued · 1 infeasible');
+    // six running (one of them stopping), bob's half of GPU 1 counted in the allocated
+    expect(statusBarText(payload('status'))).toBe(
+      'GPU 1.75/2 · 6 running · 2 queued · 1 held · 1 infeasible · others 0.5'
+    );
   });
 });
 
@@ -74,7 +77,7 @@ describe('the status bar counts what others hold', () => {
     const text = statusBarText({ gpu: { allocated: 1.5, total: 2 }, counts, nodes: [NODE] });
     expect(text).toBe('GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged');
     expect(statusBarText(sharedStatus())).toBe(
-      'GPU 2/2 · 3 running · 2 queued · 1 infeasible · others 0.5 · 1 unmanaged'
+      'GPU 1.75/2 · 6 running · 2 queued · 1 held · 1 infeasible · others 0.5 · 1 unmanaged'
     );
     const quiet = {
       ...NODE,

@@ -16,6 +16,9 @@ import {
 const KINDS: { [kind: string]: string } = {
   task: 'task',
   infeasible: 'task',
+  failed: 'task',
+  line: 'task',
+  gang: 'gang',
   status: 'status',
   nodes: 'nodes',
   queue: 'queue',
@@ -37,19 +40,49 @@ describe('PayloadView', () => {
   it('draws a GPU bar per device with its share, and tasks with their state', () => {
     const { container, unmount } = render(<PayloadView data={payload('status')} text="" />);
     const bars = container.querySelectorAll('.jp-sched-gpu-bar[data-share]');
-    expect([...bars].map(b => b.getAttribute('data-share'))).toEqual(['1', '1']);
+    expect([...bars].map(b => b.getAttribute('data-share'))).toEqual(['1', '0.75']);
     expect(container.querySelectorAll('.jp-sched-declared')).toHaveLength(2);
     expect(container.querySelector('.jp-sched-node-free')?.textContent).toBe(
-      'CPU 2/2 free · memory 23.5 GiB/23.5 GiB free'
+      'CPU 1/4 free · memory 8 GiB/8 GiB free'
     );
     expect(
-      container.querySelector('.jp-sched-task[data-task-id="t5"] .jp-sched-position')?.textContent
+      container.querySelector('.jp-sched-task[data-task-id="t7"] .jp-sched-position')?.textContent
     ).toBe('#1');
-    const infeasible = container.querySelector('.jp-sched-task[data-task-id="t7"]') as HTMLElement;
+    const infeasible = container.querySelector('.jp-sched-task[data-task-id="t10"]') as HTMLElement;
     expect(infeasible.dataset.state).toBe('infeasible');
     const why = infeasible.querySelector('.jp-sched-task-detail') as HTMLElement;
     expect(why.textContent).toBe('GPU: needs 4 whole, has 2 devices on local');
     expect(why.title).toBe('infeasible: GPU: needs 4 whole, has 2 devices on local');
+    unmount();
+  });
+
+  it("draws the kernel's task payloads in the kernel's words, with the error of a failed one", () => {
+    for (const name of ['task', 'failed', 'line']) {
+      const b = bundle(name);
+      const { container, unmount } = render(<PayloadView data={b[MIME_TYPE]} text="" />);
+      const card = container.querySelector('.jp-sched-task-card') as HTMLElement;
+      const { task: shown, error } = b[MIME_TYPE];
+      expect(card.dataset.state).toBe(shown.state);
+      expect(card.querySelector('.jp-sched-task-detail')?.textContent).toBe(shown.text);
+      // the kernel's own line says the same after the task's label
+      expect(b['text/plain']).toContain(
+        `${card.querySelector('.jp-sched-task-label')?.textContent}: ${shown.text}`
+      );
+      expect(card.querySelector('.jp-sched-task-error')?.textContent).toBe(error ?? undefined);
+      unmount();
+    }
+    expect(payload('failed').error).toBe('ZeroDivisionError: division by zero');
+  });
+
+  it("draws the kernel's gang with its members, each in the kernel's words", () => {
+    const { container, unmount } = render(<PayloadView data={payload('gang')} text="" />);
+    expect(container.querySelector('.jp-sched-summary')?.textContent).toBe('gang ddp: 2 members');
+    const rows = [...container.querySelectorAll('.jp-sched-task')] as HTMLElement[];
+    expect(rows.map(r => [r.dataset.taskId, r.dataset.state])).toEqual([
+      ['t13', 'running'],
+      ['t14', 'running']
+    ]);
+    expect(rows[0].querySelector('.jp-sched-task-detail')?.textContent).toBe('on local');
     unmount();
   });
 
@@ -145,7 +178,12 @@ describe('times and stopping tasks', () => {
     expect(ticks(stoppingStatus())).toBe(true);
     expect(ticks({ ...stoppingStatus(), running: [], waiting: [] })).toBe(false);
     expect(ticks(payload('history'))).toBe(false);
-    expect(ticks(payload('task'))).toBe(false);
+    // the kernel's payload of a running task has its clock; one of a failed task has ended
+    expect(ticks(payload('task'))).toBe(true);
+    expect(ticks(payload('line'))).toBe(true);
+    expect(ticks(payload('failed'))).toBe(false);
+    const { time: _, ...clockless } = payload('task');
+    expect(ticks(clockless)).toBe(false);
     expect(ticks(payload('nodes'))).toBe(false);
     expect(ticks({ version: 1, kind: 'queue', time: 5, running: [task('t1')], waiting: [] })).toBe(
       true

@@ -110,7 +110,7 @@ describe('strings from the kernel are text', () => {
     ) as HTMLElement;
     expect(infeasible.querySelector('.jp-sched-task-detail')?.textContent).toBe(HOSTILE);
     expect(infeasible.querySelector('.jp-sched-task-label')?.getAttribute('title')).toBe(
-      `t7 ${HOSTILE}`
+      `t10 ${HOSTILE}`
     );
     expect(container.querySelector('.jp-sched-node-name')?.textContent).toBe(HOSTILE);
     expect(container.querySelector('.jp-sched-node-labels')?.textContent).toContain(

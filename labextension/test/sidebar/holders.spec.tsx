@@ -1,5 +1,6 @@
 import * as React from 'react';
 
+import { stateWords } from '../../src/model/text';
 import { SidebarView } from '../../src/sidebar';
 import { IStatusPayload } from '../../src/schema';
 import {
@@ -14,11 +15,14 @@ import {
 } from '../helpers';
 
 describe('how a running share is held, in the sidebar', () => {
+  /** The kernel's status with t4's half under MPS and t6 from a kernel that says nothing. */
   function held(): IStatusPayload {
     const status = payload('status') as IStatusPayload;
-    status.running[0].enforced = 'mps';
-    status.running[1].enforced = 'logical';
-    delete status.running[2].enforced;
+    const [t4, , t6] = status.running;
+    t4.enforced = 'mps';
+    t4.text = 'running on local, GPU 0 (0.5) [mps]';
+    delete t6.enforced;
+    delete t6.text;
     return status;
   }
 
@@ -28,7 +32,7 @@ describe('how a running share is held, in the sidebar', () => {
     );
     const row = (id: string) =>
       container.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
-    const detail = row('t1').querySelector('.jp-sched-task-detail') as HTMLElement;
+    const detail = row('t4').querySelector('.jp-sched-task-detail') as HTMLElement;
     expect(detail.textContent).toBe('on local, GPU 0 (0.5) [mps]');
     expect(detail.title).toBe(
       "running on local, GPU 0 (0.5) [mps]\n[mps]: NVIDIA MPS caps this task's process to its share"
@@ -37,29 +41,37 @@ describe('how a running share is held, in the sidebar', () => {
     expect(word.textContent).toBe('[mps]');
     expect(word.dataset.enforced).toBe('mps');
     expect(word.title).toBe("NVIDIA MPS caps this task's process to its share");
-    const logical = row('t2').querySelector('.jp-sched-enforced') as HTMLElement;
+    // the kernel's own word for its stopping task, which still holds its half
+    const logical = row('t5').querySelector('.jp-sched-enforced') as HTMLElement;
     expect(logical.textContent).toBe('[logical]');
     expect(logical.title).toBe('nothing caps this share: a promise between schedulers');
+    expect(row('t5').querySelector('.jp-sched-task-detail')?.textContent).toBe(
+      'on local, GPU 0 (0.5) [logical]: cancelled from the Scheduler sidebar'
+    );
     // a task the kernel says nothing of has no word, and its tooltip is its state as before
-    expect(row('t3').querySelector('.jp-sched-enforced')).toBeNull();
-    expect(row('t3').querySelector('.jp-sched-task-detail')?.textContent).toBe(
-      'on local, GPU 1 (0.5)'
+    expect(row('t6').querySelector('.jp-sched-enforced')).toBeNull();
+    expect(row('t6').querySelector('.jp-sched-task-detail')?.textContent).toBe(
+      'on local, GPU 1 (0.25)'
     );
-    expect(row('t3').querySelector('.jp-sched-task-detail')?.getAttribute('title')).toBe(
-      'running on local, GPU 1 (0.5)'
+    expect(row('t6').querySelector('.jp-sched-task-detail')?.getAttribute('title')).toBe(
+      'running on local, GPU 1 (0.25)'
     );
+    // a task on no GPU has no word either
+    expect(row('t11').querySelector('.jp-sched-enforced')).toBeNull();
     unmount();
   });
 
   it('shows a word it does not know as text', () => {
     const status = held();
-    status.running[0].enforced = HOSTILE;
+    const [t4] = status.running;
+    t4.enforced = HOSTILE;
+    t4.text = stateWords(t4);
     const { container, unmount } = render(
       <SidebarView {...sidebarProps({ snapshot: snapshotOf(status) })} />
     );
     expectOnlyText(container);
     const word = container.querySelector(
-      '.jp-sched-task[data-task-id="t1"] .jp-sched-enforced'
+      '.jp-sched-task[data-task-id="t4"] .jp-sched-enforced'
     ) as HTMLElement;
     expect(word.textContent).toBe(`[${HOSTILE}]`);
     expect(word.title).toBe(`how this task's share of the GPU is held: ${HOSTILE}`);
@@ -75,27 +87,27 @@ describe('the node view on a shared host', () => {
     const bar = container.querySelector(
       '.jp-sched-gpu-bar[data-node="local"][data-device="1"]'
     ) as HTMLElement;
-    expect(bar.dataset.share).toBe('1');
+    expect(bar.dataset.share).toBe('0.75');
     expect(bar.dataset.others).toBe('0.5');
     const parts = [...bar.querySelectorAll('.jp-sched-gpu-track .jp-sched-gpu-fill')].map(
       p => p as HTMLElement
     );
     expect(parts.map(p => [p.dataset.holder, p.style.left, p.style.width])).toEqual([
-      ['mine', '0%', '50%'],
-      ['other', '50%', '50%']
+      ['mine', '0%', '25%'],
+      ['other', '25%', '50%']
     ]);
     expect(parts[1].title).toBe(
       'local GPU 1: 0.5 held by other kernels: bob (train.ipynb, pid 4242)'
     );
     const meter = bar.querySelector('[role="meter"]') as HTMLElement;
     expect(meter.getAttribute('aria-valuetext')).toBe(
-      '1 allocated: 0.5 this kernel, 0.5 other kernels, 1 unmanaged process'
+      '0.75 allocated: 0.25 this kernel, 0.5 other kernels, 1 unmanaged process'
     );
     const list = bar.querySelector('ul.jp-sched-holders') as HTMLElement;
     expect(list.getAttribute('aria-label')).toBe('Holders of local GPU 1');
     const rows = [...list.querySelectorAll('li.jp-sched-holder')].map(li => li as HTMLElement);
     expect(rows.map(r => [r.dataset.holder, r.dataset.pid, r.textContent])).toEqual([
-      ['mine', undefined, '0.5 this kernel · t3 train-2'],
+      ['mine', undefined, '0.25 this kernel · t6 eval'],
       ['other', '4242', '0.5 bob · train.ipynb · pid 4242 · since 12:03:04'],
       ['unmanaged', '777', 'unmanaged pid 777 · carol']
     ]);
@@ -103,10 +115,10 @@ describe('the node view on a shared host', () => {
     expect(rows[1].title).toBe(
       '0.5 bob · train.ipynb · pid 4242 · since 12:03:04\n' +
         "another kernel's lease on GPU 1: user bob, notebook train.ipynb, pid 4242, its task " +
-        't3, since 12:03:04'
+        't31, since 12:03:04'
     );
     expect(container.querySelector('.jp-sched-summary')?.textContent).toBe(
-      'GPU 2/2 · 3 running · 2 queued · 1 infeasible · others 0.5 · 1 unmanaged'
+      'GPU 1.75/2 · 6 running · 2 queued · 1 held · 1 infeasible · others 0.5 · 1 unmanaged'
     );
     unmount();
   });
@@ -128,18 +140,19 @@ describe('the node view on a shared host', () => {
     unmount();
   });
 
-  it('says why a task waits for other kernels, whole in its tooltip', () => {
-    const reason =
-      '1 of GPU 1 is held by another kernel (pid 4242, user bob, notebook train.ipynb, task ' +
-      't3, since 12:03:04); this kernel is 2nd on this host for GPU 0';
+  it('says why a task waits for other kernels, whole in its tooltip, as the kernel says', () => {
     const status = sharedStatus();
-    status.waiting = [task('t9', { name: 'wide', position: 1, reason, demand: { GPU: 2 } })];
     const { container, unmount } = render(
       <SidebarView {...sidebarProps({ snapshot: snapshotOf(status) })} />
     );
-    const row = container.querySelector('.jp-sched-task[data-task-id="t9"]') as HTMLElement;
+    const row = container.querySelector('.jp-sched-task[data-task-id="t7"]') as HTMLElement;
     expect(row.dataset.state).toBe('queued');
     expect(row.querySelector('.jp-sched-position')?.textContent).toBe('#1');
+    // the kernel's reason: bob's half of GPU 1 (train-c would fit beside eval without it)
+    const reason = status.waiting.find(t => t.id === 't7')!.reason;
+    expect(reason).toMatch(
+      /^0\.5 of GPU 1 is held by another kernel \(pid 4242, notebook train\.ipynb, task t31, since 12:03:04\)/
+    );
     const why = row.querySelector('.jp-sched-task-detail') as HTMLElement;
     expect(why.textContent).toBe(reason);
     expect(why.title).toBe(`queued, position 1 in default: ${reason}`);

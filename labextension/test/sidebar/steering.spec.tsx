@@ -109,7 +109,7 @@ describe('steering waiting tasks from the sidebar', () => {
       'Queued, held and infeasible tasks'
     );
     expect(container.querySelector('.jp-sched-summary')?.textContent).toBe(
-      'GPU 2/2 · 1 running · 2 queued · 1 held · 1 infeasible'
+      'GPU 1.75/2 · 1 running · 2 queued · 1 held · 1 infeasible · others 0.5'
     );
     unmount();
   });

@@ -8,6 +8,7 @@ import {
   expectOnlyText,
   HOSTILE,
   hostileStatus,
+  kernelSnapshot,
   payload,
   render,
   sharedStatus,
@@ -32,33 +33,40 @@ describe('SidebarView', () => {
     unmount();
   });
 
-  it('draws nodes, GPU bars, the queue, the queues and the timeline', () => {
-    const snapshot = snapshotOf(payload('status'), {
-      timeline: [
-        {
-          task: 't1',
-          name: 'train-0',
-          node: 'local',
-          device: 0,
-          share: 0.5,
-          start: -10,
-          end: null,
-          state: 'running'
-        }
-      ]
-    });
-    const { container, unmount } = render(<SidebarView {...sidebarProps({ snapshot })} />);
-    expect(container.querySelector('.jp-sched-summary')?.textContent).toBe(
-      'GPU 2/2 · 4 running · 2 queued · 1 infeasible'
+  it("draws the kernel's snapshot: nodes, GPU bars, the queue, the queues and the timeline", () => {
+    const snapshot = kernelSnapshot();
+    const { container, unmount } = render(
+      <SidebarView {...sidebarProps({ snapshot, now: snapshot.time })} />
     );
-    expect(container.querySelectorAll('.jp-sched-gpu-bar[data-share="1"]')).toHaveLength(2);
-    expect(container.querySelectorAll('.jp-sched-task[data-task-id]')).toHaveLength(7);
+    expect(container.querySelector('.jp-sched-summary')?.textContent).toBe(
+      'GPU 1.75/2 · 6 running · 2 queued · 1 held · 1 infeasible · others 0.5'
+    );
+    const bars = container.querySelectorAll('.jp-sched-gpu-bar[data-share]');
+    expect([...bars].map(b => b.getAttribute('data-share'))).toEqual(['1', '0.75']);
+    const ids = [...container.querySelectorAll('.jp-sched-task[data-task-id]')].map(
+      t => (t as HTMLElement).dataset.taskId
+    );
+    expect(ids).toEqual(['t4', 't5', 't6', 't11', 't13', 't14', 't7', 't12', 't8', 't10']);
     expect(container.querySelectorAll('.jp-sched-queue[data-queue]')).toHaveLength(2);
-    const bar = container.querySelector('.jp-sched-timeline-bar[data-task-id="t1"]');
-    expect(bar?.getAttribute('data-share')).toBe('0.5');
+    // the timeline: warmup's half of GPU 0 ended, the halves and the quarter still held
+    const timeline = [...container.querySelectorAll('.jp-sched-timeline-bar')].map(b => [
+      b.getAttribute('data-task-id'),
+      b.getAttribute('data-state'),
+      b.getAttribute('data-share')
+    ]);
+    expect(timeline).toEqual([
+      ['t2', 'done', '0.5'],
+      ['t4', 'running', '0.5'],
+      ['t5', 'stopping', '0.5'],
+      ['t6', 'running', '0.25']
+    ]);
     expect(
-      container.querySelector('.jp-sched-timeline-row[data-node="local"][data-device="0"]')
+      container.querySelector('.jp-sched-timeline-row[data-node="local"][data-device="1"]')
     ).not.toBeNull();
+    // and the kernel's notice, until dismissed
+    expect(container.querySelector('.jp-sched-notice-text')?.textContent).toBe(
+      snapshot.notices![0].text
+    );
     unmount();
   });
 
@@ -92,7 +100,7 @@ describe('SidebarView', () => {
     const infeasible = container.querySelector(
       '.jp-sched-task[data-state="infeasible"]'
     ) as HTMLElement;
-    expect(infeasible.querySelector('.jp-sched-task-label')?.textContent).toBe(`t7 ${HOSTILE}`);
+    expect(infeasible.querySelector('.jp-sched-task-label')?.textContent).toBe(`t10 ${HOSTILE}`);
     const why = infeasible.querySelector('.jp-sched-task-detail') as HTMLElement;
     expect(why.textContent).toBe(HOSTILE);
     expect(why.title).toBe(`infeasible: ${HOSTILE}`);
@@ -109,10 +117,14 @@ describe('SidebarView', () => {
       <SidebarView {...sidebarProps({ onCommand: c => sent.push(c) })} />
     );
     const cancel = container.querySelector(
-      '.jp-sched-task[data-task-id="t7"] .jp-sched-cancel'
+      '.jp-sched-task[data-task-id="t10"] .jp-sched-cancel'
     ) as HTMLButtonElement;
     expect(cancel.tagName).toBe('BUTTON');
-    expect(cancel.getAttribute('aria-label')).toBe('Cancel task t7 <img src=x onerror=alert(1)>');
+    expect(cancel.getAttribute('aria-label')).toBe('Cancel task t10 <img src=x onerror=alert(1)>');
+    // a stopping task has no Cancel: a stop is out for it
+    expect(
+      container.querySelector('.jp-sched-task[data-task-id="t5"] .jp-sched-cancel')
+    ).toBeNull();
     click(cancel);
     click(container.querySelector('.jp-sched-cancel-all'));
     click(container.querySelector('.jp-sched-node[data-node="local"] .jp-sched-drain'));
@@ -124,7 +136,7 @@ describe('SidebarView', () => {
       select.dispatchEvent(new Event('change', { bubbles: true }));
     });
     expect(sent).toEqual([
-      { command: 'cancel', task: 't7' },
+      { command: 'cancel', task: 't10' },
       { command: 'cancel_all' },
       { command: 'drain', node: 'local', on: true },
       { command: 'queue', queue: 'research', state: 'closed' }
@@ -226,33 +238,33 @@ describe('long text in the sidebar', () => {
     const status = payload('status') as IStatusPayload;
     status.nodes[0].name = `node-${name}`;
     status.waiting = [
-      task('t5', { name, position: 1 }),
-      task('t6', { name: 'big', state: 'infeasible', reason, demand: { GPU: 4 } })
+      task('t50', { name, position: 1 }),
+      task('t51', { name: 'big', state: 'infeasible', reason, demand: { GPU: 4 } })
     ];
     const { container, unmount } = render(
       <SidebarView {...sidebarProps({ snapshot: snapshotOf(status), onCommand: () => 0 })} />
     );
     const row = (id: string) =>
       container.querySelector(`.jp-sched-task[data-task-id="${id}"]`) as HTMLElement;
-    const label = row('t5').querySelector('.jp-sched-task-label') as HTMLElement;
-    expect(label.title).toBe(`t5 ${name}`);
-    expect(label.textContent).toBe(`t5 ${name}`);
-    const why = row('t6').querySelector('.jp-sched-task-detail') as HTMLElement;
+    const label = row('t50').querySelector('.jp-sched-task-label') as HTMLElement;
+    expect(label.title).toBe(`t50 ${name}`);
+    expect(label.textContent).toBe(`t50 ${name}`);
+    const why = row('t51').querySelector('.jp-sched-task-detail') as HTMLElement;
     expect(why.textContent).toBe(reason);
     expect(why.title).toBe(`infeasible: ${reason}`);
-    expect(row('t6').querySelector('.jp-sched-task-needs')?.getAttribute('title')).toBe(
+    expect(row('t51').querySelector('.jp-sched-task-needs')?.getAttribute('title')).toBe(
       'needs GPU 4'
     );
     expect(container.querySelector('.jp-sched-node-name')?.getAttribute('title')).toBe(
       `node-${name}`
     );
     const free = container.querySelector('.jp-sched-node-free') as HTMLElement;
-    expect(free.title).toBe('CPU 2/2 free · memory 23.5 GiB/23.5 GiB free');
+    expect(free.title).toBe('CPU 1/4 free · memory 8 GiB/8 GiB free');
     expect([...free.querySelectorAll('.jp-sched-node-free-part')].map(p => p.textContent)).toEqual([
-      'CPU 2/2 free',
-      'memory 23.5 GiB/23.5 GiB free'
+      'CPU 1/4 free',
+      'memory 8 GiB/8 GiB free'
     ]);
-    expect(free.textContent).toBe('CPU 2/2 free · memory 23.5 GiB/23.5 GiB free');
+    expect(free.textContent).toBe('CPU 1/4 free · memory 8 GiB/8 GiB free');
     const queue = container.querySelector('.jp-sched-queue .jp-sched-queue-name') as HTMLElement;
     expect(queue.title).toBe(queue.textContent);
     unmount();
@@ -306,7 +318,8 @@ describe('the notice banner', () => {
 
   it('is not shown without notices, nor without a live kernel', () => {
     const snapshot = snapshotOf(sharedStatus(), { notices });
-    const quiet = render(<SidebarView {...sidebarProps({})} />);
+    const none = { ...kernelSnapshot(), notices: [] };
+    const quiet = render(<SidebarView {...sidebarProps({ snapshot: none })} />);
     expect(quiet.container.querySelector('.jp-sched-notices')).toBeNull();
     quiet.unmount();
     const restarting = render(<SidebarView {...sidebarProps({ snapshot, state: 'restarting' })} />);

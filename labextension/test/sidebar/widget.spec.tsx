@@ -72,7 +72,8 @@ describe('SchedulerSidebar steering a task', () => {
       { ...status.waiting[1], state: 'held', position: null },
       ...status.waiting.slice(2)
     ];
-    kernel.last.receive(snapshotMessage(2, 101, { waiting, counts: { queued: 1, held: 2 } }));
+    const next = { running: status.running, waiting, counts: { running: 1, queued: 1, held: 2 } };
+    kernel.last.receive(snapshotMessage(2, 101, next));
     await waitFor(() => expect(row('t6')?.dataset.state).toBe('held'));
     expect(row('t6')?.querySelector('.jp-sched-release')).not.toBeNull();
     expect(row('t6')?.querySelector('.jp-sched-position')).toBeNull();
