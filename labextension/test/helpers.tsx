@@ -8,7 +8,7 @@ import * as React from 'react';
 import { act } from 'react';
 import { createRoot, Root } from 'react-dom/client';
 
-import { ISnapshotData, IStatusPayload, ITaskView, MIME_TYPE } from '../src/schema';
+import { ISnapshotData, IStatusPayload, ITaskView, ITimelineEntry, MIME_TYPE } from '../src/schema';
 import { stateWords } from '../src/model/text';
 import { ISidebarProps } from '../src/sidebar';
 
@@ -76,6 +76,33 @@ export function task(id: string, fields: Partial<ITaskView> = {}): ITaskView {
     ended: null,
     gang: null,
     rank: null,
+    ...fields
+  };
+}
+
+/** t3 train-c, submitted at 10 and running since 12 on half of GPU 0. */
+export function runningTask(): ITaskView {
+  return task('t3', {
+    name: 'train-c',
+    state: 'running',
+    node: 'local',
+    devices: { GPU: { '0': 0.5 } },
+    submitted: 10,
+    started: 12
+  });
+}
+
+/** A timeline row of t3 (`runningTask`): its half of GPU 0 from 12 to 40, when it was done. */
+export function taskRun(fields: Partial<ITimelineEntry> = {}): ITimelineEntry {
+  return {
+    task: 't3',
+    name: 'train-c',
+    node: 'local',
+    device: 0,
+    share: 0.5,
+    start: 12,
+    end: 40,
+    state: 'done',
     ...fields
   };
 }

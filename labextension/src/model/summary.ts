@@ -1,6 +1,7 @@
 /**
  * A snapshot in one line, for the status-bar item and the sidebar's header: `GPU 1.5/2 ·
- * 2 running · 3 queued`, what others hold, and a ⚠ while a notice waits. Pure: snapshot → text.
+ * 2 running · 3 queued`, what others hold, and a ⚠ while a notice waits. Pure: snapshot →
+ * text.
  */
 
 import { INodeView, IStatusPayload } from '../schema';

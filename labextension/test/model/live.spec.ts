@@ -1,36 +1,13 @@
 import { taskRow } from '../../src/model/tasks';
 import { payloadNow, taskNow } from '../../src/model/live';
-import {
-  IGangPayload,
-  IStatusPayload,
-  ITaskPayload,
-  ITaskView,
-  ITimelineEntry
-} from '../../src/schema';
-import { kernelSnapshot, payload, snapshotOf, statusOf, task } from '../helpers';
+import { IGangPayload, IStatusPayload, ITaskPayload, ITaskView } from '../../src/schema';
+import { kernelSnapshot, payload, runningTask, snapshotOf, statusOf, taskRun } from '../helpers';
 
 describe('a task shown in an output, as it is now', () => {
   // t3 was submitted at 10 and started at 12 on GPU 0; the output says so at 20
-  const running = task('t3', {
-    name: 'train-c',
-    state: 'running',
-    node: 'local',
-    devices: { GPU: { '0': 0.5 } },
-    submitted: 10,
-    started: 12
-  });
+  const running = runningTask();
   const output: ITaskPayload = { version: 1, kind: 'task', time: 20, task: running, error: null };
-  const run = (fields: Partial<ITimelineEntry> = {}): ITimelineEntry => ({
-    task: 't3',
-    name: 'train-c',
-    node: 'local',
-    device: 0,
-    share: 0.5,
-    start: 12,
-    end: 40,
-    state: 'done',
-    ...fields
-  });
+  const run = taskRun;
   const snapshot = (time: number, fields: Partial<IStatusPayload> = {}, timeline = [run()]) =>
     snapshotOf(statusOf({ time, ...fields }), { timeline });
 

@@ -73,7 +73,7 @@ describe('the sidebar view', () => {
     ]);
   });
 
-  it('counts a stopping task as the kernel does, running, but not among what cancel all reaches', () => {
+  it('counts a stopping task as running, as the kernel does, but not for cancel all', () => {
     const status = payload('status') as IStatusPayload;
     expect(status.counts.running).toBe(6);
     expect(status.counts.stopping).toBeUndefined();

@@ -56,7 +56,7 @@ describe('PayloadView', () => {
     unmount();
   });
 
-  it("draws the kernel's task payloads in the kernel's words, with the error of a failed one", () => {
+  it("draws the kernel's task payloads in its words, and a failed one's error", () => {
     for (const name of ['task', 'failed', 'line']) {
       const b = bundle(name);
       const { container, unmount } = render(<PayloadView data={b[MIME_TYPE]} text="" />);

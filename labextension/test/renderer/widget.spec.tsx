@@ -9,15 +9,16 @@ import {
   rendererFactory,
   RENDERER_RANK
 } from '../../src/renderer';
-import { ISnapshotData, ITimelineEntry, MIME_TYPE } from '../../src/schema';
+import { ISnapshotData, MIME_TYPE } from '../../src/schema';
 import {
   bundle,
   expectOnlyText,
   HOSTILE,
   payload,
   snapshotOf,
+  runningTask,
   stoppingStatus,
-  task,
+  taskRun,
   waitFor
 } from '../helpers';
 
@@ -86,28 +87,12 @@ describe('a task output after a reload', () => {
   afterEach(() => ((globalThis as any).IS_REACT_ACT_ENVIRONMENT = true));
 
   // t3, submitted at 10 and running since 12, as the saved notebook has it (made at 20)
-  const running = task('t3', {
-    name: 'train-c',
-    state: 'running',
-    node: 'local',
-    devices: { GPU: { '0': 0.5 } },
-    submitted: 10,
-    started: 12
-  });
+  const running = runningTask();
   const saved = (fields: { [key: string]: unknown } = {}) => ({
     [MIME_TYPE]: { version: 1, kind: 'task', time: 20, task: running, error: null, ...fields },
     'text/plain': '[sched] t3 train-c: running on local, GPU 0 (0.5) (for 8.0 s)'
   });
-  const done: ITimelineEntry = {
-    task: 't3',
-    name: 'train-c',
-    node: 'local',
-    device: 0,
-    share: 0.5,
-    start: 12,
-    end: 40,
-    state: 'done'
-  };
+  const done = taskRun();
   const snapshot = (time: number, fields: Partial<ISnapshotData> = {}): ISnapshotData =>
     snapshotOf({ ...payload('status'), time, running: [], waiting: [] }, fields);
 
