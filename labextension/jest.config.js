@@ -1,4 +1,7 @@
 // Unit tests in jsdom: ts-jest for our sources, babel for the ES modules JupyterLab ships.
+// Times of day are UTC, as in the kernel's output the tests read (test/fixtures, written by
+// tests/lab_fixtures.py), whatever the machine's time zone.
+process.env.TZ = 'UTC';
 const jestJupyterLab = require('@jupyterlab/testing/lib/jest-config');
 
 const esModules = [

@@ -102,6 +102,29 @@ def test_a_status_line_carries_its_task_or_gang_as_a_payload():
     assert [t["rank"] for t in data["tasks"]] == [1, 2] and "note" not in data
 
 
+def test_every_task_in_a_payload_says_its_state_in_the_words_of_its_text():
+    """A task's ``text`` is its line of ``text/plain`` after its label: the frontend shows the
+    kernel's words (docs/schema.md); a failed task's own payload says its error there."""
+    snap = scenario()
+    status = display.status_bundle(snap)
+    tasks = [*status[display.MIME]["running"], *status[display.MIME]["waiting"]]
+    assert {t["state"] for t in tasks} >= {"running", "queued", "infeasible"}
+    for task, view in zip(tasks, [*snap.running, *snap.waiting], strict=True):
+        line = f"{fmt.task_label(view)}: {task['text']}{fmt.gang_text(view)}"
+        assert display.task_bundle(view)["text/plain"] == line
+    infeasible = next(t for t in tasks if t["state"] == "infeasible" and t["name"] == EVIL)
+    assert infeasible["text"].startswith("infeasible: GPU")
+    history = display.history_bundle(snap)[display.MIME]["history"]
+    assert history and all(t["text"] == t["state"] or t["text"].startswith(t["state"] + " ")
+                           or t["text"].startswith(t["state"] + ":") for t in history)
+    failed = snapshot.TaskView("t9", "x", "failed", "ran out", "default", 0, {"CPU": 1})
+    assert display.task_bundle(failed, error="ValueError: no")[display.MIME]["task"]["text"] \
+        == "failed: ValueError: no"
+    assert display.to_json(failed)["text"] == "failed: ran out"
+    line = display.line_payload([failed], ["ValueError: no"])
+    assert line["task"]["text"] == "failed: ValueError: no"
+
+
 def test_gang_bundle_lists_members():
     snap = scenario()
     members = [v for v in snap.waiting if v.gang == "ddp"]

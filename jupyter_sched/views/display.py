@@ -68,12 +68,15 @@ def _bundle(text: str, body: str, data: dict) -> dict[str, Any]:
 def to_json(value: Any) -> Any:
     """A view (or a structure of them) as plain JSON: device indices become string keys. A
     task's ``batch`` and ``enforced`` are left out at their defaults (interactive, nothing to
-    say): a snapshot's rows stay as small as they were (docs/schema.md)."""
+    say): a snapshot's rows stay as small as they were (docs/schema.md). A task carries its
+    state in words (``text``), as its line in ``text/plain`` says it, so that a frontend shows
+    the kernel's words rather than writing its own."""
     if isinstance(value, TaskView):
-        value = asdict(value)
+        view, value = value, asdict(value)
         for key, default in _TASK_DEFAULTS:
             if value.get(key) == default:
                 del value[key]
+        value["text"] = task_state_text(view)
     elif is_dataclass(value) and not isinstance(value, type):
         value = asdict(value)
     if isinstance(value, Mapping):
@@ -86,14 +89,18 @@ def to_json(value: Any) -> Any:
 _TASK_DEFAULTS = (("batch", False), ("enforced", None))
 
 
-def _task_json(view: Any) -> dict:
+def _task_json(view: Any, error: str | None = None) -> dict:
+    """A task (a view or a handle) as JSON; ``error``: its failure in one line, which a failed
+    task's ``text`` then says."""
     if isinstance(view, TaskView):
-        return to_json(view)
-    fields = TaskView.__dataclass_fields__
-    data = {name: to_json(view_attr(view, name, None)) for name in fields}
-    for key, default in _TASK_DEFAULTS:
-        if data.get(key, default) == default:
-            data.pop(key, None)
+        data = to_json(view)
+    else:
+        fields = TaskView.__dataclass_fields__
+        data = {name: to_json(view_attr(view, name, None)) for name in fields}
+        for key, default in _TASK_DEFAULTS:
+            if data.get(key, default) == default:
+                data.pop(key, None)
+    data["text"] = task_state_text(view, error)
     return data
 
 
@@ -117,7 +124,7 @@ def task_bundle(view: Any, error: str | None = None, now: float | None = None) -
             + state_html(state) + " "
             + escape(task_state_text(view, error)[len(state):].lstrip(", :"))
             + escape(gang_text(view)) + "</span>")
-    data = {"kind": "task", "task": _task_json(view), "error": error}
+    data = {"kind": "task", "task": _task_json(view, error), "error": error}
     if now is not None:
         data["time"] = now
     return _bundle(task_text(view, error), body, data)
@@ -185,11 +192,13 @@ def line_payload(views: list, errors: list, now: float | None = None,
     (docs/schema.md), so the line stays true after a browser reload."""
     gang = next((view_attr(v, "gang") for v in views if view_attr(v, "gang")), None)
     error = next((e for e in errors if e), None)
+    own = list(errors) + [None] * (len(views) - len(errors))  # each view's own error
     if gang is None and len(views) == 1:
-        data: dict[str, Any] = {"kind": "task", "task": _task_json(views[0]), "error": error}
+        data: dict[str, Any] = {"kind": "task", "task": _task_json(views[0], own[0]),
+                                "error": error}
     else:
         data = {"kind": "gang", "name": gang or "", "error": error,
-                "tasks": [_task_json(v) for v in views]}
+                "tasks": [_task_json(v, e) for v, e in zip(views, own, strict=False)]}
     if now is not None:
         data["time"] = now
     if note:

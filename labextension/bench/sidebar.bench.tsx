@@ -8,7 +8,7 @@ import * as React from 'react';
 import { act } from 'react';
 import { createRoot } from 'react-dom/client';
 
-import { sidebarView } from '../src/model';
+import { sidebarView } from '../src/model/status';
 import { ISnapshotData, ITaskView } from '../src/schema';
 import { SidebarView } from '../src/sidebar';
 

@@ -16,7 +16,7 @@ import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel, KernelMessage as KM } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { dismissMark, INoticeMark } from './model';
+import { dismissMark, INoticeMark } from './model/notices';
 import {
   COMM_TARGET,
   COMM_VERSION,
@@ -454,7 +454,7 @@ export class SchedConnection {
   private _lastAttempt = 0;
   private _timer: ReturnType<typeof setTimeout> | null = null;
   private _pending = new Map<string, IPending>();
-  /** Kernel id → the newest notice dismissed in it (a new scheduler's come later: model.ts). */
+  /** Kernel id → the newest notice dismissed in it (which come later: model/notices.ts). */
   private _dismissed = new Map<string, INoticeMark>();
   private _nextId = 0;
   private _lastError: string | null = null;

@@ -28,17 +28,15 @@ import type { ISignal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { Elapsed, NodeList, QueueTable, StateBadge, TaskList, TaskText } from './components';
-import {
-  followsTasks,
-  nodeRow,
-  payloadNow,
-  queueRow,
-  sidebarView,
-  statusBarText,
-  taskRow,
-  taskRows
-} from './model';
+import { NodeList } from './components/nodes';
+import { QueueTable } from './components/queues';
+import { Elapsed, StateBadge, TaskList, TaskText } from './components/tasks';
+import { followsTasks, payloadNow } from './model/live';
+import { nodeRow } from './model/nodes';
+import { queueRow } from './model/queues';
+import { sidebarView } from './model/status';
+import { statusBarText } from './model/summary';
+import { taskRow, taskRows } from './model/tasks';
 import {
   Counts,
   ISnapshotData,

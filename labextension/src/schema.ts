@@ -64,6 +64,12 @@ export interface ITaskView {
    * process); absent otherwise, and from old kernels.
    */
   enforced?: string;
+  /**
+   * Its state in words, as the kernel's `text/plain` says it: `queued, position 2 in default`,
+   * `running on local, GPU 0 (0.5) [logical]`, `failed: ZeroDivisionError: division by zero`;
+   * absent from old kernels (the frontend then writes it, model/text.ts).
+   */
+  text?: string;
 }
 
 /** Another kernel's lease on a GPU of this host, from the host's lease ledger. */

@@ -14,8 +14,12 @@ import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { ConnectionState, SchedConnection } from './comm';
-import { NodeList, QueueTable, TaskList } from './components';
-import { INoticeMark, INoticeRow, pendingNotices, sidebarView, statusBarText } from './model';
+import { NodeList } from './components/nodes';
+import { QueueTable } from './components/queues';
+import { TaskList } from './components/tasks';
+import { INoticeMark, INoticeRow, pendingNotices } from './model/notices';
+import { sidebarView } from './model/status';
+import { statusBarText } from './model/summary';
 import { Command, ISnapshotData, SteerCommand } from './schema';
 import { layoutTimeline, Timeline } from './timeline';
 

@@ -18,7 +18,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import * as React from 'react';
 
 import { SchedConnection } from './comm';
-import { IStatusItemView, statusItemView } from './model';
+import { IStatusItemView, statusItemView } from './model/summary';
 
 /** The item: the figures, after a ⚠ in the warning colour while a notice waits. */
 export function StatusText(props: {

@@ -7,7 +7,7 @@
 
 import * as React from 'react';
 
-import { formatDuration, formatNumber } from './model';
+import { formatDuration, formatNumber } from './model/format';
 import { ITimelineEntry } from './schema';
 
 /** Bars drawn at most: the newest are kept. */

@@ -43,7 +43,7 @@ describe('SchedConnection', () => {
     });
     kernel.last.receive(snapshotMessage(1));
     expect(connection.state).toBe('live');
-    expect(connection.snapshot?.counts.running).toBe(4);
+    expect(connection.snapshot?.counts.running).toBe(6);
   });
 
   it('ignores snapshots older than the last one and envelopes it does not know', () => {

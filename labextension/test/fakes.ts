@@ -5,7 +5,7 @@
 
 import { Signal } from '@lumino/signaling';
 
-import { payload, snapshotOf } from './helpers';
+import { kernelSnapshot } from './helpers';
 
 let nextId = 0;
 
@@ -91,7 +91,7 @@ export class FakeContext {
   }
 }
 
-/** A `snapshot` envelope of the kernel's status payload, with `data` put over it. */
+/** A `snapshot` envelope of the kernel's own, with `data` put over it. */
 export function snapshotMessage(seq: number, time = 1, data: { [key: string]: unknown } = {}) {
-  return { v: 1, kind: 'snapshot', seq, data: { ...snapshotOf(payload('status')), time, ...data } };
+  return { v: 1, kind: 'snapshot', seq, data: { ...kernelSnapshot(), time, ...data } };
 }

@@ -13,18 +13,21 @@ import { SchedConnection } from '../src/comm';
 import { followActiveKernel } from '../src/follow';
 import { SchedulerStatus } from '../src/statusbar';
 import { FakeContext, FakeKernel, snapshotMessage } from './fakes';
-import { sharedStatus, SINCE } from './helpers';
+import { sharedStatus } from './helpers';
 import { FakePanel, FakeShell, FakeTracker } from './shell';
 
-/** What each notebook's kernel reports, and the item's text for it. */
+/**
+ * What each notebook's kernel reports over the kernel's own snapshot, and the item's text for
+ * it: bob's half of a GPU is counted, and the kernel's notice is marked until dismissed.
+ */
 const FIGURES: { [name: string]: { data: { [key: string]: unknown }; text: string } } = {
   'first.ipynb': {
     data: { gpu: { allocated: 1, total: 2 }, counts: { running: 2, queued: 1 } },
-    text: 'GPU 1/2 · 2 running · 1 queued'
+    text: '⚠ GPU 1/2 · 2 running · 1 queued · others 0.5'
   },
   'second.ipynb': {
     data: { gpu: { allocated: 2, total: 3 }, counts: { running: 1 } },
-    text: 'GPU 2/3 · 1 running · 0 queued'
+    text: '⚠ GPU 2/3 · 1 running · 0 queued · others 0.5'
   }
 };
 
@@ -89,14 +92,14 @@ describe('SchedulerStatus in the status bar', () => {
     const second = new FakeKernel();
     connection.follow(new FakeContext(first) as any);
     answer(first, 'first.ipynb');
-    expectShown('GPU 1/2 · 2 running · 1 queued');
+    expectShown(FIGURES['first.ipynb'].text);
 
     connection.follow(new FakeContext(second) as any);
     layoutChanged();
     // nothing to show until the second kernel answers
     expect(item.isHidden).toBe(true);
     answer(second, 'second.ipynb');
-    expectShown('GPU 2/3 · 1 running · 0 queued');
+    expectShown(FIGURES['second.ipynb'].text);
   });
 
   it('hides while the kernel restarts or lacks the extension, and shows when it answers', () => {
@@ -105,7 +108,7 @@ describe('SchedulerStatus in the status bar', () => {
     flush();
     expect(item.isHidden).toBe(true);
     answer(kernel, 'first.ipynb');
-    expectShown('GPU 1/2 · 2 running · 1 queued');
+    expectShown(FIGURES['first.ipynb'].text);
     kernel.setStatus('restarting');
     flush();
     expect(item.isHidden).toBe(true);
@@ -118,21 +121,23 @@ describe('SchedulerStatus in the status bar', () => {
     jest.spyOn(Date, 'now').mockReturnValue(Date.now() + 60_000);
     kernel.idleAfter({ msg_id: 'x1', msg_type: 'execute_request' }); // %load_ext jupyter_sched
     answer(kernel, 'second.ipynb');
-    expectShown('GPU 2/3 · 1 running · 0 queued');
+    expectShown(FIGURES['second.ipynb'].text);
     jest.restoreAllMocks();
   });
 });
 
 describe('SchedulerStatus counts what others hold and marks notices', () => {
-  const notice = { seq: 1, time: SINCE, text: "the host's GPU lease ledger was made again" };
-
   it('shows ⚠ until the notices are dismissed, and again for a newer one', () => {
     const kernel = new FakeKernel();
     connection.follow(new FakeContext(kernel) as any);
     const shared = sharedStatus();
-    kernel.last.receive(snapshotMessage(1, 10, { ...shared, notices: [notice] }));
+    // the kernel's notice: its ledger was deleted under it
+    const [notice] = shared.notices!;
+    expect(notice.text).toContain('was deleted');
+    kernel.last.receive(snapshotMessage(1, 10, { ...shared }));
     flush();
-    const figures = 'GPU 2/2 · 3 running · 2 queued · 1 infeasible · others 0.5 · 1 unmanaged';
+    const figures =
+      'GPU 1.75/2 · 6 running · 2 queued · 1 held · 1 infeasible · others 0.5 · 1 unmanaged';
     expectShown(`⚠ ${figures}`);
     const button = item.node.querySelector('button') as HTMLButtonElement;
     expect(button.title).toBe(
@@ -144,7 +149,7 @@ describe('SchedulerStatus counts what others hold and marks notices', () => {
     kernel.last.receive(snapshotMessage(2, 11, { ...shared, notices: [notice] }));
     flush();
     expectShown(figures);
-    const newer = { seq: 2, time: SINCE + 1, text: 'the ledger cannot be used' };
+    const newer = { seq: 2, time: notice.time + 1, text: 'the ledger cannot be used' };
     kernel.last.receive(snapshotMessage(3, 12, { ...shared, notices: [notice, newer] }));
     flush();
     expectShown(`⚠ ${figures}`);

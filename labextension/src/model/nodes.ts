@@ -1,0 +1,60 @@
+/**
+ * A node's card: whether it takes work, what is free of each resource, its labels, and a bar
+ * per GPU (./gpus). Pure: node view (and this kernel's running tasks) → row.
+ */
+
+import { INodeView, ITaskView } from '../schema';
+import { amountText } from './format';
+import { gpuBar, IGpuBar, tasksOn } from './gpus';
+
+export interface INodeRow {
+  name: string;
+  kind: string;
+  drained: boolean;
+  /** "ready" or "drained". */
+  stateText: string;
+  /** "CPU 2/4 free · memory 12 GiB/16 GiB free · slots 3/4 free". */
+  freeText: string;
+  /** The same in parts ("CPU 2/4 free", …), each of which a view keeps on one line. */
+  freeParts: string[];
+  labelsText: string;
+  running: number;
+  gpus: IGpuBar[];
+}
+
+/** `memory` → "memory 12 GiB/16 GiB free": the unit comes with each amount, once. */
+function freeOf(node: INodeView, name: string): string | null {
+  const total = node.total?.[name];
+  if (!total) {
+    return null;
+  }
+  const free = node.available?.[name] ?? 0;
+  return `${name} ${amountText(name, free)}/${amountText(name, total)} free`;
+}
+
+/**
+ * A node's card. `running`: this kernel's running tasks, when the list is all of them, so
+ * each GPU's line can say which of them hold it; otherwise (a `nodes` payload, a bounded
+ * list) what other kernels do not hold counts as this kernel's.
+ */
+export function nodeRow(node: INodeView, running?: ReadonlyArray<ITaskView> | null): INodeRow {
+  const free = [freeOf(node, 'CPU'), freeOf(node, 'memory')].filter(Boolean) as string[];
+  if (node.slots) {
+    free.push(`slots ${node.free_slots}/${node.slots} free`);
+  }
+  const labels = Object.entries(node.labels ?? {})
+    .filter(([key]) => key !== 'kind' && key !== 'host')
+    .map(([key, value]) => `${key}=${value}`);
+  const tasks = running ? tasksOn(node.name, running) : null;
+  return {
+    name: node.name,
+    kind: node.kind,
+    drained: !!node.drained,
+    stateText: node.drained ? 'drained' : 'ready',
+    freeText: free.join(' · '),
+    freeParts: free,
+    labelsText: labels.join(', '),
+    running: node.running ?? 0,
+    gpus: (node.devices ?? []).map(d => gpuBar(node.name, d, tasks))
+  };
+}
