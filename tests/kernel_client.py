@@ -18,13 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 class Kernel:
     """A real IPython kernel and every IOPub message it sent, grouped by parent msg_id."""
 
-    def __init__(self, **extra_env: str) -> None:
+    def __init__(self, prefix: tuple[str, ...] = (), **extra_env: str) -> None:
+        """``prefix``: run the kernel under a command (``unshare ...``: another namespace)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env.update(extra_env)
         # the "python3" kernel runs this interpreter (jupyter_client puts sys.executable for
         # the spec's "python")
         self.km = jupyter_client.KernelManager(kernel_name="python3")
+        if prefix:
+            self.km.kernel_spec.argv[:0] = list(prefix)
         self.km.start_kernel(env=env, cwd=str(ROOT))
         self.kc = self.km.client()
         self.kc.start_channels()

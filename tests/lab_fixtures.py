@@ -71,8 +71,8 @@ class Fixed:
         self.times: dict[float, float] = {}
         self.words = [(re.compile(rf"\bpid {pid}\b"), f"pid {PID}"),
                       (re.compile(re.escape(ledger)), LEDGER),
-                      (re.compile(r"\bsince \d\d:\d\d:\d\d\b"),
-                       f"since {time.strftime('%H:%M:%S', time.gmtime(SINCE))}")]
+                      (re.compile(r"\b(since|at) \d\d:\d\d:\d\d\b"),
+                       rf"\1 {time.strftime('%H:%M:%S', time.gmtime(SINCE))}")]
 
     def clock(self, times: list[float | None]) -> None:
         """Scheduler times become their rank among ``times``, from 1."""
@@ -111,8 +111,8 @@ class Fixed:
 
 def _other_kernel(path: Path, device: str, units: int, child: subprocess.Popen) -> None:
     """Another kernel's lease: bob's notebook train.ipynb holds ``units`` of ``device``."""
-    from jupyter_sched.host.holders import Owner
-    from jupyter_sched.host.leases import Ledger
+    from jupyter_sched.host.ledger import Ledger
+    from jupyter_sched.host.ledger.holders import Owner
 
     me = Owner.current()
     owner = Owner(me.uid, "bob", child.pid, psutil.Process(child.pid).create_time(), me.host,
@@ -124,7 +124,7 @@ def _other_kernel(path: Path, device: str, units: int, child: subprocess.Popen) 
 def build(sched: Any, path: Path, child: subprocess.Popen) -> tuple[Any, dict[str, Any]]:
     """Bring ``sched`` to the fixture's state; its snapshot and the handles by name."""
     from jupyter_sched.host.discovery import GpuInfo
-    from jupyter_sched.host.leases import device_key
+    from jupyter_sched.host.ledger import device_key
 
     gates = [threading.Event() for _ in range(5)]
     h: dict[str, Any] = {"gates": gates}

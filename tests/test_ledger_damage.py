@@ -10,14 +10,19 @@ its next ``%sched`` cell, and work goes on after each damage.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 from kernel_client import Kernel
 from test_leases_kernels import kernels, most_held
+
+from jupyter_sched.host.ledger import Ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -70,7 +75,32 @@ def chmod(path: Path) -> None:
     path.chmod(0o666)  # writable by anyone: no longer a ledger to trust
 
 
-DAMAGE = [truncate, garbage, delete, symlink, chmod]
+def pages(path: Path) -> None:
+    """The header whole, the pages after it overwritten (once every page is in the file)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(path, "r+b") as f:
+        f.seek(100)
+        f.write(os.urandom(16384))
+
+
+def copy_in_place(path: Path) -> None:
+    """An empty ledger copied over it (``cp``: the same inode, another content)."""
+    empty = path.with_name("empty.db")
+    Ledger(empty).close()
+    shutil.copyfile(empty, path)
+
+
+def hand_edit(path: Path) -> None:
+    """A person's sqlite3 shell: the writer's guard dropped, every lease deleted."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' "
+                                  "AND name LIKE 'only_jupyter_sched_%'").fetchall():
+            db.execute(f"DROP TRIGGER {name}")
+        db.execute("DELETE FROM leases")
+
+
+DAMAGE = [truncate, garbage, delete, symlink, chmod, pages, copy_in_place, hand_edit]
 
 
 def ran(log: Path, since: float) -> dict[str, int]:

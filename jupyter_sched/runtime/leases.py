@@ -413,8 +413,10 @@ class HostLeases:
                 healings = self.ledger.rebuild()
             else:
                 healings = self.ledger.look_after()
-            if self._pending or stalled:  # (a write: a full disk is over only when it takes one)
-                self.ledger.exchange(self._pending, [], waits=self.view.written)
+            if stalled:  # (a full disk, a lock: over only once a write goes through)
+                self.ledger.probe()
+            if self._pending:
+                self.ledger.exchange(self._pending, [])
                 self._pending = []
         except ERRORS as err:
             self._failed(err)
@@ -469,12 +471,14 @@ class HostLeases:
         self.view.resend()
 
     def _unstalled(self) -> None:
+        """A write went through: a stall is over."""
         if self._stall.end() and self.view.blocked is not None:
             self._unblocked()
 
     def _unblocked(self) -> None:
+        """GPU work may try the ledger again (a stall's clock runs on until a write of it goes
+        through: :meth:`_unstalled`)."""
         was, self.view.blocked = self.view.blocked, None
-        self._stall.end()
         self._version = None
         self.view.resend()
         if was is not None and "locked" not in was and "no room" not in was:

@@ -461,7 +461,8 @@ class RuntimeLoop:
     def _close(self) -> None:
         """On the runtime thread, after STOP: stop everything, answer everyone, leave."""
         self._stop_executors()
-        self.records.end_all()
+        local = self.records.local
+        self.records.end_all(left=list(local.running) if local is not None else [])
         self.outputs.flush_all()
         self.inbox.closed()
         try:

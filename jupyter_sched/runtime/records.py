@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HISTORY = 1000  # finished tasks whose records and handles the scheduler keeps
+LEFT_RUNNING = ("left running after the scheduler stopped: its code is in a call Python cannot "
+                "interrupt; it keeps its GPU share, and ends with its result, when that returns")
 
 
 class Records:
@@ -58,6 +60,7 @@ class Records:
         self.sync_all = False  # the next sync looks at every live record (nodes changed)
         # task -> told once the first of its cell's tasks runs or ends (``watch_queue``)
         self.queue_watch: dict[str, Callable[[str], None]] = {}
+        self.closed = False  # the scheduler stopped: what still reports is a task left running
 
     # -- for executors (any thread) --------------------------------------------------------------
 
@@ -70,6 +73,9 @@ class Records:
         with a stop out), so the handle can say so before the scheduler's thread has read it.
         An executor queues its reports in the order it decided them, under its lock, so that
         nothing it says later (an engine's slot gone) reaches the core before this one."""
+        if self.closed:
+            self._end_left(event)
+            return
         self._put(event)
         if type(event) is ev.Finished:
             record = self.records.get(event.task)
@@ -312,14 +318,21 @@ class Records:
             handle = self.handles.get(self.by_name[ref])
         return handle
 
-    def end_all(self, failed: str = "") -> dict[str, int]:
+    def end_all(self, failed: str = "", left: Iterable[str] = ()) -> dict[str, int]:
         """As the scheduler stops: every task not ended ends, cancelled because the scheduler
         shut down (done, when its result came after the stop), or ``failed`` with that reason
-        when the runtime thread died. How many were in each state."""
+        when the runtime thread died. Tasks whose code still runs in a kernel thread (``left``:
+        blocked in a call Python cannot interrupt) are *left running*: they end as their code
+        does, with its result or its error (:meth:`report`). How many were in each state."""
         counts: dict[str, int] = {}
+        left = set(left)
+        self.closed = True
         for record in list(self.live.values()):
             counts[record.state] = counts.get(record.state, 0) + 1
             handle = self.handles.get(record.id)
+            if record.id in left and not failed and not (handle is not None and handle._early):
+                record.reason = LEFT_RUNNING
+                continue
             if failed:
                 record.state, record.reason = FAILED, failed
             elif isinstance(record.error, LeftRunning):  # (it goes on, on a kept cluster)
@@ -330,8 +343,25 @@ class Records:
                 record.state, record.reason = CANCELLED, "the scheduler shut down"
             if handle is not None and not (failed and handle.done()):
                 handle._settle()  # (an early result's callbacks run here)
-        self.live.clear()
+            self.live.pop(record.id, None)
         return counts
+
+    def _end_left(self, event: ev.Event) -> None:
+        """After the scheduler stopped: a task left running ended as its code did (on the
+        executor's thread; nothing else touches the record now)."""
+        record = self.live.pop(event.task, None) if isinstance(
+            event, (ev.Finished, ev.Failed, ev.Stopped)) else None
+        if record is None:
+            return
+        if isinstance(event, ev.Finished):
+            record.state, record.reason = DONE, ""
+        elif isinstance(event, ev.Failed):
+            record.state, record.reason = FAILED, event.reason
+        else:
+            record.state, record.reason = CANCELLED, "the scheduler shut down"
+        handle = self.handles.get(record.id)
+        if handle is not None:
+            handle._settle()
 
 
 class _Once:

@@ -113,10 +113,19 @@ class LocalExecutor(Executor):
         for worker in workers:
             if worker.thread.ident is not None and worker.thread is not threading.current_thread():
                 worker.thread.join(max(0.0, deadline - time.monotonic()))
-        stuck = [w.thread.name for w in workers if w.thread.is_alive()]
+        with self._lock:
+            stuck = [f"{task} ({job.record.name})" if job.record.name else task
+                     for task, job in self._running.items()]
+            for job in self._running.values():
+                # left running: the interrupt sent above would only throw its result away
+                # when the call returns, so it is withdrawn and the code ends as it will
+                if job.interrupted and job.ident is not None:
+                    async_raise(job.ident, None)
+                    job.interrupted, job.stop_reason = False, None
         if stuck:
-            log.warning("tasks still running in %s after shutdown (blocked in a C call?)",
-                        ", ".join(stuck))
+            log.warning("tasks still running in kernel threads after shutdown (blocked in a "
+                        "call Python cannot interrupt): %s; each keeps its result, or its "
+                        "error, when it returns", ", ".join(stuck))
         release()
 
     @property

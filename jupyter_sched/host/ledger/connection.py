@@ -112,11 +112,17 @@ class LedgerConnection:
                 if verify:
                     self._verify(db)
                 yield db
-                self.seen = _seen(db)
+                seen = _seen(db)
             except BaseException:
                 db.rollback()
                 raise
-            db.execute("COMMIT")
+            try:
+                db.execute("COMMIT")
+            except BaseException:  # (a full disk: nothing of it was written)
+                with contextlib.suppress(sqlite3.Error):
+                    db.rollback()
+                raise
+            self.seen = seen
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:

@@ -35,6 +35,7 @@ its owner, not by what it says), in a directory of this user's or of the ledger'
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -145,10 +146,21 @@ class HolderFile:
         if self._pid != os.getpid():
             self._fd = None  # (a forked child: the parent's lock is the parent's)
         old, self._fd = self._fd, self._make()
+        if self._pid != os.getpid():
+            atexit.register(self._remove)  # (its lock goes with the process in any case)
         self._pid, self._written = os.getpid(), None
         if old is not None:
             with contextlib.suppress(OSError):
                 os.close(old)
+
+    def _remove(self) -> None:
+        """At this process's exit: its file goes (its leases went with the process)."""
+        with self._lock:
+            if self._fd is None or self._pid != os.getpid():
+                return
+            with contextlib.suppress(OSError):
+                if self._in_place():
+                    os.unlink(token(), dir_fd=self.directory.fd(create=False))
 
     def _in_place(self) -> bool:
         assert self._fd is not None
@@ -194,14 +206,18 @@ class HoldersDir:
         self.shared = False
         self.file_mode = 0o600
 
-    def fd(self) -> int:
-        """A descriptor of the checked directory (made if missing)."""
+    def fd(self, create: bool = True) -> int:
+        """A descriptor of the checked directory (made if missing, when ``create``; else
+        FileNotFoundError: a look at others' files makes nothing)."""
         with self._lock:
             if self._fd is not None and self._pid == os.getpid() and self._in_place():
                 return self._fd
             if self._fd is not None and self._pid == os.getpid():
                 with contextlib.suppress(OSError):
                     os.close(self._fd)
+            self._fd = None
+            if not create and not os.path.lexists(self.path):
+                raise FileNotFoundError(self.path)
             self._fd, self._pid = self._open(), os.getpid()
             return self._fd
 
@@ -233,8 +249,12 @@ class HoldersDir:
         return fd
 
     def names(self) -> list[str]:
-        """The tokens of the files in the directory."""
-        return [name for name in os.listdir(self.fd()) if not name.startswith(".")]
+        """The tokens of the files in the directory (none when there is no directory)."""
+        try:
+            return [name for name in os.listdir(self.fd(create=False))
+                    if not name.startswith(".")]
+        except FileNotFoundError:
+            return []
 
     @contextlib.contextmanager
     def opened(self, name: str, uid: int | None) -> Iterator[int | None]:
@@ -244,7 +264,7 @@ class HoldersDir:
             yield None
             return
         try:
-            fd = os.open(name, _OPEN, dir_fd=self.fd())
+            fd = os.open(name, _OPEN, dir_fd=self.fd(create=False))
         except OSError:
             yield None
             return
@@ -293,12 +313,14 @@ def read_holder(fd: int) -> dict | None:
 
 class Liveness:
     """Whether holders live, by their files in ``holders`` (see the module docstring);
-    remembers since when a file has been missing (``clock``: seconds, monotonic)."""
+    remembers since when a file has been missing (``clock``: seconds, monotonic); ``tidy``:
+    removes the files of ended holders of this user as it finds them (never in a look)."""
 
-    def __init__(self, holders: HoldersDir,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, holders: HoldersDir, clock: Callable[[], float] = time.monotonic,
+                 tidy: bool = True) -> None:
         self.holders = holders
         self._clock = clock
+        self._tidy = tidy  # remove the files of ended holders of this user (not in a look)
         self._missing: dict[str, float] = {}  # token -> when first seen missing
 
     def alive(self, owner: Owner) -> bool:
@@ -315,7 +337,7 @@ class Liveness:
                     if fd is not None:
                         self._missing.pop(owner.holder, None)
                         alive = locked(fd)
-                        if not alive and owner.uid == os.getuid():
+                        if not alive and self._tidy and owner.uid == os.getuid():
                             self.holders.remove(owner.holder)
                         return alive
             except OSError:

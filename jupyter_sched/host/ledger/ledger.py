@@ -144,7 +144,7 @@ class Ledger:
     def liveness(self) -> Liveness:
         mine = self.mine
         if self._liveness is None:
-            self._liveness = Liveness(mine.holders)
+            self._liveness = Liveness(mine.holders, tidy=self._file.writable)
         return self._liveness
 
     @property
@@ -373,6 +373,12 @@ class Ledger:
         self._call(lambda: self._in_transaction(
             lambda db: lease_order.set_weight(db, user, float(weight))))
 
+    def probe(self) -> None:
+        """A write that changes nothing: raises what a write would now (another process's lock,
+        a full filesystem), else returns."""
+        self._call(lambda: self._in_transaction(
+            lambda db: db.execute("UPDATE changes SET count = count")))
+
     def _in_transaction(self, fn: Callable[[sqlite3.Connection], None]) -> None:
         with self._writing(False) as (db, _):
             fn(db)
@@ -539,9 +545,12 @@ class Ledger:
         holder's leases (healed by another process, or nothing lost) is adopted; any other
         is healed."""
         with self._file.lock, self._file.transaction(verify=False) as db:
+            first = self._file.seen is None and not what  # (opened now: nothing was lost here)
             missing = schema.restore(db)
             if not missing and consistent(db, self.mine, self.liveness):
                 healing = adopt(db, self.mine, what)
+                if first:
+                    healing = None  # (a heal before this process looked is not its news)
             else:
                 healing, _ = heal(db, self.mine, self.liveness, what or (
                     "had its tables or triggers removed by hand" if missing else
