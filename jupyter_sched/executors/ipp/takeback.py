@@ -21,24 +21,28 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from ipyparallel.error import EngineError, RemoteError, TaskAborted
 
 from ...core import events as ev
 from ...model.allocation import NodeResources
 from ...model.cluster import PINNED_ONLY
 from ...model.specs import SlotSpec
 from ..base import Executor, Runtime, TaskRecord
-from .faults import RemoteTaskError
+from .faults import RemoteTaskError, remote_traceback
+from .internals import unknown_request
 from .kept import Journal
 from .on_engine import RESULT
 from .on_host import REFUSED
-from .replies import read_error, read_reply, write
+from .replies import bundle_part, read_error, read_reply, write
 
 log = logging.getLogger(__name__)
 
 KEY = "taken_back"  # the submitted task's keyword naming the journal's task
 POLL = 0.5  # seconds between the controller's answers for the outcomes still awaited
+_REMOTE = (RemoteError, TaskAborted, EngineError)  # errors that say how the task ended there
 
 
 def taken_back(**_: Any) -> None:
@@ -179,7 +183,7 @@ class TakeBack(Executor):
             printed = [("stdout", getattr(result, "stdout", "")),
                        ("stderr", getattr(result, "stderr", ""))]
             if entry.get("index") is not None:  # one of a bundle: its part of the reply
-                reply, printed = _part(reply, int(entry["index"]))
+                reply, printed = bundle_part(reply, int(entry["index"]), entry.get("request"))
         except Exception as err:
             self._ended(task_id, attempt, record, err, None)
             return
@@ -198,7 +202,7 @@ class TakeBack(Executor):
             last = self._left <= 0
         journal_id = following[0]
         how = "error"
-        if error is not None and _unknown_request(error):
+        if error is not None and unknown_request(error):
             how = "unknown"
             summary = (f"kept cluster {self.cluster_id}'s controller has no record of "
                        f"{record.name}'s request: it never reached the controller (the kernel "
@@ -208,8 +212,9 @@ class TakeBack(Executor):
         elif error is not None:
             summary = (f"the outcome of {record.name} cannot be had from kept cluster "
                        f"{self.cluster_id}: {type(error).__name__}: {error}")
-            self._fail(task_id, attempt, error if _remote(error) else RemoteTaskError(summary),
-                       summary, traceback_text=_traceback(error))
+            remote = isinstance(error, _REMOTE)
+            self._fail(task_id, attempt, error if remote else RemoteTaskError(summary),
+                       summary, traceback_text=remote_traceback(error) if remote else "")
         else:
             how = self._settle(task_id, attempt, record, reply)
         if self.journal is not None:
@@ -248,41 +253,6 @@ class TakeBack(Executor):
         self.runtime.complete(task_id, error=error, traceback_text=traceback_text,
                               attempt=attempt)
         self.runtime.report(ev.Failed(task_id, summary, lost=lost, attempt=attempt))
-
-
-def _part(reply: Any, index: int) -> tuple[Any, list]:
-    """One task's answer in a bundle's reply, and what it printed."""
-    from ipyparallel import error
-
-    if type(reply) is not tuple or index >= len(reply):
-        raise ValueError(f"the bundle's reply has no part {index}")
-    answer = reply[index]
-    if type(answer) is tuple and answer[:1] == ("aborted",):
-        raise error.TaskAborted(f"part {index} of a bundle")
-    if type(answer) is not tuple or len(answer) < 3 or type(answer[1]) is not dict:
-        raise ValueError(f"not a task's reply: {type(answer).__name__}")
-    return answer, list(answer[1].pop("output", ()))
-
-
-def _remote(error: BaseException) -> bool:
-    return type(error).__name__ in ("RemoteError", "TaskAborted", "EngineError")
-
-
-def _unknown_request(error: BaseException) -> bool:
-    """Whether ``error`` is the controller saying it has no record of the request asked for
-    (its hub's ``KeyError('No such message: ...')``, as a ``RemoteError``)."""
-    return (type(error).__name__ == "RemoteError" and getattr(error, "ename", "") == "KeyError"
-            and "No such message" in str(getattr(error, "evalue", "")))
-
-
-def _traceback(error: BaseException) -> str:
-    render: Callable[[], Any] | None = getattr(error, "render_traceback", None)
-    if render is None:
-        return ""
-    try:
-        return "\n".join(render())
-    except Exception:
-        return ""
 
 
 __all__ = ["KEY", "TakeBack", "taken_back"]
