@@ -16,7 +16,7 @@ Each round, on one kept cluster of two local engines:
    request id the journal kept), from ``Client()`` to the value.
 
 The take-back's extra cost over the peer is the scheduler's: the journal read, the node of
-the taken-back work, a submission, and the controller asked every ``POLL`` (0.5 s) seconds.
+the taken-back work, a submission, and the controller's answer once the engine is free.
 """
 
 from __future__ import annotations
@@ -41,11 +41,8 @@ def one_round(cluster_id: str) -> dict[str, float]:
     del executor
     first.submit(code=CELL_ENDED, target="engines", name="ended")
     first.submit(code=CELL_RUNNING, target="engines", name="running")
-    deadline = time.monotonic() + 30
-    while len(sent := kept.read_journal(kept.journal_path(cluster_id)).running()) < 2:
-        assert time.monotonic() < deadline, "the tasks were not sent"
-        time.sleep(0.05)
-    request = next(e["request"] for e in sent if e.get("name") == "ended")
+    sent = _sent(cluster_id, 2)
+    request = next(run.request for run in sent if run.name == "ended")
     first.shutdown()
     time.sleep(1.0)
 
@@ -53,7 +50,7 @@ def one_round(cluster_id: str) -> dict[str, float]:
     began = time.perf_counter()
     second.connect(cluster_id=cluster_id)
     connected = time.perf_counter() - began
-    handles = {h.name: h for h in second.reattached()}
+    handles = {h.name: h for h in second.kept.reattached()}
     assert set(handles) == {"ended", "running"}, handles
     assert handles["ended"].result(timeout=30) == "ended"
     first_result = time.perf_counter() - began
@@ -70,6 +67,18 @@ def one_round(cluster_id: str) -> dict[str, float]:
     assert reply is not None
     return {"connect": connected, "first result": first_result, "end to result": lag,
             "peer get_result": peer}
+
+
+def _sent(cluster_id: str, n: int) -> list:
+    """The runs the kept cluster's journal says were sent and not ended, once there are
+    ``n``."""
+    from jupyter_sched.executors.ipp import kept
+
+    deadline = time.monotonic() + 30
+    while len(sent := kept.read_journal(kept.journal_path(cluster_id)).running) < n:
+        assert time.monotonic() < deadline, "the tasks were not sent"
+        time.sleep(0.05)
+    return sent
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from .connection import Connection
 from .futures import Reply
-from .kept import RunNotes
+from .kept.notes import RunNotes
 from .on_engine import BUNDLE, CALL
 from .pipeline import Pipeline
 from .replies import bundle_part, write
