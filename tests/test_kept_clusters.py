@@ -440,6 +440,22 @@ def test_the_keep_clusters_setting_keeps_what_start_cluster_starts(xdg):
         sched.shutdown()
 
 
+def test_one_kept_cluster_is_in_use_at_a_time():
+    from types import SimpleNamespace
+
+    from jupyter_sched.runtime.kept import KeptWork
+
+    work = KeptWork(lambda: None, lambda *a, **k: None, lambda executor: None)
+    work.check_free("1700000000-aaaa")  # (none in use: any may come)
+    work.started(SimpleNamespace(kept_id="1700000000-aaaa", journal=None))
+    work.check_free("1700000000-aaaa")  # (the same one: its executor says it is in use)
+    for other in ("1700000000-bbbb", None):
+        with pytest.raises(kept.KeptError, match=r"^kept cluster 1700000000-aaaa is in use here "
+                           r"already \(one at a time\); %sched stop \(stop_cluster\(\)\) "
+                           r"stops it, or %sched stop --cluster 1700000000-aaaa"):
+            work.check_free(other)
+
+
 def test_keep_takes_only_true_or_false():
     from jupyter_sched import Scheduler
 

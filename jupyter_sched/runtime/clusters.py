@@ -49,6 +49,7 @@ class Clusters:
         if target is None:
             found = self.kept.find(cluster_id)
             if found is not None:
+                self.kept.check_free(found.cluster_id)
                 target, cluster_id, kept_id = found, None, found.cluster_id
         loop = self._running()
         executor = IppExecutor.connect(loop, target, cluster_id=cluster_id, timeout=timeout,
@@ -65,6 +66,8 @@ class Clusters:
         for what, count in (("engines", engines), ("engines_per_gpu", engines_per_gpu)):
             if count is not None:
                 check_int(count, what, 1, MAX_ENGINES)
+        if keep and not any(e.owns_cluster for e in self.engines()):  # (else: ClusterRunning)
+            self.kept.check_free()
         loop = self._running()
         executor = IppExecutor.start_cluster(loop, engines=engines,
                                              engines_per_gpu=engines_per_gpu, launcher=launcher,

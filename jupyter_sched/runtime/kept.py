@@ -135,6 +135,16 @@ class KeptWork:
 
     # -- for Clusters ----------------------------------------------------------------------------
 
+    def check_free(self, cluster_id: str | None = None) -> None:
+        """Before another kept cluster comes into use (``cluster_id``; None: one about to be
+        started): :class:`~jupyter_sched.executors.ipp.kept.KeptError` while one is in use
+        here already (its journal takes this kernel's cells; one at a time)."""
+        in_use = self.cluster_id
+        if in_use is not None and in_use != cluster_id:
+            raise files.KeptError(f"kept cluster {in_use} is in use here already (one at a "
+                                  "time); %sched stop (stop_cluster()) stops it, or "
+                                  f"%sched stop --cluster {in_use} (sched.kept.stop) first")
+
     def started(self, executor: IppExecutor) -> None:
         """``executor`` started a cluster here: in use, when it is kept."""
         if executor.kept_id is not None:
