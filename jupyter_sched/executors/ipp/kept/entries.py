@@ -12,11 +12,13 @@ each is written as.
 * :class:`Left`: the first of that cell's tasks ran or ended: it waits no longer;
 * :class:`Restored`: ``%sched restore`` submitted it again.
 
+The last three end what the first and third begin: written, they strike the line they end
+(:mod:`.journal`), and are a line of their own only when that line is not known to the writer.
+
 A run's id is ``<session>/<task>#<attempt>``, a cell's ``<session>/<first task>`` (the session
 is the writing scheduler's, so that two kernels' ``t1`` are two tasks). Each entry is one line
 of JSON that begins ``{"k":"<kind>","id":"<id>"``, always in that form: the reader
-(:mod:`.reading`) finds an entry's kind and id without parsing the line, so a journal of a
-million entries is read in well under a second.
+(:mod:`.reading`) finds an entry's kind and id without parsing the line.
 """
 
 from __future__ import annotations
