@@ -1,6 +1,6 @@
 """How soon a kernel has the work of the kernel before it back, from a kept cluster.
 
-    python benchmarks/take_back.py [--rounds 5]
+    python benchmarks/take_back.py [--rounds 5] [--entries 1000000]
 
 Each round, on one kept cluster of two local engines:
 
@@ -16,15 +16,25 @@ Each round, on one kept cluster of two local engines:
    request id the journal kept), from ``Client()`` to the value.
 
 The take-back's extra cost over the peer is the scheduler's: the journal read, the node of
-the taken-back work, a submission, and the controller asked every ``POLL`` (0.5 s) seconds.
+the taken-back work, a submission, and the controller's answer once the engine is free.
+
+Then, once: a kernel stopped with two tasks running and a cell waiting on a journal that holds
+``--entries`` lines in all (the rest: work that ended, as a long-lived kernel leaves it,
+``testing.ended_work``), and a new scheduler connects. Measured: ``connect``'s time, the
+growth of the process's resident memory while it ran (sampled every 5 ms), and what it took
+back. Goal (the journal's issue): 1,000,000 entries in under 1 s and 100 MB.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
+import threading
 import time
+
+import psutil
 
 CELL_ENDED = "import time\ntime.sleep(0.2)\n'ended'"
 CELL_RUNNING = "import time\ntime.sleep(3)\ntime.time()"
@@ -41,11 +51,8 @@ def one_round(cluster_id: str) -> dict[str, float]:
     del executor
     first.submit(code=CELL_ENDED, target="engines", name="ended")
     first.submit(code=CELL_RUNNING, target="engines", name="running")
-    deadline = time.monotonic() + 30
-    while len(sent := kept.read_journal(kept.journal_path(cluster_id)).running()) < 2:
-        assert time.monotonic() < deadline, "the tasks were not sent"
-        time.sleep(0.05)
-    request = next(e["request"] for e in sent if e.get("name") == "ended")
+    sent = _sent(cluster_id, 2)
+    request = next(run.request for run in sent if run.name == "ended")
     first.shutdown()
     time.sleep(1.0)
 
@@ -53,7 +60,7 @@ def one_round(cluster_id: str) -> dict[str, float]:
     began = time.perf_counter()
     second.connect(cluster_id=cluster_id)
     connected = time.perf_counter() - began
-    handles = {h.name: h for h in second.reattached()}
+    handles = {h.name: h for h in second.kept.reattached()}
     assert set(handles) == {"ended", "running"}, handles
     assert handles["ended"].result(timeout=30) == "ended"
     first_result = time.perf_counter() - began
@@ -72,9 +79,74 @@ def one_round(cluster_id: str) -> dict[str, float]:
             "peer get_result": peer}
 
 
+def _sent(cluster_id: str, n: int) -> list:
+    """The runs the kept cluster's journal says were sent and not ended, once there are
+    ``n``."""
+    from jupyter_sched.executors.ipp import kept
+
+    deadline = time.monotonic() + 30
+    while len(sent := kept.read_journal(kept.journal_path(cluster_id)).running) < n:
+        assert time.monotonic() < deadline, "the tasks were not sent"
+        time.sleep(0.05)
+    return sent
+
+
+def journal_round(cluster_id: str, entries: int) -> dict[str, float]:
+    """Connect over a journal of ``entries`` lines, two runs and a cell of them live."""
+    from jupyter_sched import Scheduler
+    from jupyter_sched.executors.ipp import kept
+    from jupyter_sched.testing import ended_work
+
+    first = Scheduler(local_resources="GPU=2")
+    first.connect(cluster_id=cluster_id)
+    for name in ("a", "b"):
+        first.submit(code=CELL_RUNNING, target="engines", name=name)
+    waiting = first.submit(code="'c'", target="engines", name="c")
+    first.kept.keep_queued(waiting, "--on engines --name c", "'c'")
+    _sent(cluster_id, 2)
+    first.shutdown()
+    path = kept.journal_path(cluster_id)
+    live = path.read_bytes()
+    filler = entries - live.count(b"\n")
+    with open(path, "wb") as f:  # the live lines in the middle of the work that ended
+        for k, line in enumerate(ended_work(filler)):
+            f.write(line)
+            if k == filler // 2:
+                f.write(live)
+    size = path.stat().st_size
+
+    second = Scheduler(local_resources="GPU=2")
+    second.snapshot(fresh=True)  # (started: its own memory is not counted)
+    proc = psutil.Process()
+    base = peak = proc.memory_info().rss
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.005):
+            peak = max(peak, proc.memory_info().rss)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    began = time.perf_counter()
+    second.connect(cluster_id=cluster_id)
+    took = time.perf_counter() - began
+    done.set()
+    sampler.join()
+    peak = max(peak, proc.memory_info().rss)
+    taken = sorted(h.name for h in second.kept.reattached())
+    _, cells = second.kept.waiting_cells()
+    after = path.stat().st_size
+    second.stop_cluster()
+    assert taken == ["a", "b"] and [c.name for c in cells] == ["c"], (taken, cells)
+    return {"entries": entries, "bytes": size, "connect": took,
+            "memory": (peak - base) / 2**20, "after": after}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--entries", type=int, default=1_000_000)
     args = parser.parse_args()
     import os
 
@@ -96,6 +168,17 @@ def main() -> None:
               f"({min(values):.3f}-{max(values):.3f})")
     ratio = statistics.median(r["first result"] / r["peer get_result"] for r in rounds)
     print(f"  first taken-back result / ipyparallel's own get_result: {ratio:.1f}x")
+    starter = Scheduler(local_resources="GPU=2")
+    cluster_id = starter.start_cluster(engines=2, keep=True).kept_id
+    starter.shutdown()
+    try:
+        big = journal_round(cluster_id, args.entries)
+    finally:
+        with contextlib.suppress(kept.KeptError):
+            kept.stop(cluster_id)
+    print(f"connect over a journal of {big['entries']:,} entries ({big['bytes'] / 2**20:.0f} "
+          f"MiB; 2 runs and a cell live): {big['connect']:.2f} s, resident memory "
+          f"+{big['memory']:.0f} MiB; the journal left compacted: {big['after']:,} bytes")
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def kept_clusters() -> list:
 def reattached() -> list:
     """The handles of the work ``%sched connect`` (``connect()``) took back from a kept
     cluster: the tasks an earlier kernel sent to its engines, followed to their end."""
-    return get_scheduler().reattached()
+    return get_scheduler().kept.reattached()
 
 
 __all__ = ["cancel", "current_task", "dashboard", "get_scheduler", "kept_clusters", "map",

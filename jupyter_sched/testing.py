@@ -1,4 +1,5 @@
-"""Fakes for tests, users' and our own: an NVML with the devices you describe.
+"""Fakes for tests, users' and our own: an NVML with the devices you describe, and a kept
+cluster's journal full of work that ended.
 
 Nothing in the package's production code imports this module.
 """
@@ -7,8 +8,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from .executors.ipp.kept.entries import Queued, Sent
+from .executors.ipp.kept.reading import STRUCK
 from .host.nvml import GpuProcess, Nvml, NvmlDevice
 from .model.quantity import parse_bytes
 
@@ -99,7 +102,28 @@ class FakeNvml(Nvml):
         return f"FakeNvml({[(d.name, d.memory_total) for d in self.devices]!r})"
 
 
-__all__ = ["FakeNvml"]
+def ended_work(lines: int, session: str = "12345.0ended", at: float = 1.7e9
+               ) -> Iterator[bytes]:
+    """``lines`` lines of a kept cluster's journal (:mod:`.executors.ipp.kept`) about work
+    that ended, as a kernel that ran for long leaves them before compaction: of every ten
+    tasks, nine functions (a run sent, struck when it ended) and a cell (queued, struck when
+    its task ran, and its run sent, struck), ids of ``session``."""
+    # (each line is its kind's, made once by the entries themselves, with its values put in)
+    sent = STRUCK + Sent("IDX#1", "NAMEX", 0, "REQX").encode(at)[1:]
+    queued = STRUCK + Queued("IDX", "NAMEX", "--on engines --name NAMEX",
+                             "import time\nx = run_step(NAMEX)\nprint(x)\n").encode(at)[1:]
+    request = f"{session.replace('.', '-')}-aaaa-bbbb-cccc_1_".encode()
+    made, task = 0, 0
+    while made < lines:
+        task += 1
+        values = {b"IDX": f"{session}/t{task}".encode(), b"NAMEX": f"step-{task}".encode(),
+                  b"REQX": request + str(task).encode()}
+        kinds = (queued, sent) if task % 10 == 0 else (sent,)
+        for kind in kinds[:lines - made]:
+            for mark, value in values.items():
+                kind = kind.replace(mark, value)
+            yield kind
+        made += len(kinds[:lines - made])
 
 
 # -- the host's lease ledger, as other processes and people change it --------------------------
@@ -187,3 +211,6 @@ def step_wall_clock(seconds: float) -> None:
         boot = getattr(module, "boot_time", None)
         if boot is not None:
             module.boot_time = lambda boot=boot: boot() + seconds
+
+
+__all__ = ["FakeNvml", "ended_work", "ledger_writer", "old_ledger", "step_wall_clock"]

@@ -24,6 +24,16 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.fixture
+def xdg(tmp_path, monkeypatch) -> str:
+    """A private runtime directory (``XDG_RUNTIME_DIR``): the test's kept-cluster files, and
+    its kernels'."""
+    directory = tmp_path / "xdg"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(directory))
+    return str(directory)
+
+
 @contextlib.contextmanager
 def checked_scheduler(local_resources: str):
     """A started scheduler that validates the core after every step; shut down after, with

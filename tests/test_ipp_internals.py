@@ -19,7 +19,24 @@ from jupyter_sched.executors.ipp.connection import Connection, FastConnection, o
 
 def test_every_internal_relied_on_is_there_as_expected():
     assert internals.check() == []
+    assert internals.hub_problems() == []
     assert internals.version() == ipyparallel.__version__
+
+
+def test_the_hubs_answer_for_an_unknown_request_is_told_apart_by_its_type_and_words():
+    from ipyparallel import error
+
+    try:
+        raise KeyError("No such message: abc_1_1")
+    except KeyError:
+        unknown = error.unwrap_exception(error.wrap_exception())
+    assert internals.unknown_request(unknown)
+    try:
+        raise KeyError("something else")
+    except KeyError:
+        other = error.unwrap_exception(error.wrap_exception())
+    assert not internals.unknown_request(other)
+    assert not internals.unknown_request(KeyError("No such message: abc_1_1"))  # not remote
 
 
 def test_a_missing_internal_is_named():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import secrets
 import stat
@@ -100,6 +101,16 @@ def read_private(path: str | os.PathLike[str]) -> bytes:
     """The content of ``path``, a regular file of this user's in a private directory that
     nobody else may write. Raises :class:`NotPrivate` for anything else (a link, another
     user's file), ``FileNotFoundError`` when there is none."""
+    with open_private(path) as f:
+        return f.read()
+
+
+@contextlib.contextmanager
+def open_private(path: str | os.PathLike[str]) -> Iterator[io.FileIO]:
+    """``path`` open for reading (unbuffered: read it in blocks of your own), once it is known
+    to be a regular file of this user's in a private directory that nobody else may write.
+    Raises :class:`NotPrivate` for anything else (a link, another user's file),
+    ``FileNotFoundError`` when there is none."""
     path = Path(path)
     with _checked_dir(path.parent) as directory:
         try:
@@ -109,12 +120,12 @@ def read_private(path: str | os.PathLike[str]) -> bytes:
             if err.errno != errno.ELOOP:
                 raise
             raise NotPrivate(_what_is_wrong(path, directory, "file")) from None
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or \
-                    info.st_mode & 0o022:
-                raise NotPrivate(_describe(path, info, "file"))
-            return f.read()
+    with io.FileIO(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or \
+                info.st_mode & 0o022:
+            raise NotPrivate(_describe(path, info, "file"))
+        yield f
 
 
 def in_group(uid: int, gid: int) -> bool:
@@ -217,5 +228,5 @@ def _not_yours(path: Path, owner: str, kind: str) -> str:
     return f"it is left as it is: ask user {owner!r} or an administrator to remove it"
 
 
-__all__ = ["NAME", "NotPrivate", "default_base", "group_name", "in_group", "private_dir",
-           "read_private", "write_private"]
+__all__ = ["NAME", "NotPrivate", "default_base", "group_name", "in_group", "open_private",
+           "private_dir", "read_private", "write_private"]

@@ -98,6 +98,8 @@ class SchedMagics(Magics):
             return self._command(line)
         except UsageError as err:  # (argparse's too: each value it names cut short)
             raise UsageError(one_line(err)) from None
+        finally:
+            tell_notices(self)  # (what the command or cell had to say, under it)
 
     def _command(self, line: str):
         """``%sched [NAME] [options]``: the command ``NAME`` (``status`` when none is named)
@@ -152,7 +154,7 @@ class SchedMagics(Magics):
             raise UsageError(one_line(err)) from None
         line_ = self.live.new(handle, parent)
         try:
-            self.scheduler.keep_queued(handle, line, cell)
+            self.scheduler.kept.keep_queued(handle, line, cell)
         except Exception as err:  # (the cell is queued: a journal that fails says so)
             log.warning("the kept cluster's journal does not keep this cell: %s", err)
         try:

@@ -18,6 +18,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from ..core.events import Submit
+
 if TYPE_CHECKING:
     from ..core.state import Core
     from ..executors.base import TaskRecord
@@ -40,6 +42,12 @@ class Request:
     handles: tuple[TaskHandle, ...] = ()
     after: Callable[[Core], Any] | None = None  # run on the runtime thread on success
     error: BaseException | None = None  # why the core rejected it
+
+    @property
+    def asks_for_gpu(self) -> bool:
+        """Whether it submits GPU work."""
+        return any(spec.demand.gpu_units or spec.demand.gpu_memory for event in self.events
+                   if isinstance(event, Submit) for spec in event.tasks)
 
     def answer(self) -> None:
         """Tell whoever waits how the core took it (on the runtime thread, after the step)."""

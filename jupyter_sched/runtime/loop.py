@@ -74,13 +74,6 @@ def _nothing(_core: Core) -> None:
     return None
 
 
-def _asks_for_gpu(requests: list[Request]) -> bool:
-    """Whether a request submits GPU work."""
-    return any(spec.demand.gpu_units or spec.demand.gpu_memory
-               for request in requests for event in request.events
-               if isinstance(event, ev.Submit) for spec in event.tasks)
-
-
 class RuntimeLoop:
     """The runtime thread, its queue, the core, the tasks' records and handles, and the step
     that moves them on.
@@ -143,9 +136,25 @@ class RuntimeLoop:
         self.records.register_slots(slots=slots, node=node, executor=executor)
 
     def add_executor(self, executor: Executor) -> None:
-        """Carry out the starts on the slots ``executor`` registers (any thread)."""
-        if executor not in self.executors:
-            self.executors.append(executor)
+        """Have ``executor`` configured and closed with the others (its starts come through
+        the slots it registers). Any thread: the list changes on the runtime thread."""
+        self._change_executors(executor, add=True)
+
+    def remove_executor(self, executor: Executor) -> None:
+        """``executor`` (closed) is no longer one of the loop's. Any thread, as above."""
+        self._change_executors(executor, add=False)
+
+    def _change_executors(self, executor: Executor, add: bool) -> None:
+        def change(_core: object = None) -> None:
+            if add and executor not in self.executors:
+                self.executors.append(executor)
+            elif not add and executor in self.executors:
+                self.executors.remove(executor)
+
+        if self.alive and not self.inbox.on_thread:
+            with contextlib.suppress(RuntimeError):  # (it stopped meanwhile: nobody else
+                return self.call(change)  # changes the list now)
+        change()
 
     def now(self) -> float:
         return self.clock.now()
@@ -373,7 +382,7 @@ class RuntimeLoop:
         leases = self.leases
         return leases is not None and bool(
             self.gpu_work_waits or leases.unread or self.shown.observers or calls
-            or _asks_for_gpu(requests) or leases.look_due(self.now()) is not None)
+            or any(r.asks_for_gpu for r in requests) or leases.look_due(self.now()) is not None)
 
     def _waits_for_gpu(self) -> bool:
         return any(q.waiting.get(GPU) for q in self.core.queues.leaves())

@@ -50,6 +50,7 @@ from . import local_node, maps, steering, submission
 from .clusters import Clusters
 from .handles import GangHandle, TaskHandle, wait_all
 from .items import ItemHandle
+from .kept import KeptWork
 from .lease_steps import LeaseSteps
 from .leases import ledger_status, open_host_leases
 from .lifecycle import LoopLife
@@ -132,7 +133,8 @@ class Scheduler(Configurable):
     def __init__(self, **kwargs: Any) -> None:
         self._life = LoopLife()  # the runtime loop, from the first start
         super().__init__(**kwargs)  # (settings given here are observed: no loop yet)
-        self._clusters = Clusters(self._running, self.executor_settings, self.submit)
+        self._clusters = Clusters(self._running, lambda: self._loop, self.executor_settings,
+                                  self.submit)
         self._submitter = Submitter(self, self._running)
         self._clock = Clock.started()
         self.debug = Debugging()  # tests: check the core's invariants after every step
@@ -503,7 +505,8 @@ class Scheduler(Configurable):
         ``stop_cluster()`` stops it. While one started here runs, ``add=True`` adds the
         engines to it; without, it is a ``RuntimeError`` saying so. ``keep=True`` (default:
         the ``keep_clusters`` setting): the cluster outlives the kernel, and
-        :func:`jupyter_sched.kept_clusters` lists it from any kernel of this user."""
+        :func:`jupyter_sched.kept_clusters` lists it from any kernel of this user
+        (``kept`` holds it here)."""
         if keep is None:
             keep = self.keep_clusters
         elif not isinstance(keep, bool):
@@ -513,38 +516,13 @@ class Scheduler(Configurable):
     def stop_cluster(self) -> list[str]:
         """Stop using every ipyparallel cluster (and stop those this scheduler started, and
         kept clusters connected to); the ids of the kept clusters stopped."""
-        return self._clusters.stop(self._loop)
+        return self._clusters.stop()
 
-    def keep_queued(self, handle: Any, line: str, cell: str) -> None:
-        """While a kept cluster is in use, the journal keeps the cell ``handle`` runs (its
-        ``%%sched`` line and source) until one of its tasks starts or ends: a cell that still
-        waits when the kernel stops can be submitted again (``%sched restore``)."""
-        self._clusters.keep_queued(self._loop, handle, line, cell,
-                                   self._on_runtime)
-
-    def waiting_cells(self) -> tuple[str | None, list[dict]]:
-        """(the kept cluster in use, the cells its journal says were waiting when their
-        kernel stopped); (None, []) when no kept cluster is in use."""
-        return self._clusters.waiting_cells(self._loop)
-
-    def mark_restored(self, entry_id: str) -> None:
-        """The journal of the kept cluster in use says cell ``entry_id`` was submitted again."""
-        self._clusters.mark_restored(self._loop, entry_id)
-
-    def taken_back_names(self, task_id: str) -> dict | None:
-        """The names the cell of a task taken back from a kept cluster set on its engine,
-        as they came back with its result; None when ``task_id`` is not such a task."""
-        return self._clusters.taken_back_names(self._loop, task_id)
-
-    def reattached(self) -> list:
-        """The handles of the work taken back from kept clusters by ``connect`` (their tasks
-        bear the names they were sent with)."""
-        return list(self._clusters.taken_back)
-
-    def stop_kept(self, cluster_id: str) -> list[int]:
-        """Stop kept cluster ``cluster_id`` of this user, whichever kernel started it (in use
-        here, it is stopped as ``stop_cluster()`` would); the pids that would not end."""
-        return self._clusters.stop_kept(self._loop, cluster_id)
+    @property
+    def kept(self) -> KeptWork:
+        """The kept cluster in use here and the work taken back from it (``reattached()``,
+        ``waiting_cells()``, ``stop(cluster_id)``, ...: :class:`~.kept.KeptWork`)."""
+        return self._clusters.kept
 
     def executor_settings(self) -> ExecutorSettings:
         """What executors read of the settings (a new one for them when these change)."""

@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 from .connection import Connection
 from .futures import Reply
-from .kept import RunNotes
+from .kept.notes import RunNotes
 from .on_engine import BUNDLE, CALL
 from .pipeline import Pipeline
-from .replies import write
+from .replies import bundle_part, write
 from .state import Engine, Guard, Outbox, Run
 
 BUNDLE_SECONDS = 0.02  # the work a bundle holds at most, by its family's last run
@@ -161,24 +161,23 @@ class Bundles:
                                  f"{len(runs)} tasks with {type(reply).__name__}")
         for k, run in enumerate(runs):
             try:
-                self._sender.finish(run, reply if isinstance(reply, BaseException)
-                                    else _answer(run, reply[k]))
+                outcome = reply if isinstance(reply, BaseException) else _answer(run, reply, k)
             except Exception as err:  # (the rest of the bundle still ends)
-                self._sender.finish(run, RuntimeError(
-                    f"engine {run.engine.eid}'s answer for {run.task} cannot be read: "
-                    f"{type(err).__name__}: {err}"))
+                outcome = RuntimeError(f"engine {run.engine.eid}'s answer for {run.task} "
+                                       f"cannot be read: {type(err).__name__}: {err}")
+            self._sender.finish(run, outcome)
 
 
-def _answer(run: Run, answer: Any) -> Any:
-    """One task's part of a bundle's reply, as :meth:`.dispatch.Dispatcher.finish` takes it:
+def _answer(run: Run, reply: tuple, index: int) -> Any:
+    """``run``'s part of a bundle's reply, as :meth:`.dispatch.Dispatcher.finish` takes it:
     its reply, with its output written to the task first, or the exception it ended with."""
-    from ipyparallel import error
+    from ipyparallel.error import TaskAborted
 
-    if type(answer) is tuple and answer[:1] == ("aborted",):
-        return error.TaskAborted(run.request)
-    if type(answer) is not tuple or len(answer) < 3 or type(answer[1]) is not dict:
-        raise ValueError(f"not a task's reply: {type(answer).__name__}")
-    for name, text in answer[1].pop("output", ()):
+    try:
+        answer, printed = bundle_part(reply, index, run.request)
+    except TaskAborted as aborted:
+        return aborted
+    for name, text in printed:
         write(run.record, name, text)
     return answer
 

@@ -40,7 +40,7 @@ from ...host.discovery import HostInfo, discover_host
 from ...host.identity import notebook_path
 from ..base import Runtime
 from . import kept as kept_files
-from .kept import Journal, KeptCluster
+from .kept import Journal, KeptCluster, Notice
 from .processes import ProcessBook, start_reaper
 
 log = logging.getLogger(__name__)
@@ -113,10 +113,12 @@ class ClusterControl:
 
     @classmethod
     def start(cls, launcher: str | None, cluster_kwargs: dict[str, Any],
-              keep: bool = False) -> tuple[ClusterControl, Any]:
+              keep: bool = False, notice: Notice | None = None
+              ) -> tuple[ClusterControl, Any]:
         """Start a controller, on a loop thread of its own; (its control, a client of it).
         ``keep``: the cluster outlives this process (no reaper; its record, process book and
-        journal in this user's private directory: :mod:`.kept`)."""
+        journal in this user's private directory: :mod:`.kept`; ``notice`` tells the user
+        what its journal cannot keep whole)."""
         import ipyparallel as ipp
 
         cluster_kwargs.setdefault("log_level", logging.ERROR)  # deaths are reported as such
@@ -132,7 +134,7 @@ class ClusterControl:
         control.launcher = launcher
         try:
             if keep:
-                control._keep()
+                control._keep(notice)
             control.loop.run(cluster.start_controller())
             control.book.add(getattr(cluster.controller, "pid", None))
             if not keep:
@@ -144,14 +146,15 @@ class ClusterControl:
             raise
         return control, client
 
-    def _keep(self) -> None:
-        """Record this cluster as kept, and open its journal."""
+    def _keep(self, notice: Notice | None) -> None:
+        """Record this cluster as kept, and open its journal (before anything is sent)."""
         self.book.save()
         self.kept = KeptCluster(self.cluster.cluster_id, self.cluster.cluster_file,
                                 notebook_path(), os.getpid(), time.time(),
                                 self.launcher or "local")
         self.kept.save()
-        self.journal = Journal(kept_files.journal_path(self.kept.cluster_id))
+        self.journal = Journal(kept_files.journal_path(self.kept.cluster_id), notice,
+                               self.kept.cluster_id)
 
     def count_engines(self, n: int) -> None:
         """A kept cluster's record says how many engines were started in it."""

@@ -39,7 +39,7 @@ from .bundles import Timings
 from .carry import Packer
 from .connection import Connection
 from .faults import EngineLost, Faults, RemoteTaskError, engine_died, remote_traceback
-from .kept import RunNotes
+from .kept.notes import RunNotes
 from .leases import HostLeases
 from .on_engine import ARGUMENTS, CALL, CELL, FUNCTION, RESULT
 from .pipeline import Pipeline

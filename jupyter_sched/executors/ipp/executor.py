@@ -49,7 +49,8 @@ from .engine_sets import engine_sets
 from .engines import HostMap
 from .faults import EngineLost, Faults, RemoteTaskError
 from .gangs import Gangs
-from .kept import Journal, RunNotes
+from .kept import Journal
+from .kept.notes import RunNotes
 from .leases import HostLeases, engine_enforcement
 from .pipeline import Pipeline
 from .registry import EngineView, Registry
@@ -183,7 +184,8 @@ class IppExecutor(Executor):
             running.grow(engines, engines_per_gpu, launcher, gpus=gpus, timeout=timeout)
             return running
         sets = engine_sets(runtime.local_host, engines, engines_per_gpu, launcher, gpus)
-        control, client = ClusterControl.start(launcher, cluster_kwargs, keep=keep)
+        control, client = ClusterControl.start(launcher, cluster_kwargs, keep=keep,
+                                               notice=runtime.notice)
         executor = cls(runtime, client, cluster=control, owns_client=True, stop_grace=stop_grace,
                        prefix=slot_prefix(engines_now), settings=settings,
                        replace_engines=replace_engines)

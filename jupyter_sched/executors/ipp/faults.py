@@ -30,7 +30,7 @@ from typing import Any
 from ...core import events as ev
 from ..base import LeftRunning
 from .connection import Connection
-from .kept import RunNotes
+from .kept.notes import RunNotes
 from .pipeline import Pipeline
 from .registry import Registry
 from .state import Engine, Guard, Outbox, Run, timer

@@ -25,7 +25,10 @@ death (the client fails a dead engine's outstanding requests) resolves the reque
   ``DirectView._socket`` a ``ZMQStream`` or socket that takes a ``zmq.Frame`` among a
   message's parts: a request sent through :class:`Tracked`, whose tracker says when libzmq
   has written it out;
-* the engine kernel's ``aborted`` ids: a SIGINT that interrupts an aborted request only.
+* the engine kernel's ``aborted`` ids: a SIGINT that interrupts an aborted request only;
+* the hub's answer for a request it has no record of (``KeyError('No such message: ...')``),
+  which a kept cluster's taken-back work is told apart by (:func:`unknown_request`, checked
+  by :func:`hub_problems`).
 
 :func:`check` runs when the executor connects (:func:`.connection.open_connection`) and in
 ``tests/test_ipp_internals.py``. When something is missing or has another shape, the executor
@@ -420,6 +423,36 @@ def largest_frame() -> int | None:
     return MAX_BYTES
 
 
+# -- the controller's answers ------------------------------------------------------------------
+
+_UNKNOWN = "No such message: "  # how the hub says it has no record of a request
+
+
+def unknown_request(error: BaseException) -> bool:
+    """Whether ``error`` is the controller saying it has no record of the request asked for:
+    its hub's ``KeyError('No such message: ...')``, come back as a ``RemoteError`` (what
+    :func:`hub_problems` checks)."""
+    from ipyparallel.error import RemoteError
+
+    said = str(getattr(error, "evalue", "")).strip("'\"")  # (a KeyError's str is quoted)
+    return (isinstance(error, RemoteError) and getattr(error, "ename", None) == "KeyError"
+            and said.startswith(_UNKNOWN))
+
+
+def hub_problems() -> list[str]:
+    """What is not as :func:`unknown_request` expects of the controller's hub, in words."""
+    try:
+        from ipyparallel.controller.hub import Hub
+
+        source = inspect.getsource(Hub.get_results)
+    except Exception as err:
+        return [f"the hub's get_results cannot be read ({type(err).__name__}: {err})"]
+    if f"KeyError('{_UNKNOWN}' + msg_id)" not in source:
+        return ["the hub no longer answers a request it has no record of with "
+                f"KeyError({_UNKNOWN!r} + msg_id)"]
+    return []
+
+
 # -- the engine's side -------------------------------------------------------------------------
 
 
@@ -446,6 +479,6 @@ def current_request() -> str | None:
 
 
 __all__ = ["ReplyReader", "aborted_requests", "call_later", "check", "controller",
-           "controller_address", "current_request", "knows_engine", "largest_frame",
-           "prepickled", "prepickled_bytes", "route", "send_apply", "unwatch", "version",
-           "watch"]
+           "controller_address", "current_request", "hub_problems", "knows_engine",
+           "largest_frame", "prepickled", "prepickled_bytes", "route", "send_apply",
+           "unknown_request", "unwatch", "version", "watch"]

@@ -33,6 +33,23 @@ def read_reply(record: TaskRecord, reply: tuple, known: Mapping[int, object]) ->
     return status, head, entries, None
 
 
+def bundle_part(reply: Any, index: int, request: str | None) -> tuple[tuple, list]:
+    """Task ``index``'s answer in a bundle's reply (:func:`.on_engine.engine_bundle`), as a
+    reply of its own, and what it printed (``[(stream, text)]``). ``TaskAborted`` (naming
+    ``request``) when it was aborted before its turn; ``ValueError`` for anything that is not
+    a task's answer."""
+    from ipyparallel.error import TaskAborted
+
+    if type(reply) is not tuple or not 0 <= index < len(reply):
+        raise ValueError(f"the bundle's reply has no part {index}")
+    answer = reply[index]
+    if type(answer) is tuple and answer[:1] == ("aborted",):
+        raise TaskAborted(request)
+    if type(answer) is not tuple or len(answer) < 3 or type(answer[1]) is not dict:
+        raise ValueError(f"not a task's reply: {type(answer).__name__}")
+    return answer, list(answer[1].pop("output", ()))
+
+
 def read_error(record: TaskRecord, head: Mapping[str, Any],
                known: Mapping[int, object]) -> BaseException:
     """The task's own exception when it travelled and loads here, else a stand-in."""

@@ -8,10 +8,11 @@ from argparse import Namespace
 from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 
-from ...executors.ipp import kept
 from ...executors.ipp.cluster import ClusterRunning
+from ...executors.ipp.kept import KeptError, Queued, listing
 from ...executors.local.output import current_parent
 from ...views import tables
+from ...views.kept import listing_text, short, waiting_text
 from ..cell_options import ENGINES, SECONDS, documented, one_line
 from .base import CommandContext, command, snapshot
 
@@ -50,32 +51,28 @@ def local(ctx: CommandContext, args: Namespace):
 def connect(ctx: CommandContext, args: Namespace):
     """Connect to a running ipyparallel cluster; its engines become nodes and slots. A kept
     cluster's work sent by an earlier kernel is taken back, a status line each."""
-    before = len(ctx.scheduler.reattached())
+    kept = ctx.scheduler.kept
+    before = len(kept.reattached())
     try:
         ctx.scheduler.connect(args.profile, cluster_id=args.cluster_id, timeout=args.timeout)
     except Exception as err:  # ipyparallel raises many kinds; say it in one line
         raise UsageError(f"cannot connect to ipyparallel cluster "
                          f"{args.profile or args.cluster_id or 'default'!r}: "
                          f"{one_line(err)}") from None
-    taken = ctx.scheduler.reattached()[before:]
+    taken = kept.reattached()[before:]
     if taken:
         print(f"took back {len(taken)} task{'s' if len(taken) != 1 else ''} an earlier kernel "
               "sent to this kept cluster (jupyter_sched.reattached() gives their handles):")
         for handle in taken:
             ctx.live.add(handle, current_parent())
-    _, waiting = ctx.scheduler.waiting_cells()
+    _, waiting = kept.waiting_cells()
     if waiting:
-        print(_waiting_text(waiting))
+        print(waiting_text([_name(cell) for cell in waiting]))
     return tables.NodeList(snapshot(ctx))
 
 
-def _waiting_text(waiting: list[dict]) -> str:
-    names = [kept.short(str(e.get("name") or e["id"]), 40) for e in waiting]
-    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-    n = len(waiting)
-    return (f"{n} cell{'s were' if n != 1 else ' was'} waiting when the kernel stopped: "
-            f"{shown}; %sched restore NAME ... (or --all) submits {'them' if n != 1 else 'it'} "
-            "again")
+def _name(cell: Queued) -> str:
+    return cell.name or cell.id
 
 
 @command("restore", "submit again the cells that waited when the kernel stopped (kept clusters)")
@@ -87,7 +84,7 @@ def restore(ctx: CommandContext, args: Namespace):
     """List the cells that were waiting for a kept cluster in use here when their kernel
     stopped; with names or ``--all``, submit them again with their options (each re-reads the
     notebook names it needs, as any cell does). Nothing is submitted without being asked."""
-    cluster_id, waiting = ctx.scheduler.waiting_cells()
+    cluster_id, waiting = ctx.scheduler.kept.waiting_cells()
     if cluster_id is None:
         raise UsageError("no kept cluster is in use here: %sched connect to one first "
                          "(%sched clusters lists them)")
@@ -97,29 +94,32 @@ def restore(ctx: CommandContext, args: Namespace):
         print(f"no cell was waiting for kept cluster {cluster_id} when its kernel stopped")
         return None
     if not args.all and not args.names:
-        print(_waiting_text(waiting))
+        print(waiting_text([_name(cell) for cell in waiting]))
         return None
-    by_name: dict[str, list[dict]] = {}
-    for entry in waiting:
-        by_name.setdefault(str(entry.get("name") or entry["id"]), []).append(entry)
+    by_name: dict[str, list[Queued]] = {}
+    for cell in waiting:
+        by_name.setdefault(_name(cell), []).append(cell)
     unknown = [n for n in args.names if n not in by_name]
     if unknown:
-        raise UsageError(f"{kept.short(unknown[0], 60)!r} was not waiting; those waiting: "
-                         f"{kept.short(', '.join(by_name), 200)}")
-    chosen = waiting if args.all else [e for n in dict.fromkeys(args.names) for e in by_name[n]]
-    for entry in chosen:
-        name = kept.short(str(entry.get("name") or entry["id"]), 60)
-        line, source = entry.get("line"), entry.get("source")
-        if entry.get("cut") or not isinstance(line, str) or not isinstance(source, str):
-            print(f"{name}: its cell was too big to be kept; run it again from the notebook")
-            continue
-        try:
-            ctx.submit_cell(line, source)
-        except UsageError as err:
-            print(f"{name} is not submitted again: {one_line(err)}")
-            continue
-        ctx.scheduler.mark_restored(entry["id"])
+        raise UsageError(f"{short(unknown[0], 60)!r} was not waiting; those waiting: "
+                         f"{short(', '.join(by_name), 200)}")
+    chosen = waiting if args.all else [c for n in dict.fromkeys(args.names) for c in by_name[n]]
+    for cell in chosen:
+        _restore(ctx, cell)
     return None
+
+
+def _restore(ctx: CommandContext, cell: Queued) -> None:
+    name = short(_name(cell), 60)
+    if cell.cut or cell.source is None:
+        print(f"{name}: its cell was too big to be kept; run it again from the notebook")
+        return
+    try:
+        ctx.submit_cell(cell.line, cell.source)
+    except UsageError as err:
+        print(f"{name} is not submitted again: {one_line(err)}")
+        return
+    ctx.scheduler.kept.mark_restored(cell.id)
 
 
 @command("start", "start an ipyparallel cluster and use its engines")
@@ -179,8 +179,8 @@ def stop(ctx: CommandContext, args: Namespace):
 
 def _stop_kept(ctx: CommandContext, cluster_id: str) -> None:
     try:
-        left = ctx.scheduler.stop_kept(cluster_id)
-    except kept.KeptError as err:
+        left = ctx.scheduler.kept.stop(cluster_id)
+    except KeptError as err:
         raise UsageError(one_line(err)) from None
     except Exception as err:
         raise UsageError(f"stopping kept cluster {cluster_id!r} failed: {one_line(err)}"
@@ -197,7 +197,7 @@ def clusters(ctx: CommandContext, args: Namespace):
     """List your kept clusters on this host: whether each runs, its engines, the tasks sent to
     it that have not ended, the notebook that started it and since when."""
     try:
-        print(kept.format_listing(kept.listing()))
+        print(listing_text(listing()))
     except Exception as err:
         raise UsageError(f"the kept clusters cannot be listed: {one_line(err)}") from None
     return None

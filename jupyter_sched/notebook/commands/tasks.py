@@ -125,7 +125,7 @@ def result(ctx: CommandContext, args: Namespace):
     if handle.cancelled():
         raise UsageError(f"{fmt.task_label(handle)} was cancelled: it has no result")
     if args.pull:
-        names = ctx.scheduler.taken_back_names(handle.id)
+        names = ctx.scheduler.kept.taken_back_names(handle.id)
         if names is None:
             raise UsageError(f"--pull is for tasks taken back from a kept cluster; "
                              f"{fmt.task_label(handle)} is not one (what a cell sets on an "
