@@ -14,6 +14,7 @@ import pytest
 from jupyter_sched.host.discovery import GpuInfo, HostInfo
 from jupyter_sched.host.ledger import Ledger, device_key
 from jupyter_sched.host.nvml import GpuProcess, Nvml
+from jupyter_sched.host.outside import OutsideUse
 from jupyter_sched.runtime import leases as runtime_leases
 from jupyter_sched.runtime.leases import SWEEP
 from jupyter_sched.runtime.scheduler import Scheduler
@@ -283,7 +284,7 @@ def test_memory_used_outside_every_scheduler_counts_as_held(path):
                     (GpuInfo(0, 0, "GPU-aaaa", "Fake GPU", 8 * gib),))
     nvml = FakeNvml([GpuProcess(os.getpid(), 4 * gib), GpuProcess(1, 2 * gib)])
     leases = runtime_leases.HostLeases(Ledger(path), host, "local",
-                                       runtime_leases.OutsideUse(host, nvml))
+                                       OutsideUse(host, nvml))
     held = leases.poll(0.0, waiting=True)
     assert held.device_shares == {"GPU": {0: 2500}}  # pid 1's 2 GiB, not this process's 4
     assert held.reason == ("2 GiB of GPU 0's memory (0.25 of it) is used by processes outside "

@@ -16,10 +16,14 @@ differ, every process looks like someone else's, so a caller there should not re
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Collection, Iterable
 
 import psutil
 
+from ..model.quantity import SCALE
+from .discovery import HostInfo
 from .nvml import Nvml
 
 log = logging.getLogger(__name__)
@@ -60,4 +64,29 @@ def memory_used_by_others(nvml: Nvml, nvml_index: int, ours: Collection[int]) ->
     return total
 
 
-__all__ = ["memory_used_by_others", "process_tree"]
+class OutsideUse:
+    """Device memory of the local node's real GPUs used by processes outside every scheduler
+    (no lease holder, nor anything one started), as shares of each device."""
+
+    def __init__(self, host: HostInfo, nvml: Nvml) -> None:
+        self.nvml = nvml
+        self.gpus = [(g.index, g.nvml_index, g.memory) for g in host.gpus
+                     if not g.declared and g.nvml_index is not None and g.memory]
+
+    def shares(self, holders: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """``{index: (units, bytes)}`` for the devices others use memory of (``holders``: the
+        pids of the lease holders, whose processes and their children are not others)."""
+        if not self.gpus:
+            return {}
+        ours = process_tree([os.getpid(), *set(holders)])
+        out = {}
+        for index, nvml_index, memory in self.gpus:
+            used = memory_used_by_others(self.nvml, nvml_index, ours)
+            if used:
+                out[index] = (min(SCALE, math.ceil(used * SCALE / memory)), used)
+        return out
+
+
+
+
+__all__ = ["OutsideUse", "memory_used_by_others", "process_tree"]

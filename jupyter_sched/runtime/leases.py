@@ -43,8 +43,6 @@ does that knowingly.
 from __future__ import annotations
 
 import logging
-import math
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -52,15 +50,12 @@ from pathlib import Path
 
 from ..core import events as ev
 from ..host.discovery import HostInfo
-from ..host.identity import kernel_label
-from ..host.ledger import Lease, Ledger, LedgerError, Refusal, default_ledger, device_key
+from ..host.ledger import Lease, Ledger, LedgerError, Refusal, device_key
 from ..host.ledger.damage import deep_damage
 from ..host.ledger.opening import LedgerBusy, LedgerFull
 from ..host.ledger.order import MAX_WAITS
 from ..host.ledger.stalls import Stall, lock_holder
-from ..host.live import GpuMonitor
-from ..host.nvml import Nvml
-from ..host.outside import memory_used_by_others, process_tree
+from ..host.outside import OutsideUse
 from ..model.quantity import SCALE
 from ..model.resources import GPU
 from ..model.tasks import Task
@@ -77,28 +72,6 @@ ORDER = 1.0  # seconds between reads of the host's order while this kernel waits
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
 ERRORS = (LedgerError, sqlite3.Error, OSError)
 STALLS = (LedgerBusy, LedgerFull)
-
-
-class OutsideUse:
-    """Device memory of the local node's real GPUs used by processes outside every scheduler
-    (no lease holder, nor anything one started), as shares of each device."""
-
-    def __init__(self, host: HostInfo, nvml: Nvml) -> None:
-        self.nvml = nvml
-        self.gpus = [(g.index, g.nvml_index, g.memory) for g in host.gpus
-                     if not g.declared and g.nvml_index is not None and g.memory]
-
-    def shares(self, holders: list[Lease]) -> dict[int, tuple[int, int]]:
-        """``{index: (units, bytes)}`` for the devices others use memory of."""
-        if not self.gpus:
-            return {}
-        ours = process_tree([os.getpid(), *{lease.owner.pid for lease in holders}])
-        out = {}
-        for index, nvml_index, memory in self.gpus:
-            used = memory_used_by_others(self.nvml, nvml_index, ours)
-            if used:
-                out[index] = (min(SCALE, math.ceil(used * SCALE / memory)), used)
-        return out
 
 
 class HostLeases:
@@ -389,7 +362,8 @@ class HostLeases:
         if own:  # (their tasks are this scheduler's, counted as such by the core)
             mine.update(lease.id for lease in every if lease.owner.pid in own)
         self.view.read(every, order, mine)
-        outside = self.outside.shares(every) if self.outside is not None else {}
+        outside = self.outside.shares(lease.owner.pid for lease in every) \
+            if self.outside is not None else {}
         return self.view.event(outside)
 
     def want_waits(self, tasks: Sequence[tuple[Task, int]]) -> None:
@@ -500,41 +474,4 @@ def _shape(shares: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str]
     return tuple(sorted(shares))
 
 
-def ledger_status(leases: HostLeases | None, ledger_path: str,
-                  takes: bool) -> tuple[Path, str]:
-    """The host's lease ledger a kernel uses (``leases``: its leases while it runs; else the
-    ledger it would use, and whether it ``takes`` leases), and one line on how it uses it."""
-    if leases is None:
-        return default_ledger(ledger_path), (
-            "this kernel takes leases" if takes else
-            "this kernel takes no leases (Scheduler.host_leases is off)")
-    if leases.view.blocked is not None:
-        return leases.ledger.path, f"this kernel's GPU work waits: {leases.view.blocked}"
-    return leases.ledger.path, "this kernel takes leases"
-
-
-def open_host_leases(enabled: bool, path: str, count_other_processes: bool,
-                     monitor: GpuMonitor | None, host: HostInfo, node: str,
-                     notice: Callable[[str], None] | None = None) -> HostLeases | None:
-    """The leases of the local ``node`` (None when ``enabled`` is off): in the ledger at
-    ``path`` ("": the default), counting what processes outside every scheduler use of the
-    GPUs when ``count_other_processes`` (from ``monitor``'s NVML)."""
-    if not enabled:
-        return None
-    nvml = monitor.nvml if count_other_processes and monitor is not None else None
-    outside = OutsideUse(host, nvml) if nvml is not None else None
-    return HostLeases.open(default_ledger(path), host, node, kernel_label(), outside, notice)
-
-__all__ = [
-    "CHECK",
-    "ERRORS",
-    "MAX_WAITS",
-    "POLL",
-    "READ",
-    "SWEEP",
-    "HostLeases",
-    "OutsideUse",
-    "held_text",
-    "ledger_status",
-    "open_host_leases",
-]
+__all__ = ["CHECK", "ERRORS", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases", "held_text"]

@@ -51,8 +51,8 @@ from .clusters import Clusters
 from .handles import GangHandle, TaskHandle, wait_all
 from .items import ItemHandle
 from .kept import KeptWork
+from .lease_setup import ledger_status, open_host_leases
 from .lease_steps import LeaseSteps
-from .leases import ledger_status, open_host_leases
 from .lifecycle import LoopLife
 from .local_node import LOCAL
 from .loop import HISTORY, Clock, Debugging, LoopSettings, RuntimeLoop

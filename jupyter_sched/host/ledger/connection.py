@@ -22,10 +22,18 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .damage import Health, damage_of, deep_damage, move_aside, rebuild_lock
+from .damage import (
+    Health,
+    damage_of,
+    deep_damage,
+    identity_of,
+    move_aside,
+    read_head,
+    rebuild_lock,
+)
 from .opening import (
     LEASES_ENV,
     LedgerError,
@@ -81,7 +89,7 @@ class LedgerConnection:
             existed = os.path.lexists(self.path)
             conn = open_ledger(self.path, self._shared, self.timeout)
             self._conn, self._pid, self.fresh = conn, os.getpid(), True
-            self.opened = Health.of(self.path)
+            self.opened = _with_identity(self.path, Health.of(self.path))
             self.made = not existed
             self.seen, self.settled = None, False
             conn.execute("SELECT count FROM changes").fetchone()  # (SQLite opens -wal, -shm)
@@ -256,6 +264,17 @@ def _seen(db: sqlite3.Connection) -> Seen:
         "(SELECT max(count) FROM changes)").fetchone()
     (schema,) = db.execute("PRAGMA schema_version").fetchone()
     return Seen(str(generation or ""), int(schema), int(count) if count is not None else -1)
+
+
+def _with_identity(path: Path, health: Health | None) -> Health | None:
+    """``health`` with the identity in the file's header, read from the file itself."""
+    if health is None:
+        return None
+    with contextlib.suppress(OSError, LedgerError):
+        info = path.lstat()
+        if (info.st_dev, info.st_ino) == (health.dev, health.ino):
+            return replace(health, ident=identity_of(read_head(path, info) or b""))
+    return health
 
 
 def _still(path: Path, opened: Health | None) -> bool:

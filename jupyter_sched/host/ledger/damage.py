@@ -25,6 +25,7 @@ from ..discovery import boot_id
 from ..files import in_group
 from ..identity import user_name
 from .opening import APPLICATION_ID, LedgerBusy, LedgerError
+from .schema import version_of
 from .stalls import lock_holder
 
 _HEADER = b"SQLite format 3\x00"
@@ -39,6 +40,7 @@ class Health:
     ino: int
     uid: int
     mode: int
+    ident: int = 0  # the identity in the file's header (:func:`.schema.version_of`; 0: none)
 
     @classmethod
     def of(cls, path: Path) -> Health | None:
@@ -78,13 +80,13 @@ def damage_of(path: Path, opened: Health | None) -> str | None:
     if opened is not None and info.st_mode != opened.mode and (
             (info.st_mode & 0o600) != 0o600 or info.st_mode & ~opened.mode & 0o022):
         return (f"changed mode ({stat.filemode(opened.mode)} to {stat.filemode(info.st_mode)})")
-    what = _header_damage(path, info)
+    what = _header_damage(path, info, opened.ident if opened is not None else 0)
     if what is not None and whose:
         return f"{what} (the file there is{whose})"
     return what
 
 
-def _header_damage(path: Path, info: os.stat_result) -> str | None:
+def _header_damage(path: Path, info: os.stat_result, ident: int = 0) -> str | None:
     head = read_head(path, info)
     if head is None:
         return "was deleted"
@@ -94,7 +96,15 @@ def _header_damage(path: Path, info: os.stat_result) -> str | None:
         return "was overwritten (it is no SQLite database any more)"
     if int.from_bytes(head[68:72], "big") != APPLICATION_ID:
         return "was overwritten by another database"
+    found = identity_of(head)
+    if ident and found and found != ident:
+        return "had another ledger copied over it in place (its header is another ledger's)"
     return None
+
+
+def identity_of(head: bytes) -> int:
+    """The identity in a ledger file's header (0: none)."""
+    return version_of(int.from_bytes(head[60:64], "big"))[1] if len(head) >= 64 else 0
 
 
 def read_head(path: Path, info: os.stat_result) -> bytes | None:
@@ -259,5 +269,5 @@ def _this_boot() -> str:
     return f"{socket.gethostname()}/{boot_id() or 'unknown'}"
 
 
-__all__ = ["Health", "damage_of", "deep_damage", "made_before_this_boot", "move_aside",
-           "note_made", "read_head", "rebuild_lock"]
+__all__ = ["Health", "damage_of", "deep_damage", "identity_of", "made_before_this_boot",
+           "move_aside", "note_made", "read_head", "rebuild_lock"]

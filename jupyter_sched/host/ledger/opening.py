@@ -362,7 +362,7 @@ def _is_new(path: Path, db: sqlite3.Connection) -> bool:
 
 def _check_format(path: Path, db: sqlite3.Connection) -> None:
     (app,) = db.execute("PRAGMA application_id").fetchone()
-    (version,) = db.execute("PRAGMA user_version").fetchone()
+    version, _ = schema.version_of(db.execute("PRAGMA user_version").fetchone()[0])
     if app != APPLICATION_ID:
         raise LedgerError(
             f"{path} is a SQLite database but not a jupyter-sched lease ledger (application id "
@@ -371,7 +371,7 @@ def _check_format(path: Path, db: sqlite3.Connection) -> None:
         )
     if version in (1, 2, 3):
         schema.upgrade(db)
-        (version,) = db.execute("PRAGMA user_version").fetchone()
+        version, _ = schema.version_of(db.execute("PRAGMA user_version").fetchone()[0])
     if version != FORMAT:
         newer = "newer" if version > FORMAT else "older"
         raise LedgerError(

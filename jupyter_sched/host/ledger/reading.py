@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from ..identity import user_name
 from .opening import APPLICATION_ID, FORMAT, LEASES_ENV, LedgerError, explain
-from .schema import TABLES
+from .schema import TABLES, version_of
 
 _TABLES = TABLES
 
@@ -99,7 +99,7 @@ def _look_before_reading(path: Path) -> bool:
 
 def _check_format(path: Path, db: sqlite3.Connection) -> None:
     (app,) = db.execute("PRAGMA application_id").fetchone()
-    (version,) = db.execute("PRAGMA user_version").fetchone()
+    version, _ = version_of(db.execute("PRAGMA user_version").fetchone()[0])
     if app != APPLICATION_ID:
         raise LedgerError(f"{path} is a SQLite database but not a jupyter-sched lease ledger "
                           f"(application id {app:#x}); it is left as it is: check the path")

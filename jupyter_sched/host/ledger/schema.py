@@ -16,6 +16,11 @@ next transaction (``PRAGMA schema_version``) and heals (:mod:`.healing`).
 ledger is made and whenever it is healed. A file copied over the ledger in place (``cp``, the
 same inode) has another generation, or a change count lower than one a scheduler saw: either
 is noticed at the next transaction.
+
+**An identity in the file's header.** ``PRAGMA user_version`` holds the format in its low
+byte and a random number made with the file above it (:func:`version_of`). SQLite reads pages
+through its write-ahead log, which can hide a copy put over the file in place; the header is
+read from the file itself (:mod:`.damage`), so another ledger copied over this one shows there.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ each lease's share is held (``held``), 4 holders named by token and start ticks,
 use, the generation and the writer's guard."""
 
 APPLICATION_ID = 0x4A534C31  # "JSL1" in the SQLite header: this file is a lease ledger
+_IDENTITY = 1 << 22  # identities are 1 .. 2**22 - 1, above the format's byte
 WRITER = "jupyter_sched_writer"  # the SQL function every scheduler's connection registers
 
 _LEASES = f"""
@@ -109,6 +115,18 @@ def guards() -> str:
         for table in GUARDED for op in ("INSERT", "UPDATE", "DELETE"))
 
 
+def user_version(identity: int | None = None) -> int:
+    """The header's ``user_version`` of a new file: the format, and an identity above it."""
+    ident = secrets.randbelow(_IDENTITY - 1) + 1 if identity is None else identity
+    return FORMAT | ident << 8
+
+
+def version_of(value: int) -> tuple[int, int]:
+    """``(format, identity)`` of a header's ``user_version`` (identity 0: none, as in files
+    of format 3 and before)."""
+    return value & 0xFF, (value >> 8) & (_IDENTITY - 1)
+
+
 def register(db: sqlite3.Connection) -> None:
     """Let this connection write the ledger (the guard's function)."""
     db.create_function(WRITER, 0, _one, deterministic=True)
@@ -126,7 +144,7 @@ def create(db: sqlite3.Connection) -> None:
         (tables,) = db.execute("SELECT count(*) FROM sqlite_master").fetchone()
         if tables == 0:
             db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute(f"PRAGMA user_version = {FORMAT}")
+            db.execute(f"PRAGMA user_version = {user_version()}")
             for statement in statements(_LEASES + _WAITS + _FOUR + guards()):
                 db.execute(statement)
             new_generation(db)
@@ -142,7 +160,7 @@ def upgrade(db: sqlite3.Connection) -> None:
     Kernels of an older jupyter-sched then refuse the file by its format, as any newer one."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        (version,) = db.execute("PRAGMA user_version").fetchone()
+        version, _ = version_of(db.execute("PRAGMA user_version").fetchone()[0])
         if version == 1:  # (another process may have upgraded it while this one waited)
             db.execute("ALTER TABLE leases ADD COLUMN taken REAL NOT NULL DEFAULT 0")
             db.execute("UPDATE leases SET taken = since")
@@ -161,7 +179,7 @@ def upgrade(db: sqlite3.Connection) -> None:
             for statement in statements(_FOUR + guards()):
                 db.execute(statement)
             new_generation(db)
-            db.execute(f"PRAGMA user_version = {FORMAT}")
+            db.execute(f"PRAGMA user_version = {user_version()}")
     except BaseException:
         db.rollback()
         raise
@@ -208,4 +226,5 @@ def statements(script: str) -> list[str]:
 
 
 __all__ = ["APPLICATION_ID", "FORMAT", "GUARDED", "TABLES", "WRITER", "create", "guards",
-           "new_generation", "register", "restore", "statements", "upgrade"]
+           "new_generation", "register", "restore", "statements", "upgrade", "user_version",
+           "version_of"]
