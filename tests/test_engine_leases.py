@@ -6,7 +6,9 @@ tests/test_multihost_leases.py."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -104,6 +106,37 @@ def test_a_refused_lease_does_not_run_the_task_and_says_who_holds_it(ledger_file
     assert [lease.owner.pid for lease in Ledger(ledger_file).held()] == [pid, pid]
     for (lease,) in held:
         other.give(lease)
+    assert host_call(host(ledger_file), lambda: ok(1)) == ok(1)
+
+
+LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_ledger_another_process_holds_up_refuses_the_task_and_never_runs_it(ledger_file):
+    Ledger(ledger_file).close()
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(ledger_file)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout.readline().strip() == "locked"
+        on_host._ledgers.clear()  # (a fresh engine: it opens the ledger under the lock)
+        ran = []
+        began = time.monotonic()
+        status, head, data = host_call(host(ledger_file), lambda: ran.append(1))
+        assert time.monotonic() - began < 2.0  # (never stalled long)
+        assert (status, data, ran) == (REFUSED, b"", [])
+        assert head["reason"].startswith("the GPU ledger of h1 is held up (")
+        assert [(d, u) for d, u, *_ in head["holdings"]] == [(KEY, 10_000)]
+        assert host_holdings({"ledger": str(ledger_file), "node": "h1",
+                              "devices": {KEY: 0}})["holdings"][0][:2] == (KEY, 10_000)
+    finally:
+        locker.kill()
+        locker.wait()
     assert host_call(host(ledger_file), lambda: ok(1)) == ok(1)
 
 

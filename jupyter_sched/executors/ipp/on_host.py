@@ -40,6 +40,7 @@ from typing import Any
 
 from ...host.enforce import LOGICAL, MPS, TORCH, torch_scope
 from ...host.ledger import Lease, Ledger, LedgerError, Refusal, default_ledger
+from ...host.ledger.opening import LedgerBusy, LedgerFull
 from ...host.mps import MEMORY_ENV, THREADS_ENV, MpsStatus, detect_mps, mps_environment
 from ...model.quantity import SCALE
 
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 
 REFUSED = "refused"  # a reply's status: the host's ledger refused the task's shares
 ERRORS = (LedgerError, sqlite3.Error, OSError)
+STALLS = (LedgerBusy, LedgerFull)
+WAIT = 0.5  # seconds an engine's call waits at most for another process's lock on the ledger
 MPS_RECHECK = 5.0  # seconds an MPS detection is trusted (a daemon may start or stop)
 
 _lock = threading.Lock()
@@ -105,6 +108,8 @@ def _take(host: Mapping[str, Any], word: str | None) -> tuple[str, dict[str, Any
         ledger.give_mine()
         got = ledger.take_all(dict(host["shares"]), task=host.get("task", ""),
                               label=host.get("label") or None, held=word or "")
+    except STALLS as err:  # held up (a lock, a full disk): the task waits, it never runs
+        return "", stalled_head(host, err)  # unleased while others may hold its share
     except ERRORS as err:  # the task runs unleased, as a kernel with no ledger would
         return f"{type(err).__name__}: {err}", None
     if isinstance(got, Refusal):
@@ -121,8 +126,20 @@ def host_holdings(host: Mapping[str, Any]) -> dict[str, Any]:
         ledger = open_ledger(host.get("ledger", ""))
         ledger.sweep()
         return {"holdings": holdings(ledger, host.get("devices", {}))}
+    except STALLS as err:
+        return {"holdings": stalled_head(host, err)["holdings"]}
     except ERRORS as err:
         return {"error": f"{type(err).__name__}: {err}"}
+
+
+def stalled_head(host: Mapping[str, Any], err: BaseException) -> dict[str, Any]:
+    """A refusal while this host's ledger is held up by another process (or a full disk):
+    every GPU of the node counts as held, by the stall, until it ends."""
+    why = f"the GPU ledger of {host.get('node')} is held up ({err})"
+    devices = dict(host.get("devices", {}))
+    first = next(iter(host.get("shares") or devices), "")
+    return {"reason": f"{why}; GPU tasks there wait", "device": first, "taken": SCALE,
+            "holdings": [(key, SCALE, 0, "", why) for key in devices]}
 
 
 def give_back() -> None:
@@ -145,7 +162,7 @@ def open_ledger(configured: str) -> Ledger:
     with _lock:
         ledger = _ledgers.get(key)
         if ledger is None:
-            ledger = _ledgers[key] = Ledger(path)
+            ledger = _ledgers[key] = Ledger(path, timeout=WAIT)
         return ledger
 
 
