@@ -25,12 +25,22 @@ extensions, and work alike without them.
   build removes the extensions and the stamp an earlier one left there.
 * The shared library is a top-level module (``jupyter_sched_core__mypyc``): mypyc's runtime
   expects it above the package tree.
+* What mypyc built is kept in a cache (``build/mypyc/<key>/`` of the tree being built, or the
+  folder ``$JUPYTER_SCHED_MYPYC_CACHE`` names), keyed by everything the compile reads: every
+  source of the package (mypy reads the modules the compiled ones import), pyproject.toml,
+  the build script, mypy's version, this Python's ABI and platform, and the compiler's
+  settings. A build whose key is there takes the extensions from it instead of compiling
+  again (an editable install after ``git checkout`` and back, the test suite's wheel after the
+  editable install); an entry appears whole or not at all, and the newest few are kept
+  (:class:`Cache`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -41,6 +51,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -163,6 +174,96 @@ def toolchain_failure(output: str) -> str | None:
     return None
 
 
+def cache_key(root: str, compile_paths: list[str], mypy_args: list[str],
+              env: Mapping[str, str] | None = None) -> str | None:
+    """The cache key of a compile of ``compile_paths`` under ``root``: a hash of everything it
+    reads (see the module's docstring), or None where mypy's version is unknown (it is not
+    installed: the build then fails, saying so)."""
+    env = os.environ if env is None else env
+    try:
+        mypy_version = importlib.metadata.version("mypy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    digest = hashlib.sha256()
+
+    def add(label: str, data: bytes) -> None:
+        digest.update(f"{label}\0{len(data)}\0".encode())
+        digest.update(data)
+
+    add("format", b"1")
+    add("script", _BUILD_SCRIPT.encode())
+    add("mypy", mypy_version.encode())
+    add("python", f"{sys.implementation.cache_tag} {sys.version}".encode())
+    add("abi", f"{sysconfig.get_config_var('EXT_SUFFIX')} {sysconfig.get_platform()}".encode())
+    add("compiler", json.dumps([sysconfig.get_config_var("CC"),
+                                *(env.get(v, "") for v in ("CC", "CFLAGS", "CPPFLAGS",
+                                                           "LDFLAGS"))]).encode())
+    add("compile", json.dumps([compile_paths, mypy_args]).encode())
+    base = Path(root)
+    add("pyproject.toml", (base / "pyproject.toml").read_bytes())
+    packages = sorted({p.split("/")[0] for p in compile_paths})
+    for package in packages:
+        for path in sorted((base / package).rglob("*.py")):
+            add(path.relative_to(base).as_posix(), path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+class Cache:
+    """Compiled extensions by cache key, in ``directory``: an entry is a folder named by its
+    key, holding the built files at their paths in the wheel. An entry is written under a
+    temporary name and renamed into place whole, so a build stopped half way, or two at once,
+    leave no half entry; the :data:`KEEP` entries used last are kept, the others removed."""
+
+    KEEP = 4
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+
+    def get(self, key: str) -> Path | None:
+        entry = self.directory / key
+        if not entry.is_dir() or not self.files(entry):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(entry)  # used last: kept longest
+        return entry
+
+    @staticmethod
+    def files(entry: Path) -> list[str]:
+        return sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*") if p.is_file())
+
+    def put(self, key: str, built: Mapping[str, str]) -> None:
+        """Keep ``built`` ({file: its path in the wheel}) as the entry of ``key``; a cache that
+        cannot be written is no error (the build has its extensions all the same)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            partial = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.directory))
+            for src, rel in built.items():
+                (partial / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, partial / rel)
+            try:
+                partial.rename(self.directory / key)
+            except OSError:  # another build put it there first
+                shutil.rmtree(partial, ignore_errors=True)
+            self.prune()
+        except OSError:
+            return
+
+    def prune(self) -> None:
+        """Remove all but the :data:`KEEP` entries used last, and what builds stopped half
+        way left (a temporary entry older than an hour)."""
+        entries, now = [], time.time()
+        for path in self.directory.iterdir():
+            if not path.is_dir():
+                continue
+            if not path.name.startswith("."):
+                entries.append(path)
+            elif now - path.stat().st_mtime > 3600:
+                shutil.rmtree(path, ignore_errors=True)
+        entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in entries[self.KEEP:]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 class CustomBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
@@ -177,8 +278,7 @@ class CustomBuildHook(BuildHookInterface):
         elif problem := toolchain_problem():
             self.fall_back(problem)
         else:
-            self._tmp_dir = tempfile.mkdtemp(prefix="mypyc-build-")
-            built = self.build_extensions(os.path.join(self._tmp_dir, "out"))
+            built = self.cached_or_built_extensions()
         if built is None:  # plain Python
             if editable:
                 self.remove_inplace_artifacts()
@@ -194,6 +294,30 @@ class CustomBuildHook(BuildHookInterface):
         root = Path(self.root)
         stamp = {p: hashlib.sha256((root / p).read_bytes()).hexdigest() for p in self.compile_paths}
         Path(self.stamp_path).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
+
+    def cached_or_built_extensions(self) -> dict[str, str] | None:
+        """The compiled extensions ({file: its path in the wheel}): from the cache when it has
+        them for these sources, else built and put there; None when the C compile failed for
+        want of a toolchain (said in one line)."""
+        cache = Cache(self.cache_dir)
+        key = cache_key(self.root, self.compile_paths, [*self.config.get("mypy-args", [])])
+        if key is not None and (entry := cache.get(key)) is not None:
+            self.app.display_info(f"mypyc: reusing the core compiled from these sources "
+                                  f"({entry})")
+            return {str(entry / rel): rel for rel in cache.files(entry)}
+        self._tmp_dir = tempfile.mkdtemp(prefix="mypyc-build-")
+        built = self.build_extensions(os.path.join(self._tmp_dir, "out"))
+        if built is not None and key is not None:
+            cache.put(key, built)
+        return built
+
+    @property
+    def cache_dir(self) -> str:
+        """Where compiled extensions are kept: ``$<GROUP>_MYPYC_CACHE``, else ``build/mypyc``
+        of the tree being built (ignored by git; a build from an sdist's temporary tree finds
+        none there, and its entry goes with the tree)."""
+        env = self.config.get("cache-env") or f"{self.group_name.upper()}_MYPYC_CACHE"
+        return os.environ.get(env) or os.path.join(self.root, "build", "mypyc")
 
     def dependencies(self) -> list[str]:
         """What the build needs beyond ``[build-system] requires``, asked before it starts, so

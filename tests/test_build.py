@@ -37,6 +37,8 @@ EXTENSION = "share/jupyter/labextensions/jupyter-sched"
 COMPILE = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
     "hooks"]["custom"]["compile"]
 FALLBACK = "the scheduling core is installed as plain Python"
+CACHE = ROOT / "build" / "mypyc"  # the editable install's cache of compiled cores
+REUSED = "mypyc: reusing the core compiled from these sources"
 NODE = re.compile(r"(node|nodejs|npm|npx|corepack|yarn|pnpm)(\.exe|\.cmd)?")
 COMPILERS = re.compile(r"(.*-)?(cc|c89|c99|gcc|g\+\+|c\+\+|clang|clang\+\+|tcc|icc|icx)(-[\d.]+)?")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -122,13 +124,16 @@ def tools(work: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dists(work: Path, tools: Path) -> tuple[Path, Path, str]:
-    """``python -m build`` of a copy of this checkout: (sdist, wheel, the build's output).
+def dists(work: Path, tools: Path) -> tuple[Path, Path, str, bool]:
+    """``python -m build`` of a copy of this checkout: (sdist, wheel, the build's output,
+    whether the cache had the compiled core for these sources before).
     Where this checkout has the extension built already, the copy gets it and npm is kept
-    off PATH (the build hook then uses it as it is); otherwise npm builds it."""
+    off PATH (the build hook then uses it as it is); otherwise npm builds it. The build uses
+    this checkout's cache of compiled cores: where the editable install compiled these
+    sources, the wheel carries what it compiled."""
     src, out = work / "src", work / "dist"
     _copy_sources(src)
-    env = _env()
+    env = _env(JUPYTER_SCHED_MYPYC_CACHE=str(CACHE))
     built = ROOT / "jupyter_sched" / "labextension"
     if (built / "package.json").is_file() and (built / "static" / "style.js").is_file():
         shutil.copytree(built, src / "jupyter_sched" / "labextension")
@@ -139,11 +144,15 @@ def dists(work: Path, tools: Path) -> tuple[Path, Path, str]:
                                                                "node_modules")
     else:
         pytest.skip("neither a built JupyterLab extension nor Node.js and npm to build it")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "hooks"]["custom"]
+    key = _hatch_build().cache_key(str(src), COMPILE, config["mypy-args"], env)
+    cached = key is not None and (CACHE / key).is_dir()
     proc = _run([tools, "-m", "build", "--outdir", out, src], "python -m build", env=env,
                 timeout=900)
     sdists, wheels = sorted(out.glob("*.tar.gz")), sorted(out.glob("*.whl"))
     assert len(sdists) == 1 and len(wheels) == 1, proc.stdout[-5000:]
-    return sdists[0], wheels[0], proc.stdout
+    return sdists[0], wheels[0], proc.stdout, cached
 
 
 def _importable_name(path: str) -> str:
@@ -212,10 +221,73 @@ def test_a_build_that_failed_all_the_same_is_read_for_what_is_missing():
     assert "\n" not in line and "JUPYTER_SCHED_PURE=1" in line and FALLBACK in line
 
 
+def _tree(root: Path) -> Path:
+    """A small package tree as the cache key reads it."""
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "fast.py").write_text("def f(x: int) -> int:\n    return x\n")
+    (root / "pkg" / "sub" / "types.py").write_text("T = int\n")
+    return root
+
+
+def test_the_cache_key_of_a_compile_changes_with_anything_it_reads(tmp_path):
+    hb = _hatch_build()
+    one, two = _tree(tmp_path / "one"), _tree(tmp_path / "two")
+    args = (["pkg/fast.py"], ["--strict"])
+
+    def key(root: Path = one, **env: str) -> str:
+        found = hb.cache_key(str(root), *args, env=env)
+        assert found is not None  # (mypy is installed with the test extra)
+        return found
+
+    assert key(one) == key(two)  # the same sources elsewhere
+    assert key(CC="clang") != key() != key(CFLAGS="-O0")
+    assert hb.cache_key(str(one), ["pkg/fast.py"], [], env={}) != key()
+    for edit in ("pkg/sub/types.py", "pkg/fast.py", "pyproject.toml"):  # imported ones too
+        before = key(two)
+        with open(two / edit, "a") as f:
+            f.write("\n# edited\n")
+        assert key(two) != before, edit
+    (two / "pkg" / "new.py").write_text("")
+    before = key(two)
+    (two / "pkg" / "new.py").rename(two / "pkg" / "renamed.py")
+    assert key(two) != before
+
+
+def test_the_cache_gives_an_entry_whole_and_keeps_the_newest(tmp_path):
+    hb = _hatch_build()
+    cache = hb.Cache(str(tmp_path / "cache"))
+    assert cache.get("a") is None
+    built = tmp_path / "out"
+    (built / "pkg").mkdir(parents=True)
+    (built / "pkg" / "fast.so").write_bytes(b"\x7fELF compiled")
+    (built / "top__mypyc.so").write_bytes(b"\x7fELF shared")
+    cache.put("a", {str(built / "pkg" / "fast.so"): "pkg/fast.so",
+                    str(built / "top__mypyc.so"): "top__mypyc.so"})
+    entry = cache.get("a")
+    assert entry is not None and hb.Cache.files(entry) == ["pkg/fast.so", "top__mypyc.so"]
+    assert (entry / "pkg" / "fast.so").read_bytes() == b"\x7fELF compiled"
+    # a build stopped half way leaves a temporary entry: no entry, removed once an hour old
+    half, empty = tmp_path / "cache" / ".b.half", tmp_path / "cache" / "c"
+    half.mkdir()
+    empty.mkdir()  # an empty folder is no entry either
+    assert cache.get("b") is None and cache.get("c") is None
+    now = time.time()
+    for path, age in ((half, 7200), (entry, 2000), (empty, 1500)):
+        os.utime(path, (now - age,) * 2)
+    for k, key in enumerate("defgh"):  # each newer than the one before
+        cache.put(key, {str(built / "top__mypyc.so"): "top__mypyc.so"})
+        os.utime(tmp_path / "cache" / key, (now - 1000 + k,) * 2)
+    left = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert left == ["e", "f", "g", "h"], left  # the newest KEEP, and no half entry
+    assert hb.Cache.KEEP == 4
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
 def test_build_makes_a_wheel_with_the_compiled_core_and_the_extension(dists):
-    _, wheel, output = dists
+    _, wheel, output, cached = dists
     names = set(zipfile.ZipFile(wheel).namelist())
     data = f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.data/data/{EXTENSION}"
     for part in ("package.json", "static/style.js", "install.json"):
@@ -232,12 +304,14 @@ def test_build_makes_a_wheel_with_the_compiled_core_and_the_extension(dists):
         assert path in names  # the sources ship beside the extensions
     assert any(n.startswith("jupyter_sched_core__mypyc.") for n in extensions)
     assert FALLBACK not in output
-
+    # compiled once for these sources: where the cache had them, the build took them from it
+    assert (REUSED in output) == cached, output[-5000:]
+    assert ("mypyc: compiling" in output) == (not cached), output[-5000:]
 
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
 def test_the_sdist_carries_the_built_extension_and_no_build_outputs(dists):
-    sdist, _, _ = dists
+    sdist, *_ = dists
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for path in ("jupyter_sched/labextension/package.json",
@@ -250,7 +324,7 @@ def test_the_sdist_carries_the_built_extension_and_no_build_outputs(dists):
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
 def test_the_wheel_installs_in_a_clean_venv_and_jupyterlab_lists_the_extension(dists, work):
-    _, wheel, _ = dists
+    _, wheel, *_ = dists
     python = _venv(work / "wheel-venv")
     _run([python, "-m", "pip", "install", "--quiet", wheel, "jupyterlab>=4.0.0,<5"],
          "installing the wheel and JupyterLab", timeout=600)
@@ -270,7 +344,7 @@ def test_the_wheel_installs_in_a_clean_venv_and_jupyterlab_lists_the_extension(d
 def test_the_sdist_installs_with_no_node_and_no_compiler_as_plain_python(dists, work):
     """No Node.js, no C compiler: the sdist installs, with the extension it carries and the
     core as plain Python, and the build says why in one line."""
-    sdist, _, _ = dists
+    sdist, *_ = dists
     python = _venv(work / "sdist-venv")
     hidden = re.compile(f"{NODE.pattern}|{COMPILERS.pattern}")
     env = _env(CC="false", PATH=_path_without(work / "bin-bare", hidden))
