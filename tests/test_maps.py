@@ -239,6 +239,8 @@ def test_the_bar_counts_every_item_once(sched, bars, chunksize):
 
 
 def test_the_real_bar_writes_text_outside_a_notebook(sched, capsys):
+    # ipyparallel imports ipykernel's shell: this process is no notebook all the same
+    pytest.importorskip("ipykernel.zmqshell")
     hs = sched.map(picky, range(4), chunksize=2, target="local", progress=True)
     sched.wait(hs, timeout=WAIT)
     assert "4/4" in capsys.readouterr().err  # full by the time the items resolve

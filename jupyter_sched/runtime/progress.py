@@ -7,6 +7,7 @@ taken under a lock, and the bar closes when the last item ends.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
@@ -14,9 +15,14 @@ from typing import Any
 
 
 def make_bar(total: int, name: str) -> Any:
-    """The bar itself (tests put a fake one here)."""
-    from tqdm.auto import tqdm
-
+    """The bar itself (tests put a fake one here): ``tqdm.auto``'s in a kernel, text
+    elsewhere (``tqdm.auto`` takes any process that imported ipykernel's shell, as
+    ipyparallel does, for a notebook)."""
+    ipython = sys.modules.get("IPython")  # (a kernel has imported it)
+    if getattr(ipython and ipython.get_ipython(), "kernel", None) is not None:
+        from tqdm.auto import tqdm
+    else:
+        from tqdm.std import tqdm
     return tqdm(total=total, desc=name or "map", unit="item")
 
 
