@@ -1,9 +1,10 @@
 """The package's shape is a contract: layers point one way, no import circles, a pure core.
 
-`lint-imports` checks the contracts in pyproject.toml ([tool.importlinter]); the two checks it
+`lint-imports` checks the contracts in pyproject.toml ([tool.importlinter]); the checks it
 cannot express are here, on the same import graph (grimp, which import-linter is built on).
 Function-level imports count as much as module-level ones, and so do imports under
-`if TYPE_CHECKING:` for circles (an annotation that needs a module above is the same circle).
+`if TYPE_CHECKING:` for circles and for the pure layers (an annotation that needs a module
+above is the same circle, and the same dependency, in the design).
 """
 
 from __future__ import annotations
@@ -94,6 +95,15 @@ def test_the_circle_finder_finds_circles():
                     "jupyter_sched.c": {"jupyter_sched.a"}}[m]
 
     assert _circles(Graph) == [["jupyter_sched.a", "jupyter_sched.b"]]
+
+
+def test_the_model_never_imports_the_core(graph):
+    """The layers' order between the two pure ones, also under ``if TYPE_CHECKING:``, which
+    the layers contract leaves out."""
+    found = {m: sorted(n for n in graph.find_modules_directly_imported_by(m)
+                       if n == "jupyter_sched.core" or n.startswith("jupyter_sched.core."))
+             for m in graph.modules if m.startswith("jupyter_sched.model")}
+    assert {m: names for m, names in found.items() if names} == {}
 
 
 def test_model_and_core_import_only_the_standard_library_and_each_other(graph):
