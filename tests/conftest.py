@@ -1,4 +1,10 @@
-"""Test settings shared by every test module."""
+"""What every test module shares: the builders of a core and of a scheduler, and the checks
+every test gets.
+
+* ``core``: a core checked after every step (tests/conftest_core.py has the event builders).
+* :func:`scheduler`, and the ``sched`` fixture built with it: a started scheduler whose core is
+  checked after every step, shut down after the test, with no invariant broken.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,68 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+# -- a core and a scheduler ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def core():
+    """A core checked after every ``handle`` (also one that refuses an event), and at the
+    end."""
+    from conftest_core import validating
+
+    from jupyter_sched.core.state import Core
+
+    checked = validating(Core())
+    yield checked
+    checked.validate()
+
+
+@contextlib.contextmanager
+def scheduler(local_resources: str = "GPU=2,CPU=4", *, kernel_wide: bool = False,
+              **settings: object):
+    """A started scheduler with ``local_resources`` and any other ``settings`` (an update
+    every 0.02 s unless given), whose core is checked after every step; shut down after, with
+    no invariant broken on the way. ``kernel_wide``: the one ``jupyter_sched.get_scheduler()``
+    gives (checked from its first step after the start), forgotten after."""
+    from jupyter_sched.runtime import instance
+    from jupyter_sched.runtime.scheduler import Scheduler
+
+    settings = {"local_resources": local_resources, "update_interval": 0.02, **settings}
+    if kernel_wide:
+        s = instance.get_scheduler(**settings)
+        s.debug.validate = True
+    else:
+        s = Scheduler(**settings)
+        s.debug.validate = True
+        s.start()
+    try:
+        yield s
+    finally:
+        s.shutdown()
+        if kernel_wide:
+            instance._scheduler = None
+    assert s.debug.errors == []
+
+
+@pytest.fixture
+def ledger_path(tmp_path_factory):
+    """The lease ledger of the test's scheduler (``sched``), in a folder of its own (not in
+    ``tmp_path``, which is the test's alone)."""
+    return tmp_path_factory.mktemp("ledger") / "leases.db"
+
+
+@pytest.fixture
+def sched(request, ledger_path):
+    """:func:`scheduler`'s scheduler, with a lease ledger of the test's own (``ledger_path``)
+    and the settings of the test's or module's ``pytest.mark.scheduler(...)`` mark (the
+    arguments of :func:`scheduler`)."""
+    mark = request.node.get_closest_marker("scheduler")
+    args, kwargs = (mark.args, mark.kwargs) if mark else ((), {})
+    kwargs = {"ledger_path": str(ledger_path), **kwargs}
+    with scheduler(*args, **kwargs) as s:
+        yield s
+
+
 @pytest.fixture
 def xdg(tmp_path, monkeypatch) -> str:
     """A private runtime directory (``XDG_RUNTIME_DIR``): the test's kept-cluster files, and
@@ -32,22 +100,6 @@ def xdg(tmp_path, monkeypatch) -> str:
     directory.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(directory))
     return str(directory)
-
-
-@contextlib.contextmanager
-def checked_scheduler(local_resources: str):
-    """A started scheduler that validates the core after every step; shut down after, with
-    no invariant broken on the way."""
-    from jupyter_sched.runtime.scheduler import Scheduler
-
-    s = Scheduler(local_resources=local_resources, update_interval=0.02)
-    s.debug.validate = True
-    s.start()
-    try:
-        yield s
-    finally:
-        s.shutdown()
-    assert s.debug.errors == []
 
 
 @pytest.fixture

@@ -12,20 +12,11 @@ from pathlib import Path
 import pytest
 
 import jupyter_sched as js
-from jupyter_sched.runtime import instance
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.scheduler("GPU=2", kernel_wide=True)]
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 10
-
-
-@pytest.fixture
-def sched():
-    s = js.get_scheduler(local_resources="GPU=2", update_interval=0.02)
-    yield s
-    s.shutdown()
-    instance._scheduler = None
 
 
 def test_get_scheduler_is_one_started_instance(sched):

@@ -15,11 +15,6 @@ from jupyter_sched.model.tasks import TERMINAL, GangSpec
 
 
 @pytest.fixture
-def core():
-    return validating(Core())
-
-
-@pytest.fixture
 def preempting():
     return validating(Core(preemption=True))
 

@@ -20,13 +20,6 @@ from jupyter_sched.model.tasks import TERMINAL, GangSpec, TaskSpec
 from jupyter_sched.sim import Simulation
 
 
-@pytest.fixture
-def core():
-    c = validating(Core())
-    yield c
-    c.validate()
-
-
 def engines(gpus=1, per_gpu=3, name="n"):
     """A node of ``gpus`` GPUs with ``per_gpu`` engines pinned to each: e<gpu>.<k>."""
     slots = tuple(SlotSpec(f"e{g}.{k}", frozenset({g}))

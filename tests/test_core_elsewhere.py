@@ -13,13 +13,6 @@ from jupyter_sched.core.state import Core, Refused
 WHY = "0.5 of GPU 0 is held by another kernel (pid 4242, notebook train.ipynb)"
 
 
-@pytest.fixture
-def core():
-    c = validating(Core())
-    yield c
-    c.validate()
-
-
 def held(shares, reason=WHY, name="n"):
     return ev.HeldElsewhere(name, {"GPU": shares}, reason)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest_core import U, node, submit, task, validating
+from conftest_core import U, node, submit, task
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.core.state import Core, InvalidTransition
@@ -11,13 +11,6 @@ from jupyter_sched.core.transitions import ADMIT, fire
 from jupyter_sched.model.allocation import Allocation
 from jupyter_sched.model.cluster import SlotSpec
 from jupyter_sched.model.tasks import GangSpec
-
-
-@pytest.fixture
-def core():
-    c = validating(Core())
-    yield c
-    c.validate()
 
 
 def test_submit_starts_with_exact_devices(core):

@@ -3,11 +3,9 @@ only the tasks pinned to it by name: nothing else is ever placed there, by any p
 
 from __future__ import annotations
 
-import pytest
-from conftest_core import node, submit, validating
+from conftest_core import node, submit
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.core.state import Core
 from jupyter_sched.model.allocation import NodeResources
 from jupyter_sched.model.cluster import PINNED_ONLY
 from jupyter_sched.model.resources import Demand
@@ -15,13 +13,6 @@ from jupyter_sched.model.specs import SlotSpec
 from jupyter_sched.model.tasks import TaskSpec
 
 KEPT = "kept-1700000000-abcd"
-
-
-@pytest.fixture
-def core():
-    c = validating(Core())
-    yield c
-    c.validate()
 
 
 def kept_node(slots=2):

@@ -17,11 +17,6 @@ from jupyter_sched.model.tasks import GangSpec, TaskSpec
 from jupyter_sched.sim import Simulation
 
 
-@pytest.fixture
-def core():
-    return validating(Core())
-
-
 def brief(out) -> list[tuple[str, str]]:
     return [(type(i).__name__, i.task) for i in out]
 

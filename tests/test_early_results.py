@@ -11,17 +11,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import checked_scheduler
 
 pytestmark = pytest.mark.timeout(60)
 
 WAIT = 10  # seconds any single wait may take before it counts as a hang
-
-
-@pytest.fixture
-def sched():
-    with checked_scheduler("GPU=2,CPU=4") as s:
-        yield s
 
 
 def running(sched, handle) -> None:

@@ -17,15 +17,6 @@ from IPython.core.error import UsageError
 from jupyter_sched.notebook.cell_options import parse_args
 from jupyter_sched.notebook.commands import COMMANDS
 from jupyter_sched.notebook.magics import parse_cell
-from jupyter_sched.runtime.scheduler import Scheduler
-
-
-@pytest.fixture(scope="module")
-def sched():
-    s = Scheduler(local_resources="GPU=2,CPU=4").start()
-    yield s
-    s.shutdown()
-
 
 API = [
     ({"gang": ("g", "2")}, "size '2' must be a whole number"),

@@ -10,21 +10,14 @@ import types
 from concurrent.futures import CancelledError
 
 import pytest
-from conftest import checked_scheduler
 
 import jupyter_sched
 from jupyter_sched.executors.context import current_task
 from jupyter_sched.executors.local import executor, running
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.scheduler("GPU=2")]
 
 WAIT = 10
-
-
-@pytest.fixture
-def sched():
-    with checked_scheduler("GPU=2") as s:
-        yield s
 
 
 def hold(gate: threading.Event) -> None:

@@ -13,18 +13,10 @@ from jupyter_sched.executors.chunks import run_chunk
 from jupyter_sched.runtime import progress as progress_mod
 from jupyter_sched.runtime.items import ItemHandle
 from jupyter_sched.runtime.maps import check_chunksize, chunk_size
-from jupyter_sched.runtime.scheduler import Scheduler
+
+pytestmark = pytest.mark.scheduler(update_interval=0.25)  # (the default, as users have it)
 
 WAIT = 20
-
-
-@pytest.fixture
-def sched():
-    s = Scheduler(local_resources="GPU=2,CPU=4").start()
-    s.debug.validate = True
-    yield s
-    s.shutdown()
-    assert s.debug.errors == []
 
 
 def picky(x: int) -> int:

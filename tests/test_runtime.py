@@ -14,7 +14,6 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import checked_scheduler
 
 from jupyter_sched.model.tasks import TERMINAL
 from jupyter_sched.runtime.scheduler import HISTORY, Scheduler
@@ -23,12 +22,6 @@ from jupyter_sched.views.display import queue_bundle
 pytestmark = pytest.mark.timeout(60)
 
 WAIT = 10  # seconds any single wait in these tests may take before it counts as a hang
-
-
-@pytest.fixture
-def sched():
-    with checked_scheduler("GPU=2,CPU=4") as s:
-        yield s
 
 
 def sched_threads() -> list[str]:

@@ -19,24 +19,15 @@ from jupyter_sched.runtime import leases as runtime_leases
 from jupyter_sched.runtime.leases import SWEEP
 from jupyter_sched.runtime.scheduler import Scheduler
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.scheduler("GPU=1,CPU=4")]
 
 WAIT = 10
 
 
 @pytest.fixture
-def path(tmp_path):
-    return tmp_path / "leases.db"
-
-
-@pytest.fixture
-def sched(path):
-    s = Scheduler(local_resources="GPU=1,CPU=4", update_interval=0.02, ledger_path=str(path))
-    s.debug.validate = True
-    s.start()
-    yield s
-    s.shutdown()
-    assert s.debug.errors == []
+def path(ledger_path):
+    """The ledger of the test's scheduler (the ``sched`` fixture's)."""
+    return ledger_path
 
 
 def gpu_key(sched, index=0):

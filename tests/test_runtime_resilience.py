@@ -23,13 +23,6 @@ pytestmark = pytest.mark.timeout(60)
 WAIT = 10
 
 
-@pytest.fixture
-def sched():
-    s = Scheduler(local_resources="GPU=2,CPU=4", update_interval=0.02).start()
-    yield s
-    s.shutdown()
-
-
 def test_a_step_that_raises_answers_its_caller_and_the_next_request_is_served(sched):
     calls = {"n": 0}
 

@@ -16,6 +16,8 @@ from traitlets import TraitError
 
 from jupyter_sched.runtime.scheduler import Scheduler
 
+pytestmark = pytest.mark.scheduler(update_interval=0.05)
+
 BAD = [
     ("max_rows", -1), ("max_rows", 0), ("max_rows", True), ("max_rows", 10**9),
     ("update_interval", math.nan), ("update_interval", 0), ("update_interval", -1),
@@ -26,13 +28,6 @@ BAD = [
     ("local_resources", "GPU=abc"), ("local_resources", "GPU=-1"),
     ("default_queue", "nope"), ("default_queue", "x" * 100_000),
 ]
-
-
-@pytest.fixture(scope="module")
-def sched():
-    s = Scheduler(local_resources="GPU=2,CPU=4", update_interval=0.05).start()
-    yield s
-    s.shutdown()
 
 
 @pytest.mark.parametrize(("name", "value"), BAD, ids=[f"{n}={str(v)[:12]}" for n, v in BAD])
