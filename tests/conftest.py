@@ -1,30 +1,42 @@
-"""What every test module shares: the builders of a core and of a scheduler, and the checks
-every test gets.
+"""What every test module shares: the builders of a core and of a scheduler, how the tests run
+side by side (pytest-xdist), and the checks every test gets.
 
 * ``core``: a core checked after every step (tests/conftest_core.py has the event builders).
 * :func:`scheduler`, and the ``sched`` fixture built with it: a started scheduler whose core is
   checked after every step, shut down after the test, with no invariant broken.
+* Tests run in worker processes side by side (``-n auto`` in pyproject.toml). The tests of a
+  module that share a fixture (a cluster, a kernel, a server started once) stay on one worker,
+  in their order; modules that share something of the machine name it with
+  ``pytest.mark.shares(name)`` and run one after another (:data:`SHARED`); any other test runs
+  wherever a worker is free.
+* A test that starts a real process (a kernel, a cluster, a Python child) is marked
+  ``integration`` and has a timeout of its own: the run checks it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import multiprocessing.process
 import os
+import shutil
+import sys
 import tempfile
 import warnings
 
 import pytest
 from hypothesis import settings
 
-# In CI the property tests draw the same examples every run (derandomized): a run is judged on
-# the code, not on the luck of the draw. Elsewhere they draw fresh examples each time, which is
-# how new counterexamples are found.
 # The schedulers and kernels of a test run share a lease ledger of their own, not the user's
-# (whose kernels would otherwise wait for the tests' GPUs, and the tests for theirs).
+# (whose kernels would otherwise wait for the tests' GPUs, and the tests for theirs); each
+# worker process of a run has its own.
 os.environ.setdefault("JUPYTER_SCHED_LEASES",
                       os.path.join(tempfile.mkdtemp(prefix="jupyter-sched-test-"), "leases.db"))
 
+# In CI the property tests draw the same examples every run (derandomized): a run is judged on
+# the code, not on the luck of the draw. Elsewhere they draw fresh examples each time, which is
+# how new counterexamples are found.
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
@@ -113,6 +125,167 @@ def quiet(caplog):
     assert [r.getMessage() for r in records if r.levelno > logging.DEBUG] == []
 
 
+# -- side by side -------------------------------------------------------------------------------
+#
+# pytest-xdist runs the tests in worker processes (``-n auto --dist loadgroup`` in
+# pyproject.toml). Its own grouping reads a group from each test's node id, which pytest 9.2 no
+# longer lets a plugin change (pytest-dev/pytest-xdist#1386: the groups are silently dropped);
+# here each worker writes the groups it collected to a file, and the controller's scheduler
+# (:func:`pytest_xdist_make_scheduler`) sends each group to one worker as one unit of work.
+
+# What some modules share that there is one of per machine: they carry
+# ``pytest.mark.shares(name)`` and run one after another, on one worker. Everything else a test
+# makes is its own (temporary folders, free ports, random names, pid-tagged namespaces), so
+# other modules run beside them.
+SHARED = {
+    "hosts": "namespace hosts (tests/hosts.py) with a Slurm cluster or sshd on them, whose "
+             "heartbeats and timeouts (seconds) a second such cluster would starve",
+}
+
+# Modules that take minutes go first, so that no worker starts one when the rest are nearly
+# done; then the rest of the modules whose tests start processes, then the others.
+FIRST = ("test_build", "test_lab_ui", "test_notebooks", "test_labextension", "test_fair_share",
+         "test_ledger_damage", "test_ledger_on_hosts")
+
+_GROUPS = "JUPYTER_SCHED_TEST_GROUPS"  # the folder the workers write their groups to
+_GROUP = pytest.StashKey[str]()
+
+
+def pytest_configure(config) -> None:
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        folder = tempfile.mkdtemp(prefix="jupyter-sched-groups-")  # (workers inherit it)
+        os.environ[_GROUPS] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+@pytest.hookimpl(optionalhook=True)  # (pytest-xdist's hooks)
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: two workers per CPU, at least two and at most eight: most tests wait for
+    processes (kernels, engines, a browser), not for a CPU."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(2, min(8, 2 * (cpus or 1)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With ``--dist loadgroup``: a unit of work is a group of tests (:func:`_group`), or one
+    test; units go to workers in the collection's order as they become free."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                self.groups = _read_groups()
+            return self.groups.get(nodeid, nodeid)
+
+    return Groups(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Each test's group (:func:`_group`); then the order: :data:`FIRST`, the modules whose
+    tests start processes, the rest (a module stays whole, in its order)."""
+    for item in items:
+        group = _group(item)
+        if group is not None:
+            item.stash[_GROUP] = group
+    first = {name: k for k, name in enumerate(FIRST)}
+    starts = {item.module.__name__ for item in items if item.get_closest_marker("integration")}
+    items.sort(key=lambda item: (first.get(item.module.__name__, len(FIRST)),
+                                 item.module.__name__ not in starts))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session) -> None:
+    """A worker writes the groups of what it collected, by node id, for the controller."""
+    folder = os.environ.get(_GROUPS)
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    if folder and worker:
+        groups = {item.nodeid: item.stash[_GROUP] for item in session.items
+                  if _GROUP in item.stash}
+        partial = os.path.join(folder, f".{worker}.json")
+        with open(partial, "w") as f:
+            json.dump(groups, f)
+        os.replace(partial, os.path.join(folder, f"{worker}.json"))
+
+
+def _read_groups() -> dict[str, str]:
+    """The groups a worker wrote (every worker collected the same tests)."""
+    folder = os.environ.get(_GROUPS, "")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".json") and not name.startswith("."):
+            with open(os.path.join(folder, name)) as f:
+                return json.load(f)
+    raise RuntimeError(f"no worker wrote the groups of its tests to {folder!r}")
+
+
+def _group(item) -> str | None:
+    """What ``item`` runs with, on one worker: the shared thing its module names; else its
+    module's tests, when it uses a fixture they share (a cluster, a kernel, a server started
+    once); else nothing: it runs wherever a worker is free."""
+    mark = item.get_closest_marker("shares")
+    if mark is not None:
+        if not mark.args or mark.args[0] not in SHARED:
+            raise pytest.UsageError(f"{item.nodeid}: pytest.mark.shares{mark.args} names none "
+                                    f"of tests/conftest.py's SHARED ({', '.join(SHARED)})")
+        return f"shares {mark.args[0]}"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None and any(d.scope in ("class", "module", "package")
+                                for defs in info.name2fixturedefs.values() for d in defs):
+        return item.module.__name__
+    return None
+
+
+# -- tests that start processes ----------------------------------------------------------------
+
+_started: list[str] = []  # what started a process, in this worker, ever
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn",
+                             "os.fork", "os.forkpty", "os.exec"})
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event in _PROCESS_EVENTS:
+        _started.append(event)
+
+
+sys.addaudithook(_audit)
+_start_process = multiprocessing.process.BaseProcess.start
+
+
+def _start_and_say(self) -> None:  # (multiprocessing's spawn raises no audit event)
+    _started.append("multiprocessing")
+    _start_process(self)
+
+
+multiprocessing.process.BaseProcess.start = _start_and_say
+
+
+_STARTED_BEFORE = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_STARTED_BEFORE] = len(_started)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the test and its fixtures: whether it started a process, and may."""
+    result = yield
+    started = _started[item.stash.get(_STARTED_BEFORE, len(_started)):]
+    if started and not (item.get_closest_marker("integration")
+                        and item.get_closest_marker("timeout")):
+        pytest.fail(f"{item.nodeid} starts processes ({', '.join(sorted(set(started)))}) but "
+                    f"is not marked integration with a timeout of its own: mark it "
+                    f"(pytest.mark.integration, pytest.mark.timeout(seconds))", pytrace=False)
+    return result
+
+
 # -- tests that share a scheduler or a kernel ---------------------------------------------------
 
 SETTLE = 60  # seconds the work a test left may take to end once cancelled
@@ -141,16 +314,14 @@ def _the_next_test_starts_idle(request):
 
 
 def _settle(sched) -> None:
-    import time
+    from waiting import wait_for
 
     left = sched.cancel_all("left by the previous test")
     sched.wait(timeout=SETTLE)
-    deadline = time.monotonic() + SETTLE  # engines reply after their tasks ended
-    while time.monotonic() < deadline:
-        nodes = sched.snapshot(fresh=True).nodes
-        if all(node.free_slots == node.slots for node in nodes):
-            break
-        time.sleep(0.05)
+    # engines reply after their tasks ended
+    wait_for(lambda: all(node.free_slots == node.slots
+                         for node in sched.snapshot(fresh=True).nodes), SETTLE,
+             "every slot free after the test's work was cancelled", every=0.05)
     if left:
         logging.getLogger("jupyter_sched.tests").warning(
             "%d tasks left by %s were cancelled", left, sched)

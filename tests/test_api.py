@@ -81,6 +81,7 @@ def test_current_task_is_exported():
         js.no_such_name  # noqa: B018
 
 
+@pytest.mark.integration
 def test_first_use_of_current_task_loads_no_runtime():
     code = ("import sys, jupyter_sched as js; js.current_task(); "
             "print(sorted(m for m in ('jupyter_sched.runtime.scheduler', 'traitlets', 'IPython') "

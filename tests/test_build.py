@@ -193,6 +193,8 @@ def _compiler_here() -> bool:
     return _hatch_build().toolchain_problem(_env()) is None
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 def test_a_missing_toolchain_is_found_by_trying_it(tmp_path):
     hb = _hatch_build()
     assert hb.toolchain_problem(_env(CC="false")) == (

@@ -180,6 +180,8 @@ def _python(*args):
                           cwd=ROOT, timeout=120)
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_python_dash_m_info_json():
     proc = _python("-m", "jupyter_sched", "info", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -190,6 +192,8 @@ def test_python_dash_m_info_json():
 
 
 @pytest.mark.parametrize("command", [["info", "--json"], ["info"], ["leases", "--json"]])
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_reader_that_left_ends_the_command_quietly(command, tmp_path):
     """``jupyter-sched info --json | head``: the pipe closes before all is written."""
     read, write = os.pipe()
@@ -204,6 +208,8 @@ def test_a_reader_that_left_ends_the_command_quietly(command, tmp_path):
     assert proc.returncode == 141  # 128 + SIGPIPE, as a Unix tool ends
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_python_dash_m_bad_declaration():
     proc = _python("-m", "jupyter_sched", "info", "--declare", "GPU=1.5")
     assert proc.returncode == 2
@@ -215,6 +221,8 @@ def test_python_dash_m_bad_declaration():
 # -- leases: the writers ---------------------------------------------------------------------------
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_sweep_takes_back_ended_holders_and_says_so(tmp_path):
     path = tmp_path / "l.db"
     ended_lease(path, GPU, 5_000)
@@ -228,6 +236,8 @@ def test_sweep_takes_back_ended_holders_and_says_so(tmp_path):
         assert ledger.held() == []
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_sweep_as_json_lists_what_it_took_back(tmp_path):
     path = tmp_path / "l.db"
     gone = ended_lease(path, GPU, 2_500)
@@ -239,6 +249,8 @@ def test_sweep_as_json_lists_what_it_took_back(tmp_path):
         live.ids[0], live.pid, 0.25, True)
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_weights_and_half_life_are_set_and_said(tmp_path):
     path = tmp_path / "l.db"
     Ledger(path).close()
@@ -274,6 +286,8 @@ def test_weights_and_half_life_are_set_and_said(tmp_path):
     (["--half-life", "soon"], "--half-life 'soon' is not a number of seconds"),
     (["--watch", "0"], "--watch '0' is not a number of seconds of at least 0.05"),
 ])
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_bad_setting_is_a_usage_error_and_changes_nothing(tmp_path, args, message):
     path = tmp_path / "l.db"
     Ledger(path).close()
@@ -284,6 +298,8 @@ def test_a_bad_setting_is_a_usage_error_and_changes_nothing(tmp_path, args, mess
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving the ledger file to another user needs "
                                                "root (chown)")
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_only_the_ledgers_owner_sets_weights_and_half_life(tmp_path):
     path = tmp_path / "l.db"
     Ledger(path).close()
@@ -327,6 +343,8 @@ def _corrupt(tmp_path: Path) -> str:
                "$JUPYTER_SCHED_LEASES"),  # (a file of ours, named as a ledger: it may go)
 ], ids=["empty-path", "directory", "symlink", "corrupt"])
 @pytest.mark.parametrize("args", [[], ["--sweep"]], ids=["list", "sweep"])
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_what_cannot_be_read_is_one_line_and_left_as_it_is(tmp_path, make, message, args):
     path = make(tmp_path)
     before = files(tmp_path)
@@ -351,6 +369,8 @@ def reader():
 CLI = "import sys; from jupyter_sched.__main__ import main; sys.exit(main(sys.argv[1:]))"
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_another_users_ledger_that_one_may_not_read(reader):
     """A ledger of root's (mode 0600) in a directory everyone may enter, and one in a
     directory only root may enter, listed by a user made for the test."""

@@ -39,7 +39,7 @@ OTHER = "GPU-11111111-2222-3333-4444-555555555555"
 ME = pwd.getpwuid(os.getuid()).pw_name
 CLEAR = "\x1b[H\x1b[2J"
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 # -- helpers -------------------------------------------------------------------------------------

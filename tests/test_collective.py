@@ -87,6 +87,7 @@ def _process_member(rank: int, size: int, port: int, out) -> None:
     out.put((rank, allreduce([rank, 10 * rank], op="sum")))
 
 
+@pytest.mark.integration
 def test_between_processes_from_the_environment():
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()

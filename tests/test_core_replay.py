@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SCENARIO = """

@@ -55,6 +55,8 @@ def _shipped_notebooks() -> list[str]:
     return sorted(Path(p).stem for p in listed.split())
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_the_readme_lists_every_example_notebook():
     listed = set(re.findall(r"\]\(notebooks/([\w-]+)\.ipynb\)", README))
     assert sorted(set(_shipped_notebooks()) - listed) == []

@@ -118,6 +118,8 @@ time.sleep(60)
 """
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_ledger_another_process_holds_up_refuses_the_task_and_never_runs_it(ledger_file):
     Ledger(ledger_file).close()
     locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(ledger_file)],

@@ -9,6 +9,8 @@ import textwrap
 import types
 from concurrent.futures import Future
 
+import pytest
+
 import jupyter_sched.runtime.futures as futures
 from jupyter_sched.runtime.handles import GangHandle, TaskHandle
 from jupyter_sched.runtime.items import ItemHandle
@@ -65,6 +67,8 @@ FALLBACK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_without_an_internal_handles_use_the_public_api_and_say_so_once():
     out = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True,
                          timeout=120)

@@ -141,6 +141,8 @@ def test_two_half_gpu_tasks_share_one_real_gpu_at_the_same_time(nvml, tmp_path):
         sched.shutdown()
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(180)
 def test_engines_per_gpu_pins_each_engine_to_one_real_gpu(nvml):
     from conftest_ipp import engines_can_import_this_checkout
 

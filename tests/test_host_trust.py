@@ -40,7 +40,7 @@ GPU = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
 GROUP_ENV = "JUPYTER_SCHED_LEASES_GROUP"
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "runuser", "unshare", "mount", "chown")
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 # -- real users ----------------------------------------------------------------------------------

@@ -115,6 +115,8 @@ def all_slots_run_at_once(sched, executor, directory: Path) -> None:
 # -- a cluster started here ------------------------------------------------------------------------
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 def test_an_engine_killed_after_a_stop_that_did_not_land_is_replaced(cluster, tmp_path):
     sched, executor = cluster
     before = shape(executor)
@@ -134,6 +136,8 @@ def test_an_engine_killed_after_a_stop_that_did_not_land_is_replaced(cluster, tm
     all_slots_run_at_once(sched, executor, tmp_path / "all")
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 def test_an_engine_killed_from_outside_is_replaced(cluster, tmp_path):
     sched, executor = cluster
     before = shape(executor)
@@ -146,6 +150,8 @@ def test_an_engine_killed_from_outside_is_replaced(cluster, tmp_path):
     all_slots_run_at_once(sched, executor, tmp_path / "all")
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 def test_an_engine_pinned_to_a_gpu_is_replaced_pinned_to_it(cluster, tmp_path):
     sched, executor = cluster
     before = shape(executor)
@@ -160,6 +166,8 @@ def test_an_engine_pinned_to_a_gpu_is_replaced_pinned_to_it(cluster, tmp_path):
     all_slots_run_at_once(sched, executor, tmp_path / "all")
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 def test_an_idle_engine_capped_at_another_share_is_started_again_for_a_task(cluster, tmp_path):
     """Under MPS an engine keeps the cap its first CUDA task fixed. Every engine capped at
     0.25 (as their replies would report), a 0.5 task waits for an engine of its share, and
@@ -196,6 +204,8 @@ def test_an_idle_engine_capped_at_another_share_is_started_again_for_a_task(clus
     all_slots_run_at_once(sched, executor, tmp_path / "all")
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 def test_an_engine_lost_as_the_cluster_stops_leaves_no_process_and_none_starts(cluster):
     sched, executor = cluster
     launches = len(executor._cluster._launches)
@@ -213,6 +223,8 @@ def test_an_engine_lost_as_the_cluster_stops_leaves_no_process_and_none_starts(c
 # -- a cluster only connected to -------------------------------------------------------------------
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 def test_an_engine_of_a_connected_cluster_is_not_replaced_and_its_loss_is_shown():
     import ipyparallel as ipp
 

@@ -11,7 +11,7 @@ import json
 import lab_fixtures
 import pytest
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]  # (a child stands for bob)
 
 MIME = "application/vnd.jupyter-sched.v1+json"
 

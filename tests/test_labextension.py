@@ -15,7 +15,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parents[1] / "labextension"
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 def _npm(*args: str, timeout: float) -> subprocess.CompletedProcess:

@@ -28,6 +28,8 @@ def graph():
                              exclude_type_checking_imports=False, cache_dir=None)
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_the_import_contracts_hold():
     command = "from importlinter.cli import lint_imports_command; lint_imports_command()"
     done = subprocess.run([sys.executable, "-c", command], cwd=ROOT, capture_output=True,

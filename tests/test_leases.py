@@ -522,6 +522,8 @@ def open_dir():
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o644])
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_file_this_user_cannot_write_is_refused(open_dir, mode):
     path = open_dir / "l.db"
     Ledger(path).close()
@@ -542,6 +544,8 @@ def test_a_file_this_user_cannot_write_is_refused(open_dir, mode):
 
 
 @needs_root
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_ledger_this_user_cannot_make_is_refused(open_dir):
     path = open_dir / "l.db"
     outcome, text = as_another_user(lambda: Ledger(path))
@@ -552,6 +556,8 @@ def test_a_ledger_this_user_cannot_make_is_refused(open_dir):
 
 
 @needs_root
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_directory_this_user_cannot_write_is_refused(open_dir):
     path = open_dir / "l.db"
     Ledger(path).close()
@@ -562,6 +568,8 @@ def test_a_directory_this_user_cannot_write_is_refused(open_dir):
 
 
 @needs_root
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_two_users_share_a_ledger_and_keep_their_own_leases(open_dir):
     open_dir.chmod(0o2770)  # the users' group's directory; nobody joins the group below
     path = open_dir / "l.db"
@@ -588,6 +596,8 @@ def test_two_users_share_a_ledger_and_keep_their_own_leases(open_dir):
         assert {lease.owner.user for lease in ledger.held()} == {"root", "nobody"}
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_the_ledger_works_after_fork(ledger):
     lease = ledger.take(GPU, 5_000)
     child = os.fork()

@@ -112,6 +112,8 @@ def taken_within(ledger: Ledger, device: str, seconds: float):
 
 @pytest.mark.parametrize("steps", [(2, -2), (3600, -3600), (-3600, 7200)],
                          ids=["2 s", "1 h forward", "1 h back"])
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_wall_clock_step_in_either_process_takes_no_live_lease(path, peers, steps):
     holder, taker = peers("holder.ipynb"), peers("taker.ipynb")
     held = holder("take", GPU, SCALE, "t1")
@@ -129,6 +131,8 @@ def test_a_wall_clock_step_in_either_process_takes_no_live_lease(path, peers, st
         taken_within(ledger, GPU, 5)
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_holder_whose_file_is_deleted_is_known_by_its_pid_and_start_ticks(path, peers):
     holder = peers()
     held = holder("take", GPU, SCALE)
@@ -141,6 +145,8 @@ def test_a_holder_whose_file_is_deleted_is_known_by_its_pid_and_start_ticks(path
         assert [lease.id for lease in ledger.sweep()] == [held]
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_holder_puts_its_file_back_when_it_is_deleted(path, peers):
     holder = peers()
     holder("take", GPU, 5_000)
@@ -185,6 +191,8 @@ def unshare_pid() -> tuple[str, ...]:
     return ("unshare", "--pid", "--fork", "--mount-proc")
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_holder_in_another_pid_namespace_keeps_its_lease_alive_and_loses_it_dead(path,
                                                                                  peers):
     prefix = unshare_pid()
@@ -201,6 +209,8 @@ def test_a_holder_in_another_pid_namespace_keeps_its_lease_alive_and_loses_it_de
         assert time.monotonic() - killed < 5
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_waits_of_two_namespaces_pid_1_kernels_are_kept_apart(path, peers):
     prefix = unshare_pid()
     a, b = peers("a.ipynb", prefix=prefix), peers("b.ipynb", prefix=prefix)
@@ -215,6 +225,8 @@ def test_waits_of_two_namespaces_pid_1_kernels_are_kept_apart(path, peers):
 # -- healing ----------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_deleted_ledger_is_made_again_with_every_live_holders_leases(path, peers):
     a, b = peers("a.ipynb"), peers("b.ipynb")
     first, second = a("take", GPU, 5_000, "ta"), b("take", GPU, 5_000, "tb")
@@ -229,6 +241,8 @@ def test_a_deleted_ledger_is_made_again_with_every_live_holders_leases(path, pee
     assert b("give", second) is True  # its lease, under its id, as it knows it
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_damaged_pages_are_moved_aside_and_the_ledger_is_made_again(path, peers):
     a = peers("a.ipynb")
     held = a("take", GPU, 5_000, "ta")
@@ -249,6 +263,8 @@ def test_damaged_pages_are_moved_aside_and_the_ledger_is_made_again(path, peers)
     assert "was healed" in " ".join(a("look"))
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_an_empty_ledger_copied_over_in_place_is_noticed_and_healed(path, peers, tmp_path):
     a = peers("a.ipynb")
     a("take", GPU, SCALE, "ta")
@@ -265,6 +281,8 @@ def test_an_empty_ledger_copied_over_in_place_is_noticed_and_healed(path, peers,
     assert "was healed" in " ".join(a("look"))
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_rows_deleted_by_hand_are_refused_and_after_the_triggers_went_healed(path, peers):
     a = peers("a.ipynb")
     a("take", GPU, SCALE, "ta")
@@ -285,6 +303,8 @@ def test_rows_deleted_by_hand_are_refused_and_after_the_triggers_went_healed(pat
     assert a("held")[0][3] == "ta"
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_copy_renamed_over_the_ledger_leaves_no_running_task_without_its_lease(path, peers,
                                                                                  tmp_path):
     a = peers("a.ipynb")
@@ -312,6 +332,8 @@ time.sleep(float(sys.argv[2]))
 """
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_lock_another_process_holds_is_waited_for_briefly_and_named(path):
     Ledger(path).close()
     locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path), "60"],
@@ -340,6 +362,8 @@ time.sleep(60)
 """
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_rebuild_lock_another_process_holds_is_waited_for_briefly_and_named(path):
     with Ledger(path, timeout=0.1) as ledger:
         ledger.take(GPU, 1)

@@ -87,6 +87,8 @@ def test_the_default_pipe_directory(monkeypatch):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_a_pipe_of_another_user_is_not_mps_for_this_user():
     directory = Path(tempfile.mkdtemp(prefix="mps-"))
     try:
@@ -179,6 +181,8 @@ def test_mps_environment_wants_units_of_one_device(units):
 
 
 @pytest.mark.gpu
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 def test_the_environment_for_a_real_device():
     nvml = load_nvml()
     if nvml is None or nvml.device_count() == 0:

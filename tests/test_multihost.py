@@ -27,7 +27,8 @@ from conftest_ipp import wait_for
 from jupyter_sched.notebook.cell_options import parse_on
 from jupyter_sched.runtime.scheduler import Scheduler
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120),
+              pytest.mark.shares("hosts")]
 
 H1 = {"JUPYTER_SCHED_DECLARE": "GPU=1,gpu_memory=16GiB"}
 H2 = {"JUPYTER_SCHED_DECLARE": "GPU=1,gpu_memory=24GiB"}

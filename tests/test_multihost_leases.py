@@ -29,7 +29,8 @@ from jupyter_sched.executors.ipp.leases import READ_EVERY
 from jupyter_sched.host.ledger import Ledger
 from jupyter_sched.host.mps import MEMORY_ENV, PIPE_ENV, THREADS_ENV
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180),
+              pytest.mark.shares("hosts")]
 
 HOST = "lh1"
 DECLARE = "GPU=1,gpu_memory=16GiB"

@@ -241,9 +241,11 @@ def test_they_pass_nbval(tmp_path):
     startup.mkdir(parents=True)
     shutil.copy(CHECKS / "unlike_any_host.py", startup / "00-unlike-any-host.py")
     env["IPYTHONDIR"] = str(tmp_path / "ipython")
+    # (a plain nbval run, without this suite's addopts: -n would spread a notebook's cells
+    # over processes)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval",
-         "--nbval-current-env", "--nbval-cell-timeout=120", "-p", "nbval_displays",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+         "--nbval", "--nbval-current-env", "--nbval-cell-timeout=120", "-p", "nbval_displays",
          "--nbval-sanitize-with", str(CHECKS / "sanitize.cfg"),
          *(str(NOTEBOOKS / f"{name}.ipynb") for name in EXAMPLES)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,

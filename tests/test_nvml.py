@@ -231,6 +231,8 @@ def test_memory_used_by_others_is_unknown_when_nvml_cannot_say():
     assert memory_used_by_others(nv, 1, ours=set()) is None  # a GPU that cannot be read
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_process_tree_holds_descendants():
     child = subprocess.Popen([sys.executable, "-c",
                               "import subprocess, sys, time; "

@@ -35,6 +35,7 @@ def mode_of(path: Path) -> int:
 # -- the private directory and its files ---------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_the_book_lives_in_a_private_directory_and_is_replaced_whole(tmp_path):
     book = ProcessBook.in_temp_file(tmp_path)
     path = Path(book.path)
@@ -176,6 +177,7 @@ def shared_dirs(people: RealUsers) -> dict[str, tuple[Path, object]]:
 @pytest.mark.parametrize("where", ["sticky", "group", "/tmp"])
 @pytest.mark.parametrize("planted", ["a link to their directory", "a link to mine",
                                      "their directory", "their file"])
+@pytest.mark.integration
 def test_a_name_planted_where_the_book_would_go_is_refused_and_not_written_through(
         people, where, planted):
     if where == "/tmp":
@@ -210,6 +212,7 @@ def test_a_name_planted_where_the_book_would_go_is_refused_and_not_written_throu
             name.unlink()
 
 
+@pytest.mark.integration
 def test_by_default_the_book_is_in_the_users_jupyter_runtime_directory(tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
@@ -226,6 +229,7 @@ def test_by_default_the_book_is_in_the_users_jupyter_runtime_directory(tmp_path,
     book.discard()
 
 
+@pytest.mark.integration
 def test_close_never_signals_another_users_process(people, tmp_path, theirs, mine):
     book = ProcessBook.in_temp_file(tmp_path)
     book.add(mine.pid, theirs.pid)
@@ -252,6 +256,7 @@ def book_of(*procs: psutil.Process) -> bytes:
                        "known": [[p.pid, p.create_time()] for p in procs]}).encode()
 
 
+@pytest.mark.integration
 def test_the_reaper_kills_what_its_own_book_holds_but_never_another_users(
         people, tmp_path, theirs, mine):
     path = private_dir(tmp_path) / "book.json"
@@ -264,6 +269,7 @@ def test_the_reaper_kills_what_its_own_book_holds_but_never_another_users(
 
 
 @pytest.mark.parametrize("book", ["a link", "their file", "outside a private directory"])
+@pytest.mark.integration
 def test_the_reaper_refuses_a_book_that_is_not_its_users_and_kills_nothing(
         people, tmp_path, theirs, mine, book):
     sticky = shared_dirs(people)["sticky"][0]

@@ -127,6 +127,7 @@ def test_a_lost_race_requeues_the_attempt_without_a_retry(sched, path, monkeypat
     assert (task.failures, task.attempt) == (0, 2)
 
 
+@pytest.mark.integration
 def test_a_dead_holders_lease_is_swept(sched, path):
     import subprocess
     import sys
@@ -230,6 +231,7 @@ def test_shutdown_gives_back_every_lease(path):
         assert ledger.held() == []
 
 
+@pytest.mark.integration
 def test_a_task_blocked_in_a_call_keeps_its_lease_after_shutdown_until_it_returns(path):
     """Shutdown cannot interrupt a thread inside a C call (here a lock's wait): its code still
     runs on the GPU, so its share stays leased, and another kernel cannot take the whole GPU,

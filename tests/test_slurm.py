@@ -23,7 +23,8 @@ from conftest_ipp import engines_can_import_this_checkout, wait_for
 
 from jupyter_sched.runtime.scheduler import Scheduler
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240),
+              pytest.mark.shares("hosts")]
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -198,9 +199,9 @@ def test_the_slurm_notebook_passes_nbval(cluster, net, tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), str(checks), env.get("PYTHONPATH")]))
     env["IPYTHONDIR"] = str(tmp_path / "ipython")  # the kernel's profile: the site's config
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval",
-         "--nbval-current-env", "-p", "nbval_displays", "--nbval-sanitize-with",
+    result = subprocess.run(  # (a plain nbval run: tests/test_notebooks.py says why)
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+         "--nbval", "--nbval-current-env", "-p", "nbval_displays", "--nbval-sanitize-with",
          str(checks / "sanitize.cfg"), str(NOTEBOOKS / "slurm.ipynb")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=200,
     )
