@@ -25,8 +25,8 @@ import psutil
 import pytest
 
 from jupyter_sched.host.ledger import Ledger
+from jupyter_sched.host.ledger.errors import LedgerBusy
 from jupyter_sched.host.ledger.holders import MISSING, HoldersDir, Liveness, Owner, token
-from jupyter_sched.host.ledger.opening import LedgerBusy
 from jupyter_sched.host.ledger.stalls import lock_holder
 from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.testing import ledger_writer
@@ -217,9 +217,14 @@ def test_waits_of_two_namespaces_pid_1_kernels_are_kept_apart(path, peers):
 
 def test_a_deleted_ledger_is_made_again_with_every_live_holders_leases(path, peers):
     a, b = peers("a.ipynb"), peers("b.ipynb")
+    for peer in (a, b):  # (a write-ahead log full of the old ledger's pages)
+        for _ in range(50):
+            assert peer("give", peer("take", OTHER, 1_000))
     first, second = a("take", GPU, 5_000, "ta"), b("take", GPU, 5_000, "tb")
-    path.unlink()
+    path.unlink()  # (its -wal and -shm left beside it, still open in a and b)
     with Ledger(path) as ledger:  # a new kernel, the first to look
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            assert db.execute("PRAGMA quick_check").fetchall() == [("ok",)]
         refused = ledger.take(GPU, 1)
         assert not refused and "ta" in str(refused) and "tb" in str(refused)
         assert sorted(lease.id for lease in ledger.held()) == sorted([first, second])
@@ -227,6 +232,30 @@ def test_a_deleted_ledger_is_made_again_with_every_live_holders_leases(path, pee
     assert len(told) == 1 and "was replaced by another file; it was healed by pid " in told[0]
     assert "this kernel's 1 GPU share is held as before" in told[0]
     assert b("give", second) is True  # its lease, under its id, as it knows it
+
+
+def test_a_ledger_deleted_under_this_process_is_made_again_whole(path, peers):
+    """Its -wal and -shm, left beside it, belong to the deleted ledger: the new one must not
+    take them up as its own (it would read the old pages through them, and be damaged)."""
+    a = peers("a.ipynb")
+    held = a("take", GPU, 5_000, "ta")
+    idle = [peers(f"idle-{n}.ipynb") for n in range(8)]  # (the old files open in each)
+    for n, peer in enumerate(idle):
+        assert isinstance(peer("take", f"GPU-idle-{n}", 100), int)
+    with Ledger(path) as ledger:
+        for _ in range(1_500):  # (past SQLite's checkpoint of 1,000 pages: the log wrapped)
+            assert ledger.give(ledger.take(OTHER, 1_000))
+        mine = ledger.take(OTHER, 5_000, task="mine")
+        for _ in range(5):  # (again and again: each time the last one's files are left)
+            path.unlink()
+            (told,) = ledger.look_after()
+            assert told.what == "was deleted" and told.by == "this kernel"
+            assert {held, mine.id} <= {lease.id for lease in ledger.held()}
+            assert len(ledger.held()) == 2 + len(idle)
+            with contextlib.closing(sqlite3.connect(path)) as db:
+                assert db.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+            assert a("held")  # (a's next look settles it on the new ledger)
+        assert ledger.give(mine) and a("give", held)
 
 
 def test_damaged_pages_are_moved_aside_and_the_ledger_is_made_again(path, peers):

@@ -52,7 +52,7 @@ from ..core import events as ev
 from ..host.discovery import HostInfo
 from ..host.ledger import Lease, Ledger, LedgerError, Refusal, device_key
 from ..host.ledger.damage import deep_damage
-from ..host.ledger.opening import LedgerBusy, LedgerFull
+from ..host.ledger.errors import LedgerBusy, LedgerFull
 from ..host.ledger.order import MAX_WAITS
 from ..host.ledger.stalls import Stall, lock_holder
 from ..host.outside import OutsideUse

@@ -19,10 +19,10 @@ from . import order as lease_order
 from . import schema
 from .connection import LedgerConnection, LedgerMoved
 from .damage import deep_damage, made_before_this_boot, note_made
+from .errors import LedgerDamaged
 from .healing import Healing, adopt, consistent, heal
 from .holders import Liveness, token
 from .mine import Mine
-from .opening import LedgerDamaged
 from .order import GRACE
 
 T = TypeVar("T")

@@ -37,11 +37,11 @@ from typing import TypeVar
 from ...model.quantity import SCALE
 from . import order as lease_order
 from .connection import LedgerConnection
+from .errors import LedgerBusy, LedgerFull
 from .healing import Healing
 from .holders import Liveness, Owner, is_me, token
 from .keeper import Keeper
 from .mine import Mine
-from .opening import LedgerBusy, LedgerFull
 from .order import Order, WaitSpec
 from .rows import (
     COLUMNS,

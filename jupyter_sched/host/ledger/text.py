@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...model.quantity import SCALE, format_units
+from .errors import LedgerError
 from .fairness import Wait
 from .ledger import Ledger
-from .opening import LedgerError
 from .order import EMPTY, Order
 from .rows import Lease, clock, short_device
 
