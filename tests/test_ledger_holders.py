@@ -201,6 +201,23 @@ def test_a_holder_in_another_pid_namespace_keeps_its_lease_alive_and_loses_it_de
         assert time.monotonic() - killed < 5
 
 
+def test_a_holder_in_a_container_of_its_own_name_is_known_by_its_lock(path, peers):
+    """A container: its own pid namespace and its own host name, the ledger's directory
+    shared: alive while it runs, taken back within seconds of a kill -9."""
+    prefix = (*unshare_pid(), "--uts")
+    contained = peers("contained.ipynb", prefix=(*prefix, "sh", "-c",
+                                                 'hostname container-a && exec "$@"', "sh"))
+    held = contained("take", GPU, SCALE, "t1")
+    (lease,) = Ledger.to_read(path).held()
+    assert lease.owner.host.startswith("container-a/")
+    with Ledger(path) as ledger:
+        for _ in range(20):
+            assert ledger.sweep() == [] and not ledger.take(GPU, 1)
+        assert [lease.id for lease in ledger.held()] == [held]
+        contained.kill()
+        taken_within(ledger, GPU, 5)
+
+
 def test_waits_of_two_namespaces_pid_1_kernels_are_kept_apart(path, peers):
     prefix = unshare_pid()
     a, b = peers("a.ipynb", prefix=prefix), peers("b.ipynb", prefix=prefix)

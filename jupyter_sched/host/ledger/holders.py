@@ -17,8 +17,9 @@ a bind mount), under any user, whatever the wall clock does. So:
   pair says whether it runs; in another namespace nothing can be said, and it counts as alive
   until its file has been missing for ``MISSING`` seconds (a live holder puts its file back
   within a second: :meth:`HolderFile.ensure`);
-* a holder on another boot of this host has ended; one on another host counts as alive (the
-  ledger is not for shared storage, and nothing is guessed);
+* a holder whose file is there is known by it, whatever host name it gave (a container's own);
+  without its file, one of another boot of this host has ended, and one of another host name
+  is looked at as one of another pid namespace;
 * when nothing can be told, the answer is *alive*: a lease is only ever taken back from a
   holder known to have ended.
 
@@ -328,10 +329,7 @@ class Liveness:
         me = _this_process()
         if owner.holder and owner.holder == me.holder:
             return True
-        if owner.host != me.host:
-            # same name, another boot id: the host was restarted since, which ended it
-            return not _rebooted(owner.host, me.host)
-        if owner.holder:
+        if owner.holder:  # (its file decides, whatever host name a container gave it)
             try:
                 with self.holders.opened(owner.holder, owner.uid) as fd:
                     if fd is not None:
@@ -342,10 +340,17 @@ class Liveness:
                         return alive
             except OSError:
                 return True  # (the directory cannot be looked at: cannot tell)
+        if owner.host != me.host:
+            # same name, another boot id: the host was restarted since, which ended it; a
+            # container's own host name says nothing, and its missing file counts as below
+            if _rebooted(owner.host, me.host):
+                return False
+            if not owner.holder:
+                return True
         return self._without_file(owner, me)
 
     def _without_file(self, owner: Owner, me: Owner) -> bool:
-        if owner.pidns and me.pidns and owner.pidns != me.pidns:
+        if owner.host != me.host or (owner.pidns and me.pidns and owner.pidns != me.pidns):
             if not owner.holder:
                 return True  # (an older row: nothing to go by)
             now = self._clock()
