@@ -75,6 +75,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -224,11 +225,17 @@ def _ledger_arg(given: str | None) -> Path:
 
 
 
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _decimal(text: str) -> float:
+    """A number written in ASCII digits (float() also takes other scripts' digits, "1_0",
+    "nan" and "inf"), else NaN."""
+    return float(text) if _DECIMAL.fullmatch(text.strip()) else math.nan
+
+
 def _seconds(text: str, option: str, low: float = 0.0) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
+    seconds = _decimal(text)
     if not low <= seconds < 1e9:
         raise ValueError(f"{option} {text!r} is not a number of seconds of at least {low:g}; "
                          f"give one such as {option} 2")
@@ -239,10 +246,7 @@ def _weight(spec: str) -> tuple[str, float]:
     """``--weight USER=W`` as (user, weight), checked before anything is written."""
     user, sep, text = spec.partition("=")
     user = user.strip()
-    try:
-        weight = float(text)
-    except ValueError:
-        weight = math.nan
+    weight = _decimal(text)
     if not sep or not user or not 0 < weight < 1e6:
         raise ValueError(f"--weight {spec!r} must be written USER=WEIGHT with a weight above "
                          f"0, such as --weight alice=2")
