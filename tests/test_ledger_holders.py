@@ -18,14 +18,16 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from jupyter_sched.host.ledger import Ledger
+from jupyter_sched.host.ledger import Ledger, WaitSpec
 from jupyter_sched.host.ledger.errors import LedgerBusy
+from jupyter_sched.host.ledger.fairness import Demand
 from jupyter_sched.host.ledger.holders import MISSING, HoldersDir, Liveness, Owner, token
 from jupyter_sched.host.ledger.stalls import lock_holder
 from jupyter_sched.model.quantity import SCALE
@@ -170,6 +172,24 @@ def test_this_process_holds_its_file_locked_from_its_first_take(path):
         assert mine.exists() and oct(mine.stat().st_mode & 0o777) == "0o600"
         with Ledger(path) as again:  # (another look in this process: still itself)
             assert again.alive(again.held()[0])
+
+
+def test_a_waiter_is_woken_when_another_process_gives_a_share_back(path, peers):
+    holder = peers("holder.ipynb")
+    held = holder("take", GPU, SCALE, "t1")
+    woken = threading.Event()
+    with Ledger(path) as ledger:
+        ledger.set_waits([WaitSpec("t9", Demand(SCALE, 1, (GPU,)), 0, time.time())])
+        ledger.mine.wakes.listen(woken.set)
+        try:
+            assert ledger.mine.wakes.listening
+            given = time.monotonic()
+            assert holder("give", held)
+            assert woken.wait(5) and time.monotonic() - given < 1.0
+            assert ledger.take(GPU, SCALE)
+        finally:
+            ledger.mine.wakes.unlisten(woken.set)
+    assert not any(name.endswith(".wake") for name in os.listdir(HoldersDir(path).path))
 
 
 # -- other pid namespaces (containers sharing the ledger's directory) ---------------------------

@@ -42,6 +42,7 @@ does that knowingly.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
@@ -63,12 +64,14 @@ from .lease_view import LeaseView, held_text
 
 log = logging.getLogger(__name__)
 
-POLL = 0.05  # seconds between reads of the ledger's version while work waits for a GPU (handover)
+POLL = 0.05  # seconds between reads of the version while work waits and no wake can come
+LOOK = 2.0  # seconds between reads of the version while work waits and wakes come (a fallback)
 SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GPU
 READ = 0.02  # seconds between reads of the version while steps follow each other
 LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
-CHECK = 0.5  # seconds between looks at the ledger file (deleted, replaced, damaged?)
-ORDER = 1.0  # seconds between reads of the host's order while this kernel waits in it
+CHECK = 0.5  # seconds between looks at the ledger (deleted, replaced, damaged?) while it holds
+CHECK_IDLE = 5.0  # ... while it only waits (a take looks again itself), or is held up
+ORDER = 5.0  # seconds between reads of the host's order while waits change nothing written
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
 ERRORS = (LedgerError, sqlite3.Error, OSError)
 STALLS = (LedgerBusy, LedgerFull)
@@ -106,6 +109,9 @@ class HostLeases:
         self._next_read = 0.0
         self._next_check = 0.0
         self._next_order = 0.0
+        # wakes the runtime thread (given by the loop): another process gave a share back
+        self.wake: Callable[[], None] = lambda: None
+        self._listening = False
         self.set_host(host)
 
     @classmethod
@@ -320,15 +326,39 @@ class HostLeases:
             due.append(now + max(0.0, grace - time.time()))
         return min(due) if due else None
 
+    @property
+    def interval(self) -> float:
+        """Seconds between reads of the ledger's version while GPU work waits: slow while a
+        share given back wakes this kernel (:mod:`jupyter_sched.host.ledger.wakes`), short
+        while it cannot."""
+        return LOOK if self._listening and self.ledger.mine.wakes.listening else POLL
+
+    def _listen(self, waiting: bool) -> None:
+        """Be woken while GPU work waits; not otherwise (the socket goes)."""
+        if waiting == self._listening:
+            return
+        self._listening = waiting
+        with contextlib.suppress(OSError):
+            if waiting:
+                self.ledger.mine.wakes.listen(self._woken)
+            else:
+                self.ledger.mine.wakes.unlisten(self._woken)
+
+    def _woken(self) -> None:
+        self._version = None  # (read at the next step, which this wakes)
+        self.wake()
+
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
         """What others hold and reserve now, when it changed since the last call; sweeps for
         dead holders every ``SWEEP`` seconds while ``waiting``; looks at the ledger file every
         ``CHECK`` seconds while it is used. Reads the version at most every ``READ`` seconds
         (a burst of steps reads it once), but at once after a refusal or a sweep."""
         self._now = now
+        self._listen(waiting)
         try:
             if (waiting or self.busy or self.view.graced) and now >= self._next_check:
-                self._next_check = now + CHECK
+                holding = self._by_task or self._pending or self.view.blocked
+                self._next_check = now + (CHECK if holding else CHECK_IDLE)
                 self._look_after()
             if self.view.blocked is not None:
                 return self.view.event({})
@@ -474,4 +504,5 @@ def _shape(shares: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str]
     return tuple(sorted(shares))
 
 
-__all__ = ["CHECK", "ERRORS", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases", "held_text"]
+__all__ = ["CHECK", "ERRORS", "LOOK", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases",
+           "held_text"]

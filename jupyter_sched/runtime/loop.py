@@ -46,7 +46,6 @@ from ..views import snapshot as snapshots
 from .engine_restarts import EngineRestarts
 from .inbox import STOP, WAKE, Call, Flush, Inbox, Request
 from .lease_steps import LeaseSteps
-from .leases import POLL
 from .loop_inputs import Clock, Debugging, LoopSettings
 from .outputs import DueOutputs
 from .publishing import Publishing
@@ -101,6 +100,7 @@ class RuntimeLoop:
                                settings.max_rows)
         self.records.core = core
         if self.leases is not None:
+            self.leases.wake = self.wake
             self.leases.successor_of = self.records.successor
             self.leases.own_pids = self._lease_holders
         self.lease_steps.leases_itself = self._leases_itself
@@ -301,8 +301,8 @@ class RuntimeLoop:
         if first_output is not None:
             due.append(first_output - self.clock.t0)
         if self.leases is not None:
-            if self.gpu_work_waits:
-                due.append(now + POLL)  # another kernel may give its share back
+            if self.gpu_work_waits:  # another kernel may give its share back (it wakes us)
+                due.append(now + self.leases.interval)
             if self.leases.label_due is not None:
                 due.append(self.leases.label_due)  # the ledger learns who holds a lease
             look = self.leases.look_due(now)

@@ -127,19 +127,37 @@ def read_head(path: Path, info: os.stat_result) -> bytes | None:
         os.close(fd)
 
 
+_FOUND: dict[tuple[int, int], int] = {}  # (dev, ino) -> the descriptor found on it last
+
+
 def _own_fd(info: os.stat_result) -> int | None:
-    """A descriptor this process has open on the file ``info`` describes, if any."""
+    """A descriptor this process has open on the file ``info`` describes, if any (the one
+    found last is looked at first: a look every half second lists no directory)."""
+    key = (info.st_dev, info.st_ino)
+    known = _FOUND.get(key)
+    if known is not None and _is(known, key):
+        return known
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:
         return None
     for name in names:
-        with contextlib.suppress(OSError, ValueError):
-            mine = os.fstat(int(name))
-            if (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino) and \
-                    stat.S_ISREG(mine.st_mode):
-                return int(name)
+        with contextlib.suppress(ValueError):
+            fd = int(name)
+            if _is(fd, key):
+                if len(_FOUND) > 64:
+                    _FOUND.clear()
+                _FOUND[key] = fd
+                return fd
     return None
+
+
+def _is(fd: int, key: tuple[int, int]) -> bool:
+    try:
+        mine = os.fstat(fd)
+    except OSError:
+        return False
+    return (mine.st_dev, mine.st_ino) == key and stat.S_ISREG(mine.st_mode)
 
 
 def deep_damage(path: Path) -> str | None:

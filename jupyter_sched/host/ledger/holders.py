@@ -42,6 +42,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import stat
 import threading
@@ -65,6 +66,7 @@ START_TOLERANCE = 1.5
 ledger that name a holder by pid and wall-clock start time alone (no token, no ticks)."""
 
 HEAD = b"jupyter-sched holder 1\n"
+_TOKEN = re.compile(r"[0-9a-f]{32}")
 MAX_FILE = 1 << 20  # bytes of a holder file read at most (a holder's leases are far fewer)
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -250,10 +252,9 @@ class HoldersDir:
         return fd
 
     def names(self) -> list[str]:
-        """The tokens of the files in the directory (none when there is no directory)."""
+        """The tokens of the holder files in the directory (none when there is none)."""
         try:
-            return [name for name in os.listdir(self.fd(create=False))
-                    if not name.startswith(".")]
+            return [name for name in os.listdir(self.fd(create=False)) if _TOKEN.fullmatch(name)]
         except FileNotFoundError:
             return []
 
@@ -278,9 +279,11 @@ class HoldersDir:
             os.close(fd)
 
     def remove(self, name: str) -> None:
-        """Delete the file of an ended holder, where this user may (its own user's)."""
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=self.fd())
+        """Delete the file of an ended holder (and its wake socket), where this user may (its
+        own user's)."""
+        for each in (name, f"{name}.wake"):
+            with contextlib.suppress(OSError):
+                os.unlink(each, dir_fd=self.fd())
 
 
 def locked(fd: int) -> bool:

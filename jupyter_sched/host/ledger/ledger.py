@@ -49,11 +49,12 @@ from .rows import (
     Lease,
     NotYourLease,
     Refusal,
-    check_held,
-    check_share,
+    any_waits,
+    count,
     insert_lease,
     lease_from_row,
     leases_of,
+    parse_take,
     rows_of,
     short_of,
     used_of,
@@ -159,7 +160,7 @@ class Ledger:
         tasks as they are (only the task and since change, not the version); a pass whose
         leases are gone is given back and taken anew. ``waits``: this process's waits from
         now on (None: as they are)."""
-        takes = [_take(item) for item in takes]
+        takes = [parse_take(item) for item in takes]
         owner = self.owner
         if label is not None:
             owner = replace(owner, label=label)
@@ -174,7 +175,7 @@ class Ledger:
         if ours and takes:
             self.mine.file.ensure()
         with self._writing(ours) as (db, change):
-            before = _count(db)
+            before = count(db)
             now = time.time()
             passed = [self._pass(db, str(task), leases, owner, now, change)
                       for task, leases in passes]
@@ -192,7 +193,10 @@ class Ledger:
             taken = self._takes(db, takes, owner, now, change)
             if waits is not None:
                 lease_order.replace_waits(db, owner, waits)
-            after = _count(db)
+            after = count(db)
+            # room given back, or a wait ended: the other waiters are told once committed
+            waiters = lease_order.waiting_holders(db) if gives or waits is not None else []
+        self.mine.wakes.notify(waiters)
         for k, got in zip(lost, taken[len(taken) - len(lost):], strict=True):
             passed[k] = got
         return Exchange(taken[:len(taken) - len(lost)], before, after, passed)
@@ -206,7 +210,7 @@ class Ledger:
             return [Refusal(next(iter(shares)), shares[next(iter(shares))], 0, until=now + left)
                     for _, shares, _ in takes]
         used = used_of(db, sorted({d for _, shares, _ in takes for d in shares}))
-        order = self._order(db, now) if _any_waits(db) else lease_order.EMPTY
+        order = self._order(db, now) if any_waits(db) else lease_order.EMPTY
         reserved = order.ahead_of(owner.holder, owner.uid)
         swept: set[str] = set()
         taken: list[tuple[Lease, ...] | Refusal] = []
@@ -275,26 +279,26 @@ class Ledger:
             row = db.execute(f"SELECT {COLUMNS} FROM leases WHERE id = ?",
                              (lease_id,)).fetchone()
             theirs = lease_from_row(row) if row is not None else None
+            before = count(db)
             if self.mine.holds(lease_id) or (theirs is not None and
                                              theirs.owner.holder == me.holder):
                 # (this process's: found by id, or by what it is since a heal)
-                before = _count(db)
                 self._give(db, [lease_id], me, time.time(), change)
-                return _count(db) != before
-            if theirs is None:
-                return False
-            if theirs.owner.uid != me.uid and self.liveness.alive(theirs.owner):
-                raise NotYourLease(
-                    f"lease {lease_id} ({theirs.describe()}) belongs to user "
-                    f"{theirs.owner.user!r} whose process still runs; only it can give the "
-                    f"lease back (it is taken back by itself when that process ends)"
-                )
-            db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
-            change(gone=[lease_id])
-            lease_order.record_use(db, [(theirs.owner.uid, theirs.owner.user, theirs.units,
-                                         theirs.taken, theirs.owner.holder,
-                                         theirs.owner.pid)], time.time())
-        return True
+            elif theirs is not None:
+                if theirs.owner.uid != me.uid and self.liveness.alive(theirs.owner):
+                    raise NotYourLease(
+                        f"lease {lease_id} ({theirs.describe()}) belongs to user "
+                        f"{theirs.owner.user!r} whose process still runs; only it can give "
+                        f"the lease back (it is taken back by itself when that process ends)")
+                db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
+                change(gone=[lease_id])
+                lease_order.record_use(db, [(theirs.owner.uid, theirs.owner.user,
+                                             theirs.units, theirs.taken, theirs.owner.holder,
+                                             theirs.owner.pid)], time.time())
+            gave = count(db) != before
+            waiters = lease_order.waiting_holders(db) if gave else []
+        self.mine.wakes.notify(waiters)
+        return gave
 
     def give_mine(self) -> list[Lease]:
         """Give back every lease this process holds, and end its waits (at shutdown);
@@ -317,7 +321,10 @@ class Ledger:
                 before = leases_of(db)
                 after = [lease_from_row(row)
                          for row in self._sweeper.rows(db, None, cached=False, now=now)]
-                lease_order.sweep_waits(db, self.liveness.alive)
+                ended = lease_order.sweep_waits(db, self.liveness.alive)
+                waiters = lease_order.waiting_holders(db) \
+                    if ended or len(after) < len(before) else []
+            self.mine.wakes.notify(waiters)
             kept = {lease.id for lease in after}
             return [lease for lease in before if lease.id not in kept]
 
@@ -389,7 +396,7 @@ class Ledger:
         """A number that changes whenever any process takes or gives a lease or records a
         wait: poll it (it costs one small read) and re-read only when it moved."""
         with self._reading() as db:
-            return _count(db)
+            return count(db)
 
     def alive(self, lease: Lease) -> bool:
         """False when ``lease``'s holder is known to have ended."""
@@ -473,23 +480,6 @@ class Ledger:
                 conn.fresh = False
                 self._sweeper.forget()
             yield db
-
-
-def _take(item: Take) -> tuple[str, dict[str, int], str]:
-    """A take of :meth:`Ledger.exchange` as ``(task, shares, held)``, checked."""
-    task, shares, *rest = item
-    shares = dict(shares)
-    for device, units in shares.items():
-        check_share(device, units)
-    return str(task), shares, check_held(rest[0] if rest else "")
-
-
-def _any_waits(db: sqlite3.Connection) -> bool:
-    return db.execute("SELECT EXISTS (SELECT 1 FROM waits)").fetchone()[0] == 1
-
-
-def _count(db: sqlite3.Connection) -> int:
-    return int(db.execute("SELECT count FROM changes").fetchone()[0])
 
 
 __all__ = ["Ledger", "LedgerBusy", "LedgerFull", "Take"]

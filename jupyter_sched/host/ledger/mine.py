@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .holders import HolderFile, HoldersDir, Owner
 from .rows import Lease
+from .wakes import Wakes
 
 _lock = threading.Lock()
 _records: dict[str, Mine] = {}
@@ -34,6 +35,7 @@ class Mine:
         self.pid = os.getpid()
         self.holders = HoldersDir(path)
         self.file = HolderFile(self.holders)
+        self.wakes = Wakes(self.holders)
         self.lock = threading.RLock()
         self._leases: dict[int, Lease] = {}
 

@@ -165,6 +165,11 @@ def replace_waits(db: sqlite3.Connection, owner: Owner, waits: Iterable[WaitSpec
     db.executemany(_INSERT_WAIT, rows)
 
 
+def waiting_holders(db: sqlite3.Connection) -> list[str]:
+    """The tokens of the processes that record waits (to wake when room is given back)."""
+    return [row[0] for row in db.execute("SELECT DISTINCT holder FROM waits")]
+
+
 def sweep_waits(db: sqlite3.Connection, alive: Callable[[Owner], bool]) -> int:
     """Remove the waits of holders that have ended (``alive(owner)``)."""
     rows = db.execute(f"SELECT {WAIT_COLUMNS} FROM waits").fetchall()
@@ -217,4 +222,4 @@ def set_weight(db: sqlite3.Connection, user: str, weight: float) -> None:
 
 __all__ = ["EMPTY", "GRACE", "MAX_WAITS", "Order", "WaitSpec", "boot_clock", "grace_left", "read",
            "record_use", "replace_waits", "set_grace", "set_half_life", "set_weight",
-           "sweep_waits"]
+           "sweep_waits", "waiting_holders"]

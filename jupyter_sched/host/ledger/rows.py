@@ -224,7 +224,46 @@ def check_share(device: object, units: object) -> None:
                          f"to {SCALE:,} ({SCALE:,} units = the whole device)")
 
 
-__all__ = ["COLUMNS", "HELD", "INSERT", "Exchange", "Lease", "NotYourLease", "Refusal",
-           "check_held", "check_share", "clock", "insert_as", "insert_lease", "lease_from_row",
-           "leases_of", "owner_columns", "owner_of_row", "rows_of", "short_device", "short_of",
-           "used_of", "wait_text"]
+def parse_take(item: tuple) -> tuple[str, dict[str, int], str]:
+    """A take of :meth:`.ledger.Ledger.exchange` as ``(task, shares, held)``, checked."""
+    task, shares, *rest = item
+    shares = dict(shares)
+    for device, units in shares.items():
+        check_share(device, units)
+    return str(task), shares, check_held(rest[0] if rest else "")
+
+
+def any_waits(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT EXISTS (SELECT 1 FROM waits)").fetchone()[0] == 1
+
+
+def count(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT count FROM changes").fetchone()[0])
+
+
+__all__ = [
+    "COLUMNS",
+    "HELD",
+    "INSERT",
+    "Exchange",
+    "Lease",
+    "NotYourLease",
+    "Refusal",
+    "any_waits",
+    "check_held",
+    "check_share",
+    "clock",
+    "count",
+    "insert_as",
+    "insert_lease",
+    "lease_from_row",
+    "leases_of",
+    "owner_columns",
+    "owner_of_row",
+    "parse_take",
+    "rows_of",
+    "short_device",
+    "short_of",
+    "used_of",
+    "wait_text",
+]

@@ -1,0 +1,153 @@
+"""Waking a waiting process when a share is given back, without polling.
+
+A process that waits for what others hold listens on a Unix datagram socket of its own in the
+holders directory (``TOKEN.wake``, beside its holder file: :mod:`.holders`). A process whose
+transaction gave a share back, or ended a wait, sends one byte to every other waiting
+holder's socket once it has committed (their tokens are in the waits table). The waiter's
+thread then calls what it was given (the runtime wakes its loop, which reads the ledger at
+once): a handover costs a datagram, not a poll, however many kernels wait. Sockets are named
+through ``/proc/self/fd`` (a socket's path is limited to 108 bytes; the ledger's directory may
+be deeper), and made writable by the group of a shared ledger's directory.
+
+A lost wake (a socket deleted by a cleanup, a full buffer, a holder in another network
+namespace whose sockets it cannot reach) costs only time: a waiter still looks at the ledger
+every few seconds (``runtime/leases.py``). A waiter that ended leaves a socket nobody reads:
+sending to it fails at once and is ignored; its user's next process removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable
+
+from .holders import HoldersDir, token
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".wake"
+_IDLE = 5.0  # seconds the listening thread blocks at most before it looks whether to stop
+
+
+class Wakes:
+    """This process's wake socket in one holders directory, and the sends to others' (any
+    thread)."""
+
+    def __init__(self, holders: HoldersDir) -> None:
+        self.holders = holders
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self._socket: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = -1
+        self._sender: tuple[int, socket.socket] | None = None  # (the pid it was made in)
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on this object's thread) whenever another process says a share
+        was given back; made and bound on first use."""
+        with self._lock:
+            if callback not in self._callbacks:
+                self._callbacks.append(callback)
+            if self._socket is None or self._pid != os.getpid():
+                self._bind()
+
+    def unlisten(self, callback: Callable[[], None]) -> None:
+        """Stop calling ``callback``; the socket goes when nobody listens."""
+        with self._lock:
+            with contextlib.suppress(ValueError):
+                self._callbacks.remove(callback)
+            if not self._callbacks:
+                self._close()
+
+    @property
+    def listening(self) -> bool:
+        """This process's socket is bound (wakes can come)."""
+        return self._socket is not None and self._pid == os.getpid()
+
+    def notify(self, holders: Iterable[str]) -> int:
+        """One byte to the socket of each of ``holders`` (tokens), never blocking; this
+        process's own (another of its schedulers may wait) is called directly. How many were
+        told."""
+        sent = 0
+        me = token()
+        for holder in set(holders):
+            if holder == me:
+                with self._lock:
+                    callbacks = list(self._callbacks) if self.listening else []
+                for callback in callbacks:
+                    callback()
+                sent += bool(callbacks)
+                continue
+            if not holder or "/" in holder or holder.startswith("."):
+                continue
+            try:
+                self._send(holder)
+                sent += 1
+            except OSError:
+                continue  # (ended, gone, or its buffer full: it looks again in a few seconds)
+        return sent
+
+    # -- inside ---------------------------------------------------------------------------------
+
+    def _path(self, holder: str) -> str:
+        return f"/proc/self/fd/{self.holders.fd()}/{holder}{SUFFIX}"
+
+    def _send(self, holder: str) -> None:
+        with self._lock:
+            if self._sender is None or self._sender[0] != os.getpid():
+                sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                sender.setblocking(False)
+                self._sender = (os.getpid(), sender)
+            sender = self._sender[1]
+        sender.sendto(b"!", self._path(holder))
+
+    def _bind(self) -> None:
+        """(lock held) This process's socket, bound under its token, and its thread."""
+        name = self._path(token())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)  # (this token's own, left by nothing alive: tokens are unique)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.bind(name)
+            os.chmod(name, self.holders.file_mode | 0o020 if self.holders.shared else 0o600)
+        except OSError as err:
+            sock.close()
+            log.debug("no wake socket in %s (%s): waiting falls back to looking",
+                      self.holders.path, err)
+            return
+        sock.settimeout(_IDLE)
+        self._socket, self._pid = sock, os.getpid()
+        self._thread = threading.Thread(target=self._run, args=(sock,),
+                                        name="jupyter_sched-ledger-wakes", daemon=True)
+        self._thread.start()
+
+    def _close(self) -> None:
+        sock, self._socket = self._socket, None
+        if sock is not None and self._pid == os.getpid():
+            with contextlib.suppress(OSError):
+                os.unlink(self._path(token()))
+            sock.close()  # (the thread sees it closed within _IDLE seconds and leaves)
+
+    def _run(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                sock.recv(64)
+            except TimeoutError:
+                if self._socket is not sock:
+                    return
+                continue
+            except OSError:
+                return  # (closed)
+            with self._lock:
+                callbacks = list(self._callbacks)
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:  # (a waker must not stop waking the others)
+                    log.exception("a wake callback failed")
+
+
+__all__ = ["SUFFIX", "Wakes"]
