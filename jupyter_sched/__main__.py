@@ -46,14 +46,16 @@ for the owner of the ledger file.
     ledger       the ledger's path
     found        false when there is no ledger at that path (then every list is empty)
     time         when it was read (epoch seconds)
-    leases       [{id, device, share, units, user, uid, pid, label, task, since, taken, host,
-                   enforced, alive}]: every lease; share = units / 10,000 of the device; since:
+    leases       [{id, device, share, units, user, uid, pid, label, kernel, task, since, taken,
+                   host, enforced, active, alive}]: every lease; share = units / 10,000 of the
+                 device; kernel: the Jupyter kernel it is held for (null: not known); since:
                  when its task got it, taken: when its holder took it; enforced: how a fraction
                  of a device is held (logical: nothing caps it, mps: NVIDIA MPS caps its
                  process, torch: a torch memory cap), null for a whole device or a holder that
-                 did not say; alive: false once its holder ended
-    waits        [{position, id, user, uid, pid, label, task, waits_for, share, units, count,
-                   devices, priority, since, reserves: [{device, share, units}]}], in the
+                 did not say; active: when its devices were last seen at work (null: not
+                 watched); alive: false once its holder ended
+    waits        [{position, id, user, uid, pid, label, kernel, task, waits_for, share, units,
+                   count, devices, priority, since, reserves: [{device, share, units}]}], in the
                  host's order (position 1 goes first): count devices of units each, on any of
                  devices; reserves: what it will start on as it frees up (empty: behind others)
     users        [{user, uid, use, weight, standing}], the lowest standing first: use is the

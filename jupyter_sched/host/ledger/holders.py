@@ -55,7 +55,7 @@ from pathlib import Path
 
 import psutil
 
-from ..identity import host_key, user_name
+from ..identity import host_key, kernel_id, user_name
 
 MISSING = 10.0
 """Seconds a holder of another pid namespace may have no file before it counts as ended (a
@@ -77,7 +77,8 @@ class Owner:
 
     ``holder``: its token (the name of its file in the holders directory; '' in rows of an
     older ledger); ``ticks``: its start in clock ticks since boot (0: not known); ``started``:
-    its start as a wall-clock time, for people."""
+    its start as a wall-clock time, for people; ``kernel``: the Jupyter kernel it holds for
+    (its own id in a kernel; a provisioner names the kernel it starts)."""
 
     uid: int
     user: str
@@ -88,6 +89,7 @@ class Owner:
     label: str = ""
     holder: str = ""
     ticks: int = 0
+    kernel: str = ""  # the Jupyter kernel it holds for (its own, in a kernel), when known
 
     @classmethod
     def current(cls, label: str = "") -> Owner:
@@ -470,7 +472,7 @@ def _process_owner(pid: int) -> Owner:
     return Owner(uid=uid, user=user_name(uid), pid=pid,
                  started=psutil.Process(pid).create_time(), host=host_key(),
                  pidns=_pid_namespace(), holder=secrets.token_hex(16),
-                 ticks=start_ticks(pid) or 0)
+                 ticks=start_ticks(pid) or 0, kernel=kernel_id())
 
 
 def _pid_namespace() -> str:

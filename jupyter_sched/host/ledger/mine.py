@@ -82,7 +82,7 @@ def lease_record(lease: Lease) -> dict:
     """A lease as a holder file keeps it."""
     found = asdict(lease)
     found.pop("owner")
-    found["label"] = lease.owner.label
+    found["label"], found["kernel"] = lease.owner.label, lease.owner.kernel
     return found
 
 
@@ -93,9 +93,10 @@ def lease_of_record(record: dict, owner: Owner) -> Lease | None:
         return Lease(int(record["id"]), str(record["device"]), int(record["units"]),
                      Owner(owner.uid, owner.user, owner.pid, owner.started, owner.host,
                            owner.pidns, str(record.get("label", "")), owner.holder,
-                           owner.ticks),
+                           owner.ticks, str(record.get("kernel", ""))),
                      str(record.get("task", "")), float(record.get("since", 0.0)),
-                     float(record.get("taken", 0.0)), str(record.get("held", "")))
+                     float(record.get("taken", 0.0)), str(record.get("held", "")),
+                     float(record.get("active", 0.0)))
     except (KeyError, TypeError, ValueError):
         return None
 
