@@ -287,6 +287,7 @@ class HostLeases:
         still run: :meth:`give` them when it ends); with ``whole_process`` every other lease
         of this process too (``give_mine``: none is left behind by an earlier scheduler), and
         its waits end. Returns the tasks whose leases are kept."""
+        self._listen(False)  # (nothing of this scheduler waits any more: its socket goes)
         kept = [task for task in keep if task in self._by_task]
         for task in list(self._by_task):
             if task not in kept:

@@ -62,8 +62,9 @@ class Wakes:
         with self._lock:
             with contextlib.suppress(ValueError):
                 self._callbacks.remove(callback)
-            if not self._callbacks:
-                self._close()
+            thread = self._close() if not self._callbacks else None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_IDLE)  # (at once: the socket's shutdown woke it)
 
     @property
     def listening(self) -> bool:
@@ -127,20 +128,32 @@ class Wakes:
                                         name="jupyter_sched-ledger-wakes", daemon=True)
         self._thread.start()
 
-    def _close(self) -> None:
+    def _close(self) -> threading.Thread | None:
+        """(lock held) Unbind this process's socket; the thread that read it, to be joined."""
         sock, self._socket = self._socket, None
-        if sock is not None and self._pid == os.getpid():
-            with contextlib.suppress(OSError):
-                os.unlink(self._path(token()))
-            sock.close()  # (the thread sees it closed within _IDLE seconds and leaves)
+        thread, self._thread = self._thread, None
+        if sock is None or self._pid != os.getpid():
+            return None
+        name = self._path(token())
+        with contextlib.suppress(OSError), \
+                socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as stop:
+            stop.setblocking(False)
+            stop.sendto(b".", name)  # (wakes the thread blocked in recv: it sees it unbound)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        return thread
 
     def _run(self, sock: socket.socket) -> None:
         while True:
             try:
                 sock.recv(64)
+                if self._socket is not sock:
+                    sock.close()
+                    return  # (unbound: _close woke it)
                 _drain(sock)  # (a burst of gives is one wake)
             except TimeoutError:
                 if self._socket is not sock:
+                    sock.close()
                     return
                 continue
             except OSError:
