@@ -45,16 +45,16 @@ def test_a_smaller_holding_retries_waiting_work(core):
     assert sorted(out, key=lambda s: s.task) == [ev.Start("a", "n", None, {"GPU": {0: U // 2}}),
                                                  ev.Start("b", "n", None, {"GPU": {1: U}})]
     assert core.handle(held({})) == []
-    assert core.elsewhere == {}
+    assert core.books.elsewhere == {}
 
 
 def test_held_beyond_what_is_free_is_taken_when_own_tasks_end(core):
     core.handle(node(gpus=1), submit(task("a", 0.75)))
     core.handle(held({0: U // 2}))  # only 0.25 is free beside "a"
-    assert core.elsewhere["n"].applied.devices == {"GPU": {0: U // 4}}
+    assert core.books.elsewhere["n"].applied.devices == {"GPU": {0: U // 4}}
     core.handle(submit(task("b", 0.75)))
     assert core.handle(ev.Finished("a")) == []  # the other 0.25 held elsewhere takes its place
-    assert core.elsewhere["n"].applied.devices == {"GPU": {0: U // 2}}
+    assert core.books.elsewhere["n"].applied.devices == {"GPU": {0: U // 2}}
     assert core.cluster.nodes["n"].resources.devices["GPU"].free == {0: U // 2}
     out = core.handle(held({0: 0}))
     assert out == [ev.Start("b", "n", None, {"GPU": {0: 3 * U // 4}})]
@@ -68,11 +68,11 @@ def test_other_reasons_to_wait_are_not_blamed_on_them(core):
 
 def test_redeclared_devices_keep_what_others_hold(core):
     core.handle(node(gpus=1), held({0: U // 2, 1: U}))
-    assert core.elsewhere["n"].applied.devices == {"GPU": {0: U // 2}}
+    assert core.books.elsewhere["n"].applied.devices == {"GPU": {0: U // 2}}
     core.handle(ev.NodeUpdated("n", devices={"GPU": {0: None, 1: None}}))
-    assert core.elsewhere["n"].applied.devices == {"GPU": {0: U // 2, 1: U}}
+    assert core.books.elsewhere["n"].applied.devices == {"GPU": {0: U // 2, 1: U}}
     core.handle(ev.NodeRemoved("n"))
-    assert core.elsewhere == {}
+    assert core.books.elsewhere == {}
 
 
 @pytest.mark.parametrize("event, message", [
@@ -84,7 +84,7 @@ def test_bad_holdings_are_refused(core, event, message):
     core.handle(node(gpus=1))
     with pytest.raises(Refused, match=message):
         core.handle(event)
-    assert core.elsewhere == {}
+    assert core.books.elsewhere == {}
 
 
 def test_an_unstarted_attempt_is_queued_again_without_a_retry(core):
@@ -145,7 +145,7 @@ def test_held_elsewhere_keeps_every_invariant_and_every_task_ends(ops):
             unstarted = op == "unstarted"
             step(ev.Failed(start.task, "refused", attempt=start.attempt, unstarted=unstarted)
                  if unstarted else ev.Finished(start.task, attempt=start.attempt))
-        others = core.elsewhere.get("n")
+        others = core.books.elsewhere.get("n")
         if others is not None:  # never more than told, and never beyond what is free
             for index, share in others.applied.devices.get("GPU", {}).items():
                 assert share <= others.wanted["GPU"][index]

@@ -149,9 +149,9 @@ def test_a_held_tasks_reservation_goes_to_the_next():
     step(core, gpus(2), task("small"))
     step(core, task("big1", 2.0), task("big2", 2.0))
     step(core, ev.Tick(2.0), task("other", 0.0))  # a cycle after they waited too long
-    assert [r.job.id for r in core.reservations.values()] == ["big1"]
+    assert [r.job.id for r in core.books.reservations.values()] == ["big1"]
     step(core, ev.Steer("big1", "hold"))
-    assert [r.job.id for r in core.reservations.values()] == ["big2"]
+    assert [r.job.id for r in core.books.reservations.values()] == ["big2"]
     assert started(step(core, ev.Finished("small"))) == ["big2"]
 
 
@@ -379,7 +379,7 @@ def test_a_share_the_free_add_up_to_but_no_device_has_waits_fragmented():
     step(core, gpus(2), task("a", 0.6), task("b", 0.6))
     step(core, task("big", 0.8))
     assert core.tasks["big"].reason == "fragmented: 0.4 + 0.4 free on n0, no device has 0.8"
-    assert "big" in core.said
+    assert "big" in core.books.said
     step(core, task("small", 0.3))  # placed after big was tried: 0.4 + 0.1 free now
     step(core, task("nothing", 0.0))  # the next cycle tries big again
     assert core.tasks["big"].reason == ""  # the free shares add up to less than 0.8

@@ -6,8 +6,8 @@ binding a task to a node and releasing it, the waiting structures, deadlines, th
 looking up a task, a node or a task's class. It decides nothing: the transition table
 (:mod:`.transitions`) says what an event does to a task, the actions (:mod:`.actions`) decide
 placements, :mod:`.steering` and :mod:`.membership` carry out steers and changes of the
-cluster, and :class:`.state.Core` is the one door. They all see the core as a ``Ledger``, so
-nothing below ``state`` imports it.
+cluster, and :class:`.state.Core`, which *has* the books, is the one door. They all see the
+core as its ``Ledger``, so nothing below ``state`` imports it.
 """
 
 from __future__ import annotations
@@ -130,6 +130,8 @@ class Ledger:
         # pipelining (:mod:`.actions.pipeline`): off at 0, else the seconds a task of a class
         # may be expected to take for the next one to be sent ahead to its engine slot
         self.pipeline = 0.0
+        # between queues, past use counts with this half-life (0: only what they hold now)
+        self.fair_share_half_life = 0.0
         self.assigned: dict[str, Task] = {}  # sent ahead, waiting for their slot's task
         self.durations: dict[tuple, float] = {}  # (queue, class) -> its last run on a slot
         # (when the task before it passes the bound, seq, task id, attempt): look again then
@@ -143,7 +145,7 @@ class Ledger:
         self.starts = 0  # tasks started, all time (queues that tie take turns by it)
         # waiting tasks whose reason a cycle changed (their records are brought up to date)
         self.said: set[str] = set()
-        self._out: list[ev.Instruction] = []
+        self.out: list[ev.Instruction] = []  # the outbox: what ``handle`` returns
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -173,7 +175,7 @@ class Ledger:
         return number
 
     def emit(self, instruction: ev.Instruction) -> None:
-        self._out.append(instruction)
+        self.out.append(instruction)
 
     def held_elsewhere_node(self, spec: TaskSpec,
                             passes: Callable[[Node, TaskSpec], bool]) -> str:

@@ -349,9 +349,9 @@ class RuntimeLoop:
             batch = []
 
         self.records.carry_out_all(instructions, now, touched)
-        if core.said:  # reasons a cycle changed: a queue's cap, fragmentation
-            touched |= core.said
-            core.said.clear()
+        if core.books.said:  # reasons a cycle changed: a queue's cap, fragmentation
+            touched |= core.books.said
+            core.books.said.clear()
         self.records.sync(touched)
         self.restarts.step(core, now)  # idle engines whose MPS cap keeps a task out
         for request in requests:
@@ -426,7 +426,7 @@ class RuntimeLoop:
         if isinstance(event, _NODE_EVENTS):
             self.records.sync_all = True
         elif isinstance(event, ev.HeldElsewhere):  # the reasons of those waiting for it
-            for task_id in list(self.core.elsewhere_waits):
+            for task_id in list(self.core.books.elsewhere_waits):
                 task = self.core.tasks.get(task_id)
                 members = task.gang.members if task is not None and task.gang else ()
                 touched.add(task_id)

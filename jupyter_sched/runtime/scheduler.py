@@ -181,7 +181,7 @@ class Scheduler(Configurable):
         if name in APPLIED["loop"]:
             loop.settings = self._loop_settings()
         if self.started and name in APPLIED["core"]:
-            self._on_runtime(lambda core: setattr(core, name, value))
+            self._on_runtime(lambda core: setattr(core.books, name, value))
         if self.started and name == "local_resources":
             self.declare_local(value)
         if name in APPLIED["executors"]:
