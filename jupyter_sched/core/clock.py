@@ -5,6 +5,8 @@ preemptible attempt's ``min_runtime`` (``Ledger.guards``: preemption may take it
 and a look at the slot of a task sent ahead when the task before it passes the pipelining
 bound (``Ledger.overruns``). Each is a heap of ``(when, task seq, task id, attempt)``: an
 entry belongs to an attempt, and one whose attempt no longer runs in its state is stale.
+:func:`tick` pops what fell due; :func:`tidy` drops stale heads after each ``handle``, so
+:func:`first_due`, when the next ``Tick`` matters, is a read that changes nothing.
 """
 
 from __future__ import annotations
@@ -54,26 +56,33 @@ def tick(books: Ledger, event: ev.Tick) -> bool:
 
 
 def first_due(books: Ledger) -> float | None:
-    """When a ``Tick`` next matters, or None."""
-    due = [when for when in (_first_due(books, books.overruns, ASSIGNED),
-                             _first_due(books, books.deadlines, RUNNING),
-                             _first_due(books, books.guards, RUNNING)) if when is not None]
-    return min(due) if due else None
+    """When a ``Tick`` next matters, or None: the first entry of each heap (their stale
+    heads are gone: :func:`tidy`). Changes nothing."""
+    due = None
+    for heap in (books.overruns, books.deadlines, books.guards):
+        if heap and (due is None or heap[0][0] < due):
+            due = heap[0][0]
+    return due
 
 
-def _first_due(books: Ledger, heap: list[tuple[float, int, str, int]],
-               state: str) -> float | None:
-    """When the first entry of ``heap`` falls due whose attempt is still its task's and in
-    ``state`` (a running one not being stopped); the entries of attempts that ended, or are
-    being stopped, are dropped on the way."""
+def tidy(books: Ledger) -> None:
+    """Drop the stale entries at the head of each heap: those of attempts that ended, left
+    their state, or (running) are being stopped. After each ``handle``: only it changes what
+    is stale, so the heads stay live until the next, and :func:`first_due` only reads."""
+    _drop_stale(books, books.overruns, ASSIGNED)
+    _drop_stale(books, books.deadlines, RUNNING)
+    _drop_stale(books, books.guards, RUNNING)
+
+
+def _drop_stale(books: Ledger, heap: list[tuple[float, int, str, int]], state: str) -> None:
+    tasks = books.tasks
     while heap:
         _, _, task_id, attempt = heap[0]
-        task = books.tasks.get(task_id)
+        task = tasks.get(task_id)
         if task is not None and task.state == state and task.attempt == attempt \
                 and (state != RUNNING or task.stopping is None):
-            return heap[0][0]
+            return
         heapq.heappop(heap)
-    return None
 
 
-__all__ = ["first_due", "tick"]
+__all__ = ["first_due", "tick", "tidy"]

@@ -99,6 +99,8 @@ class Core:
         if self._dirty:
             self._dirty = False
             _cycle(books)
+        clock.tidy(books)  # (what reads the books between calls then changes nothing)
+        allocate.tidy_waits(books)
         out, books.out = books.out, []
         if refused:
             self._held = out
@@ -174,22 +176,20 @@ class Core:
     def waiting_elsewhere(self, node: str, limit: int) -> list[tuple[Task, int]]:
         """The jobs (a task, or a gang's first member) that wait only for shares other
         processes hold on ``node``, as the last cycle that tried them found, each with how
-        many jobs wait in its class (at most ``limit`` of them, oldest first). What is no
-        longer so is forgotten here."""
+        many jobs wait in its class (at most ``limit`` of them, oldest first). Changes
+        nothing: what is no longer so was forgotten as the last ``handle`` ended."""
         books = self.books
         out: list[tuple[Task, int]] = []
-        gone: list[str] = []
         for task_id, where in books.elsewhere_waits.items():
-            task = books.tasks.get(task_id)
-            if task is None or task.state != QUEUED or not task.reason:
-                gone.append(task_id)
-            elif where == node and len(out) < limit:
-                job = task.gang if task.gang is not None else task
-                queue = books.queues.queues.get(task.queue)
-                fifo = queue.classes.get(job_key(job)) if queue is not None else None
-                out.append((task, max(1, len(fifo) if fifo is not None else 1)))
-        for task_id in gone:
-            del books.elsewhere_waits[task_id]
+            if where != node:
+                continue
+            if len(out) == limit:
+                break
+            task = books.tasks[task_id]
+            job = task.gang if task.gang is not None else task
+            queue = books.queues.queues.get(task.queue)
+            fifo = queue.classes.get(job_key(job)) if queue is not None else None
+            out.append((task, max(1, len(fifo) if fifo is not None else 1)))
         return out
 
     def engines_to_restart(self) -> list[tuple[str, str, str]]:

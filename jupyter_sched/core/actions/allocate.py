@@ -208,17 +208,13 @@ def engines_to_restart(core: Ledger) -> list[tuple[str, str, str]]:
     share (oldest first: the heads of their classes, as a cycle tried them; the next of a
     class is named once its head started, if it is kept out the same way), a free engine
     slot capped at another share on a node that would take the task but for the caps, each
-    slot once: started again, its engine is capped by its next task. Tasks no longer waiting
-    so are forgotten here."""
+    slot once: started again, its engine is capped by its next task. Changes nothing (tasks
+    no longer waiting so were forgotten by :func:`tidy_waits`)."""
     out: list[tuple[str, str, str]] = []
     taken: set[tuple[str, str]] = set()
-    gone: list[str] = []
-    for task_id in sorted(core.cap_waits, key=lambda t: core.tasks[t].seq
-                          if t in core.tasks else -1):
-        task = core.tasks.get(task_id)
-        if task is None or task.state != QUEUED or not task.reason.startswith(NO_ENGINE):
-            gone.append(task_id)
-            continue
+    tasks = core.tasks
+    for task_id in sorted(core.cap_waits, key=lambda t: tasks[t].seq):
+        task = tasks[task_id]
         share = core.cap_waits[task_id]
         for node in _kept_out_by_caps(core, task.spec):
             slot = next((s for s in sorted(node.free_slots)
@@ -228,9 +224,23 @@ def engines_to_restart(core: Ledger) -> list[tuple[str, str, str]]:
                 taken.add((node.name, slot))
                 out.append((task_id, node.name, slot))
                 break
-    for task_id in gone:
-        del core.cap_waits[task_id]
     return out
+
+
+def tidy_waits(core: Ledger) -> None:
+    """Forget the waits that cycles noted and that no longer hold: a task that waits no
+    more, or no longer for an engine of its cap (``cap_waits``) or for shares other
+    processes hold (``elsewhere_waits``). After each ``handle``, so that what reads them
+    (:func:`engines_to_restart`, ``Core.waiting_elsewhere``) changes nothing."""
+    tasks = core.tasks
+    if core.cap_waits:
+        for task_id in [t for t in core.cap_waits if (task := tasks.get(t)) is None
+                        or task.state != QUEUED or not task.reason.startswith(NO_ENGINE)]:
+            del core.cap_waits[task_id]
+    if core.elsewhere_waits:
+        for task_id in [t for t in core.elsewhere_waits if (task := tasks.get(t)) is None
+                        or task.state != QUEUED or not task.reason]:
+            del core.elsewhere_waits[task_id]
 
 
 def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
