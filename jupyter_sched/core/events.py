@@ -172,6 +172,29 @@ class QueueSet:
     max_running: int | None = None  # at most this many of its tasks run at once (0: no cap)
 
 
+POLICIES = ("binpack", "spread", "hybrid")
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    """Change the core's settings; only the fields given (not None) change, all or none:
+    ``policy`` (one of :data:`POLICIES`: where tasks go first), ``reservation_after``
+    (seconds a job may wait at the head of its queue before room is held for it;
+    ``math.inf``: never), ``preemption`` (whether waiting work may stop preemptible work),
+    ``hybrid_threshold`` (the utilisation, 0 to 1, below which ``hybrid`` packs),
+    ``pipeline`` (seconds: how short a task of a backlog must be for the next to be sent
+    ahead to its engine; 0: never) and ``fair_share_half_life`` (seconds after which what a
+    queue used counts half against it; 0: only what it holds now). A value that is not valid
+    refuses the event, naming it (:mod:`.intake`)."""
+
+    policy: str | None = None
+    reservation_after: float | None = None
+    preemption: bool | None = None
+    hybrid_threshold: float | None = None
+    pipeline: float | None = None
+    fair_share_half_life: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class HeldElsewhere:
     """The shares of ``node``'s devices that other processes hold now (``{"GPU": {0: 5000}}``),
@@ -194,7 +217,8 @@ class Tick:
 
 
 Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved | NodeUpdated
-         | SlotAdded | SlotRemoved | SlotCapped | QueueSet | HeldElsewhere | Tick | Steer)
+         | SlotAdded | SlotRemoved | SlotCapped | QueueSet | Configure | HeldElsewhere | Tick
+         | Steer)
 
 # -- instructions ---------------------------------------------------------------------------
 

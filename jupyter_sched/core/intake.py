@@ -7,14 +7,19 @@ names the event, the field, the value and what it must be. A plain module: it st
 interpreted, like the events themselves.
 
 Only types are checked here; what a value means (a known task, a finite time, a share from 0
-to 1) is the handler's to check, as before.
+to 1) is the handler's to check, as before. Except for the core's settings (``Configure``):
+they are read by compiled code on every cycle and mean nothing against the books, so their
+values are checked here too (:data:`VALUES`), each named with what would be valid, and
+:func:`settings` makes a checked ``Configure`` for the core's constructor.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from ..model.allocation import NodeResources
+from ..model.limits import check_seconds
 from ..model.specs import GangSpec, SlotSpec, TaskSpec
 from . import events as ev
 
@@ -55,7 +60,7 @@ def _optional(test: Callable[[object], bool]) -> Callable[[object], bool]:
 _EXACT: dict[str, tuple[type, ...]] = {
     "str": (str,), "str?": (str, NoneType), "int?": (int, NoneType), "bool": (bool,),
     "bool?": (bool, NoneType), "gang?": (GangSpec, NoneType), "resources": (NodeResources,),
-    "number": (int, float),
+    "number": (int, float), "number?": (int, float, NoneType),
 }
 _TESTS: dict[str, Callable[[object], bool]] = {
     "specs": _tuple_of(TaskSpec),
@@ -70,7 +75,8 @@ _TESTS: dict[str, Callable[[object], bool]] = {
 _WORDS = {
     "str": "a string", "str?": "a string or None", "int?": "a whole number or None",
     "bool": "True or False", "bool?": "True, False or None", "gang?": "a GangSpec or None",
-    "resources": "a NodeResources", "number": "a number", "specs": "a tuple of TaskSpec",
+    "resources": "a NodeResources", "number": "a number", "number?": "a number or None",
+    "specs": "a tuple of TaskSpec",
     "slots": "a tuple of SlotSpec (a string id, pinned a frozenset of device indices or None)",
     "slot": "a SlotSpec (a string id, pinned a frozenset of device indices or None)",
     "labels": "a mapping of strings to strings",
@@ -100,10 +106,36 @@ FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
                   ("capability", "amounts?"), ("guarantee", "amounts?"), ("priority", "int?"),
                   ("state", "str?"), ("max_running", "int?")),
     ev.Steer: (("task", "str"), ("action", "str"), ("priority", "int?")),
+    ev.Configure: (("policy", "str?"), ("reservation_after", "number?"), ("preemption", "bool?"),
+                   ("hybrid_threshold", "number?"), ("pipeline", "number?"),
+                   ("fair_share_half_life", "number?")),
     ev.HeldElsewhere: (("node", "str"), ("device_shares", "shares"), ("reason", "str")),
     ev.Tick: (("now", "number"),),
 }
 """Each event's fields and their kinds, in the order they are checked."""
+
+def _policy(value: object, what: str) -> None:
+    if value not in ev.POLICIES:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(ev.POLICIES)}")
+
+
+def _after(value: object, what: str) -> None:
+    if value != math.inf:  # (infinite: never reserve)
+        check_seconds(value, what)
+
+
+def _fraction(value: object, what: str) -> None:
+    if not 0 <= value <= 1:  # type: ignore[operator]  # (a number: its kind was checked)
+        raise ValueError(f"{what} {value!r} must be a number from 0 to 1")
+
+
+VALUES: dict[type, tuple[tuple[str, Callable[[object, str], object]], ...]] = {
+    ev.Configure: (("policy", _policy), ("reservation_after", _after),
+                   ("hybrid_threshold", _fraction), ("pipeline", check_seconds),
+                   ("fair_share_half_life", check_seconds)),
+}
+"""The fields whose values are checked here too (past their kinds), and each one's check."""
+
 
 def _no(value: object) -> bool:
     return False  # (a kind of exact types has no other test)
@@ -143,3 +175,18 @@ def check(event: object) -> None:
             continue
         raise ValueError(f"{type(event).__name__}({name}={value!r}): {name} must be "
                          f"{_WORDS[kind]}")
+    for name, rule in VALUES.get(type(event), ()):
+        value = getattr(event, name)
+        if value is not None:
+            try:
+                rule(value, name)
+            except ValueError as error:
+                raise ValueError(f"{type(event).__name__}({name}={value!r}): {error}") from None
+
+
+def settings(**values: object) -> ev.Configure:
+    """A ``Configure`` of ``values``, checked as ``handle`` checks one (a ValueError naming
+    the first that is not valid)."""
+    event = ev.Configure(**values)  # type: ignore[arg-type]  # (checked next)
+    check(event)
+    return event

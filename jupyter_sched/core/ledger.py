@@ -86,12 +86,14 @@ class JobSet:
 class Ledger:
     """What the core knows; changed only while the core handles events."""
 
-    def __init__(self, policy: str, reservation_after: float, preemption: bool,
-                 hybrid_threshold: float) -> None:
-        self.policy = policy
-        self.reservation_after = reservation_after
-        self.preemption = preemption
-        self.hybrid_threshold = hybrid_threshold
+    def __init__(self) -> None:
+        # the settings (``Configure``, :mod:`.settings`): where tasks go first, how long a job
+        # waits before room is held for it, whether waiting work may preempt, below what
+        # utilisation ``hybrid`` packs
+        self.policy = "binpack"
+        self.reservation_after = 1.0
+        self.preemption = False
+        self.hybrid_threshold = 0.8
         self.now = 0.0
         self.cluster = Cluster()
         self.queues = QueueTree()

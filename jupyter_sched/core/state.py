@@ -18,15 +18,13 @@ engine slots and shares held elsewhere :mod:`.membership`'s.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..model.cluster import Cluster
-from ..model.limits import check_seconds
 from ..model.queues import CLOSED, QueueTree
 from ..model.tasks import QUEUED, TERMINAL, Gang, Task
-from . import clock, invariants, membership, settings, steering, work
+from . import clock, intake, invariants, membership, settings, steering, work
 from . import events as ev
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
 from .errors import InvalidTransition, Refused
@@ -35,7 +33,7 @@ from .jobs import in_order, job_key
 from .ledger import Ledger
 from .session import Session
 
-POLICIES = ("binpack", "spread", "hybrid")
+POLICIES = ev.POLICIES
 
 
 class Core:
@@ -54,21 +52,13 @@ class Core:
         pipeline: object = 0.0,
         fair_share_half_life: object = 0.0,
     ) -> None:
-        # (parameters are objects: what a caller passes is checked here, each bad value named)
-        if not isinstance(policy, str) or policy not in POLICIES:
-            raise ValueError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
-        after = math.inf if reservation_after == math.inf else (  # (infinite: never reserve)
-            check_seconds(reservation_after, "reservation_after"))
-        if not isinstance(preemption, bool):
-            raise ValueError(f"preemption {preemption!r} must be True or False")
-        if isinstance(hybrid_threshold, bool) or not isinstance(hybrid_threshold, (int, float)) \
-                or not 0 <= hybrid_threshold <= 1:
-            raise ValueError(f"hybrid_threshold {hybrid_threshold!r} must be a number from 0 to 1")
-        self.books = Ledger(policy, after, preemption, float(hybrid_threshold))
-        self.books.pipeline = check_seconds(pipeline, "pipeline")
-        # between queues, past use counts with this half-life (0: only what they hold now)
-        self.books.fair_share_half_life = check_seconds(fair_share_half_life,
-                                                        "fair_share_half_life")
+        # (parameters are objects: a caller's values are checked as a Configure event is,
+        # each bad one named)
+        self.books = Ledger()
+        settings.configure(self.books, intake.settings(
+            policy=policy, reservation_after=reservation_after, preemption=preemption,
+            hybrid_threshold=hybrid_threshold, pipeline=pipeline,
+            fair_share_half_life=fair_share_half_life))
         self._held: list[ev.Instruction] | None = None
         self._dirty = False
 
@@ -263,6 +253,6 @@ _HANDLERS: dict[type, Callable[[Ledger, Any], bool]] = {
     ev.NodeAdded: membership.add_node, ev.NodeRemoved: membership.remove_node,
     ev.NodeUpdated: membership.update_node, ev.SlotAdded: membership.add_slot,
     ev.SlotRemoved: membership.remove_slot, ev.SlotCapped: membership.cap_slot,
-    ev.QueueSet: settings.set_queue,
+    ev.QueueSet: settings.set_queue, ev.Configure: settings.configure,
     ev.HeldElsewhere: membership.hold_elsewhere, ev.Steer: steering.steer,
 }

@@ -180,8 +180,8 @@ class Scheduler(Configurable):
             return
         if name in APPLIED["loop"]:
             loop.settings = self._loop_settings()
-        if self.started and name in APPLIED["core"]:
-            self._on_runtime(lambda core: setattr(core.books, name, value))
+        if self.started and name in APPLIED["core"]:  # (the core checks it as it takes it)
+            self._request([ev.Configure(**{name: value})])
         if self.started and name == "local_resources":
             self.declare_local(value)
         if name in APPLIED["executors"]:
