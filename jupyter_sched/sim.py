@@ -392,8 +392,8 @@ class Simulation:
                 self._parked[after] = instruction  # the engine's queue: next
                 return
             self._begin(instruction)
-        else:  # Stop or Preempt: the simulated executor stops it after its stop delay
-            low, high = self.stop_delay
+        elif not isinstance(instruction, ev.Explain):  # Stop or Preempt: the simulated
+            low, high = self.stop_delay                   # executor stops it after its delay
             delay = low if low == high else self.rng.uniform(low, high)
             self._at(self.now + delay, ("stopped", instruction.task, instruction.attempt))
 

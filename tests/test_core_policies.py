@@ -37,7 +37,8 @@ def test_backfill_checks_queue_capability_like_allocate():
     core.handle(submit(task("j", 2)))  # waits for two GPUs: a reservation
     assert core.books.reservations
     out = core.handle(submit(task("b", 1, queue="q", time_limit=1)))
-    assert out == [] and core.tasks["b"].state == "queued"
+    assert out == [ev.Explain("b", "waits for its queue: queue 'q' capability GPU=1")]
+    assert core.tasks["b"].state == "queued"
     assert core.queues["q"].allocated == {"GPU": U}
 
 

@@ -377,12 +377,13 @@ def test_a_class_refused_in_one_queue_is_still_tried_in_another():
 def test_a_share_the_free_add_up_to_but_no_device_has_waits_fragmented():
     core = Core()
     step(core, gpus(2), task("a", 0.6), task("b", 0.6))
-    step(core, task("big", 0.8))
+    out = step(core, task("big", 0.8))
     assert core.tasks["big"].reason == "fragmented: 0.4 + 0.4 free on n0, no device has 0.8"
-    assert "big" in core.books.said
+    assert out == [ev.Explain("big", core.tasks["big"].reason)]  # the reason is said
     step(core, task("small", 0.3))  # placed after big was tried: 0.4 + 0.1 free now
-    step(core, task("nothing", 0.0))  # the next cycle tries big again
+    out = step(core, task("nothing", 0.0))  # the next cycle tries big again
     assert core.tasks["big"].reason == ""  # the free shares add up to less than 0.8
+    assert ev.Explain("big", "") in out
     assert started(step(core, ev.Finished("a"), ev.Finished("b"))) == ["big"]
 
 

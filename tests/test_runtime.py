@@ -89,6 +89,22 @@ def test_fractional_tasks_queue_behind_a_full_device_and_start_as_it_frees(sched
     sched.wait(holders, timeout=WAIT)
 
 
+def test_a_reason_a_cycle_gives_a_waiting_task_reaches_its_record(sched):
+    """A cycle that changes why a task waits, in a step about other tasks, says so (the
+    core's ``Explain``), and the runtime brings the task's record up to date."""
+    gate = threading.Event()
+    holders = [sched.submit(gate.wait, WAIT, resources="GPU=0.6") for _ in range(2)]
+    big = sched.submit(lambda: "big", resources="GPU=0.8")
+    assert sched.record(big.id).reason == ("fragmented: 0.4 + 0.4 free on local, no device "
+                                           "has 0.8")
+    holders.append(sched.submit(gate.wait, WAIT, resources="GPU=0.3"))  # after big was tried
+    holders.append(sched.submit(lambda: None, resources="CPU=1"))  # big is tried again
+    assert big.state == "queued" and sched.record(big.id).reason == ""  # 0.4 + 0.1 free
+    gate.set()
+    assert big.result(WAIT) == "big"
+    sched.wait(holders, timeout=WAIT)
+
+
 # -- submitting and dispatching ---------------------------------------------------------------
 
 

@@ -1,5 +1,8 @@
 """What goes into the core (events: facts) and what comes out (instructions: imperatives).
 
+Everything the core decides comes out of ``handle`` as an instruction: what to start and stop
+for the executors, and why a waiting task waits (``Explain``) for what shows it.
+
 Events are frozen and carry everything the core needs; the core keeps no reference to the
 shell that sent them. Instructions name tasks by id, so the shells keep code and callables.
 
@@ -243,4 +246,15 @@ class Preempt:
     attempt: int
 
 
-Instruction = Start | Stop | Preempt
+@dataclass(frozen=True, slots=True)
+class Explain:
+    """Tell why a waiting task waits: a cycle gave it a new ``reason`` ("" when it no longer
+    says one), with no change of state (a queue's cap, fragmented shares, engines capped at
+    another share, shares held elsewhere). No executor acts on it: shells bring what they show
+    of the task up to date."""
+
+    task: str
+    reason: str
+
+
+Instruction = Start | Stop | Preempt | Explain

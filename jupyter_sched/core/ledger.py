@@ -145,8 +145,6 @@ class Ledger:
         self._seq = 0
         self._klasses: dict[tuple, int] = {}  # a class's key -> its number
         self.starts = 0  # tasks started, all time (queues that tie take turns by it)
-        # waiting tasks whose reason a cycle changed (their records are brought up to date)
-        self.said: set[str] = set()
         self.out: list[ev.Instruction] = []  # the outbox: what ``handle`` returns
 
     def next_seq(self) -> int:

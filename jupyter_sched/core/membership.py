@@ -17,7 +17,7 @@ from ..model.tasks import ASSIGNED, QUEUED
 from . import events as ev
 from .jobs import job_spec
 from .ledger import Ledger
-from .transitions import LOSE, REVOKE, fire
+from .transitions import LOSE, REVOKE, explain, fire
 
 
 def add_node(ledger: Ledger, event: ev.NodeAdded) -> bool:
@@ -155,8 +155,8 @@ def hold_elsewhere(ledger: Ledger, event: ev.HeldElsewhere) -> bool:
         task = ledger.tasks.get(task_id)
         if where == event.node and task is not None and task.state == QUEUED and task.reason:
             for member in task.gang.members if task.gang is not None else [task]:
-                if member.state == QUEUED:
-                    member.reason = event.reason or member.reason
+                if member.state == QUEUED and event.reason:
+                    explain(ledger, member, event.reason)
     return True  # less held elsewhere: waiting work may fit now
 
 

@@ -8,7 +8,8 @@ reads ``running``). A column is a *stimulus*: an executor's report on the curren
 :func:`fire` looks the pair up in :data:`TABLE` and applies its rule; a pair that is not in the
 table raises :class:`InvalidTransition`, and so does a rule that ends in a state its row does
 not name. ``docs/architecture.md`` shows the same table (:func:`markdown` writes it, and a
-test checks that the two agree).
+test checks that the two agree). A waiting task's reason may also change with its state
+unchanged (a cycle found a new one): :func:`explain` writes it and says so.
 
 The promises the table keeps:
 
@@ -109,6 +110,14 @@ def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
     if end not in rule.to:
         raise InvalidTransition(f"{task.id}: {start} on {stimulus} ended in {end}, "
                                 f"not in {rule.to}")
+
+
+def explain(led: Ledger, task: Task, reason: str) -> None:
+    """The one other change of a task: why it waits, when that changes while its state does
+    not (a cycle found a new reason). It is written, and said (``Explain``)."""
+    if task.reason != reason:
+        task.reason = reason
+        led.emit(ev.Explain(task.id, reason))
 
 
 # -- the rules -----------------------------------------------------------------------------

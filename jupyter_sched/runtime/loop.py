@@ -348,10 +348,7 @@ class RuntimeLoop:
             instructions += self._apply(request, batch, touched)
             batch = []
 
-        self.records.carry_out_all(instructions, now, touched)
-        if core.books.said:  # reasons a cycle changed: a queue's cap, fragmentation
-            touched |= core.books.said
-            core.books.said.clear()
+        self.records.carry_out_all(instructions, now, touched)  # (Explain: a new reason)
         self.records.sync(touched)
         self.restarts.step(core, now)  # idle engines whose MPS cap keeps a task out
         for request in requests:
@@ -425,12 +422,6 @@ class RuntimeLoop:
             touched.update(spec.id for spec in event.tasks)
         if isinstance(event, _NODE_EVENTS):
             self.records.sync_all = True
-        elif isinstance(event, ev.HeldElsewhere):  # the reasons of those waiting for it
-            for task_id in list(self.core.books.elsewhere_waits):
-                task = self.core.tasks.get(task_id)
-                members = task.gang.members if task is not None and task.gang else ()
-                touched.add(task_id)
-                touched.update(m.id for m in members)
 
     def publish(self, notify: bool = True) -> snapshots.Snapshot:
         live = self.gpus.read() if self.gpus is not None else {}

@@ -117,12 +117,15 @@ class Records:
 
     def carry_out_all(self, instructions: list, now: float, touched: set) -> None:
         """A step's instructions: the host's leases first, then each in order; the executors
-        that were sent tasks ahead are told when all are out."""
+        that were sent tasks ahead are told when all are out. Every task an instruction names
+        is synced after (an ``Explain`` asks for nothing more: its task waits for a new
+        reason, which the sync shows)."""
         self.leases.settle(instructions, now)
         try:
             for instruction in instructions:
                 touched.add(instruction.task)
-                self._carry_out(instruction)
+                if type(instruction) is not ev.Explain:
+                    self._carry_out(instruction)
         finally:  # (an executor may hold starts to send them together)
             if instructions:
                 self._end_step(instructions)

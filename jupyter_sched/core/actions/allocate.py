@@ -32,6 +32,7 @@ from ..plugins.gang import place_gang
 from ..plugins.predicates import node_passes
 from ..plugins.proportion import cluster_totals, queue_rank
 from ..session import Session
+from ..transitions import explain
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -102,14 +103,12 @@ def unplaced(session: Session, job: Task | Gang, key: ClassKey, over: str | None
     members = job.members if isinstance(job, Gang) else (job,)
     if over is not None:
         for member in members:  # why it waits, while its queue says so
-            if member.state == QUEUED and member.reason != QUEUE_WAITS + over:
-                member.reason = QUEUE_WAITS + over
-                core.said.add(member.id)
+            if member.state == QUEUED:
+                explain(core, member, QUEUE_WAITS + over)
     elif members[0].reason.startswith(QUEUE_WAITS):
         for member in members:
             if member.state == QUEUED:
-                member.reason = ""
-                core.said.add(member.id)
+                explain(core, member, "")
     admitted = over is None
     if admitted and core.elsewhere:
         _say_held_elsewhere(core, job)
@@ -159,9 +158,8 @@ def _say_why_not_placed(core: Ledger, job: Task | Gang,
         reason = _no_engine(core, spec)
     capped = reason.startswith(NO_ENGINE)
     for member in members:
-        if member.state == QUEUED and member.reason != reason:
-            member.reason = reason
-            core.said.add(member.id)
+        if member.state == QUEUED:
+            explain(core, member, reason)
         if capped and member.state == QUEUED:
             core.cap_waits[member.id] = demand_share(spec.demand)
         else:
@@ -251,7 +249,7 @@ def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
         if node else ""
     for member in members:
         if member.state == QUEUED:
-            member.reason = reason
+            explain(core, member, reason)
     if node:
         core.elsewhere_waits[members[0].id] = node
     else:
