@@ -4,11 +4,14 @@ a half-life. Each against the core's own invariants (``Core.validate``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.core.errors import Refused
+from jupyter_sched.core.errors import InvalidTransition, Refused
 from jupyter_sched.core.state import Core
+from jupyter_sched.core.transitions import PRIORITY, fire
 from jupyter_sched.model.allocation import NodeResources
 from jupyter_sched.model.devices import DeviceSet
 from jupyter_sched.model.quantity import SCALE
@@ -66,6 +69,27 @@ def test_a_new_priority_moves_a_waiting_task_within_and_across_priorities(busy):
     step(busy, ev.Steer("a", "priority", 0))  # back among its equals, by its age
     assert positions(busy) == {"c": 1, "a": 2, "b": 3}
     assert started(step(busy, ev.Finished("long"))) == ["c"]
+
+
+def test_a_new_priority_is_a_new_spec_through_the_table_in_every_waiting_state(busy):
+    """The spec a task was submitted with is never changed: a steered task gets a new one,
+    by the transition table's ``priority`` rows (queued, held, infeasible alike); a task
+    that runs has no such row."""
+    c, held = busy.tasks["c"], busy.tasks["b"]
+    submitted = c.spec
+    step(busy, task("huge", 4.0))  # no node could ever run it
+    step(busy, ev.Steer("b", "hold"))
+    step(busy, ev.Steer("c", "priority", 3), ev.Steer("b", "priority", 4),
+         ev.Steer("huge", "priority", 2))
+    assert submitted.priority == 0 and c.spec is not submitted and c.spec.priority == 3
+    assert c.spec == dataclasses.replace(submitted, priority=3)
+    assert (held.state, held.spec.priority) == ("held", 4)
+    assert (busy.tasks["huge"].state, busy.tasks["huge"].spec.priority) == ("infeasible", 2)
+    assert busy.tasks["huge"].klass != busy.tasks["a"].klass
+    with pytest.raises(InvalidTransition, match="running on priority"):
+        fire(busy.books, busy.tasks["long"], PRIORITY, 1)
+    step(busy, ev.Steer("b", "release"))
+    assert positions(busy) == {"b": 1, "c": 2, "a": 3}
 
 
 def test_top_puts_a_task_first_with_the_least_priority_that_does(busy):

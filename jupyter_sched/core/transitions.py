@@ -24,6 +24,7 @@ The promises the table keeps:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -71,6 +72,7 @@ HANDOVER: Final = "handover"       # the task before it on its slot ended: it ta
 REVOKE: Final = "revoke"           # pipeline took it back: its slot's task ran long, a slot is free
 HOLD: Final = "hold"               # the user holds it (Steer "hold")
 RELEASE: Final = "release"         # the user releases it (Steer "release")
+PRIORITY: Final = "priority"       # the user gives it a new priority (Steer "priority", "top")
 
 # why a stop is out (Task.stopping)
 BY_CANCEL: Final = "cancel"
@@ -179,6 +181,28 @@ def _release_held(led: Ledger, task: Task, _: object) -> None:
     led.held.pop(job.seq, None)
     led.pending[job.seq] = job
     _enter(led, task, PENDING)
+
+
+def _reprioritize(led: Ledger, task: Task, priority: int) -> None:
+    """A new priority: a new spec (made anew, the old one left as it was) and so a new class.
+    A waiting job leaves its class's books as its first member changes and is filed again
+    by its age once its last has (a gang's members change one by one, in order), so it
+    keeps its place among the jobs of its new priority."""
+    gang = task.gang
+    job = gang if gang is not None else task
+    if gang is None or task is gang.members[0]:
+        if task.state == QUEUED:
+            led.unfile(job)
+        elif task.state == INFEASIBLE:  # (listed by class too)
+            led.leave_waiting(task)
+    task.spec = dataclasses.replace(task.spec, priority=priority)
+    task.priority = priority
+    task.klass = led.klass_of(task.spec)
+    if gang is None or task is gang.members[-1]:
+        if task.state == QUEUED:
+            led.enter_waiting(job)
+        elif task.state == INFEASIBLE:
+            led.list_infeasible(job)
 
 
 def _cancel_held(led: Ledger, task: Task, reason: str) -> None:
@@ -335,6 +359,8 @@ TABLE: dict[tuple[str, str], Rule] = {
     (PENDING, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
     (PENDING, HOLD): Rule((HELD,), "", "the user holds it: never placed nor reserved for",
                           _hold),
+    (PENDING, PRIORITY): Rule((PENDING,), "", "the user gives it a new priority: a new spec "
+                              "and class", _reprioritize),
     (QUEUED, PLACE): Rule((RUNNING,), "Start", "a new attempt; its time limit starts",
                           _place),
     (QUEUED, NEVER): Rule((INFEASIBLE,), "", "nodes changed", _never),
@@ -346,12 +372,19 @@ TABLE: dict[tuple[str, str], Rule] = {
                            "nothing yet", _assign),
     (QUEUED, HOLD): Rule((HELD,), "", "the user holds it: it leaves its queue's order, and "
                          "a reservation it had goes to the next job", _hold),
+    (QUEUED, PRIORITY): Rule((QUEUED,), "", "a new spec and class: filed again by its age "
+                             "among the jobs of its new priority; a reservation it had goes",
+                             _reprioritize),
     (INFEASIBLE, ADMIT): Rule((QUEUED,), "", "a node that fits joined", _admit),
     (INFEASIBLE, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
     (INFEASIBLE, HOLD): Rule((HELD,), "", "the user holds it", _hold),
+    (INFEASIBLE, PRIORITY): Rule((INFEASIBLE,), "", "a new spec and class, listed again",
+                                 _reprioritize),
     (HELD, RELEASE): Rule((PENDING,), "", "the user releases it: admitted again (queued or "
                           "infeasible), keeping its age", _release_held),
     (HELD, CANCEL): Rule((CANCELLED,), "", "", _cancel_held),
+    (HELD, PRIORITY): Rule((HELD,), "", "a new spec and class, for when it is released",
+                           _reprioritize),
     (ASSIGNED, HANDOVER): Rule((RUNNING,), "", "its slot's task ended: it holds that task's "
                                "allocation from now on; its time limit starts", _hand_over),
     (ASSIGNED, CANCEL): Rule((STOPPING,), "Stop", "the engine may have begun it: it ends when "
