@@ -185,7 +185,7 @@ def test_forget_drops_only_finished_tasks(core):
 def test_unknown_transitions_raise(core):
     core.handle(node(), submit(task("a", 1)))
     with pytest.raises(InvalidTransition, match="running on admit"):
-        fire(core._core, core.tasks["a"], ADMIT)  # (the core itself, not its watcher)
+        fire(core.books, core.tasks["a"], ADMIT)  # (the books the transitions change)
     assert core.tasks["a"].state == "running"
 
 

@@ -44,7 +44,9 @@ def tick(books: Ledger, event: ev.Tick) -> bool:
         _, _, task_id, attempt = heapq.heappop(deadlines)
         task = books.tasks.get(task_id)
         if task is not None and task.state == RUNNING and task.attempt == attempt:
+            tick_cause, books.cause = books.cause, f"time-limit-{task_id}"  # (its own cause:
             fire(books, task, TIMEOUT, f"time limit of {task.spec.time_limit:g}s exceeded")
+            books.cause = tick_cause  # the tick only brought the time)
             due = True
     overruns = books.overruns
     while overruns and overruns[0][0] <= books.now:  # a look at an assigned task's slot

@@ -11,17 +11,33 @@ name the attempt they are about; the executor's reports (``Finished``, ``Failed`
 ``Stopped``) name the attempt they report on, and a report on an attempt that is not the
 task's current one changes nothing. What each event does to a task in each state is the table
 in :mod:`jupyter_sched.core.transitions`.
+
+Every event and instruction ends with a ``cause`` (Dask's ``stimulus_id``): on an event, what
+made the shell send it; on an instruction, the cause of the event that led to it. A shell
+names the facts it passes on with :func:`named` where it has no better name for them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..model.allocation import NodeResources
 from ..model.cluster import SlotSpec
 from ..model.tasks import GangSpec, TaskSpec
 from .start import Start
+
+
+def _cause() -> Any:
+    """The ``cause`` field every event and instruction ends with: a short string naming what
+    made a shell send the event (``"submit-t7"``, ``"cancel-user-t7"``, ``"tick-12.500"``,
+    ``"finished-t7-1"``), or, on an instruction, the cause of the event that led to it (Dask's
+    ``stimulus_id``). "" when none was given. Not compared: two events or instructions that
+    say the same are equal whatever caused them."""
+    return field(default="", compare=False, kw_only=True)
+
 
 # -- events ---------------------------------------------------------------------------------
 
@@ -42,12 +58,14 @@ class Submit:
     tasks: tuple[TaskSpec, ...]
     gang: GangSpec | None = None
     on_closed: str = "refuse"
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
     task: str
     reason: str = "cancelled by the user"
+    cause: str = _cause()
 
 
 STEERS = ("priority", "top", "hold", "release")
@@ -63,6 +81,7 @@ class Steer:
     task: str
     action: str
     priority: int | None = None
+    cause: str = _cause()
 
 
 # The executors' reports name the attempt they report on (the ``attempt`` of the ``Start`` they
@@ -77,6 +96,7 @@ class Finished:
 
     task: str
     attempt: int | None = field(default=None, kw_only=True)
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +111,7 @@ class Failed:
     # the attempt never began (the host's lease ledger refused its device shares, a race with
     # another kernel): re-queued without spending a retry; a gang member fails its gang
     unstarted: bool = field(default=False, kw_only=True)
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +121,7 @@ class Stopped:
 
     task: str
     attempt: int | None = field(default=None, kw_only=True)
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +136,14 @@ class NodeAdded:
     kind: str = "local"
     threads: bool = True
     slots: tuple[SlotSpec, ...] = ()
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
 class NodeRemoved:
     name: str
     reason: str = ""
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +156,14 @@ class NodeUpdated:
     labels: Mapping[str, str] | None = None
     cordoned: bool | None = None
     declared: bool | None = None  # whether the new devices are declared (not discovered)
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
 class SlotAdded:
     node: str
     slot: SlotSpec
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +171,7 @@ class SlotRemoved:
     node: str
     slot: str
     reason: str = ""
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +185,7 @@ class SlotCapped:
     node: str
     slot: str
     cap: int | None
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +201,7 @@ class QueueSet:
     priority: int | None = None
     state: str | None = None
     max_running: int | None = None  # at most this many of its tasks run at once (0: no cap)
+    cause: str = _cause()
 
 
 POLICIES = ("binpack", "spread", "hybrid")
@@ -196,6 +225,7 @@ class Configure:
     hybrid_threshold: float | None = None
     pipeline: float | None = None
     fair_share_half_life: float | None = None
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +240,7 @@ class HeldElsewhere:
     node: str
     device_shares: Mapping[str, Mapping[int, int]]
     reason: str = ""
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +248,7 @@ class Tick:
     """The shell's clock: time stamps and time limits use the latest ``now``."""
 
     now: float
+    cause: str = _cause()
 
 
 Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved | NodeUpdated
@@ -234,6 +266,7 @@ class Stop:
     task: str
     reason: str
     attempt: int
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +277,7 @@ class Preempt:
     task: str
     by: str
     attempt: int
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +289,56 @@ class Explain:
 
     task: str
     reason: str
+    cause: str = _cause()
 
 
 Instruction = Start | Stop | Preempt | Explain
+
+# -- causes -----------------------------------------------------------------------------------
+
+KINDS: dict[type, str] = {
+    Submit: "submit", Cancel: "cancel", Steer: "steer", Finished: "finished", Failed: "failed",
+    Stopped: "stopped", NodeAdded: "node-added", NodeRemoved: "node-removed",
+    NodeUpdated: "node-updated", SlotAdded: "slot-added", SlotRemoved: "slot-removed",
+    SlotCapped: "slot-capped", QueueSet: "queue-set", Configure: "configure",
+    HeldElsewhere: "held-elsewhere", Tick: "tick",
+}
+"""Each event's kind in a word: what a cause begins with (the core's cause for an event that
+came without one)."""
+
+
+def named(event: Event) -> Event:
+    """``event`` with a cause: its own, else its kind and what it is about, as shells name the
+    facts they pass on (``"finished-t7-2"``: attempt 2 of t7; ``"lost-t7-1"``,
+    ``"slot-removed-n1-e3"``, ``"submit-t7"``, ``"tick-12.500"``)."""
+    if event.cause:
+        return event
+    return dataclasses.replace(event, cause=_about(event))
+
+
+def _about(event: Event) -> str:
+    kind = KINDS[type(event)]
+    match event:
+        case Submit(tasks=tasks):
+            return f"{kind}-{tasks[0].id}" + (f"..{tasks[-1].id}" if len(tasks) > 1 else "")
+        case Finished(task=task, attempt=attempt) | Stopped(task=task, attempt=attempt):
+            return f"{kind}-{task}" + (f"-{attempt}" if attempt is not None else "")
+        case Failed(task=task, attempt=attempt, lost=lost, unstarted=unstarted):
+            kind = "unstarted" if unstarted else "lost" if lost else kind
+            return f"{kind}-{task}" + (f"-{attempt}" if attempt is not None else "")
+        case Cancel(task=task):
+            return f"{kind}-{task}"
+        case Steer(task=task, action=action):
+            return f"{kind}-{action}-{task}"
+        case NodeAdded(name=name) | NodeRemoved(name=name) | NodeUpdated(name=name) \
+                | QueueSet(name=name):
+            return f"{kind}-{name}"
+        case SlotAdded(node=node, slot=slot):
+            return f"{kind}-{node}-{slot.id}"
+        case SlotRemoved(node=node, slot=slot) | SlotCapped(node=node, slot=slot):
+            return f"{kind}-{node}-{slot}"
+        case HeldElsewhere(node=node):
+            return f"{kind}-{node}"
+        case Tick(now=now):
+            return f"{kind}-{now:.3f}"
+    return kind

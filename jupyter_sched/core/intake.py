@@ -87,7 +87,7 @@ _WORDS = {
     "shares": "a mapping of resource names to {device index: whole units}",
 }
 
-FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
+_OWN: dict[type, tuple[tuple[str, str], ...]] = {
     ev.Submit: (("tasks", "specs"), ("gang", "gang?"), ("on_closed", "str")),
     ev.Cancel: (("task", "str"), ("reason", "str")),
     ev.Finished: (("task", "str"), ("attempt", "int?")),
@@ -112,7 +112,9 @@ FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
     ev.HeldElsewhere: (("node", "str"), ("device_shares", "shares"), ("reason", "str")),
     ev.Tick: (("now", "number"),),
 }
-"""Each event's fields and their kinds, in the order they are checked."""
+FIELDS = {cls: (*fields, ("cause", "str")) for cls, fields in _OWN.items()}
+"""Each event's fields and their kinds, in the order they are checked: its own, then the
+``cause`` every event ends with."""
 
 def _policy(value: object, what: str) -> None:
     if value not in ev.POLICIES:
@@ -147,28 +149,37 @@ _PLAN = {cls: tuple((name, _EXACT.get(kind, ()), _TESTS.get(kind, _no), kind)
          for cls, fields in FIELDS.items()}
 
 
-def _one_task(event: ev.Submit) -> bool:
-    tasks = event.tasks
-    return (type(tasks) is tuple and len(tasks) == 1 and type(tasks[0]) is TaskSpec
-            and event.gang is None and type(event.on_closed) is str)
+def _one_task(event: ev.Submit) -> str | None:
+    tasks, cause = event.tasks, event.cause
+    if (type(tasks) is tuple and len(tasks) == 1 and type(tasks[0]) is TaskSpec
+            and event.gang is None and type(event.on_closed) is str and type(cause) is str):
+        return cause
+    return None
 
 
-def _report(event: ev.Finished | ev.Stopped) -> bool:
-    return type(event.task) is str and (event.attempt is None or type(event.attempt) is int)
+def _report(event: ev.Finished | ev.Stopped) -> str | None:
+    cause = event.cause
+    if type(event.task) is str and (event.attempt is None or type(event.attempt) is int) \
+            and type(cause) is str:
+        return cause
+    return None
 
 
-# the events of every task's life, in their common shape: one look each (the rest of the
-# time, and for the other events, the fields one by one)
+# the events of every task's life, in their common shape: one look each, giving the cause
+# (None: look again, field by field, as for the other events)
 _COMMON: dict[type, Callable] = {ev.Submit: _one_task, ev.Finished: _report,
                                  ev.Stopped: _report}
 
 
-def check(event: object) -> None:
-    """Refuse ``event`` (ValueError) unless each field is of its kind (:data:`FIELDS`).
-    On every event the core handles: kept lean."""
+def check(event: object) -> str:
+    """Refuse ``event`` (ValueError) unless each field is of its kind (:data:`FIELDS`); its
+    ``cause``, then (a string: the core reads it without a look of its own). On every event
+    the core handles: kept lean."""
     common = _COMMON.get(type(event))
-    if common is not None and common(event):
-        return
+    if common is not None:
+        cause = common(event)
+        if cause is not None:
+            return cause
     for name, exact, test, kind in _PLAN[type(event)]:
         value = getattr(event, name)
         if type(value) in exact or test(value):
@@ -182,6 +193,7 @@ def check(event: object) -> None:
                 rule(value, name)
             except ValueError as error:
                 raise ValueError(f"{type(event).__name__}({name}={value!r}): {error}") from None
+    return event.cause  # type: ignore[attr-defined,no-any-return]  # (every event has one)
 
 
 def settings(**values: object) -> ev.Configure:

@@ -146,6 +146,9 @@ class Ledger:
         self._klasses: dict[tuple, int] = {}  # a class's key -> its number
         self.starts = 0  # tasks started, all time (queues that tie take turns by it)
         self.out: list[ev.Instruction] = []  # the outbox: what ``handle`` returns
+        # the cause in force: the event's being handled, in a cycle those of the events that
+        # made it due; what is decided now carries it (instructions, Task.decisions)
+        self.cause = ""
 
     def next_seq(self) -> int:
         self._seq += 1

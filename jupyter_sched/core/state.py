@@ -23,7 +23,7 @@ from typing import Any
 
 from ..model.cluster import Cluster
 from ..model.queues import CLOSED, QueueTree
-from ..model.tasks import QUEUED, TERMINAL, Gang, Task
+from ..model.tasks import QUEUED, TERMINAL, Decision, Gang, Task
 from . import clock, intake, invariants, membership, settings, steering, work
 from . import events as ev
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
@@ -60,7 +60,7 @@ class Core:
             hybrid_threshold=hybrid_threshold, pipeline=pipeline,
             fair_share_half_life=fair_share_half_life))
         self._held: list[ev.Instruction] | None = None
-        self._dirty = False
+        self._due: list[str] = []  # the causes of the events that made a cycle due
 
     # -- the one door -------------------------------------------------------------------------
 
@@ -79,15 +79,19 @@ class Core:
         if self._held is not None:  # a refused batch's instructions nobody took
             books.out[:0], self._held = self._held, None
         refused: list[tuple[object, ValueError]] = []
+        due = self._due
         for event in events:
             try:
-                check(event)  # (every field of its type, before a handler reads one)
-                if handlers[type(event)](books, event):
-                    self._dirty = True  # (a cycle is due)
+                cause = check(event)  # (every field of its kind, before a handler reads one)
+                handler, kind = handlers[type(event)]
+                books.cause = cause or kind  # (what it decides carries it)
+                if handler(books, event):
+                    due.append(books.cause)  # (a cycle is due)
             except ValueError as error:
                 refused.append((event, error))
-        if self._dirty:
-            self._dirty = False
+        if due:
+            books.cause = due[0] if len(due) == 1 else _together(due)
+            due.clear()
             _cycle(books)
         clock.tidy(books)  # (what reads the books between calls then changes nothing)
         allocate.tidy_waits(books)
@@ -213,9 +217,24 @@ class Core:
                     positions[task.id] = place
         return positions
 
+    def decisions(self, task_id: str) -> list[Decision] | None:
+        """The last decisions about a task, oldest first, each with its cause
+        (``Task.decisions``: time, what happened, its phase and reason then, the cause), or
+        None for a task the core does not know (never submitted, or forgotten)."""
+        task = self.books.tasks.get(task_id)
+        return None if task is None else list(task.decisions)
+
     def validate(self) -> None:
         """Check every accounting invariant (tests call this after each step)."""
         invariants.check(self.books)
+
+
+def _together(causes: list[str]) -> str:
+    """The cause of a cycle that several events made due: the first three, and how many
+    more."""
+    if len(causes) <= 3:
+        return ", ".join(causes)
+    return f"{', '.join(causes[:3])} and {len(causes) - 3} more"
 
 
 def _cycle(books: Ledger) -> None:
@@ -246,13 +265,14 @@ def _cycle(books: Ledger) -> None:
 __all__ = ["CLOSED", "POLICIES", "Core", "InvalidTransition", "Refused"]
 
 
-# what each event does, each answering whether a scheduling cycle is due
-_HANDLERS: dict[type, Callable[[Ledger, Any], bool]] = {
-    ev.Tick: clock.tick, ev.Submit: work.submit, ev.Cancel: work.cancel,
-    ev.Finished: work.finished, ev.Failed: work.failed, ev.Stopped: work.stopped,
-    ev.NodeAdded: membership.add_node, ev.NodeRemoved: membership.remove_node,
-    ev.NodeUpdated: membership.update_node, ev.SlotAdded: membership.add_slot,
-    ev.SlotRemoved: membership.remove_slot, ev.SlotCapped: membership.cap_slot,
-    ev.QueueSet: settings.set_queue, ev.Configure: settings.configure,
-    ev.HeldElsewhere: membership.hold_elsewhere, ev.Steer: steering.steer,
-}
+# what each event does, each answering whether a scheduling cycle is due, and its kind in a
+# word (the cause of an event that came without one)
+_HANDLERS: dict[type, tuple[Callable[[Ledger, Any], bool], str]] = {
+    cls: (handler, ev.KINDS[cls]) for cls, handler in (
+        (ev.Tick, clock.tick), (ev.Submit, work.submit), (ev.Cancel, work.cancel),
+        (ev.Finished, work.finished), (ev.Failed, work.failed), (ev.Stopped, work.stopped),
+        (ev.NodeAdded, membership.add_node), (ev.NodeRemoved, membership.remove_node),
+        (ev.NodeUpdated, membership.update_node), (ev.SlotAdded, membership.add_slot),
+        (ev.SlotRemoved, membership.remove_slot), (ev.SlotCapped, membership.cap_slot),
+        (ev.QueueSet, settings.set_queue), (ev.Configure, settings.configure),
+        (ev.HeldElsewhere, membership.hold_elsewhere), (ev.Steer, steering.steer))}

@@ -74,6 +74,12 @@ HOLD: Final = "hold"               # the user holds it (Steer "hold")
 RELEASE: Final = "release"         # the user releases it (Steer "release")
 PRIORITY: Final = "priority"       # the user gives it a new priority (Steer "priority", "top")
 
+# what else a task's decisions name (Task.decisions): a new reason. (Its submission is not
+# one: its first decision, made in the same call, carries the submission's cause, and its time
+# is Task.times' first; a queue of 100,000 then costs a decision a task, not two.)
+REASON: Final = "reason"
+DECISIONS: Final = 16  # the decisions kept per task: its last, enough to trace a stop
+
 # why a stop is out (Task.stopping)
 BY_CANCEL: Final = "cancel"
 BY_TIMEOUT: Final = "timeout"
@@ -112,6 +118,7 @@ def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
     if end not in rule.to:
         raise InvalidTransition(f"{task.id}: {start} on {stimulus} ended in {end}, "
                                 f"not in {rule.to}")
+    note(led, task, stimulus, end)
 
 
 def explain(led: Ledger, task: Task, reason: str) -> None:
@@ -119,7 +126,18 @@ def explain(led: Ledger, task: Task, reason: str) -> None:
     not (a cycle found a new reason). It is written, and said (``Explain``)."""
     if task.reason != reason:
         task.reason = reason
-        led.emit(ev.Explain(task.id, reason))
+        led.emit(ev.Explain(task.id, reason, cause=led.cause))
+        note(led, task, REASON, task.state)
+
+
+def note(led: Ledger, task: Task, what: str, phase: str) -> None:
+    """Keep a decision about ``task`` (``what`` happened; it is now in ``phase``, with its
+    reason) and its cause: the last :data:`DECISIONS` of them answer why it stopped, or
+    waits."""
+    decisions = task.decisions
+    if len(decisions) == DECISIONS:
+        del decisions[0]
+    decisions.append((led.now, what, phase, task.reason, led.cause))
 
 
 # -- the rules -----------------------------------------------------------------------------
@@ -223,11 +241,12 @@ def _place(led: Ledger, task: Task, placement: Placement) -> None:
     if task.preemptible and led.preemption and task.spec.min_runtime:
         led.guard(task)
     if gang is None:
-        start = Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt)
+        start = Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt,
+                      cause=led.cause)
     else:
         name, rank, world_size, master = gang
         start = Start(task.id, node.name, slot, allocation.devices, name, rank, world_size,
-                         master, attempt=task.attempt)
+                      master, attempt=task.attempt, cause=led.cause)
     led.emit(start)
 
 
@@ -240,7 +259,7 @@ def _assign(led: Ledger, task: Task, placement: tuple) -> None:
     task.attempt += 1
     _enter(led, task, ASSIGNED, f"next on engine slot {slot!r}, after {after}")
     led.emit(Start(task.id, node.name, slot, running.allocation.devices,
-                      attempt=task.attempt, after=after))
+                   attempt=task.attempt, after=after, cause=led.cause))
 
 
 def _release(led: Ledger, task: Task) -> None:
@@ -267,14 +286,14 @@ def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:
     def stop(led: Ledger, task: Task, reason: str) -> None:
         task.stopping, task.stopping_since = how, led.now
         task.reason = reason
-        led.emit(ev.Stop(task.id, reason, task.attempt))
+        led.emit(ev.Stop(task.id, reason, task.attempt, cause=led.cause))
     return stop
 
 
 def _preempt(led: Ledger, task: Task, by: Task) -> None:
     task.stopping, task.stopping_since = BY_PREEMPT, led.now
     task.reason = f"preempted by {by.id}"
-    led.emit(ev.Preempt(task.id, by.id, task.attempt))
+    led.emit(ev.Preempt(task.id, by.id, task.attempt, cause=led.cause))
 
 
 def _cancel_stopping(led: Ledger, task: Task, reason: str) -> None:

@@ -74,6 +74,10 @@ def _nothing(_core: Core) -> None:
     return None
 
 
+def _tick(now: float) -> ev.Tick:
+    return ev.Tick(now, cause=f"tick-{now:.3f}")
+
+
 class RuntimeLoop:
     """The runtime thread, its queue, the core, the tasks' records and handles, and the step
     that moves them on.
@@ -268,7 +272,7 @@ class RuntimeLoop:
         lost = ""
         try:
             now = self.now()
-            instructions = self.core.handle(ev.Tick(now), *unapplied) if unapplied else []
+            instructions = self.core.handle(_tick(now), *unapplied) if unapplied else []
             self.records.carry_out_all(instructions, now, {e.task for e in unapplied})
         except Exception as again:
             log.exception("jupyter_sched: the reports of a failed step could not be applied")
@@ -339,7 +343,7 @@ class RuntimeLoop:
             requests.insert(0, Request((held,)))  # what other kernels hold, when it changed
         touched = {e.task for e in plain}
         instructions: list = []
-        batch: list = [ev.Tick(now), *plain]
+        batch: list = [_tick(now), *plain]
         deadline = core.next_deadline()
         if not requests and (plain or (deadline is not None and deadline <= now)):
             instructions += core.handle(*batch)  # a bare wake-up (output, publish) needs none
@@ -391,8 +395,8 @@ class RuntimeLoop:
         self.records.add(request.records, request.handles)
         for event in request.events:
             self._note(event, touched)
-        try:
-            out = core.handle(*batch, *request.events)
+        try:  # (each event with a cause: the caller's, else its kind and subject)
+            out = core.handle(*batch, *map(ev.named, request.events))
         except Refused as exc:  # some events refused, each before it changed anything
             request.error = exc
             refused = {spec.id for event, _ in exc.refused if isinstance(event, ev.Submit)

@@ -76,6 +76,7 @@ class Records:
         if self.closed:
             self._end_left(event)
             return
+        event = ev.named(event)  # (what the executor did not name: its kind and task)
         self._put(event)
         if type(event) is ev.Finished:
             record = self.records.get(event.task)

@@ -32,7 +32,7 @@ def steer(sched: Any, task: object, action: str, priority: object = None) -> str
     said: list[str] = []
     # the line is made in the step that took the steer, as the core left it: a task that
     # started at once is said to have started, however soon it ends after
-    sched._request([ev.Steer(handle.id, action, number)],
+    sched._request([ev.Steer(handle.id, action, number, cause=f"{action}-user-{handle.id}")],
                    after=lambda core: said.append(_said(core, handle.id, action, label)))
     if said:
         return said[0]
