@@ -211,6 +211,33 @@ def test_time_limit_stops_a_running_task_and_frees_its_gpu(sched):
     assert gpu_shares(sched.snapshot(fresh=True)) == {0: 0.0, 1: 0.0}
 
 
+def test_why_a_task_stopped_is_said_with_the_cause_of_each_step(sched):
+    from jupyter_sched.runtime.handles import TaskTimeout
+
+    def spin():
+        while True:
+            time.sleep(0.005)
+
+    h = sched.submit(spin, resources="GPU=2", time_limit=0.2, name="spin")
+    after = sched.submit(lambda: "ran", resources="GPU=2", name="after")  # waits for spin
+    with pytest.raises(TaskTimeout):
+        h.result(WAIT)
+    lines = sched.why(h).splitlines()
+    assert lines[0] == f"{h.id} (spin) failed: time limit of 0.2s exceeded"
+    steps = [line.split("s  ", 1)[1] for line in lines[1:]]
+    assert steps == [
+        "submitted",
+        f"admitted: queued  <- submit-{h.id}",
+        f"placed: running  <- submit-{h.id}",
+        f"its time limit ran out: stopping, time limit of 0.2s exceeded  <- time-limit-{h.id}",
+        f"its executor stopped it: failed, time limit of 0.2s exceeded  <- stopped-{h.id}-1",
+    ]
+    assert after.result(WAIT) == "ran"  # started by the end of the one before it:
+    assert f"placed: running  <- stopped-{h.id}-1" in sched.why("after")
+    with pytest.raises(ValueError, match="no task 'nothing'"):
+        sched.why("nothing")
+
+
 def test_shutdown_stops_running_tasks_and_leaves_no_thread():
     s = Scheduler(local_resources="GPU=2")
     s.start()

@@ -46,6 +46,7 @@ from ..model.limits import MAX_RUNNING, check_name, check_seconds, check_whole
 from ..model.resources import parse_resources
 from ..model.tasks import HELD
 from ..views import snapshot as snapshots
+from ..views import why
 from . import local_node, maps, steering, submission
 from .clusters import Clusters
 from .handles import GangHandle, TaskHandle, wait_all
@@ -403,6 +404,21 @@ class Scheduler(Configurable):
     def release(self, task: object) -> str:
         """Let a held task wait again, its age kept."""
         return steering.steer(self, task, "release")
+
+    def why(self, task: object) -> str:
+        """Why a task (a handle, an id or a name) is where it is, in words: a line on where it
+        stands, then its last decisions, oldest first, each with its cause, the event that
+        led to it (``%sched why``)::
+
+            t7 (train) failed: time limit of 5s exceeded
+              +0.000s  submitted
+              +0.000s  admitted: queued  <- submit-t7
+              +0.013s  placed: running  <- submit-t7
+              +5.001s  its time limit ran out: stopping, ...  <- time-limit-t7
+              +5.030s  its executor stopped it: failed, ...  <- stopped-t7-1
+        """
+        handle = steering.handle_of(self, task)
+        return self._on_runtime(lambda core: why.chain(core, handle.id))
 
     def cancel_all(self, reason: str = "cancelled by the user") -> int:
         """Cancel every task not finished (nor being stopped) yet; returns how many."""
