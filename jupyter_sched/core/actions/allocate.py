@@ -26,6 +26,7 @@ from ...model.quantity import SCALE, format_units
 from ...model.queues import CLOSED, Queue
 from ...model.resources import GPU
 from ...model.tasks import QUEUED, ClassKey, Gang, Task, TaskSpec
+from .. import elsewhere
 from ..jobs import job_key, job_spec, waits
 from ..plugins.capability import Room, admit
 from ..plugins.gang import place_gang
@@ -244,7 +245,7 @@ def tidy_waits(core: Ledger) -> None:
 def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
     """A job that waits only for shares other processes hold says so in its reason."""
     members = job.members if isinstance(job, Gang) else [job]
-    node = core.held_elsewhere_node(members[0].spec, node_passes)
+    node = elsewhere.only_node(core.elsewhere, core.cluster, members[0].spec, node_passes)
     reason = core.elsewhere[node].reason or f"devices of {node!r} are held by other processes" \
         if node else ""
     for member in members:
