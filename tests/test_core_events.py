@@ -178,7 +178,7 @@ def test_what_shells_read_between_calls_changes_nothing(core):
 def test_forget_drops_only_finished_tasks(core):
     core.handle(node(gpus=1), submit(task("a", 1)), submit(task("b", 1)))
     core.handle(ev.Finished("a"))
-    core.forget(["a", "b"])
+    core.handle(ev.Forget(("a", "b")))
     assert "a" not in core.tasks and "b" in core.tasks
 
 

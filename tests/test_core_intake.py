@@ -58,7 +58,7 @@ def odd_events(v: object) -> list[object]:
         ev.Configure(hybrid_threshold=v), ev.Configure(pipeline=v),
         ev.Configure(fair_share_half_life=v), ev.Tick(1.0, cause=v), ev.Finished("a", cause=v),
         ev.Stopped("a", cause=v), ev.Cancel("a", cause=v), ev.Submit((spec,), cause=v),
-        ev.Configure(cause=v), ev.Steer("a", "top", cause=v),
+        ev.Configure(cause=v), ev.Steer("a", "top", cause=v), ev.Forget(v), ev.Forget((v,)),
         ev.Submit(pair, GangSpec("g", v)), ev.Submit(pair, GangSpec("g", 2, v)),
         ev.Submit(pair, GangSpec("g", 2, None, v)),
     ]

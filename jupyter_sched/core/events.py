@@ -244,6 +244,15 @@ class HeldElsewhere:
 
 
 @dataclass(frozen=True, slots=True)
+class Forget:
+    """The shell keeps no more of these ended tasks: the core lets them go, their decisions
+    with them (a gang's members once all have ended; any other id is passed over)."""
+
+    tasks: tuple[str, ...]
+    cause: str = _cause()
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """The shell's clock: time stamps and time limits use the latest ``now``."""
 
@@ -253,7 +262,7 @@ class Tick:
 
 Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved | NodeUpdated
          | SlotAdded | SlotRemoved | SlotCapped | QueueSet | Configure | HeldElsewhere | Tick
-         | Steer)
+         | Steer | Forget)
 
 # -- instructions ---------------------------------------------------------------------------
 
@@ -301,7 +310,7 @@ KINDS: dict[type, str] = {
     Stopped: "stopped", NodeAdded: "node-added", NodeRemoved: "node-removed",
     NodeUpdated: "node-updated", SlotAdded: "slot-added", SlotRemoved: "slot-removed",
     SlotCapped: "slot-capped", QueueSet: "queue-set", Configure: "configure",
-    HeldElsewhere: "held-elsewhere", Tick: "tick",
+    HeldElsewhere: "held-elsewhere", Tick: "tick", Forget: "forget",
 }
 """Each event's kind in a word: what a cause begins with (the core's cause for an event that
 came without one)."""
@@ -321,6 +330,8 @@ def _about(event: Event) -> str:
     match event:
         case Submit(tasks=tasks):
             return f"{kind}-{tasks[0].id}" + (f"..{tasks[-1].id}" if len(tasks) > 1 else "")
+        case Forget(tasks=ids) if ids:
+            return f"{kind}-{ids[0]}" + (f"..{ids[-1]}" if len(ids) > 1 else "")
         case Finished(task=task, attempt=attempt) | Stopped(task=task, attempt=attempt):
             return f"{kind}-{task}" + (f"-{attempt}" if attempt is not None else "")
         case Failed(task=task, attempt=attempt, lost=lost, unstarted=unstarted):

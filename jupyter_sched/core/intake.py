@@ -64,6 +64,7 @@ _EXACT: dict[str, tuple[type, ...]] = {
 }
 _TESTS: dict[str, Callable[[object], bool]] = {
     "specs": _tuple_of(TaskSpec),
+    "ids": _tuple_of(str),
     "slots": lambda slots: type(slots) is tuple and all(map(_is_slot, slots)),
     "slot": _is_slot,
     "labels": _mapping_of(_is_str, _is_str),
@@ -76,7 +77,7 @@ _WORDS = {
     "str": "a string", "str?": "a string or None", "int?": "a whole number or None",
     "bool": "True or False", "bool?": "True, False or None", "gang?": "a GangSpec or None",
     "resources": "a NodeResources", "number": "a number", "number?": "a number or None",
-    "specs": "a tuple of TaskSpec",
+    "specs": "a tuple of TaskSpec", "ids": "a tuple of task ids (strings)",
     "slots": "a tuple of SlotSpec (a string id, pinned a frozenset of device indices or None)",
     "slot": "a SlotSpec (a string id, pinned a frozenset of device indices or None)",
     "labels": "a mapping of strings to strings",
@@ -111,6 +112,7 @@ _OWN: dict[type, tuple[tuple[str, str], ...]] = {
                    ("fair_share_half_life", "number?")),
     ev.HeldElsewhere: (("node", "str"), ("device_shares", "shares"), ("reason", "str")),
     ev.Tick: (("now", "number"),),
+    ev.Forget: (("tasks", "ids"),),
 }
 FIELDS = {cls: (*fields, ("cause", "str")) for cls, fields in _OWN.items()}
 """Each event's fields and their kinds, in the order they are checked: its own, then the

@@ -18,12 +18,12 @@ engine slots and shares held elsewhere :mod:`.membership`'s.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ..model.cluster import Cluster
 from ..model.queues import CLOSED, QueueTree
-from ..model.tasks import QUEUED, TERMINAL, Decision, Gang, Task
+from ..model.tasks import QUEUED, Decision, Gang, Task
 from . import clock, intake, invariants, membership, settings, steering, work
 from . import events as ev
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
@@ -154,19 +154,6 @@ class Core:
         task's ``min_runtime`` ends while preemption is on), or None."""
         return clock.first_due(self.books)
 
-    def forget(self, task_ids: Iterable[str]) -> None:
-        """Drop finished tasks from memory (the shells keep their own history)."""
-        tasks = self.books.tasks
-        for task_id in task_ids:
-            task = tasks.get(task_id)
-            if task is None or task.state not in TERMINAL:
-                continue
-            gang = task.gang
-            if gang is not None and gang.n_ended < len(gang.members):
-                continue
-            for member in (gang.members if gang is not None else [task]):
-                tasks.pop(member.id, None)
-
     def waiting_elsewhere(self, node: str, limit: int) -> list[tuple[Task, int]]:
         """The jobs (a task, or a gang's first member) that wait only for shares other
         processes hold on ``node``, as the last cycle that tried them found, each with how
@@ -275,4 +262,5 @@ _HANDLERS: dict[type, tuple[Callable[[Ledger, Any], bool], str]] = {
         (ev.NodeUpdated, membership.update_node), (ev.SlotAdded, membership.add_slot),
         (ev.SlotRemoved, membership.remove_slot), (ev.SlotCapped, membership.cap_slot),
         (ev.QueueSet, settings.set_queue), (ev.Configure, settings.configure),
-        (ev.HeldElsewhere, membership.hold_elsewhere), (ev.Steer, steering.steer))}
+        (ev.HeldElsewhere, membership.hold_elsewhere), (ev.Steer, steering.steer),
+        (ev.Forget, work.forget))}

@@ -1,4 +1,5 @@
-"""Work coming in and going: submissions, cancels, and the executors' reports on attempts.
+"""Work coming in and going: submissions, cancels, the executors' reports on attempts, and
+ended tasks the shell lets go (``Forget``).
 
 Each handler checks its event against the books before it changes anything (a bad one is a
 ``ValueError`` naming it), then turns it into the transition table's stimuli
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from ..model.queues import OPEN
-from ..model.tasks import ASSIGNED, PENDING, RUNNING, Gang, Task, TaskSpec
+from ..model.tasks import ASSIGNED, PENDING, RUNNING, TERMINAL, Gang, Task, TaskSpec
 from . import events as ev
 from .ledger import Ledger
 from .transitions import CANCEL, FAIL, FINISH, LOSE, REJECT, STOPPED, UNSTARTED, fire
@@ -107,6 +108,21 @@ def stopped(books: Ledger, event: ev.Stopped) -> bool:
     return _report(books, event.task, event.attempt, STOPPED, "stopped by its executor")
 
 
+def forget(books: Ledger, event: ev.Forget) -> bool:
+    """Let go of ended tasks the shell no longer keeps (a gang's once all have ended)."""
+    tasks = books.tasks
+    for task_id in event.tasks:
+        task = tasks.get(task_id)
+        if task is None or task.state not in TERMINAL:
+            continue
+        gang = task.gang
+        if gang is not None and gang.n_ended < len(gang.members):
+            continue
+        for member in (gang.members if gang is not None else [task]):
+            tasks.pop(member.id, None)
+    return False  # (nothing waits for it)
+
+
 def _report(books: Ledger, task_id: str, attempt: int | None, stimulus: str,
             detail: str | None) -> bool:
     """An executor's report: about the task's current attempt, it goes through the table;
@@ -121,4 +137,4 @@ def _report(books: Ledger, task_id: str, attempt: int | None, stimulus: str,
     return True
 
 
-__all__ = ["cancel", "failed", "finished", "stopped", "submit"]
+__all__ = ["cancel", "failed", "finished", "forget", "stopped", "submit"]

@@ -344,13 +344,17 @@ class RuntimeLoop:
         touched = {e.task for e in plain}
         instructions: list = []
         batch: list = [_tick(now), *plain]
+        forgotten = tuple(self.records.forgotten)  # (ended tasks the records let go)
+        if forgotten:
+            batch.append(ev.named(ev.Forget(forgotten)))
         deadline = core.next_deadline()
-        if not requests and (plain or (deadline is not None and deadline <= now)):
+        if not requests and (plain or forgotten or (deadline is not None and deadline <= now)):
             instructions += core.handle(*batch)  # a bare wake-up (output, publish) needs none
             self._unapplied = []
         for request in requests:
             instructions += self._apply(request, batch, touched)
             batch = []
+        del self.records.forgotten[:len(forgotten)]  # (the core has them: not sent again)
 
         self.records.carry_out_all(instructions, now, touched)  # (Explain: a new reason)
         self.records.sync(touched)

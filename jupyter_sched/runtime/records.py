@@ -61,6 +61,7 @@ class Records:
         # task -> told once the first of its cell's tasks runs or ends (``watch_queue``)
         self.queue_watch: dict[str, Callable[[str], None]] = {}
         self.closed = False  # the scheduler stopped: what still reports is a task left running
+        self.forgotten: list[str] = []  # ended tasks let go here, for the core to let go too
 
     # -- for executors (any thread) --------------------------------------------------------------
 
@@ -262,7 +263,8 @@ class Records:
         while len(self._finished) > HISTORY:
             old = self._finished.popleft()
             self.records.pop(old, None)
-            self.core.forget([old])  # the core keeps no history the shell does not
+            self.forgotten.append(old)  # the core keeps no history the shell does not: the
+            # loop has it let them go (``Forget``) with the next step's events
             old_handle = self.handles.pop(old, None)
             if old_handle is not None and self.by_name.get(old_handle.name) == old:
                 del self.by_name[old_handle.name]
