@@ -408,15 +408,7 @@ class Scheduler(Configurable):
     def why(self, task: object) -> str:
         """Why a task (a handle, an id or a name) is where it is, in words: a line on where it
         stands, then its last decisions, oldest first, each with its cause, the event that
-        led to it (``%sched why``)::
-
-            t7 (train) failed: time limit of 5s exceeded
-              +0.000s  submitted
-              +0.000s  admitted: queued  <- submit-t7
-              +0.013s  placed: running  <- submit-t7
-              +5.001s  its time limit ran out: stopping, ...  <- time-limit-t7
-              +5.030s  its executor stopped it: failed, ...  <- stopped-t7-1
-        """
+        led to it (``%sched why``; :mod:`jupyter_sched.views.why` shows an example)."""
         handle = steering.handle_of(self, task)
         return self._on_runtime(lambda core: why.chain(core, handle.id))
 
