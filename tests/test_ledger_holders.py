@@ -178,18 +178,52 @@ def test_a_waiter_is_woken_when_another_process_gives_a_share_back(path, peers):
     holder = peers("holder.ipynb")
     held = holder("take", GPU, SCALE, "t1")
     woken = threading.Event()
+    said: list[bool] = []
+
+    def wake(healed: bool) -> None:
+        said.append(healed)
+        woken.set()
+
     with Ledger(path) as ledger:
         ledger.set_waits([WaitSpec("t9", Demand(SCALE, 1, (GPU,)), 0, time.time())])
-        ledger.mine.wakes.listen(woken.set)
+        ledger.mine.wakes.listen(wake)
         try:
             assert ledger.mine.wakes.listening
             given = time.monotonic()
             assert holder("give", held)
             assert woken.wait(5) and time.monotonic() - given < 1.0
+            assert said == [False]  # (a give: read the ledger, nothing to look after)
             assert ledger.take(GPU, SCALE)
         finally:
-            ledger.mine.wakes.unlisten(woken.set)
+            ledger.mine.wakes.unlisten(wake)
     assert not any(name.endswith(".wake") for name in os.listdir(HoldersDir(path).path))
+    assert not [t.name for t in threading.enumerate() if t.name.endswith("ledger-wakes")]
+
+
+def test_a_waiter_is_woken_to_look_when_another_process_heals_the_ledger(path, peers):
+    """A heal rewrites the ledger under every waiter: each is woken at once to look at it (and
+    say so), not at its next look a few seconds later."""
+    healer = peers("healer.ipynb")
+    assert healer("take", GPU, SCALE, "t1")
+    woken = threading.Event()
+    said: list[bool] = []
+
+    def wake(healed: bool) -> None:
+        said.append(healed)
+        woken.set()
+
+    with Ledger(path) as ledger:
+        ledger.set_waits([WaitSpec("t9", Demand(SCALE, 1, (GPU,)), 0, time.time())])
+        ledger.mine.wakes.listen(wake)
+        try:
+            path.unlink()
+            healed = time.monotonic()
+            assert any("was deleted" in text for text in healer("look"))
+            assert woken.wait(5) and time.monotonic() - healed < 1.0
+            assert said[-1] is True
+            assert any("was deleted" in h.text(path) for h in ledger.look_after())
+        finally:
+            ledger.mine.wakes.unlisten(wake)
 
 
 # -- other pid namespaces (containers sharing the ledger's directory) ---------------------------

@@ -70,7 +70,8 @@ SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GP
 READ = 0.02  # seconds between reads of the version while steps follow each other
 LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
 CHECK = 0.5  # seconds between looks at the ledger (deleted, replaced, damaged?) while it holds
-CHECK_IDLE = 5.0  # ... while it only waits (a take looks again itself), or is held up
+CHECK_WAITING = 1.0  # ... while GPU work only waits (a look costs ~40 µs: damage is seen soon)
+CHECK_IDLE = 5.0  # ... otherwise (records waits it no longer has, a grace)
 ORDER = 5.0  # seconds between reads of the host's order while waits change nothing written
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
 ERRORS = (LedgerError, sqlite3.Error, OSError)
@@ -197,6 +198,7 @@ class HostLeases:
             return {start.task: self.view.blocked or str(err) for start, _, _ in takes}
         self._pending = []
         self._unstalled()
+        self._told(self.ledger.healed())  # (healed by this exchange: said in this step)
         self._unlabelled.clear()
         self.label_due = None
         if waits is not None:
@@ -345,8 +347,10 @@ class HostLeases:
             else:
                 self.ledger.mine.wakes.unlisten(self._woken)
 
-    def _woken(self) -> None:
+    def _woken(self, healed: bool) -> None:
         self._version = None  # (read at the next step, which this wakes)
+        if healed:
+            self._next_check = 0.0  # (looked at, and the heal said, at the next step)
         self.wake()
 
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
@@ -359,7 +363,8 @@ class HostLeases:
         try:
             if (waiting or self.busy or self.view.graced) and now >= self._next_check:
                 holding = self._by_task or self._pending or self.view.blocked
-                self._next_check = now + (CHECK if holding else CHECK_IDLE)
+                self._next_check = now + (CHECK if holding else
+                                          CHECK_WAITING if waiting else CHECK_IDLE)
                 self._look_after()
             if self.view.blocked is not None:
                 return self.view.event({})
@@ -388,6 +393,7 @@ class HostLeases:
         """The ``HeldElsewhere`` event for what other processes hold and reserve (None when it
         says what the core was last told)."""
         every, order = self.ledger.view()
+        self._told(self.ledger.healed())  # (healed by this read: said now)
         mine = {lease.id for _, leases in self._by_task.values() for lease in leases}
         own = self.own_pids()
         if own:  # (their tasks are this scheduler's, counted as such by the core)

@@ -143,6 +143,7 @@ class Keeper:
         it): in one transaction, what someone removed of the schema is made again, and a
         ledger that holds every live holder's leases is adopted; any other is healed."""
         mine, liveness = self._mine(), self._liveness()
+        waiters: list[str] = []  # (woken once a heal is committed: they look at once)
         with self.file.lock, self.file.transaction(verify=False) as db:
             first = self.file.seen is None and not what  # (opened now: nothing was lost here)
             missing = schema.restore(db)
@@ -154,20 +155,27 @@ class Keeper:
                 healing, _ = heal(db, mine, liveness, what or (
                     "had its tables or triggers removed by hand" if missing else
                     "lacked leases that live holders hold (an edit by hand, or a copy)"))
+                waiters = mine.wakes.listeners()
         if healing is not None:
             self._healed.append(healing)
+        if waiters:
+            mine.wakes.notify(waiters, healed=True)
 
     def _heal_now(self, what: str, fresh: bool) -> None:
         """Heal the ledger in use; a fresh one that replaced another made this boot, with no
         other holder's file to fill it from, gets a grace (its holders may not have put their
         files back yet)."""
+        mine = self._mine()
         with self.file.transaction(verify=False) as db:
-            healing, others = heal(db, self._mine(), self._liveness(), what or "was made",
+            healing, others = heal(db, mine, self._liveness(), what or "was made",
                                    self.file.aside if fresh else "")
             if fresh and what and not others and made_before_this_boot(self.file.path):
                 lease_order.set_grace(db, GRACE)
+        waiters = mine.wakes.listeners()  # (a fresh ledger has no waits: the sockets say)
         if what:
             self._healed.append(healing)
+        if waiters:  # (woken once the heal is committed: they look at once)
+            mine.wakes.notify(waiters, healed=True)
 
 
 __all__ = ["Keeper"]

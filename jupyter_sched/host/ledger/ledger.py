@@ -409,6 +409,11 @@ class Ledger:
         overwritten), or None while it is the file opened and looks whole."""
         return self._file.check()
 
+    def healed(self) -> list[Healing]:
+        """What happened to the ledger that a call since the last look healed (or adopted
+        another process's heal of), each once: what the user is to be told."""
+        return self._keeper.told()
+
     def look_after(self) -> list[Healing]:
         """Look at the ledger and heal it when it needs it (its file deleted, replaced or
         damaged; this process's leases missing from it, or others of its there; healed by

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 SUFFIX = ".wake"
 _IDLE = 5.0  # seconds the listening thread blocks at most before it looks whether to stop
 GAP = 0.01  # seconds between two wakes of one process, at least
+GIVEN = b"!"  # a share was given back, or a wait ended: read the ledger
+HEALED = b"h"  # the ledger was healed: look at it (and say so) at once
 
 
 class Wakes:
@@ -42,22 +44,23 @@ class Wakes:
     def __init__(self, holders: HoldersDir) -> None:
         self.holders = holders
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks: list[Callable[[bool], None]] = []
         self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._pid = -1
         self._sender: tuple[int, socket.socket] | None = None  # (the pid it was made in)
 
-    def listen(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (on this object's thread) whenever another process says a share
-        was given back; made and bound on first use."""
+    def listen(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(healed)`` (on this object's thread) whenever another process says a
+        share was given back (``healed``: or that it healed the ledger); made and bound on
+        first use."""
         with self._lock:
             if callback not in self._callbacks:
                 self._callbacks.append(callback)
             if self._socket is None or self._pid != os.getpid():
                 self._bind()
 
-    def unlisten(self, callback: Callable[[], None]) -> None:
+    def unlisten(self, callback: Callable[[bool], None]) -> None:
         """Stop calling ``callback``; the socket goes when nobody listens."""
         with self._lock:
             with contextlib.suppress(ValueError):
@@ -71,10 +74,10 @@ class Wakes:
         """This process's socket is bound (wakes can come)."""
         return self._socket is not None and self._pid == os.getpid()
 
-    def notify(self, holders: Iterable[str]) -> int:
-        """One byte to the socket of each of ``holders`` (tokens), never blocking; this
-        process's own (another of its schedulers may wait) is called directly. How many were
-        told."""
+    def notify(self, holders: Iterable[str], healed: bool = False) -> int:
+        """One byte to the socket of each of ``holders`` (tokens), never blocking (``healed``:
+        the ledger was healed, not only given to); this process's own (another of its
+        schedulers may wait) is called directly. How many were told."""
         sent = 0
         me = token()
         for holder in set(holders):
@@ -82,31 +85,40 @@ class Wakes:
                 with self._lock:
                     callbacks = list(self._callbacks) if self.listening else []
                 for callback in callbacks:
-                    callback()
+                    callback(healed)
                 sent += bool(callbacks)
                 continue
             if not holder or "/" in holder or holder.startswith("."):
                 continue
             try:
-                self._send(holder)
+                self._send(holder, HEALED if healed else GIVEN)
                 sent += 1
             except OSError:
                 continue  # (ended, gone, or its buffer full: it looks again in a few seconds)
         return sent
+
+    def listeners(self) -> list[str]:
+        """The tokens of every process with a wake socket here (those that wait), read from
+        the directory: what a heal wakes, whatever the ledger it replaced recorded."""
+        try:
+            names = os.listdir(f"/proc/self/fd/{self.holders.fd()}")
+        except OSError:
+            return []
+        return [name[:-len(SUFFIX)] for name in names if name.endswith(SUFFIX)]
 
     # -- inside ---------------------------------------------------------------------------------
 
     def _path(self, holder: str) -> str:
         return f"/proc/self/fd/{self.holders.fd()}/{holder}{SUFFIX}"
 
-    def _send(self, holder: str) -> None:
+    def _send(self, holder: str, what: bytes) -> None:
         with self._lock:
             if self._sender is None or self._sender[0] != os.getpid():
                 sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 sender.setblocking(False)
                 self._sender = (os.getpid(), sender)
             sender = self._sender[1]
-        sender.sendto(b"!", self._path(holder))
+        sender.sendto(what, self._path(holder))
 
     def _bind(self) -> None:
         """(lock held) This process's socket, bound under its token, and its thread."""
@@ -146,11 +158,11 @@ class Wakes:
     def _run(self, sock: socket.socket) -> None:
         while True:
             try:
-                sock.recv(64)
+                said = sock.recv(64)
                 if self._socket is not sock:
                     sock.close()
                     return  # (unbound: _close woke it)
-                _drain(sock)  # (a burst of gives is one wake)
+                healed = HEALED in said or _drain(sock)  # (a burst of gives is one wake)
             except TimeoutError:
                 if self._socket is not sock:
                     sock.close()
@@ -162,7 +174,7 @@ class Wakes:
                 callbacks = list(self._callbacks)
             for callback in callbacks:
                 try:
-                    callback()
+                    callback(healed)
                 except Exception:  # (a waker must not stop waking the others)
                     log.exception("a wake callback failed")
             # at most one wake every GAP seconds: a neighbour streaming tiny tasks is not
@@ -171,10 +183,13 @@ class Wakes:
             time.sleep(GAP)
 
 
-def _drain(sock: socket.socket) -> None:
-    """Read every datagram waiting in ``sock`` without blocking."""
+def _drain(sock: socket.socket) -> bool:
+    """Read every datagram waiting in ``sock`` without blocking: whether one said the ledger
+    was healed."""
+    healed = False
     while select.select([sock], [], [], 0)[0]:
-        sock.recv(64)
+        healed = HEALED in sock.recv(64) or healed
+    return healed
 
 
-__all__ = ["GAP", "SUFFIX", "Wakes"]
+__all__ = ["GAP", "GIVEN", "HEALED", "SUFFIX", "Wakes"]
