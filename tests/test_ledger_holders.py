@@ -184,6 +184,7 @@ def test_a_waiter_is_woken_when_another_process_gives_a_share_back(path, peers):
         said.append(healed)
         woken.set()
 
+    before = set(threading.enumerate())
     with Ledger(path) as ledger:
         ledger.set_waits([WaitSpec("t9", Demand(SCALE, 1, (GPU,)), 0, time.time())])
         ledger.mine.wakes.listen(wake)
@@ -197,7 +198,7 @@ def test_a_waiter_is_woken_when_another_process_gives_a_share_back(path, peers):
         finally:
             ledger.mine.wakes.unlisten(wake)
     assert not any(name.endswith(".wake") for name in os.listdir(HoldersDir(path).path))
-    assert not [t.name for t in threading.enumerate() if t.name.endswith("ledger-wakes")]
+    assert set(threading.enumerate()) - before == set()  # (its thread ended with it)
 
 
 def test_a_waiter_is_woken_to_look_when_another_process_heals_the_ledger(path, peers):
