@@ -237,7 +237,7 @@ def steady(nodes: int, through: int, seed: int = 0, windows: int = 10,
                     running.append(i.task)
                     started += 1
             if forget and len(ended) > HISTORY:  # as the shell does: it keeps the last 1,000
-                core.forget(ended[:-HISTORY])
+                core.handle(ev.Forget(tuple(ended[:-HISTORY])))
                 del ended[:-HISTORY]
     finally:
         if not collect:

@@ -46,14 +46,16 @@ for the owner of the ledger file.
     ledger       the ledger's path
     found        false when there is no ledger at that path (then every list is empty)
     time         when it was read (epoch seconds)
-    leases       [{id, device, share, units, user, uid, pid, label, task, since, taken, host,
-                   enforced, alive}]: every lease; share = units / 10,000 of the device; since:
+    leases       [{id, device, share, units, user, uid, pid, label, kernel, task, since, taken,
+                   host, enforced, active, alive}]: every lease; share = units / 10,000 of the
+                 device; kernel: the Jupyter kernel it is held for (null: not known); since:
                  when its task got it, taken: when its holder took it; enforced: how a fraction
                  of a device is held (logical: nothing caps it, mps: NVIDIA MPS caps its
                  process, torch: a torch memory cap), null for a whole device or a holder that
-                 did not say; alive: false once its holder ended
-    waits        [{position, id, user, uid, pid, label, task, waits_for, share, units, count,
-                   devices, priority, since, reserves: [{device, share, units}]}], in the
+                 did not say; active: when its devices were last seen at work (null: not
+                 watched); alive: false once its holder ended
+    waits        [{position, id, user, uid, pid, label, kernel, task, waits_for, share, units,
+                   count, devices, priority, since, reserves: [{device, share, units}]}], in the
                  host's order (position 1 goes first): count devices of units each, on any of
                  devices; reserves: what it will start on as it frees up (empty: behind others)
     users        [{user, uid, use, weight, standing}], the lowest standing first: use is the
@@ -75,6 +77,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -224,11 +227,17 @@ def _ledger_arg(given: str | None) -> Path:
 
 
 
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _decimal(text: str) -> float:
+    """A number written in ASCII digits (float() also takes other scripts' digits, "1_0",
+    "nan" and "inf"), else NaN."""
+    return float(text) if _DECIMAL.fullmatch(text.strip()) else math.nan
+
+
 def _seconds(text: str, option: str, low: float = 0.0) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
+    seconds = _decimal(text)
     if not low <= seconds < 1e9:
         raise ValueError(f"{option} {text!r} is not a number of seconds of at least {low:g}; "
                          f"give one such as {option} 2")
@@ -239,10 +248,7 @@ def _weight(spec: str) -> tuple[str, float]:
     """``--weight USER=W`` as (user, weight), checked before anything is written."""
     user, sep, text = spec.partition("=")
     user = user.strip()
-    try:
-        weight = float(text)
-    except ValueError:
-        weight = math.nan
+    weight = _decimal(text)
     if not sep or not user or not 0 < weight < 1e6:
         raise ValueError(f"--weight {spec!r} must be written USER=WEIGHT with a weight above "
                          f"0, such as --weight alice=2")

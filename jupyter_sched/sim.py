@@ -310,7 +310,7 @@ class Simulation:
             if until is not None and when > until:
                 break
             self.now = when
-            batch: list[Any] = [ev.Tick(when)]
+            batch: list[Any] = [ev.Tick(when, cause=f"tick-{when:g}")]
             touched: set[str] = set()
             while heap and heap[0][0] == when:
                 _, _, item = heapq.heappop(heap)
@@ -332,8 +332,10 @@ class Simulation:
         self._close_runs(set(self._runs))
 
     def _to_event(self, item: Any, touched: set[str]) -> Any:
+        """The event a scheduled item is now, named as a shell names it (its cause), or
+        None."""
         if not isinstance(item, tuple):
-            return item
+            return ev.named(item)
         kind, payload = item[0], item[1:]
         if kind == "remove":
             name = payload[0]
@@ -348,13 +350,14 @@ class Simulation:
                     del self._parked[before]
             for key in [key for key in self.caps if key[0] == name]:
                 del self.caps[key]  # (its engines died with it)
-            return ev.NodeRemoved(name)
+            return ev.NodeRemoved(name, cause=f"node-removed-{name}")
         if kind == "tick":
             self._ticks.discard(self.now)
             return None
         if kind == "cap":  # (not once its node is gone: its engines went with it)
             name, slot, cap = payload
-            return ev.SlotCapped(name, slot, cap) if (name, slot) in self.caps else None
+            return ev.SlotCapped(name, slot, cap, cause=f"slot-capped-{name}-{slot}") \
+                if (name, slot) in self.caps else None
         task_id, attempt = payload
         touched.add(task_id)
         running = self._live.get(task_id, (None,))[0] == attempt
@@ -365,8 +368,9 @@ class Simulation:
             task = self.tasks[task_id]
             if task.failed < task.fails:
                 task.failed += 1
-                return ev.Failed(task_id, f"attempt {attempt} failed", attempt=attempt)
-            return ev.Finished(task_id, attempt=attempt)
+                return ev.Failed(task_id, f"attempt {attempt} failed", attempt=attempt,
+                                 cause=f"failed-{task_id}-{attempt}")
+            return ev.Finished(task_id, attempt=attempt, cause=f"finished-{task_id}-{attempt}")
         if running:  # "stopped": the stop takes effect now
             self._leave(task_id)
         for before, start in list(self._parked.items()):
@@ -375,7 +379,8 @@ class Simulation:
                 behind = self._parked.pop(task_id, None)  # behind it comes after `before`
                 if behind is not None:
                     self._parked[before] = behind
-        return ev.Stopped(task_id, attempt=attempt)  # (late, if the attempt already ended)
+        # (late, if the attempt already ended)
+        return ev.Stopped(task_id, attempt=attempt, cause=f"stopped-{task_id}-{attempt}")
 
     def _note_refused(self, refusal: Refused) -> None:
         for event, error in refusal.refused:
@@ -392,8 +397,8 @@ class Simulation:
                 self._parked[after] = instruction  # the engine's queue: next
                 return
             self._begin(instruction)
-        else:  # Stop or Preempt: the simulated executor stops it after its stop delay
-            low, high = self.stop_delay
+        elif not isinstance(instruction, ev.Explain):  # Stop or Preempt: the simulated
+            low, high = self.stop_delay                   # executor stops it after its delay
             delay = low if low == high else self.rng.uniform(low, high)
             self._at(self.now + delay, ("stopped", instruction.task, instruction.attempt))
 

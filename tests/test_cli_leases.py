@@ -220,9 +220,9 @@ def test_the_picture_as_json(host):
     me, boot = os.getuid(), held[0].owner.host
     assert data["leases"] == [
         {"id": lease.id, "device": device, "share": units / 10_000, "units": units,
-         "user": ME, "uid": me, "pid": pid, "label": label, "task": task,
+         "user": ME, "uid": me, "pid": pid, "label": label, "kernel": None, "task": task,
          "since": lease.since, "taken": lease.taken, "host": boot, "enforced": enforced,
-         "alive": alive}
+         "active": None, "alive": alive}
         for lease, (device, units, pid, label, task, enforced, alive) in zip(held, [
             (GPU, 2_500, host.gone.pid, "gone.ipynb", "t9", None, False),
             (GPU, 5_000, host.a.pid, "train.ipynb", "t17", "mps", True),
@@ -230,12 +230,14 @@ def test_the_picture_as_json(host):
     first, second = order.waits
     assert data["waits"] == [
         {"position": 1, "id": first.id, "user": ME, "uid": me, "pid": host.b.pid,
-         "label": "eval.ipynb", "task": "t4", "waits_for": "2 whole GPUs", "share": 1.0,
+         "label": "eval.ipynb", "kernel": None, "task": "t4", "waits_for": "2 whole GPUs",
+         "share": 1.0,
          "units": 10_000, "count": 2, "devices": [GPU, OTHER], "priority": 0,
          "since": host.since, "reserves": [{"device": OTHER, "share": 1.0, "units": 10_000},
                                            {"device": GPU, "share": 1.0, "units": 10_000}]},
         {"position": 2, "id": second.id, "user": ME, "uid": me, "pid": host.a.pid,
-         "label": "train.ipynb", "task": "t18", "waits_for": "0.5 of a GPU", "share": 0.5,
+         "label": "train.ipynb", "kernel": None, "task": "t18", "waits_for": "0.5 of a GPU",
+         "share": 0.5,
          "units": 5_000, "count": 1, "devices": [GPU, OTHER], "priority": 0,
          "since": host.since + 30, "reserves": []},
     ]

@@ -115,20 +115,20 @@ def test_gangs_that_start_whole_are_placed_at_once_and_short_ones_take_allocates
                          GangSpec(name, 3, least))
 
     out = core.handle(gang("whole", None))
-    assert core.placed_on_arrival == 1
+    assert core.books.placed_on_arrival == 1
     assert sorted(i.task for i in out if isinstance(i, ev.Start)) == \
         ["whole.0", "whole.1", "whole.2"]
     core.validate()
     queue = core.queues["default"]
     assert (queue.queued, queue.waiting, queue.running) == (0, {}, 3)
     out = core.handle(gang("short", 1))  # (one GPU left: it starts with one member)
-    assert core.placed_on_arrival == 1  # a member may be left behind: allocate's books
+    assert core.books.placed_on_arrival == 1  # a member may be left behind: allocate's books
     assert [i.task for i in out if isinstance(i, ev.Start)] == ["short.0"]
     assert [core.tasks[f"short.{k}"].state for k in range(3)] == \
         ["running", "cancelled", "cancelled"]
     core.validate()
     out = core.handle(gang("later", None))  # no room: counted and filed as waiting
-    assert core.placed_on_arrival == 1 and out == []  # tried at once, then filed
+    assert core.books.placed_on_arrival == 1 and out == []  # tried at once, then filed
     assert (queue.queued, queue.waiting) == (1, {"CPU": 3 * U, "GPU": 3 * U})
     assert core.queue_position() == {"later.0": 1, "later.1": 1, "later.2": 1}
     core.validate()

@@ -182,7 +182,7 @@ def test_a_pair_not_in_the_table_raises(core):
 
     core.handle(node(gpus=1), submit(task("a", 1)))
     with pytest.raises(InvalidTransition, match="running on place"):
-        fire(core._core, core.tasks["a"], PLACE)  # (the core itself, not its watcher)
+        fire(core.books, core.tasks["a"], PLACE)  # (the books the transitions change)
 
 
 def test_the_docs_show_the_table_the_code_follows():

@@ -121,7 +121,10 @@ def test_a_whole_gpu_never_takes_a_capped_engine(core):
     assert slot_of(out, "a") == "e0.2"
     core.handle(ev.Finished("a"), ev.SlotCapped("n", "e0.2", 7500))
     out = core.handle(submit(task("b", 1)))
-    assert out == [] and core.tasks["b"].state == "queued"
+    assert out == [ev.Explain("b", "no engine capped at 1 is free (engines capped at 0.25: 1; "
+                                   "engines capped at 0.5: 1; engines capped at 0.75: 1; "
+                                   "engines not yet capped: 0)")]
+    assert core.tasks["b"].state == "queued"
     out = core.handle(ev.SlotCapped("n", "e0.2", SCALE))  # fixed uncapped: whole GPUs
     assert slot_of(out, "b") == "e0.2"
 
@@ -159,7 +162,8 @@ def test_a_gpu_memory_request_takes_an_engine_capped_at_what_it_takes_on_its_dev
     assert out == [ev.Start("m", "n", "b", {GPU: {1: 5000}}, attempt=1)]
     core.handle(ev.Finished("m"), ev.SlotCapped("n", "b", 2500))
     out = core.handle(submit(TaskSpec("k", Demand.parse({}, gpu_memory="10GiB"))))
-    assert out == [] and core.tasks["k"].state == "queued"
+    assert out == [ev.Explain("k", core.tasks["k"].reason)]  # no start: why it waits
+    assert core.tasks["k"].state == "queued"
     out = core.handle(ev.SlotCapped("n", "a", 2500))
     assert out == [ev.Start("k", "n", "a", {GPU: {0: 2500}}, attempt=1)]
 
@@ -177,11 +181,11 @@ def test_a_reservation_holds_only_devices_whose_engines_may_take_its_job():
                 submit(task("big", 0.75)))
     assert core.tasks["big"].slot == "e1.0"
     core.handle(submit(task("a", 0.5)))  # GPU 0 is the freest, but its engine takes 0.25
-    (reservation,) = core.reservations.values()
+    (reservation,) = core.books.reservations.values()
     assert reservation.job.id == "a"
     assert {name: set(hold[0]) for name, hold in reservation.nodes.items()} == {"n": {1}}
     core.handle(ev.SlotCapped("n", "e1.0", 2500))  # neither takes it now: nothing held
-    assert not core.reservations
+    assert not core.books.reservations
     assert core.tasks["a"].reason.startswith("no engine capped at 0.5")
 
 
@@ -190,13 +194,12 @@ def test_a_reservation_holds_only_devices_whose_engines_may_take_its_job():
 
 def test_a_task_that_fits_but_for_the_caps_waits_with_a_reason_not_infeasible(core):
     core.handle(engines(per_gpu=2), *capped(2500, 2500))
-    core.said.clear()
-    core.handle(submit(task("a", 0.5)))
+    out = core.handle(submit(task("a", 0.5)))
     a = core.tasks["a"]
     assert a.state == "queued"
     assert a.reason == ("no engine capped at 0.5 is free (engines capped at 0.25: 2; "
                         "engines not yet capped: 0)")
-    assert "a" in core.said  # the runtime refreshes its status line
+    assert out == [ev.Explain("a", a.reason)]  # the runtime refreshes its status line
     out = core.handle(ev.SlotCapped("n", "e0.1", None))  # that engine was replaced
     assert slot_of(out, "a") == "e0.1"
 
@@ -219,11 +222,10 @@ def test_the_reason_goes_when_the_task_waits_for_room_instead(core):
     core.handle(engines(per_gpu=2), *capped(2500, 2500))
     core.handle(submit(task("a", 0.5)))
     assert core.tasks["a"].reason.startswith("no engine capped at 0.5")
-    core.said.clear()
-    core.handle(ev.SlotCapped("n", "e0.0", None), submit(task("big", 1, priority=5)))
+    out = core.handle(ev.SlotCapped("n", "e0.0", None), submit(task("big", 1, priority=5)))
     # e0.0 went to the whole GPU: a now waits for room, not for a cap
     assert core.tasks["big"].state == "running"
-    assert core.tasks["a"].reason == "" and "a" in core.said
+    assert core.tasks["a"].reason == "" and ev.Explain("a", "") in out
 
 
 # -- engines to start again ---------------------------------------------------------------------
@@ -254,7 +256,7 @@ def test_no_engine_is_named_for_a_task_that_waits_for_room_or_is_gone(core):
     core.handle(submit(task("a", 0.5)))
     assert core.engines_to_restart() == [("a", "n", "e0.0")]
     core.handle(ev.Cancel("a"))
-    assert core.engines_to_restart() == [] and core.cap_waits == {}
+    assert core.engines_to_restart() == [] and core.books.cap_waits == {}
     core.handle(submit(task("w", 0.25)), submit(task("x", 0.25)), submit(task("y", 0.5)))
     # both engines run a 0.25 task: y waits for an engine to be free, not for a cap
     assert core.tasks["y"].reason == "" and core.engines_to_restart() == []

@@ -113,9 +113,9 @@ def play(ops, retries: int) -> None:
             stops = [i for i in out if isinstance(i, ev.Stop | ev.Preempt)]
         core.validate()
         assert core.queues["b"].running <= 2  # its max_running
-        for job in core.held.values():  # a held job is never placed nor reserved for
+        for job in core.books.held.values():  # a held job is never placed nor reserved for
             assert all(m.state == "held" for m in getattr(job, "members", (job,)))
-            assert job.seq not in core.reservations
+            assert job.seq not in core.books.reservations
         snap = take(core, max_rows=5)
         assert snap.counts == recount(core)
         assert {q.name: q.waiting for q in snap.queues} == {
@@ -145,7 +145,8 @@ def test_a_long_queue_of_like_gangs_is_tried_once_a_cycle():
                             GangSpec(f"g{k}", 2)) for k in range(50)))
     core.handle(ev.Tick(1.5))
     core.handle(ev.Submit((TaskSpec("small", Demand.of({"CPU": U})),)))
-    assert [r.job.name for r in core.reservations.values() if isinstance(r.job, Gang)] == ["g0"]
+    reservations = core.books.reservations.values()
+    assert [r.job.name for r in reservations if isinstance(r.job, Gang)] == ["g0"]
     assert core.queues["default"].queued == 50
     assert core.queue_position(2) == {"g0.0": 1, "g0.1": 1, "g1.0": 2, "g1.1": 2}
     out = core.handle(ev.Finished("big"))

@@ -20,7 +20,7 @@ def held(shares, reason=WHY, name="n"):
 def test_held_shares_shrink_what_is_free(core):
     core.handle(node(gpus=1), held({0: U // 2}))
     out = core.handle(submit(task("a", 0.5)), submit(task("b", 0.5)))
-    assert out == [ev.Start("a", "n", None, {"GPU": {0: U // 2}})]
+    assert out == [ev.Start("a", "n", None, {"GPU": {0: U // 2}}), ev.Explain("b", WHY)]
     assert core.tasks["b"].state == "queued"
     assert core.tasks["b"].reason == WHY
 
@@ -33,21 +33,24 @@ def test_a_task_waiting_only_for_them_is_queued_not_infeasible(core):
 
 def test_a_smaller_holding_retries_waiting_work(core):
     core.handle(node(gpus=2), held({0: U, 1: U}))
-    assert core.handle(submit(task("a", 0.5)), submit(task("b", 1))) == []
+    assert core.handle(submit(task("a", 0.5)), submit(task("b", 1))) == [
+        ev.Explain("a", WHY), ev.Explain("b", WHY)]
     out = core.handle(held({0: U // 2}, "less"))
-    assert sorted(out, key=lambda s: s.task) == [ev.Start("a", "n", None, {"GPU": {0: U // 2}}),
-                                                 ev.Start("b", "n", None, {"GPU": {1: U}})]
+    starts = [i for i in out if isinstance(i, ev.Start)]
+    assert sorted(starts, key=lambda s: s.task) == [
+        ev.Start("a", "n", None, {"GPU": {0: U // 2}}), ev.Start("b", "n", None, {"GPU": {1: U}})]
     assert core.handle(held({})) == []
-    assert core.elsewhere == {}
+    assert core.books.elsewhere == {}
 
 
 def test_held_beyond_what_is_free_is_taken_when_own_tasks_end(core):
     core.handle(node(gpus=1), submit(task("a", 0.75)))
     core.handle(held({0: U // 2}))  # only 0.25 is free beside "a"
-    assert core.elsewhere["n"].applied.devices == {"GPU": {0: U // 4}}
+    assert core.books.elsewhere["n"].applied.devices == {"GPU": {0: U // 4}}
     core.handle(submit(task("b", 0.75)))
-    assert core.handle(ev.Finished("a")) == []  # the other 0.25 held elsewhere takes its place
-    assert core.elsewhere["n"].applied.devices == {"GPU": {0: U // 2}}
+    # the other 0.25 held elsewhere takes its place: b now waits only for it, and says so
+    assert core.handle(ev.Finished("a")) == [ev.Explain("b", WHY)]
+    assert core.books.elsewhere["n"].applied.devices == {"GPU": {0: U // 2}}
     assert core.cluster.nodes["n"].resources.devices["GPU"].free == {0: U // 2}
     out = core.handle(held({0: 0}))
     assert out == [ev.Start("b", "n", None, {"GPU": {0: 3 * U // 4}})]
@@ -61,11 +64,11 @@ def test_other_reasons_to_wait_are_not_blamed_on_them(core):
 
 def test_redeclared_devices_keep_what_others_hold(core):
     core.handle(node(gpus=1), held({0: U // 2, 1: U}))
-    assert core.elsewhere["n"].applied.devices == {"GPU": {0: U // 2}}
+    assert core.books.elsewhere["n"].applied.devices == {"GPU": {0: U // 2}}
     core.handle(ev.NodeUpdated("n", devices={"GPU": {0: None, 1: None}}))
-    assert core.elsewhere["n"].applied.devices == {"GPU": {0: U // 2, 1: U}}
+    assert core.books.elsewhere["n"].applied.devices == {"GPU": {0: U // 2, 1: U}}
     core.handle(ev.NodeRemoved("n"))
-    assert core.elsewhere == {}
+    assert core.books.elsewhere == {}
 
 
 @pytest.mark.parametrize("event, message", [
@@ -77,7 +80,7 @@ def test_bad_holdings_are_refused(core, event, message):
     core.handle(node(gpus=1))
     with pytest.raises(Refused, match=message):
         core.handle(event)
-    assert core.elsewhere == {}
+    assert core.books.elsewhere == {}
 
 
 def test_an_unstarted_attempt_is_queued_again_without_a_retry(core):
@@ -121,9 +124,15 @@ def test_held_elsewhere_keeps_every_invariant_and_every_task_ends(ops):
     submitted = 0
 
     def step(*events):
+        said = {}  # the last reason said of each task
         for instruction in core.handle(*events):
+            if isinstance(instruction, ev.Explain):
+                said[instruction.task] = instruction.reason
+                continue
             assert isinstance(instruction, ev.Start)
             running.append(instruction)
+        for task_id, reason in said.items():  # what is said of a waiting task is its reason
+            assert core.tasks[task_id].state != "queued" or core.tasks[task_id].reason == reason
         running[:] = [s for s in running if core.tasks[s.task].state == "running"
                       and core.tasks[s.task].attempt == s.attempt]
 
@@ -138,7 +147,7 @@ def test_held_elsewhere_keeps_every_invariant_and_every_task_ends(ops):
             unstarted = op == "unstarted"
             step(ev.Failed(start.task, "refused", attempt=start.attempt, unstarted=unstarted)
                  if unstarted else ev.Finished(start.task, attempt=start.attempt))
-        others = core.elsewhere.get("n")
+        others = core.books.elsewhere.get("n")
         if others is not None:  # never more than told, and never beyond what is free
             for index, share in others.applied.devices.get("GPU", {}).items():
                 assert share <= others.wanted["GPU"][index]

@@ -146,17 +146,39 @@ def test_time_limit_deadlines_and_stale_ones(core):
     assert core.tasks["a"].state == "failed"
 
 
+def test_what_shells_read_between_calls_changes_nothing(core):
+    """A deadline gone stale (its task ended early), a wait for shares held elsewhere that no
+    longer holds: ``handle`` forgets them as it ends, so reading changes nothing."""
+    books = core.books
+    core.handle(ev.Tick(0.0), node(gpus=2), submit(task("a", 1, time_limit=2)),
+                ev.HeldElsewhere("n", {"GPU": {1: U}}, "held by another kernel"))
+    core.handle(submit(task("b", 1, time_limit=9)))  # GPU 1 is held elsewhere: b waits
+    assert core.waiting_elsewhere("n", 10) == [(core.tasks["b"], 1)]
+    assert core.tasks["b"].reason == "held by another kernel"
+    core.handle(ev.Finished("a"), ev.Cancel("b"))  # a's deadline is stale, b waits no more
+
+    def state():
+        return (list(books.deadlines), list(books.guards), list(books.overruns),
+                dict(books.elsewhere_waits), dict(books.cap_waits))
+
+    before = state()
+    assert books.deadlines == [] and books.elsewhere_waits == {}  # forgotten by handle
+    assert core.next_deadline() is None
+    assert core.waiting_elsewhere("n", 10) == [] and core.engines_to_restart() == []
+    assert state() == before
+
+
 def test_forget_drops_only_finished_tasks(core):
     core.handle(node(gpus=1), submit(task("a", 1)), submit(task("b", 1)))
     core.handle(ev.Finished("a"))
-    core.forget(["a", "b"])
+    core.handle(ev.Forget(("a", "b")))
     assert "a" not in core.tasks and "b" in core.tasks
 
 
 def test_unknown_transitions_raise(core):
     core.handle(node(), submit(task("a", 1)))
     with pytest.raises(InvalidTransition, match="running on admit"):
-        fire(core._core, core.tasks["a"], ADMIT)  # (the core itself, not its watcher)
+        fire(core.books, core.tasks["a"], ADMIT)  # (the books the transitions change)
     assert core.tasks["a"].state == "running"
 
 

@@ -53,7 +53,12 @@ def odd_events(v: object) -> list[object]:
         ev.HeldElsewhere("n", v), ev.HeldElsewhere("n", {"GPU": v}),
         ev.HeldElsewhere("n", {"GPU": {0: v}}), ev.HeldElsewhere("n", {}, v),
         ev.Submit(v), ev.Submit((spec,), v), ev.Submit((spec,), on_closed=v), ev.Submit((v,)),
-        ev.Submit((pair[0], v)), ev.Submit(pair, GangSpec(v, 2)),
+        ev.Submit((pair[0], v)), ev.Submit(pair, GangSpec(v, 2)), ev.Configure(policy=v),
+        ev.Configure(reservation_after=v), ev.Configure(preemption=v),
+        ev.Configure(hybrid_threshold=v), ev.Configure(pipeline=v),
+        ev.Configure(fair_share_half_life=v), ev.Tick(1.0, cause=v), ev.Finished("a", cause=v),
+        ev.Stopped("a", cause=v), ev.Cancel("a", cause=v), ev.Submit((spec,), cause=v),
+        ev.Configure(cause=v), ev.Steer("a", "top", cause=v), ev.Forget(v), ev.Forget((v,)),
         ev.Submit(pair, GangSpec("g", v)), ev.Submit(pair, GangSpec("g", 2, v)),
         ev.Submit(pair, GangSpec("g", 2, None, v)),
     ]
@@ -91,6 +96,30 @@ def test_a_refusal_names_the_event_the_field_and_what_it_must_be():
     with pytest.raises(Refused, match=r"HeldElsewhere\(device_shares=\{'GPU': \{0: 0.5\}\}\)"):
         core.handle(ev.HeldElsewhere("n", {"GPU": {0: 0.5}}))
     assert core.tasks["a"].state == "running"
+
+
+def test_settings_with_an_odd_value_are_refused_whole_naming_it_and_what_is_valid():
+    core = fresh()
+    for event, words in [
+        (ev.Configure(policy="spread", pipeline=-1),
+         r"Configure\(pipeline=-1\): pipeline -1 must be a finite number of seconds, 0 or more"),
+        (ev.Configure(preemption=True, policy="fifo"),
+         r"Configure\(policy='fifo'\): policy 'fifo' is not one of binpack, spread, hybrid"),
+        (ev.Configure(hybrid_threshold=1.5),
+         r"Configure\(hybrid_threshold=1.5\): hybrid_threshold 1.5 must be a number from 0 to 1"),
+        (ev.Configure(preemption="yes"),
+         r"Configure\(preemption='yes'\): preemption must be True, False or None"),
+    ]:
+        with pytest.raises(Refused, match=words):
+            core.handle(event)
+        books = core.books
+        assert (books.policy, books.preemption, books.pipeline, books.hybrid_threshold) == (
+            "binpack", False, 0.0, 0.8)  # nothing changed, not even the good values
+    core.handle(ev.Configure(policy="spread", reservation_after=float("inf"), pipeline=2))
+    assert (core.books.policy, core.books.reservation_after, core.books.pipeline) == (
+        "spread", float("inf"), 2.0)
+    with pytest.raises(ValueError, match=r"Configure\(fair_share_half_life=nan\)"):
+        Core(fair_share_half_life=float("nan"))  # the constructor checks as the event is
 
 
 def test_every_event_and_every_field_has_a_kind():

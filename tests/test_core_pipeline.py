@@ -270,7 +270,7 @@ def test_pipelining_never_oversubscribes_and_every_task_ends_once(backlog):
     sim.core = validating(sim.core)
     sim.run()
     core = sim.core
-    assert core.assigned == {} and core.running == {}
+    assert core.books.assigned == {} and core.running == {}
     started = {}
     for _, instruction in sim.trace:
         if isinstance(instruction, ev.Start):

@@ -30,9 +30,10 @@ def test_backfill_checks_queue_capability_like_allocate():
     core.handle(submit(task("x", 2, time_limit=100)),
                 submit(task("a", 1, queue="q", time_limit=100)))
     core.handle(submit(task("j", 2)))  # waits for two GPUs: a reservation
-    assert core.reservations
+    assert core.books.reservations
     out = core.handle(submit(task("b", 1, queue="q", time_limit=1)))
-    assert out == [] and core.tasks["b"].state == "queued"
+    assert out == [ev.Explain("b", "waits for its queue: queue 'q' capability GPU=1")]
+    assert core.tasks["b"].state == "queued"
     assert core.queues["q"].allocated == {"GPU": U}
 
 
@@ -65,7 +66,7 @@ def test_closing_a_queue_drops_its_reservations():
     other = sim.submit(duration=1, resources={"GPU": 1}, queue="b", at=0.5)
     sim.run()
     assert other.start == 1.0  # not starved by the closed queue's reservation
-    assert held.state == "queued" and sim.core.reservations == {}
+    assert held.state == "queued" and sim.core.books.reservations == {}
 
 
 def test_easy_backfill_does_not_delay_the_reserved_job():
@@ -104,7 +105,7 @@ def test_a_reservation_holds_devices_an_engine_can_use():
     half = {"target": "engines"}
     core.handle(submit(task("s1", 0.5, **half)), submit(task("s2", 0.5, **half)))
     core.handle(submit(task("big", 1, **half)))
-    reservation = core.reservations[core.tasks["big"].seq]
+    reservation = core.books.reservations[core.tasks["big"].seq]
     assert reservation.nodes["h"][0] == {0: U}
     core.handle(ev.Finished("s1"))
     assert core.handle(submit(task("s3", 0.5, **half))) == []  # GPU 0's free half is held
@@ -143,7 +144,7 @@ def test_a_reservation_does_not_visit_every_node(monkeypatch):
     busy_cluster(core, 300)
     calls = Calls(monkeypatch)
     core.handle(submit(task("late", 1)))
-    assert core.reservations and calls.count < 10
+    assert core.books.reservations and calls.count < 10
 
 
 def test_preemption_visits_only_nodes_with_preemptible_work(monkeypatch):

@@ -4,11 +4,14 @@ a half-life. Each against the core's own invariants (``Core.validate``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.core.errors import Refused
+from jupyter_sched.core.errors import InvalidTransition, Refused
 from jupyter_sched.core.state import Core
+from jupyter_sched.core.transitions import PRIORITY, fire
 from jupyter_sched.model.allocation import NodeResources
 from jupyter_sched.model.devices import DeviceSet
 from jupyter_sched.model.quantity import SCALE
@@ -66,6 +69,27 @@ def test_a_new_priority_moves_a_waiting_task_within_and_across_priorities(busy):
     step(busy, ev.Steer("a", "priority", 0))  # back among its equals, by its age
     assert positions(busy) == {"c": 1, "a": 2, "b": 3}
     assert started(step(busy, ev.Finished("long"))) == ["c"]
+
+
+def test_a_new_priority_is_a_new_spec_through_the_table_in_every_waiting_state(busy):
+    """The spec a task was submitted with is never changed: a steered task gets a new one,
+    by the transition table's ``priority`` rows (queued, held, infeasible alike); a task
+    that runs has no such row."""
+    c, held = busy.tasks["c"], busy.tasks["b"]
+    submitted = c.spec
+    step(busy, task("huge", 4.0))  # no node could ever run it
+    step(busy, ev.Steer("b", "hold"))
+    step(busy, ev.Steer("c", "priority", 3), ev.Steer("b", "priority", 4),
+         ev.Steer("huge", "priority", 2))
+    assert submitted.priority == 0 and c.spec is not submitted and c.spec.priority == 3
+    assert c.spec == dataclasses.replace(submitted, priority=3)
+    assert (held.state, held.spec.priority) == ("held", 4)
+    assert (busy.tasks["huge"].state, busy.tasks["huge"].spec.priority) == ("infeasible", 2)
+    assert busy.tasks["huge"].klass != busy.tasks["a"].klass
+    with pytest.raises(InvalidTransition, match="running on priority"):
+        fire(busy.books, busy.tasks["long"], PRIORITY, 1)
+    step(busy, ev.Steer("b", "release"))
+    assert positions(busy) == {"b": 1, "c": 2, "a": 3}
 
 
 def test_top_puts_a_task_first_with_the_least_priority_that_does(busy):
@@ -149,9 +173,9 @@ def test_a_held_tasks_reservation_goes_to_the_next():
     step(core, gpus(2), task("small"))
     step(core, task("big1", 2.0), task("big2", 2.0))
     step(core, ev.Tick(2.0), task("other", 0.0))  # a cycle after they waited too long
-    assert [r.job.id for r in core.reservations.values()] == ["big1"]
+    assert [r.job.id for r in core.books.reservations.values()] == ["big1"]
     step(core, ev.Steer("big1", "hold"))
-    assert [r.job.id for r in core.reservations.values()] == ["big2"]
+    assert [r.job.id for r in core.books.reservations.values()] == ["big2"]
     assert started(step(core, ev.Finished("small"))) == ["big2"]
 
 
@@ -377,12 +401,13 @@ def test_a_class_refused_in_one_queue_is_still_tried_in_another():
 def test_a_share_the_free_add_up_to_but_no_device_has_waits_fragmented():
     core = Core()
     step(core, gpus(2), task("a", 0.6), task("b", 0.6))
-    step(core, task("big", 0.8))
+    out = step(core, task("big", 0.8))
     assert core.tasks["big"].reason == "fragmented: 0.4 + 0.4 free on n0, no device has 0.8"
-    assert "big" in core.said
+    assert out == [ev.Explain("big", core.tasks["big"].reason)]  # the reason is said
     step(core, task("small", 0.3))  # placed after big was tried: 0.4 + 0.1 free now
-    step(core, task("nothing", 0.0))  # the next cycle tries big again
+    out = step(core, task("nothing", 0.0))  # the next cycle tries big again
     assert core.tasks["big"].reason == ""  # the free shares add up to less than 0.8
+    assert ev.Explain("big", "") in out
     assert started(step(core, ev.Finished("a"), ev.Finished("b"))) == ["big"]
 
 

@@ -44,6 +44,12 @@ def test_the_api_refuses_by_name_and_queues_nothing(sched, options, words):
     assert sched.snapshot(fresh=True).counts == before
 
 
+def test_map_over_what_is_no_collection_says_so(sched):
+    with pytest.raises(ValueError, match=r"map\(fn, items\): items must be a collection to run "
+                                         r"fn on each of .*, not 5 \(int\)"):
+        sched.map(abs, 5)
+
+
 def test_wait_refuses_a_negative_or_nan_timeout(sched):
     for timeout in (-1, float("nan"), float("inf"), True):
         with pytest.raises(ValueError, match="wait timeout"):
@@ -58,6 +64,13 @@ MAGICS = [
     ("--retries 1001", "retries 1,001 must be from 0 to 1,000"),
     ("--gang ddp:1_0", "--gang 'ddp:1_0': size '1_0' is not a whole number"),
     ("--gang ddp:\u0662", "--gang 'ddp:\u0662': size"),
+    ("--gpus 0", "--gpus 0 asks for no GPU; leave --gpus out"),
+    ("--cpus -0", "CPU='-0' is negative; amounts must be 0 or more"),
+    ("--on ''", "--on '' names an empty place; give local, engines"),
+    ("--on local,,x", "--on 'local,,x' names an empty place"),
+    ("--gpus 0.5 --gpus 0.25", "--gpus is given twice (--gpus 0.5 and --gpus 0.25); give it "
+     "once"),
+    ("--name a --name=b", "--name is given twice (--name a and --name b)"),
 ]
 
 

@@ -240,8 +240,8 @@ def _hammer(path: str, seed: int, seconds: float, barrier, results) -> None:
                 if lease.free >= units:
                     broken.append(f"refused {units} of {device} with {lease.free} free")
         broken += _invariant_broken(ledger.held(), mine)
-    # the last step taken everywhere before any holder ends: a take after that would take back
-    # an ended holder's leases, as it should, and they would be gone from the count below
+    # all stop together: a process that ended holding leases has them taken back by the next
+    # take that is short of them, which must not come from one still hammering
     barrier.wait()
     ledger.close()
     results.put({"seed": seed, "taken": taken, "gives": gives, "refusals": refusals,

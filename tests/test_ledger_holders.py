@@ -18,15 +18,17 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from jupyter_sched.host.ledger import Ledger
+from jupyter_sched.host.ledger import Ledger, WaitSpec
+from jupyter_sched.host.ledger.errors import LedgerBusy
+from jupyter_sched.host.ledger.fairness import Demand
 from jupyter_sched.host.ledger.holders import MISSING, HoldersDir, Liveness, Owner, token
-from jupyter_sched.host.ledger.opening import LedgerBusy
 from jupyter_sched.host.ledger.stalls import lock_holder
 from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.testing import ledger_writer
@@ -178,6 +180,63 @@ def test_this_process_holds_its_file_locked_from_its_first_take(path):
             assert again.alive(again.held()[0])
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_waiter_is_woken_when_another_process_gives_a_share_back(path, peers):
+    holder = peers("holder.ipynb")
+    held = holder("take", GPU, SCALE, "t1")
+    woken = threading.Event()
+    said: list[bool] = []
+
+    def wake(healed: bool) -> None:
+        said.append(healed)
+        woken.set()
+
+    before = set(threading.enumerate())
+    with Ledger(path) as ledger:
+        ledger.set_waits([WaitSpec("t9", Demand(SCALE, 1, (GPU,)), 0, time.time())])
+        ledger.mine.wakes.listen(wake)
+        try:
+            assert ledger.mine.wakes.listening
+            given = time.monotonic()
+            assert holder("give", held)
+            assert woken.wait(5) and time.monotonic() - given < 1.0
+            assert said == [False]  # (a give: read the ledger, nothing to look after)
+            assert ledger.take(GPU, SCALE)
+        finally:
+            ledger.mine.wakes.unlisten(wake)
+    assert not any(name.endswith(".wake") for name in os.listdir(HoldersDir(path).path))
+    assert set(threading.enumerate()) - before == set()  # (its thread ended with it)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_waiter_is_woken_to_look_when_another_process_heals_the_ledger(path, peers):
+    """A heal rewrites the ledger under every waiter: each is woken at once to look at it (and
+    say so), not at its next look a few seconds later."""
+    healer = peers("healer.ipynb")
+    assert healer("take", GPU, SCALE, "t1")
+    woken = threading.Event()
+    said: list[bool] = []
+
+    def wake(healed: bool) -> None:
+        said.append(healed)
+        woken.set()
+
+    with Ledger(path) as ledger:
+        ledger.set_waits([WaitSpec("t9", Demand(SCALE, 1, (GPU,)), 0, time.time())])
+        ledger.mine.wakes.listen(wake)
+        try:
+            path.unlink()
+            healed = time.monotonic()
+            assert any("was deleted" in text for text in healer("look"))
+            assert woken.wait(5) and time.monotonic() - healed < 1.0
+            assert said[-1] is True
+            assert any("was deleted" in h.text(path) for h in ledger.look_after())
+        finally:
+            ledger.mine.wakes.unlisten(wake)
+
+
 # -- other pid namespaces (containers sharing the ledger's directory) ---------------------------
 
 
@@ -211,6 +270,25 @@ def test_a_holder_in_another_pid_namespace_keeps_its_lease_alive_and_loses_it_de
 
 @pytest.mark.integration
 @pytest.mark.timeout(60)
+def test_a_holder_in_a_container_of_its_own_name_is_known_by_its_lock(path, peers):
+    """A container: its own pid namespace and its own host name, the ledger's directory
+    shared: alive while it runs, taken back within seconds of a kill -9."""
+    prefix = (*unshare_pid(), "--uts")
+    contained = peers("contained.ipynb", prefix=(*prefix, "sh", "-c",
+                                                 'hostname container-a && exec "$@"', "sh"))
+    held = contained("take", GPU, SCALE, "t1")
+    (lease,) = Ledger.to_read(path).held()
+    assert lease.owner.host.startswith("container-a/")
+    with Ledger(path) as ledger:
+        for _ in range(20):
+            assert ledger.sweep() == [] and not ledger.take(GPU, 1)
+        assert [lease.id for lease in ledger.held()] == [held]
+        contained.kill()
+        taken_within(ledger, GPU, 5)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
 def test_waits_of_two_namespaces_pid_1_kernels_are_kept_apart(path, peers):
     prefix = unshare_pid()
     a, b = peers("a.ipynb", prefix=prefix), peers("b.ipynb", prefix=prefix)
@@ -229,9 +307,14 @@ def test_waits_of_two_namespaces_pid_1_kernels_are_kept_apart(path, peers):
 @pytest.mark.timeout(60)
 def test_a_deleted_ledger_is_made_again_with_every_live_holders_leases(path, peers):
     a, b = peers("a.ipynb"), peers("b.ipynb")
+    for peer in (a, b):  # (a write-ahead log full of the old ledger's pages)
+        for _ in range(50):
+            assert peer("give", peer("take", OTHER, 1_000))
     first, second = a("take", GPU, 5_000, "ta"), b("take", GPU, 5_000, "tb")
-    path.unlink()
+    path.unlink()  # (its -wal and -shm left beside it, still open in a and b)
     with Ledger(path) as ledger:  # a new kernel, the first to look
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            assert db.execute("PRAGMA quick_check").fetchall() == [("ok",)]
         refused = ledger.take(GPU, 1)
         assert not refused and "ta" in str(refused) and "tb" in str(refused)
         assert sorted(lease.id for lease in ledger.held()) == sorted([first, second])
@@ -239,6 +322,32 @@ def test_a_deleted_ledger_is_made_again_with_every_live_holders_leases(path, pee
     assert len(told) == 1 and "was replaced by another file; it was healed by pid " in told[0]
     assert "this kernel's 1 GPU share is held as before" in told[0]
     assert b("give", second) is True  # its lease, under its id, as it knows it
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_ledger_deleted_under_this_process_is_made_again_whole(path, peers):
+    """Its -wal and -shm, left beside it, belong to the deleted ledger: the new one must not
+    take them up as its own (it would read the old pages through them, and be damaged)."""
+    a = peers("a.ipynb")
+    held = a("take", GPU, 5_000, "ta")
+    idle = [peers(f"idle-{n}.ipynb") for n in range(8)]  # (the old files open in each)
+    for n, peer in enumerate(idle):
+        assert isinstance(peer("take", f"GPU-idle-{n}", 100), int)
+    with Ledger(path) as ledger:
+        for _ in range(1_500):  # (past SQLite's checkpoint of 1,000 pages: the log wrapped)
+            assert ledger.give(ledger.take(OTHER, 1_000))
+        mine = ledger.take(OTHER, 5_000, task="mine")
+        for _ in range(5):  # (again and again: each time the last one's files are left)
+            path.unlink()
+            (told,) = ledger.look_after()
+            assert told.what == "was deleted" and told.by == "this kernel"
+            assert {held, mine.id} <= {lease.id for lease in ledger.held()}
+            assert len(ledger.held()) == 2 + len(idle)
+            with contextlib.closing(sqlite3.connect(path)) as db:
+                assert db.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+            assert a("held")  # (a's next look settles it on the new ledger)
+        assert ledger.give(mine) and a("give", held)
 
 
 @pytest.mark.integration

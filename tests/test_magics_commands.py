@@ -17,7 +17,8 @@ from jupyter_sched.notebook.magics import SchedMagics
 
 def test_the_table_is_in_the_order_of_the_overview_and_each_command_is_named_for_itself():
     assert list(COMMANDS) == ["status", "nodes", "queue", "history", "cancel", "wait", "result",
-                              "log", "priority", "top", "hold", "release", "local", "connect",
+                              "log", "why", "priority", "top", "hold", "release", "local",
+                              "connect",
                               "start", "stop", "clusters",
                               "restore", "queues", "drain", "config", "leases"]
     listed = [line.split()[0] for line in overview().splitlines()[2:2 + len(COMMANDS)]]
@@ -47,6 +48,29 @@ def test_a_command_runs_on_a_context_of_its_own_without_the_magics(capsys):
     with pytest.raises(UsageError, match="--timeout 1: tasks are still running; they go on"):
         COMMANDS["wait"](ctx, parse_args(COMMANDS["wait"].parser, "t3 --timeout 1"))
     assert settled == [[handle]]  # what ended is shown under this cell all the same
+
+
+def test_why_prints_what_the_scheduler_says_of_the_task_named(capsys):
+    handle = SimpleNamespace(id="t3", name="train", state="failed")
+    asked = []
+
+    def task(ref):
+        if ref not in ("t3", "train"):
+            raise ValueError(f"no task {ref!r}")
+        return handle
+
+    def why(task):
+        asked.append(task)
+        return "t3 (train) failed: time limit of 5s exceeded\n  +5.001s  ...  <- time-limit-t3"
+
+    ctx = SimpleNamespace(scheduler=SimpleNamespace(task=task, why=why))
+    why_command = COMMANDS["why"]
+    assert why_command(ctx, parse_args(why_command.parser, "train")) is None
+    assert asked == [handle]
+    assert capsys.readouterr().out.splitlines()[1].endswith("<- time-limit-t3")
+    with pytest.raises(UsageError, match="no task 'gone'"):
+        why_command(ctx, parse_args(why_command.parser, "gone"))
+    assert "its decisions and their causes" in overview()
 
 
 def test_the_magics_dispatch_to_their_table_and_say_its_names():

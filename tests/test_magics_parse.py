@@ -129,7 +129,7 @@ def test_parse_gang_and_on():
 
 def test_every_command_has_help_and_an_overview_line():
     assert set(COMMANDS) == {"status", "nodes", "queue", "cancel", "wait", "result", "log",
-                             "priority", "top", "hold", "release",
+                             "why", "priority", "top", "hold", "release",
                              "local", "connect", "start", "stop", "clusters", "restore",
                              "queues", "drain", "history", "config", "leases"}
     assert SchedMagics.commands is COMMANDS

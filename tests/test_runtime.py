@@ -82,6 +82,22 @@ def test_fractional_tasks_queue_behind_a_full_device_and_start_as_it_frees(sched
     sched.wait(holders, timeout=WAIT)
 
 
+def test_a_reason_a_cycle_gives_a_waiting_task_reaches_its_record(sched):
+    """A cycle that changes why a task waits, in a step about other tasks, says so (the
+    core's ``Explain``), and the runtime brings the task's record up to date."""
+    gate = threading.Event()
+    holders = [sched.submit(gate.wait, WAIT, resources="GPU=0.6") for _ in range(2)]
+    big = sched.submit(lambda: "big", resources="GPU=0.8")
+    assert sched.record(big.id).reason == ("fragmented: 0.4 + 0.4 free on local, no device "
+                                           "has 0.8")
+    holders.append(sched.submit(gate.wait, WAIT, resources="GPU=0.3"))  # after big was tried
+    holders.append(sched.submit(lambda: None, resources="CPU=1"))  # big is tried again
+    assert big.state == "queued" and sched.record(big.id).reason == ""  # 0.4 + 0.1 free
+    gate.set()
+    assert big.result(WAIT) == "big"
+    sched.wait(holders, timeout=WAIT)
+
+
 # -- submitting and dispatching ---------------------------------------------------------------
 
 
@@ -186,6 +202,33 @@ def test_time_limit_stops_a_running_task_and_frees_its_gpu(sched):
     assert h.state == "failed"
     assert 0.15 < h.duration < 2.0
     assert gpu_shares(sched.snapshot(fresh=True)) == {0: 0.0, 1: 0.0}
+
+
+def test_why_a_task_stopped_is_said_with_the_cause_of_each_step(sched):
+    from jupyter_sched.runtime.handles import TaskTimeout
+
+    def spin():
+        while True:
+            time.sleep(0.005)
+
+    h = sched.submit(spin, resources="GPU=2", time_limit=0.2, name="spin")
+    after = sched.submit(lambda: "ran", resources="GPU=2", name="after")  # waits for spin
+    with pytest.raises(TaskTimeout):
+        h.result(WAIT)
+    lines = sched.why(h).splitlines()
+    assert lines[0] == f"{h.id} (spin) failed: time limit of 0.2s exceeded"
+    steps = [line.split("s  ", 1)[1] for line in lines[1:]]
+    assert steps == [
+        "submitted",
+        f"admitted: queued  <- submit-{h.id}",
+        f"placed: running  <- submit-{h.id}",
+        f"its time limit ran out: stopping, time limit of 0.2s exceeded  <- time-limit-{h.id}",
+        f"its executor stopped it: failed, time limit of 0.2s exceeded  <- stopped-{h.id}-1",
+    ]
+    assert after.result(WAIT) == "ran"  # started by the end of the one before it:
+    assert f"placed: running  <- stopped-{h.id}-1" in sched.why("after")
+    with pytest.raises(ValueError, match="no task 'nothing'"):
+        sched.why("nothing")
 
 
 def test_shutdown_stops_running_tasks_and_leaves_no_thread():

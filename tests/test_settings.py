@@ -49,7 +49,8 @@ def test_good_values_apply_to_the_running_scheduler(sched):
     sched.pipeline = 0.0
     assert sched._loop.settings.max_rows == 7
     assert sched._loop.settings.update_interval == 0.5
-    assert sched.inspect_core(lambda core: (core.reservation_after, core.pipeline)) == (3.0, 0.0)
+    assert sched.inspect_core(
+        lambda core: (core.books.reservation_after, core.books.pipeline)) == (3.0, 0.0)
     sched.set_queue("batch")
     sched.default_queue = "batch"
     assert sched.submit(lambda: 1).result(10) == 1

@@ -1,5 +1,8 @@
 """What goes into the core (events: facts) and what comes out (instructions: imperatives).
 
+Everything the core decides comes out of ``handle`` as an instruction: what to start and stop
+for the executors, and why a waiting task waits (``Explain``) for what shows it.
+
 Events are frozen and carry everything the core needs; the core keeps no reference to the
 shell that sent them. Instructions name tasks by id, so the shells keep code and callables.
 
@@ -8,17 +11,33 @@ name the attempt they are about; the executor's reports (``Finished``, ``Failed`
 ``Stopped``) name the attempt they report on, and a report on an attempt that is not the
 task's current one changes nothing. What each event does to a task in each state is the table
 in :mod:`jupyter_sched.core.transitions`.
+
+Every event and instruction ends with a ``cause`` (Dask's ``stimulus_id``): on an event, what
+made the shell send it; on an instruction, the cause of the event that led to it. A shell
+names the facts it passes on with :func:`named` where it has no better name for them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..model.allocation import NodeResources
 from ..model.cluster import SlotSpec
 from ..model.tasks import GangSpec, TaskSpec
 from .start import Start
+
+
+def _cause() -> Any:
+    """The ``cause`` field every event and instruction ends with: a short string naming what
+    made a shell send the event (``"submit-t7"``, ``"cancel-user-t7"``, ``"tick-12.500"``,
+    ``"finished-t7-1"``), or, on an instruction, the cause of the event that led to it (Dask's
+    ``stimulus_id``). "" when none was given. Not compared: two events or instructions that
+    say the same are equal whatever caused them."""
+    return field(default="", compare=False, kw_only=True)
+
 
 # -- events ---------------------------------------------------------------------------------
 
@@ -39,12 +58,14 @@ class Submit:
     tasks: tuple[TaskSpec, ...]
     gang: GangSpec | None = None
     on_closed: str = "refuse"
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
     task: str
     reason: str = "cancelled by the user"
+    cause: str = _cause()
 
 
 STEERS = ("priority", "top", "hold", "release")
@@ -60,6 +81,7 @@ class Steer:
     task: str
     action: str
     priority: int | None = None
+    cause: str = _cause()
 
 
 # The executors' reports name the attempt they report on (the ``attempt`` of the ``Start`` they
@@ -74,6 +96,7 @@ class Finished:
 
     task: str
     attempt: int | None = field(default=None, kw_only=True)
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +111,7 @@ class Failed:
     # the attempt never began (the host's lease ledger refused its device shares, a race with
     # another kernel): re-queued without spending a retry; a gang member fails its gang
     unstarted: bool = field(default=False, kw_only=True)
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +121,7 @@ class Stopped:
 
     task: str
     attempt: int | None = field(default=None, kw_only=True)
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +136,14 @@ class NodeAdded:
     kind: str = "local"
     threads: bool = True
     slots: tuple[SlotSpec, ...] = ()
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
 class NodeRemoved:
     name: str
     reason: str = ""
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +156,14 @@ class NodeUpdated:
     labels: Mapping[str, str] | None = None
     cordoned: bool | None = None
     declared: bool | None = None  # whether the new devices are declared (not discovered)
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
 class SlotAdded:
     node: str
     slot: SlotSpec
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +171,7 @@ class SlotRemoved:
     node: str
     slot: str
     reason: str = ""
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +185,7 @@ class SlotCapped:
     node: str
     slot: str
     cap: int | None
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +201,31 @@ class QueueSet:
     priority: int | None = None
     state: str | None = None
     max_running: int | None = None  # at most this many of its tasks run at once (0: no cap)
+    cause: str = _cause()
+
+
+POLICIES = ("binpack", "spread", "hybrid")
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    """Change the core's settings; only the fields given (not None) change, all or none:
+    ``policy`` (one of :data:`POLICIES`: where tasks go first), ``reservation_after``
+    (seconds a job may wait at the head of its queue before room is held for it;
+    ``math.inf``: never), ``preemption`` (whether waiting work may stop preemptible work),
+    ``hybrid_threshold`` (the utilisation, 0 to 1, below which ``hybrid`` packs),
+    ``pipeline`` (seconds: how short a task of a backlog must be for the next to be sent
+    ahead to its engine; 0: never) and ``fair_share_half_life`` (seconds after which what a
+    queue used counts half against it; 0: only what it holds now). A value that is not valid
+    refuses the event, naming it (:mod:`.intake`)."""
+
+    policy: str | None = None
+    reservation_after: float | None = None
+    preemption: bool | None = None
+    hybrid_threshold: float | None = None
+    pipeline: float | None = None
+    fair_share_half_life: float | None = None
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +240,16 @@ class HeldElsewhere:
     node: str
     device_shares: Mapping[str, Mapping[int, int]]
     reason: str = ""
+    cause: str = _cause()
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """The shell keeps no more of these ended tasks: the core lets them go, their decisions
+    with them (a gang's members once all have ended; any other id is passed over)."""
+
+    tasks: tuple[str, ...]
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,10 +257,12 @@ class Tick:
     """The shell's clock: time stamps and time limits use the latest ``now``."""
 
     now: float
+    cause: str = _cause()
 
 
 Event = (Submit | Cancel | Finished | Failed | Stopped | NodeAdded | NodeRemoved | NodeUpdated
-         | SlotAdded | SlotRemoved | SlotCapped | QueueSet | HeldElsewhere | Tick | Steer)
+         | SlotAdded | SlotRemoved | SlotCapped | QueueSet | Configure | HeldElsewhere | Tick
+         | Steer | Forget)
 
 # -- instructions ---------------------------------------------------------------------------
 
@@ -207,6 +275,7 @@ class Stop:
     task: str
     reason: str
     attempt: int
+    cause: str = _cause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +286,70 @@ class Preempt:
     task: str
     by: str
     attempt: int
+    cause: str = _cause()
 
 
-Instruction = Start | Stop | Preempt
+@dataclass(frozen=True, slots=True)
+class Explain:
+    """Tell why a waiting task waits: a cycle gave it a new ``reason`` ("" when it no longer
+    says one), with no change of state (a queue's cap, fragmented shares, engines capped at
+    another share, shares held elsewhere). No executor acts on it: shells bring what they show
+    of the task up to date."""
+
+    task: str
+    reason: str
+    cause: str = _cause()
+
+
+Instruction = Start | Stop | Preempt | Explain
+
+# -- causes -----------------------------------------------------------------------------------
+
+KINDS: dict[type, str] = {
+    Submit: "submit", Cancel: "cancel", Steer: "steer", Finished: "finished", Failed: "failed",
+    Stopped: "stopped", NodeAdded: "node-added", NodeRemoved: "node-removed",
+    NodeUpdated: "node-updated", SlotAdded: "slot-added", SlotRemoved: "slot-removed",
+    SlotCapped: "slot-capped", QueueSet: "queue-set", Configure: "configure",
+    HeldElsewhere: "held-elsewhere", Tick: "tick", Forget: "forget",
+}
+"""Each event's kind in a word: what a cause begins with (the core's cause for an event that
+came without one)."""
+
+
+def named(event: Event) -> Event:
+    """``event`` with a cause: its own, else its kind and what it is about, as shells name the
+    facts they pass on (``"finished-t7-2"``: attempt 2 of t7; ``"lost-t7-1"``,
+    ``"slot-removed-n1-e3"``, ``"submit-t7"``, ``"tick-12.500"``)."""
+    if event.cause:
+        return event
+    return dataclasses.replace(event, cause=_about(event))
+
+
+def _about(event: Event) -> str:
+    kind = KINDS[type(event)]
+    match event:
+        case Submit(tasks=tasks):
+            return f"{kind}-{tasks[0].id}" + (f"..{tasks[-1].id}" if len(tasks) > 1 else "")
+        case Forget(tasks=ids) if ids:
+            return f"{kind}-{ids[0]}" + (f"..{ids[-1]}" if len(ids) > 1 else "")
+        case Finished(task=task, attempt=attempt) | Stopped(task=task, attempt=attempt):
+            return f"{kind}-{task}" + (f"-{attempt}" if attempt is not None else "")
+        case Failed(task=task, attempt=attempt, lost=lost, unstarted=unstarted):
+            kind = "unstarted" if unstarted else "lost" if lost else kind
+            return f"{kind}-{task}" + (f"-{attempt}" if attempt is not None else "")
+        case Cancel(task=task):
+            return f"{kind}-{task}"
+        case Steer(task=task, action=action):
+            return f"{kind}-{action}-{task}"
+        case NodeAdded(name=name) | NodeRemoved(name=name) | NodeUpdated(name=name) \
+                | QueueSet(name=name):
+            return f"{kind}-{name}"
+        case SlotAdded(node=node, slot=slot):
+            return f"{kind}-{node}-{slot.id}"
+        case SlotRemoved(node=node, slot=slot) | SlotCapped(node=node, slot=slot):
+            return f"{kind}-{node}-{slot}"
+        case HeldElsewhere(node=node):
+            return f"{kind}-{node}"
+        case Tick(now=now):
+            return f"{kind}-{now:.3f}"
+    return kind

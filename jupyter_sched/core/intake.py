@@ -7,14 +7,19 @@ names the event, the field, the value and what it must be. A plain module: it st
 interpreted, like the events themselves.
 
 Only types are checked here; what a value means (a known task, a finite time, a share from 0
-to 1) is the handler's to check, as before.
+to 1) is the handler's to check, as before. Except for the core's settings (``Configure``):
+they are read by compiled code on every cycle and mean nothing against the books, so their
+values are checked here too (:data:`VALUES`), each named with what would be valid, and
+:func:`settings` makes a checked ``Configure`` for the core's constructor.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from ..model.allocation import NodeResources
+from ..model.limits import check_seconds
 from ..model.specs import GangSpec, SlotSpec, TaskSpec
 from . import events as ev
 
@@ -55,10 +60,11 @@ def _optional(test: Callable[[object], bool]) -> Callable[[object], bool]:
 _EXACT: dict[str, tuple[type, ...]] = {
     "str": (str,), "str?": (str, NoneType), "int?": (int, NoneType), "bool": (bool,),
     "bool?": (bool, NoneType), "gang?": (GangSpec, NoneType), "resources": (NodeResources,),
-    "number": (int, float),
+    "number": (int, float), "number?": (int, float, NoneType),
 }
 _TESTS: dict[str, Callable[[object], bool]] = {
     "specs": _tuple_of(TaskSpec),
+    "ids": _tuple_of(str),
     "slots": lambda slots: type(slots) is tuple and all(map(_is_slot, slots)),
     "slot": _is_slot,
     "labels": _mapping_of(_is_str, _is_str),
@@ -70,7 +76,8 @@ _TESTS: dict[str, Callable[[object], bool]] = {
 _WORDS = {
     "str": "a string", "str?": "a string or None", "int?": "a whole number or None",
     "bool": "True or False", "bool?": "True, False or None", "gang?": "a GangSpec or None",
-    "resources": "a NodeResources", "number": "a number", "specs": "a tuple of TaskSpec",
+    "resources": "a NodeResources", "number": "a number", "number?": "a number or None",
+    "specs": "a tuple of TaskSpec", "ids": "a tuple of task ids (strings)",
     "slots": "a tuple of SlotSpec (a string id, pinned a frozenset of device indices or None)",
     "slot": "a SlotSpec (a string id, pinned a frozenset of device indices or None)",
     "labels": "a mapping of strings to strings",
@@ -81,7 +88,7 @@ _WORDS = {
     "shares": "a mapping of resource names to {device index: whole units}",
 }
 
-FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
+_OWN: dict[type, tuple[tuple[str, str], ...]] = {
     ev.Submit: (("tasks", "specs"), ("gang", "gang?"), ("on_closed", "str")),
     ev.Cancel: (("task", "str"), ("reason", "str")),
     ev.Finished: (("task", "str"), ("attempt", "int?")),
@@ -100,10 +107,39 @@ FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
                   ("capability", "amounts?"), ("guarantee", "amounts?"), ("priority", "int?"),
                   ("state", "str?"), ("max_running", "int?")),
     ev.Steer: (("task", "str"), ("action", "str"), ("priority", "int?")),
+    ev.Configure: (("policy", "str?"), ("reservation_after", "number?"), ("preemption", "bool?"),
+                   ("hybrid_threshold", "number?"), ("pipeline", "number?"),
+                   ("fair_share_half_life", "number?")),
     ev.HeldElsewhere: (("node", "str"), ("device_shares", "shares"), ("reason", "str")),
     ev.Tick: (("now", "number"),),
+    ev.Forget: (("tasks", "ids"),),
 }
-"""Each event's fields and their kinds, in the order they are checked."""
+FIELDS = {cls: (*fields, ("cause", "str")) for cls, fields in _OWN.items()}
+"""Each event's fields and their kinds, in the order they are checked: its own, then the
+``cause`` every event ends with."""
+
+def _policy(value: object, what: str) -> None:
+    if value not in ev.POLICIES:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(ev.POLICIES)}")
+
+
+def _after(value: object, what: str) -> None:
+    if value != math.inf:  # (infinite: never reserve)
+        check_seconds(value, what)
+
+
+def _fraction(value: object, what: str) -> None:
+    if not (isinstance(value, (int, float)) and 0 <= value <= 1):
+        raise ValueError(f"{what} {value!r} must be a number from 0 to 1")
+
+
+VALUES: dict[type, tuple[tuple[str, Callable[[object, str], object]], ...]] = {
+    ev.Configure: (("policy", _policy), ("reservation_after", _after),
+                   ("hybrid_threshold", _fraction), ("pipeline", check_seconds),
+                   ("fair_share_half_life", check_seconds)),
+}
+"""The fields whose values are checked here too (past their kinds), and each one's check."""
+
 
 def _no(value: object) -> bool:
     return False  # (a kind of exact types has no other test)
@@ -115,31 +151,56 @@ _PLAN = {cls: tuple((name, _EXACT.get(kind, ()), _TESTS.get(kind, _no), kind)
          for cls, fields in FIELDS.items()}
 
 
-def _one_task(event: ev.Submit) -> bool:
-    tasks = event.tasks
-    return (type(tasks) is tuple and len(tasks) == 1 and type(tasks[0]) is TaskSpec
-            and event.gang is None and type(event.on_closed) is str)
+def _one_task(event: ev.Submit) -> str | None:
+    tasks, cause = event.tasks, event.cause
+    if (type(tasks) is tuple and len(tasks) == 1 and type(tasks[0]) is TaskSpec
+            and event.gang is None and type(event.on_closed) is str and type(cause) is str):
+        return cause
+    return None
 
 
-def _report(event: ev.Finished | ev.Stopped) -> bool:
-    return type(event.task) is str and (event.attempt is None or type(event.attempt) is int)
+def _report(event: ev.Finished | ev.Stopped) -> str | None:
+    cause = event.cause
+    if type(event.task) is str and (event.attempt is None or type(event.attempt) is int) \
+            and type(cause) is str:
+        return cause
+    return None
 
 
-# the events of every task's life, in their common shape: one look each (the rest of the
-# time, and for the other events, the fields one by one)
+# the events of every task's life, in their common shape: one look each, giving the cause
+# (None: look again, field by field, as for the other events)
 _COMMON: dict[type, Callable] = {ev.Submit: _one_task, ev.Finished: _report,
                                  ev.Stopped: _report}
 
 
-def check(event: object) -> None:
-    """Refuse ``event`` (ValueError) unless each field is of its kind (:data:`FIELDS`).
-    On every event the core handles: kept lean."""
+def check(event: ev.Event) -> str:
+    """Refuse ``event`` (ValueError) unless each field is of its kind (:data:`FIELDS`); its
+    ``cause``, then (a string: the core reads it without a look of its own). On every event
+    the core handles: kept lean."""
     common = _COMMON.get(type(event))
-    if common is not None and common(event):
-        return
+    if common is not None:
+        cause = common(event)
+        if cause is not None:
+            return cause
     for name, exact, test, kind in _PLAN[type(event)]:
         value = getattr(event, name)
         if type(value) in exact or test(value):
             continue
         raise ValueError(f"{type(event).__name__}({name}={value!r}): {name} must be "
                          f"{_WORDS[kind]}")
+    for name, rule in VALUES.get(type(event), ()):
+        value = getattr(event, name)
+        if value is not None:
+            try:
+                rule(value, name)
+            except ValueError as error:
+                raise ValueError(f"{type(event).__name__}({name}={value!r}): {error}") from None
+    return event.cause
+
+
+def settings(**values: object) -> ev.Configure:
+    """A ``Configure`` of ``values``, checked as ``handle`` checks one (a ValueError naming
+    the first that is not valid)."""
+    event = ev.Configure(**values)  # type: ignore[arg-type]  # (checked next)
+    check(event)
+    return event

@@ -54,6 +54,15 @@ def check(self: Ledger) -> None:
         assert node.capped == sum(s.cap is not None for s in node.slots.values()), node
         capped += node.capped
     assert self.cluster.capped == capped, (self.cluster.capped, capped)
+    for task_id in [*self.cap_waits, *self.elsewhere_waits]:  # (what reads them changes
+        assert self.tasks[task_id].state == QUEUED, task_id  # nothing: no stale entry)
+    for heap, state in ((self.deadlines, RUNNING), (self.guards, RUNNING),
+                        (self.overruns, ASSIGNED)):
+        if heap:  # its head is live: the next Tick that matters is read, not searched for
+            _, _, task_id, attempt = heap[0]
+            task = self.tasks[task_id]
+            assert task.state == state and task.attempt == attempt and (
+                state != RUNNING or task.stopping is None), (heap[0], task)
     _check_queues(self)
     _check_orders(self)
 

@@ -6,8 +6,8 @@ binding a task to a node and releasing it, the waiting structures, deadlines, th
 looking up a task, a node or a task's class. It decides nothing: the transition table
 (:mod:`.transitions`) says what an event does to a task, the actions (:mod:`.actions`) decide
 placements, :mod:`.steering` and :mod:`.membership` carry out steers and changes of the
-cluster, and :class:`.state.Core` is the one door. They all see the core as a ``Ledger``, so
-nothing below ``state`` imports it.
+cluster, and :class:`.state.Core`, which *has* the books, is the one door. They all see the
+core as its ``Ledger``, so nothing below ``state`` imports it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 
-from ..model.allocation import EMPTY, Allocation
+from ..model.allocation import Allocation
 from ..model.cluster import Cluster, Node, Slot
 from ..model.queues import Queue, QueueTree
 from ..model.tasks import (
@@ -37,19 +36,9 @@ from ..model.tasks import (
     TaskSpec,
 )
 from . import events as ev
+from .elsewhere import Elsewhere, hold
 from .jobs import Reservation, job_class, job_key, job_seq
 from .order import ClassOrder
-
-
-@dataclass(slots=True)
-class Elsewhere:
-    """Shares of one node's devices held by other processes: ``wanted`` as last told,
-    ``applied`` the part taken from the node's free shares (the rest is held by this core's
-    tasks until they end, when it is taken too)."""
-
-    wanted: dict[str, dict[int, int]]
-    applied: Allocation
-    reason: str
 
 
 class JobSet:
@@ -86,12 +75,14 @@ class JobSet:
 class Ledger:
     """What the core knows; changed only while the core handles events."""
 
-    def __init__(self, policy: str, reservation_after: float, preemption: bool,
-                 hybrid_threshold: float) -> None:
-        self.policy = policy
-        self.reservation_after = reservation_after
-        self.preemption = preemption
-        self.hybrid_threshold = hybrid_threshold
+    def __init__(self) -> None:
+        # the settings, changed by ``Configure`` only (:class:`.events.Configure` says each)
+        self.policy = "binpack"
+        self.reservation_after = 1.0
+        self.preemption = False
+        self.hybrid_threshold = 0.8
+        self.pipeline = 0.0  # (0: no task is sent ahead to a busy engine slot)
+        self.fair_share_half_life = 0.0  # (0: only what queues hold now counts between them)
         self.now = 0.0
         self.cluster = Cluster()
         self.queues = QueueTree()
@@ -124,26 +115,22 @@ class Ledger:
         # when last tried, by task id -> node: the runtime tells the host about them
         self.elsewhere_waits: dict[str, str] = {}
         # tasks that waited only for an engine capped at their share (MPS) when last tried,
-        # by task id -> that share: the runtime may have an idle engine of another cap
-        # started again for them (:meth:`.state.Core.engines_to_restart`)
+        # by task id -> that share (:meth:`.state.Core.engines_to_restart`)
         self.cap_waits: dict[str, int] = {}
-        # pipelining (:mod:`.actions.pipeline`): off at 0, else the seconds a task of a class
-        # may be expected to take for the next one to be sent ahead to its engine slot
-        self.pipeline = 0.0
         self.assigned: dict[str, Task] = {}  # sent ahead, waiting for their slot's task
         self.durations: dict[tuple, float] = {}  # (queue, class) -> its last run on a slot
         # (when the task before it passes the bound, seq, task id, attempt): look again then
         self.overruns: list[tuple[float, int, str, int]] = []
-        # the job (a task or a gang) being placed straight from its arrival
-        # (:mod:`.actions.arrivals`): it was never counted among its queue's waiting work, so
-        # its start takes nothing from it
+        # the job being placed straight from its arrival (:mod:`.actions.arrivals`): never
+        # counted among its queue's waiting work, its start takes nothing from it
         self.at_once: Task | Gang | None = None
         self._seq = 0
         self._klasses: dict[tuple, int] = {}  # a class's key -> its number
         self.starts = 0  # tasks started, all time (queues that tie take turns by it)
-        # waiting tasks whose reason a cycle changed (their records are brought up to date)
-        self.said: set[str] = set()
-        self._out: list[ev.Instruction] = []
+        self.out: list[ev.Instruction] = []  # the outbox: what ``handle`` returns
+        # the cause in force: the event's being handled, in a cycle those of the events that
+        # made it due; what is decided now carries it (instructions, Task.decisions)
+        self.cause = ""
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -173,24 +160,7 @@ class Ledger:
         return number
 
     def emit(self, instruction: ev.Instruction) -> None:
-        self._out.append(instruction)
-
-    def held_elsewhere_node(self, spec: TaskSpec,
-                            passes: Callable[[Node, TaskSpec], bool]) -> str:
-        """The node whose shares held elsewhere alone keep ``spec`` from starting now (on a
-        node ``passes(node, spec)`` accepts), or ""."""
-        for name, held in self.elsewhere.items():
-            node = self.cluster.nodes.get(name)
-            if node is None or not held.applied.amounts or not passes(node, spec):
-                continue
-            node.resources.release(held.applied)  # a look without them, put back at once
-            try:
-                fits = node.place(spec.demand, spec.target) is not None
-            finally:
-                node.resources.take(held.applied, checked=True)
-            if fits:
-                return name
-        return ""
+        self.out.append(instruction)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -269,7 +239,8 @@ class Ledger:
         if successor is not None:
             successor.allocation = allocation  # (``adopt`` takes it from here)
         elif self.elsewhere and node is not None and node.name in self.elsewhere:
-            self.hold_elsewhere(node, None)  # what others hold takes what this task gave back
+            # what others hold takes what this task gave back
+            hold(self.elsewhere, self.cluster, node, None)
         return successor
 
     # -- pipelining ---------------------------------------------------------------------------
@@ -331,36 +302,6 @@ class Ledger:
         if self.pipeline and task.started_at is not None:
             self.durations[task.queue, task.klass, task.spec.family] = \
                 self.now - task.started_at
-
-    # -- held by other processes --------------------------------------------------------------
-
-    def hold_elsewhere(self, node: Node, wanted: Mapping[str, Mapping[int, int]] | None,
-                       reason: str | None = None) -> None:
-        """Make the shares of ``node``'s devices held elsewhere ``wanted`` (None: as before,
-        taking what has freed up since), each capped at what is free beside this core's tasks."""
-        old = self.elsewhere.pop(node.name, None)
-        if old is not None:
-            node.resources.release(old.applied)
-            if wanted is None:
-                wanted, reason = old.wanted, old.reason if reason is None else reason
-        positive = {name: {int(i): int(u) for i, u in shares.items() if u > 0}
-                    for name, shares in (wanted or {}).items()}
-        kept = {name: shares for name, shares in positive.items() if shares}
-        if not kept:
-            self.cluster.refresh(node)
-            return
-        devices: dict[str, dict[int, int]] = {}
-        for name, shares in kept.items():
-            devs = node.resources.devices.get(name)
-            got = {} if devs is None else {
-                i: min(u, devs.free[i]) for i, u in shares.items() if devs.free.get(i, 0) > 0}
-            if got:
-                devices[name] = got
-        applied = (Allocation({n: sum(g.values()) for n, g in devices.items()}, devices)
-                   if devices else EMPTY)
-        node.resources.take(applied, checked=True)
-        self.cluster.refresh(node)
-        self.elsewhere[node.name] = Elsewhere(kept, applied, reason or "")
 
     def guard(self, task: Task) -> None:
         """``task`` started now and may not be preempted before its ``min_runtime`` ends:

@@ -14,10 +14,11 @@ from ..model.limits import MAX_DEVICES_PER_NODE, check_count, check_name
 from ..model.quantity import SCALE, format_units
 from ..model.resources import GPU
 from ..model.tasks import ASSIGNED, QUEUED
+from . import elsewhere
 from . import events as ev
 from .jobs import job_spec
 from .ledger import Ledger
-from .transitions import LOSE, REVOKE, fire
+from .transitions import LOSE, REVOKE, explain, fire
 
 
 def add_node(ledger: Ledger, event: ev.NodeAdded) -> bool:
@@ -65,14 +66,14 @@ def update_node(ledger: Ledger, event: ev.NodeUpdated) -> bool:
         check_count(len(memory), MAX_DEVICES_PER_NODE, f"node {event.name!r}: {name} devices")
     held = ledger.elsewhere.get(event.name)
     if held is not None and event.devices:  # others' shares are taken again on the new set
-        ledger.hold_elsewhere(node, {})
+        elsewhere.hold(ledger.elsewhere, ledger.cluster, node, {})
     for name, units in (event.totals or {}).items():
         if name not in node.resources.devices:
             node.resources.set_total(name, units)
     for name, memory in (event.devices or {}).items():
         node.resources.set_devices(name, memory, event.declared)
     if held is not None and event.devices:
-        ledger.hold_elsewhere(node, held.wanted, held.reason)
+        elsewhere.hold(ledger.elsewhere, ledger.cluster, node, held.wanted, held.reason)
     if event.labels is not None:
         node.labels = {**dict(event.labels), "kind": node.kind}
         node.pinned_only = node.labels.get(PINNED_ONLY) == "true"
@@ -150,13 +151,13 @@ def hold_elsewhere(ledger: Ledger, event: ev.HeldElsewhere) -> bool:
             if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= SCALE:
                 raise ValueError(f"{name} device {index!r} of {event.node!r}: held "
                                  f"units={units!r}; give an int from 0 to {SCALE}")
-    ledger.hold_elsewhere(node, event.device_shares, event.reason)
+    elsewhere.hold(ledger.elsewhere, ledger.cluster, node, event.device_shares, event.reason)
     for task_id, where in ledger.elsewhere_waits.items():  # their reason, as it is now
         task = ledger.tasks.get(task_id)
         if where == event.node and task is not None and task.state == QUEUED and task.reason:
             for member in task.gang.members if task.gang is not None else [task]:
-                if member.state == QUEUED:
-                    member.reason = event.reason or member.reason
+                if member.state == QUEUED and event.reason:
+                    explain(ledger, member, event.reason)
     return True  # less held elsewhere: waiting work may fit now
 
 

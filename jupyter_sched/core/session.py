@@ -7,7 +7,8 @@ statement of one; a gang commits only with at least ``min`` members placed (Volc
 YARN-5139's propose/commit).
 
 The session sees the core as its :class:`.ledger.Ledger` and changes task states only through
-the transition table (:func:`.transitions.fire`).
+the transition table (:func:`.transitions.fire`). Gangs are placed by a plugin
+(:mod:`.plugins.gang`), which sees the session as the :class:`.plugins.placing.Placer` it is.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .jobs import job_spec, waits
 from .ledger import Ledger
 from .plugins import nodeorder
 from .plugins.capability import Room
+from .plugins.placing import Placer, Proposal, Tentative
 from .plugins.predicates import node_passes
 from .plugins.proportion import cluster_totals, queue_rank
 from .reservations import (
@@ -36,11 +38,8 @@ from .reservations import (
 )
 from .transitions import GANG_SHORT, PLACE, fire
 
-# A tentative placement: (task, node, allocation, slot). A plain tuple: one per gang member.
-Proposal = tuple[Task, Node, Allocation, "str | None"]
 
-
-class Statement:
+class Statement(Tentative):
     """Tentative placements, applied together or not at all.
 
     A take is made on the node's books at once (so the next member's search sees it), but the
@@ -114,7 +113,7 @@ class Statement:
         return started
 
 
-class Session:
+class Session(Placer):
     """The state of one cycle: reservations by node, classes that failed this cycle."""
 
     def __init__(self, core: Ledger) -> None:
@@ -281,6 +280,19 @@ class Session:
         if reservation is not None:
             for name in reservation.nodes:
                 self.reserved.get(name, {}).pop(seq, None)
+
+    # -- what a plugin that places sees (Placer) -------------------------------------------
+
+    def nodes(self) -> list[Node]:
+        return list(self.core.cluster.nodes.values())
+
+    def statement(self, room: Room | None) -> Tentative:
+        return Statement(self, room)
+
+    def gang_started(self, gang: Gang, placed: int) -> None:
+        if placed < len(gang.members):
+            cancel_unplaced(self.core, gang, placed)
+        self.release_reservation(gang.seq)
 
     # -- reservations ----------------------------------------------------------------------
 

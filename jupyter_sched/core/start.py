@@ -20,7 +20,8 @@ class Start:
     engine ``slot``. The core always gives the attempt (the default serves instructions built
     by hand in tests).
 
-    Not changed once made, like the other events and instructions."""
+    Not changed once made, like the other events and instructions. ``cause``: the cause of
+    the event that led to it; two starts that say the same are equal whatever caused them."""
 
     __match_args__: ClassVar[tuple[str, ...]] = (
         "task", "node", "slot", "devices", "gang", "rank", "world_size", "master_node")
@@ -29,7 +30,7 @@ class Start:
                  devices: Mapping[str, Mapping[int, int]], gang: str | None = None,
                  rank: int | None = None, world_size: int | None = None,
                  master_node: str | None = None, *, attempt: int = 1,
-                 after: str | None = None) -> None:
+                 after: str | None = None, cause: str = "") -> None:
         self.task = task
         self.node = node
         self.slot = slot
@@ -42,6 +43,8 @@ class Start:
         # pipelined: send it now, to run on ``slot`` when task ``after`` ends there (the
         # engine's own queue keeps the order); it holds ``devices`` (``after``'s) only from then
         self.after = after
+        # the cause of the event that led to it (``events._cause``): not compared
+        self.cause = cause
 
     def _values(self) -> tuple[object, ...]:
         return (self.task, self.node, self.slot, self.devices, self.gang, self.rank,
@@ -56,7 +59,8 @@ class Start:
 
     def __repr__(self) -> str:
         pairs = zip(_FIELDS, self._values(), strict=True)
-        return "Start(" + ", ".join(f"{name}={value!r}" for name, value in pairs) + ")"
+        return ("Start(" + ", ".join(f"{name}={value!r}" for name, value in pairs)
+                + f", cause={self.cause!r})")
 
     def gpu_indices(self) -> list[int]:
         return sorted(self.devices.get("GPU", {}))

@@ -2,20 +2,21 @@
 
 :func:`steer` checks the step against the job as it stands (only a waiting job is steered; a
 gang as a whole, never once it started) and refuses with a ``ValueError`` that names the job
-and why, before anything changes. A new priority is a new class for every member, filed again
-by its age, so the job keeps its place among jobs of its new priority.
+and why, before anything changes. Every step goes through the transition table, member by
+member: ``hold`` and ``release`` are its rows of those names, a new priority (``priority``,
+``top``) its ``priority`` rows (a new spec and class for the member, the job filed again by
+its age), so nothing here files or unfiles a job by hand.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Final
 
 from ..model.limits import MAX_PRIORITY, check_int
-from ..model.tasks import HELD, INFEASIBLE, QUEUED, TERMINAL, WAITING, Gang, Task
+from ..model.tasks import HELD, QUEUED, TERMINAL, WAITING, Gang, Task
 from . import events as ev
 from .ledger import Ledger
-from .transitions import HOLD, RELEASE, fire
+from .transitions import HOLD, PRIORITY, RELEASE, fire
 
 _STEERED: Final = {"priority": "given a new priority", "top": "moved first", "hold": "held",
                    "release": "released"}
@@ -80,26 +81,13 @@ def _top_priority(ledger: Ledger, job: Task | Gang) -> int:
 
 
 def _reprioritize(ledger: Ledger, job: Task | Gang, priority: int) -> None:
-    """Give ``job`` (every member of a gang) ``priority``: a new class, filed again by its
-    age (O(its old class's FIFO))."""
+    """Give ``job`` (every member of a gang, in order) ``priority``, through the table; a
+    priority it has already changes nothing."""
     members = job.members if type(job) is Gang else [job]
     if members[0].spec.priority == priority:
         return
-    queued = job.waiting if type(job) is Gang else job.state == QUEUED
-    infeasible = members[0].state == INFEASIBLE
-    if queued:
-        ledger.unfile(job)
-    elif infeasible:  # (filed by class too)
-        ledger.leave_waiting(members[0])
     for member in members:
-        assert type(member) is Task
-        member.spec = dataclasses.replace(member.spec, priority=priority)
-        member.priority = priority
-        member.klass = ledger.klass_of(member.spec)
-    if queued:
-        ledger.enter_waiting(job)
-    elif infeasible:
-        ledger.list_infeasible(job)
+        fire(ledger, member, PRIORITY, priority)
 
 
 __all__ = ["steer"]

@@ -8,7 +8,8 @@ reads ``running``). A column is a *stimulus*: an executor's report on the curren
 :func:`fire` looks the pair up in :data:`TABLE` and applies its rule; a pair that is not in the
 table raises :class:`InvalidTransition`, and so does a rule that ends in a state its row does
 not name. ``docs/architecture.md`` shows the same table (:func:`markdown` writes it, and a
-test checks that the two agree).
+test checks that the two agree). A waiting task's reason may also change with its state
+unchanged (a cycle found a new one): :func:`explain` writes it and says so.
 
 The promises the table keeps:
 
@@ -23,6 +24,7 @@ The promises the table keeps:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -70,6 +72,13 @@ HANDOVER: Final = "handover"       # the task before it on its slot ended: it ta
 REVOKE: Final = "revoke"           # pipeline took it back: its slot's task ran long, a slot is free
 HOLD: Final = "hold"               # the user holds it (Steer "hold")
 RELEASE: Final = "release"         # the user releases it (Steer "release")
+PRIORITY: Final = "priority"       # the user gives it a new priority (Steer "priority", "top")
+
+# what else a task's decisions name (Task.decisions): a new reason. (Its submission is not
+# one: its first decision, made in the same call, carries the submission's cause, and its time
+# is Task.times' first; a queue of 100,000 then costs a decision a task, not two.)
+REASON: Final = "reason"
+DECISIONS: Final = 16  # the decisions kept per task: its last, enough to trace a stop
 
 # why a stop is out (Task.stopping)
 BY_CANCEL: Final = "cancel"
@@ -109,6 +118,26 @@ def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
     if end not in rule.to:
         raise InvalidTransition(f"{task.id}: {start} on {stimulus} ended in {end}, "
                                 f"not in {rule.to}")
+    note(led, task, stimulus, end)
+
+
+def explain(led: Ledger, task: Task, reason: str) -> None:
+    """The one other change of a task: why it waits, when that changes while its state does
+    not (a cycle found a new reason). It is written, and said (``Explain``)."""
+    if task.reason != reason:
+        task.reason = reason
+        led.emit(ev.Explain(task.id, reason, cause=led.cause))
+        note(led, task, REASON, task.state)
+
+
+def note(led: Ledger, task: Task, what: str, phase: str) -> None:
+    """Keep a decision about ``task`` (``what`` happened; it is now in ``phase``, with its
+    reason) and its cause: the last :data:`DECISIONS` of them answer why it stopped, or
+    waits."""
+    decisions = task.decisions
+    if len(decisions) == DECISIONS:
+        del decisions[0]
+    decisions.append((led.now, what, phase, task.reason, led.cause))
 
 
 # -- the rules -----------------------------------------------------------------------------
@@ -172,6 +201,28 @@ def _release_held(led: Ledger, task: Task, _: object) -> None:
     _enter(led, task, PENDING)
 
 
+def _reprioritize(led: Ledger, task: Task, priority: int) -> None:
+    """A new priority: a new spec (made anew, the old one left as it was) and so a new class.
+    A waiting job leaves its class's books as its first member changes and is filed again
+    by its age once its last has (a gang's members change one by one, in order), so it
+    keeps its place among the jobs of its new priority."""
+    gang = task.gang
+    job = gang if gang is not None else task
+    if gang is None or task is gang.members[0]:
+        if task.state == QUEUED:
+            led.unfile(job)
+        elif task.state == INFEASIBLE:  # (listed by class too)
+            led.leave_waiting(task)
+    task.spec = dataclasses.replace(task.spec, priority=priority)
+    task.priority = priority
+    task.klass = led.klass_of(task.spec)
+    if gang is None or task is gang.members[-1]:
+        if task.state == QUEUED:
+            led.enter_waiting(job)
+        elif task.state == INFEASIBLE:
+            led.list_infeasible(job)
+
+
 def _cancel_held(led: Ledger, task: Task, reason: str) -> None:
     job = task.gang if task.gang is not None else task
     led.held.pop(job.seq, None)
@@ -190,11 +241,12 @@ def _place(led: Ledger, task: Task, placement: Placement) -> None:
     if task.preemptible and led.preemption and task.spec.min_runtime:
         led.guard(task)
     if gang is None:
-        start = Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt)
+        start = Start(task.id, node.name, slot, allocation.devices, attempt=task.attempt,
+                      cause=led.cause)
     else:
         name, rank, world_size, master = gang
         start = Start(task.id, node.name, slot, allocation.devices, name, rank, world_size,
-                         master, attempt=task.attempt)
+                      master, attempt=task.attempt, cause=led.cause)
     led.emit(start)
 
 
@@ -207,7 +259,7 @@ def _assign(led: Ledger, task: Task, placement: tuple) -> None:
     task.attempt += 1
     _enter(led, task, ASSIGNED, f"next on engine slot {slot!r}, after {after}")
     led.emit(Start(task.id, node.name, slot, running.allocation.devices,
-                      attempt=task.attempt, after=after))
+                   attempt=task.attempt, after=after, cause=led.cause))
 
 
 def _release(led: Ledger, task: Task) -> None:
@@ -234,14 +286,14 @@ def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:
     def stop(led: Ledger, task: Task, reason: str) -> None:
         task.stopping, task.stopping_since = how, led.now
         task.reason = reason
-        led.emit(ev.Stop(task.id, reason, task.attempt))
+        led.emit(ev.Stop(task.id, reason, task.attempt, cause=led.cause))
     return stop
 
 
 def _preempt(led: Ledger, task: Task, by: Task) -> None:
     task.stopping, task.stopping_since = BY_PREEMPT, led.now
     task.reason = f"preempted by {by.id}"
-    led.emit(ev.Preempt(task.id, by.id, task.attempt))
+    led.emit(ev.Preempt(task.id, by.id, task.attempt, cause=led.cause))
 
 
 def _cancel_stopping(led: Ledger, task: Task, reason: str) -> None:
@@ -326,6 +378,8 @@ TABLE: dict[tuple[str, str], Rule] = {
     (PENDING, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
     (PENDING, HOLD): Rule((HELD,), "", "the user holds it: never placed nor reserved for",
                           _hold),
+    (PENDING, PRIORITY): Rule((PENDING,), "", "the user gives it a new priority: a new spec "
+                              "and class", _reprioritize),
     (QUEUED, PLACE): Rule((RUNNING,), "Start", "a new attempt; its time limit starts",
                           _place),
     (QUEUED, NEVER): Rule((INFEASIBLE,), "", "nodes changed", _never),
@@ -337,12 +391,19 @@ TABLE: dict[tuple[str, str], Rule] = {
                            "nothing yet", _assign),
     (QUEUED, HOLD): Rule((HELD,), "", "the user holds it: it leaves its queue's order, and "
                          "a reservation it had goes to the next job", _hold),
+    (QUEUED, PRIORITY): Rule((QUEUED,), "", "a new spec and class: filed again by its age "
+                             "among the jobs of its new priority; a reservation it had goes",
+                             _reprioritize),
     (INFEASIBLE, ADMIT): Rule((QUEUED,), "", "a node that fits joined", _admit),
     (INFEASIBLE, CANCEL): Rule((CANCELLED,), "", "", _cancel_waiting),
     (INFEASIBLE, HOLD): Rule((HELD,), "", "the user holds it", _hold),
+    (INFEASIBLE, PRIORITY): Rule((INFEASIBLE,), "", "a new spec and class, listed again",
+                                 _reprioritize),
     (HELD, RELEASE): Rule((PENDING,), "", "the user releases it: admitted again (queued or "
                           "infeasible), keeping its age", _release_held),
     (HELD, CANCEL): Rule((CANCELLED,), "", "", _cancel_held),
+    (HELD, PRIORITY): Rule((HELD,), "", "a new spec and class, for when it is released",
+                           _reprioritize),
     (ASSIGNED, HANDOVER): Rule((RUNNING,), "", "its slot's task ended: it holds that task's "
                                "allocation from now on; its time limit starts", _hand_over),
     (ASSIGNED, CANCEL): Rule((STOPPING,), "Stop", "the engine may have begun it: it ends when "

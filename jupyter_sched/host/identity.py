@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 from .discovery import boot_id
 
@@ -32,6 +33,18 @@ def notebook_path() -> str:
     return os.environ.get("JPY_SESSION_NAME", "")[:1000]
 
 
+def kernel_id() -> str:
+    """This process's Jupyter kernel id, when it is a kernel started with a connection file
+    named as Jupyter names them (``kernel-<id>.json``); "" otherwise."""
+    argv = sys.argv
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-f":
+            name = os.path.basename(argv[i + 1])
+            if name.startswith("kernel-") and name.endswith(".json"):
+                return name[len("kernel-"):-len(".json")][:64]
+    return ""
+
+
 def kernel_label(engine: bool = False) -> str:
     """What other kernels see of this one in a ledger: its notebook, when Jupyter says
     (``$JPY_SESSION_NAME``); with ``engine``, what its engines are on another host's ledger."""
@@ -42,4 +55,4 @@ def kernel_label(engine: bool = False) -> str:
     return f"engine for {notebook or 'a kernel'} on {socket.gethostname()}"
 
 
-__all__ = ["host_key", "kernel_label", "notebook_path", "user_name"]
+__all__ = ["host_key", "kernel_id", "kernel_label", "notebook_path", "user_name"]

@@ -53,6 +53,9 @@ def _number(value: object, name: str) -> float | int:
         return to_float(value.units)
     if isinstance(value, str):
         text = value.strip()
+        if (text.startswith("-") and _ASCII_NUMBER.fullmatch(text)
+                and text[1:].lower() not in ("inf", "infinity", "nan")):  # (-0 too)
+            raise ValueError(f"{name}={value!r} is negative; amounts must be 0 or more")
         if not _ASCII_NUMBER.fullmatch(text):  # int() and float() also take "1_000" and the
             # digits of other scripts, which no size takes: an amount is written one way
             raise ValueError(

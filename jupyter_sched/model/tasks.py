@@ -74,6 +74,11 @@ class Gang:
         return self.spec.name
 
 
+Decision = tuple[float, str, str, str, str]
+"""A decision about a task: (time, what happened, its phase after it, its reason after it,
+the cause of the event that led to it)."""
+
+
 @final
 class Task:
     """One task's life in the core. Mutated only by the core's transitions."""
@@ -81,6 +86,7 @@ class Task:
     __slots__ = (
         "allocation",
         "attempt",
+        "decisions",
         "failures",
         "gang",
         "id",
@@ -115,6 +121,9 @@ class Task:
         self.state = PENDING
         self.reason = ""
         self.times: list[tuple[str, float]] = [(PENDING, now)]
+        # the last decisions about it, oldest first, each (time, what happened, its phase
+        # then, its reason then, the cause): written and kept short by the core
+        self.decisions: list[Decision] = []
         self.node: str | None = None
         self.slot: str | None = None
         self.allocation: Allocation | None = None

@@ -106,12 +106,34 @@ def _names(text: str, kind: Callable[[str], str] = identifier) -> tuple[str, ...
 
 
 def parse_args(parser, line: str) -> argparse.Namespace:
-    """Split like a shell (quotes group words and are removed), then parse."""
+    """Split like a shell (quotes group words and are removed), then parse; an option that
+    takes one value, given twice, is refused (argparse would keep the last without a word)."""
     try:
         words = shlex.split(line, posix=True)
     except ValueError as err:
         raise UsageError(f"{line.strip()!r}: {err}") from None
-    return parser.parse_args(_attach_dashed_values(parser, words))
+    words = _attach_dashed_values(parser, words)
+    _refuse_repeats(parser, words)
+    return parser.parse_args(words)
+
+
+def _refuse_repeats(parser, words: list[str]) -> None:
+    once = {s: a for a in parser._actions if a.nargs is None and a.option_strings
+            and not isinstance(a, argparse._AppendAction) for s in a.option_strings}
+    seen: dict[object, list[str]] = {}
+    for i, word in enumerate(words):
+        option, eq, value = word.partition("=")
+        action = once.get(option)
+        if action is None:
+            continue
+        if not eq:
+            value = words[i + 1] if i + 1 < len(words) else ""
+        seen.setdefault(action, []).append(value)
+        if len(seen[action]) > 1:
+            first, again = seen[action][:2]
+            name = action.option_strings[-1]
+            raise UsageError(f"{name} is given twice ({name} {first} and {name} {again}); "
+                             "give it once")
 
 
 def _attach_dashed_values(parser, words: list[str]) -> list[str]:
@@ -275,6 +297,9 @@ def parse_cell(line: str, user_ns: dict | None = None) -> tuple[argparse.Namespa
     if args.min_runtime is not None and not (args.batch or args.preemptible):
         raise UsageError(f"--min-runtime {args.min_runtime:g} is for batch work; add --batch "
                          "(a cell is interactive by default: never preempted)")
+    if args.gpus is not None and not demand.gpu_units and not demand.gpu_memory:
+        raise UsageError(f"--gpus {args.gpus} asks for no GPU; leave --gpus out, or ask for a "
+                         "share of one (0.5) or whole GPUs (1, 2)")
     if args.name is not None and not args.name.strip():
         raise UsageError("--name '' is empty; give the task a name or leave --name out")
     if args.queue is not None and not args.queue.strip():
@@ -331,7 +356,8 @@ def parse_on(values: Iterable[str]) -> dict[str, Any]:
     target, node, labels = "any", None, {}
     for value in (v.strip() for text in values for v in text.split(",")):
         if not value:
-            continue
+            raise UsageError(f"--on {','.join(values)!r} names an empty place; give local, "
+                             "engines, a node's name or label=value (comma-separated)")
         if value in ("local", "engines", "any"):
             if target != "any" and target != value:
                 raise UsageError(f"--on {value!r} contradicts --on {target!r}; give one")

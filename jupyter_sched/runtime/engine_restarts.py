@@ -44,7 +44,7 @@ class EngineRestarts:
 
     def step(self, core: Core, now: float) -> None:
         """After a step: start engines again where the core names some (runtime thread)."""
-        if not core.cap_waits:
+        if not core.books.cap_waits:
             if self._asked or self._started:
                 self._asked.clear()
                 self._started.clear()
@@ -54,7 +54,7 @@ class EngineRestarts:
                        if (node := nodes.get(key[0])) is not None
                        and node.slots.get(key[1]) is slot}
         self._started = {task: when for task, when in self._started.items()
-                         if task in core.cap_waits and now - when < PATIENCE}
+                         if task in core.books.cap_waits and now - when < PATIENCE}
         for task_id, node_name, slot_id in core.engines_to_restart():
             slot = nodes[node_name].slots[slot_id]
             if self._asked.get((node_name, slot_id)) is slot or task_id in self._started:
@@ -63,7 +63,7 @@ class EngineRestarts:
             executor = self._executor_of(node_name, slot_id)
             if executor is None:
                 continue
-            share = core.cap_waits.get(task_id, 0)
+            share = core.books.cap_waits.get(task_id, 0)
             wanted = f" ({format_units(share)} of a GPU)" if share else ""
             why = (f"was started again for task {task_id}{wanted}: its MPS cap of "
                    f"{format_units(slot.cap or 0)} takes no other share")

@@ -66,7 +66,8 @@ class LeaseSteps:
         starts = [i for i in instructions  # (only GPU shares take leases)
                   if isinstance(i, ev.Start) and i.after is None and i.devices.get(GPU)
                   and not self.leases_itself(i)]
-        if core.elsewhere or leases.view.wanted:  # what waits for others, for the host's order
+        # what waits for others, for the host's order
+        if core.books.elsewhere or leases.view.wanted:
             leases.want_waits(core.waiting_elsewhere(leases.node, host_leases.MAX_WAITS))
         if not ended and not starts and not leases.waits_due and (
                 leases.label_due is None or now < leases.label_due):

@@ -42,6 +42,7 @@ does that knowingly.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
@@ -52,7 +53,7 @@ from ..core import events as ev
 from ..host.discovery import HostInfo
 from ..host.ledger import Lease, Ledger, LedgerError, Refusal, device_key
 from ..host.ledger.damage import deep_damage
-from ..host.ledger.opening import LedgerBusy, LedgerFull
+from ..host.ledger.errors import LedgerBusy, LedgerFull
 from ..host.ledger.order import MAX_WAITS
 from ..host.ledger.stalls import Stall, lock_holder
 from ..host.outside import OutsideUse
@@ -63,12 +64,15 @@ from .lease_view import LeaseView, held_text
 
 log = logging.getLogger(__name__)
 
-POLL = 0.05  # seconds between reads of the ledger's version while work waits for a GPU (handover)
+POLL = 0.05  # seconds between reads of the version while work waits and no wake can come
+LOOK = 2.0  # seconds between reads of the version while work waits and wakes come (a fallback)
 SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GPU
 READ = 0.02  # seconds between reads of the version while steps follow each other
 LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
-CHECK = 0.5  # seconds between looks at the ledger file (deleted, replaced, damaged?)
-ORDER = 1.0  # seconds between reads of the host's order while this kernel waits in it
+CHECK = 0.5  # seconds between looks at the ledger (deleted, replaced, damaged?) while it holds
+CHECK_WAITING = 1.0  # ... while GPU work only waits (a look costs ~40 µs: damage is seen soon)
+CHECK_IDLE = 5.0  # ... otherwise (records waits it no longer has, a grace)
+ORDER = 5.0  # seconds between reads of the host's order while waits change nothing written
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
 ERRORS = (LedgerError, sqlite3.Error, OSError)
 STALLS = (LedgerBusy, LedgerFull)
@@ -106,6 +110,9 @@ class HostLeases:
         self._next_read = 0.0
         self._next_check = 0.0
         self._next_order = 0.0
+        # wakes the runtime thread (given by the loop): another process gave a share back
+        self.wake: Callable[[], None] = lambda: None
+        self._listening = False
         self.set_host(host)
 
     @classmethod
@@ -191,6 +198,7 @@ class HostLeases:
             return {start.task: self.view.blocked or str(err) for start, _, _ in takes}
         self._pending = []
         self._unstalled()
+        self._told(self.ledger.healed())  # (healed by this exchange: said in this step)
         self._unlabelled.clear()
         self.label_due = None
         if waits is not None:
@@ -281,6 +289,7 @@ class HostLeases:
         still run: :meth:`give` them when it ends); with ``whole_process`` every other lease
         of this process too (``give_mine``: none is left behind by an earlier scheduler), and
         its waits end. Returns the tasks whose leases are kept."""
+        self._listen(False)  # (nothing of this scheduler waits any more: its socket goes)
         kept = [task for task in keep if task in self._by_task]
         for task in list(self._by_task):
             if task not in kept:
@@ -320,15 +329,42 @@ class HostLeases:
             due.append(now + max(0.0, grace - time.time()))
         return min(due) if due else None
 
+    @property
+    def interval(self) -> float:
+        """Seconds between reads of the ledger's version while GPU work waits: slow while a
+        share given back wakes this kernel (:mod:`jupyter_sched.host.ledger.wakes`), short
+        while it cannot."""
+        return LOOK if self._listening and self.ledger.mine.wakes.listening else POLL
+
+    def _listen(self, waiting: bool) -> None:
+        """Be woken while GPU work waits; not otherwise (the socket goes)."""
+        if waiting == self._listening:
+            return
+        self._listening = waiting
+        with contextlib.suppress(OSError):
+            if waiting:
+                self.ledger.mine.wakes.listen(self._woken)
+            else:
+                self.ledger.mine.wakes.unlisten(self._woken)
+
+    def _woken(self, healed: bool) -> None:
+        self._version = None  # (read at the next step, which this wakes)
+        if healed:
+            self._next_check = 0.0  # (looked at, and the heal said, at the next step)
+        self.wake()
+
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
         """What others hold and reserve now, when it changed since the last call; sweeps for
         dead holders every ``SWEEP`` seconds while ``waiting``; looks at the ledger file every
         ``CHECK`` seconds while it is used. Reads the version at most every ``READ`` seconds
         (a burst of steps reads it once), but at once after a refusal or a sweep."""
         self._now = now
+        self._listen(waiting)
         try:
             if (waiting or self.busy or self.view.graced) and now >= self._next_check:
-                self._next_check = now + CHECK
+                holding = self._by_task or self._pending or self.view.blocked
+                self._next_check = now + (CHECK if holding else
+                                          CHECK_WAITING if waiting else CHECK_IDLE)
                 self._look_after()
             if self.view.blocked is not None:
                 return self.view.event({})
@@ -357,6 +393,7 @@ class HostLeases:
         """The ``HeldElsewhere`` event for what other processes hold and reserve (None when it
         says what the core was last told)."""
         every, order = self.ledger.view()
+        self._told(self.ledger.healed())  # (healed by this read: said now)
         mine = {lease.id for _, leases in self._by_task.values() for lease in leases}
         own = self.own_pids()
         if own:  # (their tasks are this scheduler's, counted as such by the core)
@@ -474,4 +511,5 @@ def _shape(shares: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str]
     return tuple(sorted(shares))
 
 
-__all__ = ["CHECK", "ERRORS", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases", "held_text"]
+__all__ = ["CHECK", "ERRORS", "LOOK", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases",
+           "held_text"]

@@ -46,7 +46,6 @@ from ..views import snapshot as snapshots
 from .engine_restarts import EngineRestarts
 from .inbox import STOP, WAKE, Call, Flush, Inbox, Request
 from .lease_steps import LeaseSteps
-from .leases import POLL
 from .loop_inputs import Clock, Debugging, LoopSettings
 from .outputs import DueOutputs
 from .publishing import Publishing
@@ -72,6 +71,10 @@ _NODE_EVENTS = (ev.NodeAdded, ev.NodeRemoved, ev.NodeUpdated, ev.SlotAdded, ev.S
 
 def _nothing(_core: Core) -> None:
     return None
+
+
+def _tick(now: float) -> ev.Tick:
+    return ev.Tick(now, cause=f"tick-{now:.3f}")
 
 
 class RuntimeLoop:
@@ -101,6 +104,7 @@ class RuntimeLoop:
                                settings.max_rows)
         self.records.core = core
         if self.leases is not None:
+            self.leases.wake = self.wake
             self.leases.successor_of = self.records.successor
             self.leases.own_pids = self._lease_holders
         self.lease_steps.leases_itself = self._leases_itself
@@ -268,7 +272,7 @@ class RuntimeLoop:
         lost = ""
         try:
             now = self.now()
-            instructions = self.core.handle(ev.Tick(now), *unapplied) if unapplied else []
+            instructions = self.core.handle(_tick(now), *unapplied) if unapplied else []
             self.records.carry_out_all(instructions, now, {e.task for e in unapplied})
         except Exception as again:
             log.exception("jupyter_sched: the reports of a failed step could not be applied")
@@ -301,8 +305,8 @@ class RuntimeLoop:
         if first_output is not None:
             due.append(first_output - self.clock.t0)
         if self.leases is not None:
-            if self.gpu_work_waits:
-                due.append(now + POLL)  # another kernel may give its share back
+            if self.gpu_work_waits:  # another kernel may give its share back (it wakes us)
+                due.append(now + self.leases.interval)
             if self.leases.label_due is not None:
                 due.append(self.leases.label_due)  # the ledger learns who holds a lease
             look = self.leases.look_due(now)
@@ -339,19 +343,20 @@ class RuntimeLoop:
             requests.insert(0, Request((held,)))  # what other kernels hold, when it changed
         touched = {e.task for e in plain}
         instructions: list = []
-        batch: list = [ev.Tick(now), *plain]
+        batch: list = [_tick(now), *plain]
+        forgotten = tuple(self.records.forgotten)  # (ended tasks the records let go)
+        if forgotten:
+            batch.append(ev.named(ev.Forget(forgotten)))
         deadline = core.next_deadline()
-        if not requests and (plain or (deadline is not None and deadline <= now)):
+        if not requests and (plain or forgotten or (deadline is not None and deadline <= now)):
             instructions += core.handle(*batch)  # a bare wake-up (output, publish) needs none
             self._unapplied = []
         for request in requests:
             instructions += self._apply(request, batch, touched)
             batch = []
+        del self.records.forgotten[:len(forgotten)]  # (the core has them: not sent again)
 
-        self.records.carry_out_all(instructions, now, touched)
-        if core.said:  # reasons a cycle changed: a queue's cap, fragmentation
-            touched |= core.said
-            core.said.clear()
+        self.records.carry_out_all(instructions, now, touched)  # (Explain: a new reason)
         self.records.sync(touched)
         self.restarts.step(core, now)  # idle engines whose MPS cap keeps a task out
         for request in requests:
@@ -394,8 +399,8 @@ class RuntimeLoop:
         self.records.add(request.records, request.handles)
         for event in request.events:
             self._note(event, touched)
-        try:
-            out = core.handle(*batch, *request.events)
+        try:  # (each event with a cause: the caller's, else its kind and subject)
+            out = core.handle(*batch, *map(ev.named, request.events))
         except Refused as exc:  # some events refused, each before it changed anything
             request.error = exc
             refused = {spec.id for event, _ in exc.refused if isinstance(event, ev.Submit)
@@ -425,12 +430,6 @@ class RuntimeLoop:
             touched.update(spec.id for spec in event.tasks)
         if isinstance(event, _NODE_EVENTS):
             self.records.sync_all = True
-        elif isinstance(event, ev.HeldElsewhere):  # the reasons of those waiting for it
-            for task_id in list(self.core.elsewhere_waits):
-                task = self.core.tasks.get(task_id)
-                members = task.gang.members if task is not None and task.gang else ()
-                touched.add(task_id)
-                touched.update(m.id for m in members)
 
     def publish(self, notify: bool = True) -> snapshots.Snapshot:
         live = self.gpus.read() if self.gpus is not None else {}

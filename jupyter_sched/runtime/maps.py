@@ -115,6 +115,10 @@ def submit_map(sched: Any, fn: Callable, items: Iterable, *, name: str | None = 
     if not isinstance(base, str):
         raise ValueError(f"name {name!r} must be a string")
     parent = parent if parent is not None else current_parent()
+    if not isinstance(items, Iterable):
+        raise ValueError(f"map(fn, items): items must be a collection to run fn on each of "
+                         f"(a list, a range, a generator), not {items!r} "
+                         f"({type(items).__name__})")
     values = list(items)
     if not values:
         return []

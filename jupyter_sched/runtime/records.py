@@ -61,6 +61,7 @@ class Records:
         # task -> told once the first of its cell's tasks runs or ends (``watch_queue``)
         self.queue_watch: dict[str, Callable[[str], None]] = {}
         self.closed = False  # the scheduler stopped: what still reports is a task left running
+        self.forgotten: list[str] = []  # ended tasks let go here, for the core to let go too
 
     # -- for executors (any thread) --------------------------------------------------------------
 
@@ -76,6 +77,7 @@ class Records:
         if self.closed:
             self._end_left(event)
             return
+        event = ev.named(event)  # (what the executor did not name: its kind and task)
         self._put(event)
         if type(event) is ev.Finished:
             record = self.records.get(event.task)
@@ -117,12 +119,15 @@ class Records:
 
     def carry_out_all(self, instructions: list, now: float, touched: set) -> None:
         """A step's instructions: the host's leases first, then each in order; the executors
-        that were sent tasks ahead are told when all are out."""
+        that were sent tasks ahead are told when all are out. Every task an instruction names
+        is synced after (an ``Explain`` asks for nothing more: its task waits for a new
+        reason, which the sync shows)."""
         self.leases.settle(instructions, now)
         try:
             for instruction in instructions:
                 touched.add(instruction.task)
-                self._carry_out(instruction)
+                if type(instruction) is not ev.Explain:
+                    self._carry_out(instruction)
         finally:  # (an executor may hold starts to send them together)
             if instructions:
                 self._end_step(instructions)
@@ -258,7 +263,8 @@ class Records:
         while len(self._finished) > HISTORY:
             old = self._finished.popleft()
             self.records.pop(old, None)
-            self.core.forget([old])  # the core keeps no history the shell does not
+            self.forgotten.append(old)  # the core keeps no history the shell does not: the
+            # loop has it let them go (``Forget``) with the next step's events
             old_handle = self.handles.pop(old, None)
             if old_handle is not None and self.by_name.get(old_handle.name) == old:
                 del self.by_name[old_handle.name]

@@ -46,6 +46,7 @@ from ..model.limits import MAX_RUNNING, check_name, check_seconds, check_whole
 from ..model.resources import parse_resources
 from ..model.tasks import HELD
 from ..views import snapshot as snapshots
+from ..views import why
 from . import local_node, maps, steering, submission
 from .clusters import Clusters
 from .handles import GangHandle, TaskHandle, wait_all
@@ -180,8 +181,8 @@ class Scheduler(Configurable):
             return
         if name in APPLIED["loop"]:
             loop.settings = self._loop_settings()
-        if self.started and name in APPLIED["core"]:
-            self._on_runtime(lambda core: setattr(core, name, value))
+        if self.started and name in APPLIED["core"]:  # (the core checks it as it takes it)
+            self._request([ev.Configure(**{name: value}, cause=f"setting-{name}")])
         if self.started and name == "local_resources":
             self.declare_local(value)
         if name in APPLIED["executors"]:
@@ -383,7 +384,7 @@ class Scheduler(Configurable):
         return self._cancel_ids([handle.id if handle is not None else task], reason)
 
     def _cancel_ids(self, ids: list[str], reason: str = "cancelled by the user") -> bool:
-        self._request([ev.Cancel(i, reason) for i in ids])
+        self._request([ev.Cancel(i, reason, cause=f"cancel-user-{i}") for i in ids])
         return True
 
     def set_priority(self, task: object, priority: object) -> str:
@@ -404,6 +405,13 @@ class Scheduler(Configurable):
         """Let a held task wait again, its age kept."""
         return steering.steer(self, task, "release")
 
+    def why(self, task: object) -> str:
+        """Why a task (a handle, an id or a name) is where it is, in words: a line on where it
+        stands, then its last decisions, oldest first, each with its cause, the event that
+        led to it (``%sched why``; :mod:`jupyter_sched.views.why` shows an example)."""
+        handle = steering.handle_of(self, task)
+        return self._on_runtime(lambda core: why.chain(core, handle.id))
+
     def cancel_all(self, reason: str = "cancelled by the user") -> int:
         """Cancel every task not finished (nor being stopped) yet; returns how many."""
         if not self.started:
@@ -412,7 +420,7 @@ class Scheduler(Configurable):
         ids = self._on_runtime(lambda core: [
             i for i in live if i in core.tasks and core.tasks[i].stopping is None])
         if ids:
-            self._request([ev.Cancel(i, reason) for i in ids])
+            self._request([ev.Cancel(i, reason, cause="cancel-all-user") for i in ids])
         return len(ids)
 
     def wait(self, handles_or_ids: object = None, timeout: float | None = None) -> list:
@@ -482,11 +490,12 @@ class Scheduler(Configurable):
         if max_running is not None:
             max_running = check_whole(max_running, "max_running (0: no cap)", 0, MAX_RUNNING)
         self._request([ev.QueueSet(name, parent, weight, cap, guar, priority, state,
-                                   max_running)])
+                                   max_running, cause=f"queue-set-user-{name}")])
 
     def drain(self, node: str, on: bool = True) -> None:
         """Cordon a node (no new tasks start there) or, with ``on=False``, open it again."""
-        self._request([ev.NodeUpdated(node, cordoned=bool(on))])
+        self._request([ev.NodeUpdated(node, cordoned=bool(on),
+                                      cause=f"{'drain' if on else 'undrain'}-user-{node}")])
 
     # -- ipyparallel ------------------------------------------------------------------------------
 

@@ -35,7 +35,9 @@ NUMBERS: dict[str, Callable[[object, str], float]] = {  # each number setting's 
     "push_warn_bytes": lambda v, what: check_int(v, what, 0, 2**53),
 }
 
-APPLIED = {  # where a changed setting applies (local_resources: the local node too)
+# where a changed setting applies (local_resources: the local node too); the core's are sent
+# to it as a Configure event, each a field of it
+APPLIED = {
     "core": ("policy", "reservation_after", "preemption", "pipeline", "fair_share_half_life"),
     "loop": ("update_interval", "max_rows"),
     "executors": ("host_leases", "ledger_path", "push_warn_bytes", "local_resources",

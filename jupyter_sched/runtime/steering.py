@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def steer(sched: Any, task: object, action: str, priority: object = None) -> str:
     """Steer ``task``; one line on where it stands now."""
-    handle = _handle(sched, task)
+    handle = handle_of(sched, task)
     number = None
     if action == "priority":
         number = check_whole(priority, "priority", -MAX_PRIORITY, MAX_PRIORITY)
@@ -32,14 +32,15 @@ def steer(sched: Any, task: object, action: str, priority: object = None) -> str
     said: list[str] = []
     # the line is made in the step that took the steer, as the core left it: a task that
     # started at once is said to have started, however soon it ends after
-    sched._request([ev.Steer(handle.id, action, number)],
+    sched._request([ev.Steer(handle.id, action, number, cause=f"{action}-user-{handle.id}")],
                    after=lambda core: said.append(_said(core, handle.id, action, label)))
     if said:
         return said[0]
     return sched._on_runtime(lambda core: _said(core, handle.id, action, label))
 
 
-def _handle(sched: Any, task: object) -> Any:
+def handle_of(sched: Any, task: object) -> Any:
+    """The handle of ``task``: a task handle, a gang's (its first member), an id or a name."""
     from .handles import GangHandle, TaskHandle  # (the handles call back into here)
 
     if isinstance(task, GangHandle):
@@ -79,4 +80,4 @@ def _said(core: Core, task_id: str, action: str, label: str) -> str:
     return f"{label} has priority {priority}: {where}"
 
 
-__all__ = ["steer"]
+__all__ = ["handle_of", "steer"]

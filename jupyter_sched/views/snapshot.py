@@ -186,12 +186,12 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     # each queue's first max_rows jobs are enough for the first max_rows rows of all
     positions = core.queue_position(max_rows)
     queued = sorted((core.tasks[i] for i in positions), key=lambda t: (positions[t.id], t.seq))
-    waiting = [task_view(t) for t in itertools.islice(core.assigned.values(), max_rows)]
+    waiting = [task_view(t) for t in itertools.islice(core.books.assigned.values(), max_rows)]
     waiting += [task_view(t, positions[t.id]) for t in queued[:max_rows - len(waiting)]]
-    for job in itertools.islice(core.held.values(), max(0, max_rows - len(waiting))):
+    for job in itertools.islice(core.books.held.values(), max(0, max_rows - len(waiting))):
         waiting += [task_view(t) for t in getattr(job, "members", (job,))]  # (held: after
     del waiting[max_rows:]                                               # those queued)
-    for jobs in core.infeasible.values():
+    for jobs in core.books.infeasible.values():
         if len(waiting) >= max_rows:
             break
         for job in jobs.view():

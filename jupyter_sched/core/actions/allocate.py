@@ -26,12 +26,14 @@ from ...model.quantity import SCALE, format_units
 from ...model.queues import CLOSED, Queue
 from ...model.resources import GPU
 from ...model.tasks import QUEUED, ClassKey, Gang, Task, TaskSpec
+from .. import elsewhere
 from ..jobs import job_key, job_spec, waits
 from ..plugins.capability import Room, admit
 from ..plugins.gang import place_gang
 from ..plugins.predicates import node_passes
 from ..plugins.proportion import cluster_totals, queue_rank
 from ..session import Session
+from ..transitions import explain
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -102,14 +104,12 @@ def unplaced(session: Session, job: Task | Gang, key: ClassKey, over: str | None
     members = job.members if isinstance(job, Gang) else (job,)
     if over is not None:
         for member in members:  # why it waits, while its queue says so
-            if member.state == QUEUED and member.reason != QUEUE_WAITS + over:
-                member.reason = QUEUE_WAITS + over
-                core.said.add(member.id)
+            if member.state == QUEUED:
+                explain(core, member, QUEUE_WAITS + over)
     elif members[0].reason.startswith(QUEUE_WAITS):
         for member in members:
             if member.state == QUEUED:
-                member.reason = ""
-                core.said.add(member.id)
+                explain(core, member, "")
     admitted = over is None
     if admitted and core.elsewhere:
         _say_held_elsewhere(core, job)
@@ -159,9 +159,8 @@ def _say_why_not_placed(core: Ledger, job: Task | Gang,
         reason = _no_engine(core, spec)
     capped = reason.startswith(NO_ENGINE)
     for member in members:
-        if member.state == QUEUED and member.reason != reason:
-            member.reason = reason
-            core.said.add(member.id)
+        if member.state == QUEUED:
+            explain(core, member, reason)
         if capped and member.state == QUEUED:
             core.cap_waits[member.id] = demand_share(spec.demand)
         else:
@@ -208,17 +207,13 @@ def engines_to_restart(core: Ledger) -> list[tuple[str, str, str]]:
     share (oldest first: the heads of their classes, as a cycle tried them; the next of a
     class is named once its head started, if it is kept out the same way), a free engine
     slot capped at another share on a node that would take the task but for the caps, each
-    slot once: started again, its engine is capped by its next task. Tasks no longer waiting
-    so are forgotten here."""
+    slot once: started again, its engine is capped by its next task. Changes nothing (tasks
+    no longer waiting so were forgotten by :func:`tidy_waits`)."""
     out: list[tuple[str, str, str]] = []
     taken: set[tuple[str, str]] = set()
-    gone: list[str] = []
-    for task_id in sorted(core.cap_waits, key=lambda t: core.tasks[t].seq
-                          if t in core.tasks else -1):
-        task = core.tasks.get(task_id)
-        if task is None or task.state != QUEUED or not task.reason.startswith(NO_ENGINE):
-            gone.append(task_id)
-            continue
+    tasks = core.tasks
+    for task_id in sorted(core.cap_waits, key=lambda t: tasks[t].seq):
+        task = tasks[task_id]
         share = core.cap_waits[task_id]
         for node in _kept_out_by_caps(core, task.spec):
             slot = next((s for s in sorted(node.free_slots)
@@ -228,20 +223,34 @@ def engines_to_restart(core: Ledger) -> list[tuple[str, str, str]]:
                 taken.add((node.name, slot))
                 out.append((task_id, node.name, slot))
                 break
-    for task_id in gone:
-        del core.cap_waits[task_id]
     return out
+
+
+def tidy_waits(core: Ledger) -> None:
+    """Forget the waits that cycles noted and that no longer hold: a task that waits no
+    more, or no longer for an engine of its cap (``cap_waits``) or for shares other
+    processes hold (``elsewhere_waits``). After each ``handle``, so that what reads them
+    (:func:`engines_to_restart`, ``Core.waiting_elsewhere``) changes nothing."""
+    tasks = core.tasks
+    if core.cap_waits:
+        for task_id in [t for t in core.cap_waits if (task := tasks.get(t)) is None
+                        or task.state != QUEUED or not task.reason.startswith(NO_ENGINE)]:
+            del core.cap_waits[task_id]
+    if core.elsewhere_waits:
+        for task_id in [t for t in core.elsewhere_waits if (task := tasks.get(t)) is None
+                        or task.state != QUEUED or not task.reason]:
+            del core.elsewhere_waits[task_id]
 
 
 def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
     """A job that waits only for shares other processes hold says so in its reason."""
     members = job.members if isinstance(job, Gang) else [job]
-    node = core.held_elsewhere_node(members[0].spec, node_passes)
+    node = elsewhere.only_node(core.elsewhere, core.cluster, members[0].spec, node_passes)
     reason = core.elsewhere[node].reason or f"devices of {node!r} are held by other processes" \
         if node else ""
     for member in members:
         if member.state == QUEUED:
-            member.reason = reason
+            explain(core, member, reason)
     if node:
         core.elsewhere_waits[members[0].id] = node
     else:

@@ -12,6 +12,9 @@ Two gangs that each fit alone but not together never deadlock: a gang holds noth
 statement commits, so the first one commits and the second waits (no partial holds).
 
 A gang runs all in kernel threads or all on engines, so its members have one way to meet.
+
+The cycle's session is seen here only as a :class:`.placing.Placer` (plugins sit below the
+session): it finds room, hands out statements, and ends what a gang's start leaves behind.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from ...model.cluster import Node, SlotSpec
 from ...model.tasks import QUEUED, RUNNING, Gang, TaskSpec
-from ..session import Session, Statement, cancel_unplaced
 from .capability import Room
+from .placing import Placer, Tentative
 from .predicates import empty_model, node_passes
 
 if TYPE_CHECKING:
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
 _NONE: frozenset[str] = frozenset()  # no node excluded
 
 
-def place_gang(session: Session, gang: Gang, easy: bool = False,
+def place_gang(session: Placer, gang: Gang, easy: bool = False,
                room: Room | None = None) -> bool:
     """Place a gang now; ``room``: its queue's capability left (None: no limit)."""
     members = [m for m in gang.members if m.state == QUEUED]
@@ -49,7 +52,7 @@ def place_gang(session: Session, gang: Gang, easy: bool = False,
                for kind in ("engines", "local"))
 
 
-def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpec,
+def _place(session: Placer, gang: Gang, members: list, need: int, spec: TaskSpec,
            kind: str, easy: bool, room: Room | None) -> tuple[bool, bool]:
     """Place ``need`` or more of ``members`` now (all or nothing); ``kind``: the target they
     go to (the spec's, or a narrower one). Whether they were placed, and whether any member
@@ -58,7 +61,7 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
     strategy = gang.spec.strategy
     if strategy == "strict-pack":
         return _place_on_one_node(session, gang, members, need, spec, kind, easy, room)
-    statement = Statement(session, room)
+    statement = session.statement(room)
     used: list = []
     # pack: the used nodes that may still hold a member. Members are alike and a statement
     # only takes, so a used node that failed one member fails the rest: not asked again
@@ -95,15 +98,15 @@ def _place(session: Session, gang: Gang, members: list, need: int, spec: TaskSpe
     return False, found_any
 
 
-def _place_on_one_node(session: Session, gang: Gang, members: list, need: int,
+def _place_on_one_node(session: Placer, gang: Gang, members: list, need: int,
                        spec: TaskSpec, kind: str, easy: bool, room: Room | None
                        ) -> tuple[bool, bool]:
     """strict-pack: ``need`` or more members on one node, the first that holds them."""
     found_any = False
-    for node in list(session.core.cluster.nodes.values()):
+    for node in session.nodes():
         if not node_passes(node, spec, kind):
             continue
-        statement = Statement(session, room)
+        statement = session.statement(room)
         target = kind
         for member in members:
             found = session.find(spec, gang.seq, easy, only=node, room=room, target=target)
@@ -127,15 +130,13 @@ def _same_kind(target: str, slot: str | None) -> str:
     return "local" if slot is None else "engines"
 
 
-def _commit(session: Session, statement: Statement, gang: Gang) -> bool:
+def _commit(session: Placer, statement: Tentative, gang: Gang) -> bool:
     started = statement.commit(gang)
     if not started:
         return False
     gang.started = True
     gang.state = RUNNING
-    if len(started) < len(gang.members):
-        cancel_unplaced(session.core, gang, len(started))
-    session.release_reservation(gang.seq)
+    session.gang_started(gang, len(started))
     return True
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from ...host.enforce import LOGICAL, MPS, TORCH, torch_scope
 from ...host.ledger import Lease, Ledger, LedgerError, Refusal, default_ledger
-from ...host.ledger.opening import LedgerBusy, LedgerFull
+from ...host.ledger.errors import LedgerBusy, LedgerFull
 from ...host.mps import MEMORY_ENV, THREADS_ENV, MpsStatus, detect_mps, mps_environment
 from ...model.quantity import SCALE
 

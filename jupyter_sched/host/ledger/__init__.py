@@ -13,11 +13,12 @@ The modules, by concern (docs/architecture.md, "The host's lease ledger"):
 * :mod:`.text` — the ledger as people read it (``jupyter-sched leases``, ``%sched leases``).
 """
 
+from .errors import LedgerError
 from .ledger import Ledger
-from .opening import FORMAT, LEASES_ENV, LedgerError
+from .opening import FORMAT
 from .order import GRACE, Order, WaitSpec
 from .rows import Exchange, Lease, NotYourLease, Refusal, short_device
-from .where import default_ledger, device_key, ledger_path
+from .where import LEASES_ENV, default_ledger, device_key, ledger_path
 
 __all__ = [
     "FORMAT", "GRACE", "LEASES_ENV", "Exchange", "Lease", "Ledger", "LedgerError", "NotYourLease",

@@ -27,21 +27,18 @@ from pathlib import Path
 
 from .damage import (
     Health,
+    clear_companions,
     damage_of,
     deep_damage,
     identity_of,
     move_aside,
     read_head,
-    rebuild_lock,
 )
-from .opening import (
-    LEASES_ENV,
-    LedgerError,
-    error_of,
-    looks_like_a_ledger,
-    open_ledger,
-)
+from .errors import LedgerError, error_of, looks_like_a_ledger
+from .locking import rebuild_lock
+from .opening import open_ledger
 from .reading import open_ledger_to_read
+from .where import LEASES_ENV
 
 
 class LedgerMoved(LedgerError):
@@ -219,11 +216,13 @@ class LedgerConnection:
         ``"new"`` (a fresh one made here after moving the damaged file aside). Raises
         :class:`LedgerError` when no ledger can be used at the path, :class:`LedgerBusy` when
         another process holds the rebuild lock."""
-        opened = self.opened
+        opened, beside = self.opened, dict(self._beside)
         self.aside = ""
         with rebuild_lock(self.path):
             self.close()
             found = damage_of(self.path, opened)
+            if not _still(self.path, opened):  # (deleted, or another file in its place)
+                clear_companions(self.path, beside)
             if found is not None and found.startswith("was replaced by another file") and \
                     deep_damage(self.path) is None:
                 self.db()

@@ -11,21 +11,19 @@ found there is described with whose file it is, when it is not this user's own.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import socket
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..discovery import boot_id
-from ..files import in_group
 from ..identity import user_name
-from .opening import APPLICATION_ID, LedgerBusy, LedgerError
-from .schema import version_of
+from .errors import LedgerError
+from .locking import trusted
+from .schema import APPLICATION_ID, version_of
 from .stalls import lock_holder
 
 _HEADER = b"SQLite format 3\x00"
@@ -129,19 +127,37 @@ def read_head(path: Path, info: os.stat_result) -> bytes | None:
         os.close(fd)
 
 
+_FOUND: dict[tuple[int, int], int] = {}  # (dev, ino) -> the descriptor found on it last
+
+
 def _own_fd(info: os.stat_result) -> int | None:
-    """A descriptor this process has open on the file ``info`` describes, if any."""
+    """A descriptor this process has open on the file ``info`` describes, if any (the one
+    found last is looked at first: a look every half second lists no directory)."""
+    key = (info.st_dev, info.st_ino)
+    known = _FOUND.get(key)
+    if known is not None and _is(known, key):
+        return known
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:
         return None
     for name in names:
-        with contextlib.suppress(OSError, ValueError):
-            mine = os.fstat(int(name))
-            if (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino) and \
-                    stat.S_ISREG(mine.st_mode):
-                return int(name)
+        with contextlib.suppress(ValueError):
+            fd = int(name)
+            if _is(fd, key):
+                if len(_FOUND) > 64:
+                    _FOUND.clear()
+                _FOUND[key] = fd
+                return fd
     return None
+
+
+def _is(fd: int, key: tuple[int, int]) -> bool:
+    try:
+        mine = os.fstat(fd)
+    except OSError:
+        return False
+    return (mine.st_dev, mine.st_ino) == key and stat.S_ISREG(mine.st_mode)
 
 
 def deep_damage(path: Path) -> str | None:
@@ -166,6 +182,31 @@ def deep_damage(path: Path) -> str | None:
     return None
 
 
+def clear_companions(path: Path, only: dict[str, tuple[int, int]] | None = None,
+                     orphans: bool = False) -> None:
+    """Delete SQLite's ``-wal`` and ``-shm`` beside ``path`` that belong to no ledger there
+    (the ledger was deleted or replaced): a new ledger at the path would take up a stale
+    write-ahead log as its own, and be damaged by it. ``only``: delete those only while they
+    are these files (``{"-wal": (dev, ino)}``, the ones an old connection had): a new
+    ledger's own are left alone. ``orphans``: only while no process holds a lock on the
+    ``-shm`` (SQLite's connections do: one that just made a ledger there keeps its own).
+    Processes that still have the old ones open go on with them, apart, until they notice."""
+    if orphans and lock_holder([Path(f"{path}-shm")], exclude=-1) is not None:
+        return
+    for end in _COMPANIONS:
+        name = Path(f"{path}{end}")
+        try:
+            info = name.lstat()
+        except OSError:
+            continue
+        if only is not None and only.get(end) != (info.st_dev, info.st_ino):
+            continue
+        if info.st_uid != os.getuid():
+            continue  # (another user's: refused by name when the ledger is opened)
+        with contextlib.suppress(FileNotFoundError):
+            name.unlink()
+
+
 def move_aside(path: Path, damage: str) -> Path:
     """Rename the damaged ledger and SQLite's files beside it out of the way (kept for a
     look: ``NAME.damaged-TIME-PID``), so a fresh ledger never takes up an old journal; the
@@ -184,53 +225,6 @@ def move_aside(path: Path, damage: str) -> Path:
     return Path(f"{path}{suffix}")
 
 
-@contextlib.contextmanager
-def rebuild_lock(path: Path, wait: float = 0.2) -> Iterator[None]:
-    """One process at a time rebuilds the ledger at ``path`` (an advisory lock on a file
-    beside it, opened without following links), waiting at most ``wait`` seconds for another:
-    :class:`LedgerBusy` naming who holds it when it does not come (a process that holds the
-    lock never stalls a scheduler)."""
-    lock = path.with_name(f".{path.name}.lock")
-    try:
-        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
-    except OSError as err:
-        raise LedgerError(f"cannot lock {lock} to rebuild the lease ledger {path} "
-                          f"({err.strerror}); choose another ledger with "
-                          f"$JUPYTER_SCHED_LEASES") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise LedgerError(f"{lock} is not a regular file; remove it (rm {lock})")
-        if not _trusted(info):  # (planted by another user: it could hold the lock forever)
-            raise LedgerError(f"{lock}, the lease ledger's lock, belongs to user "
-                              f"{user_name(info.st_uid)!r}, who is not trusted here; choose a "
-                              f"ledger of your own with $JUPYTER_SCHED_LEASES")
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = lock_holder([lock])
-                    raise LedgerBusy(
-                        f"the lease ledger's rebuild lock {lock} is held by "
-                        f"{holder.text() if holder else 'another process'}") from None
-                time.sleep(0.005)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _trusted(info: os.stat_result) -> bool:
-    """A file of this user's, or of a member of its group that others cannot write (in a
-    group's ledger directory)."""
-    if info.st_uid == os.getuid():
-        return True
-    return not info.st_mode & stat.S_IWOTH and in_group(info.st_uid, info.st_gid) and \
-        in_group(os.getuid(), info.st_gid)
-
-
 def _marker(path: Path) -> Path:
     return path.with_name(f".{path.name}.made")
 
@@ -243,7 +237,7 @@ def made_before_this_boot(path: Path) -> bool:
     except OSError:
         return False
     try:
-        if not _trusted(os.fstat(fd)):
+        if not trusted(os.fstat(fd)):
             return False  # (another user's: it says nothing)
         seen = os.read(fd, 256).decode("utf-8", "replace").strip()
     finally:
@@ -258,7 +252,7 @@ def note_made(path: Path) -> None:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
         try:
             info = os.fstat(fd)
-            if stat.S_ISREG(info.st_mode) and _trusted(info):  # (never another user's file)
+            if stat.S_ISREG(info.st_mode) and trusted(info):  # (never another user's file)
                 os.ftruncate(fd, 0)
                 os.write(fd, _this_boot().encode())
         finally:
@@ -269,5 +263,5 @@ def _this_boot() -> str:
     return f"{socket.gethostname()}/{boot_id() or 'unknown'}"
 
 
-__all__ = ["Health", "damage_of", "deep_damage", "identity_of", "made_before_this_boot",
-           "move_aside", "note_made", "read_head", "rebuild_lock"]
+__all__ = ["Health", "clear_companions", "damage_of", "deep_damage", "identity_of",
+           "made_before_this_boot", "move_aside", "note_made", "read_head"]

@@ -69,6 +69,7 @@ class Wait:
     priority: int
     since: float
     holder: str = ""
+    kernel: str = ""  # the Jupyter kernel it waits for, when known
 
 
 def decayed(value: float, at: float, now: float, half_life: float) -> float:

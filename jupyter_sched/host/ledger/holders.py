@@ -17,8 +17,9 @@ a bind mount), under any user, whatever the wall clock does. So:
   pair says whether it runs; in another namespace nothing can be said, and it counts as alive
   until its file has been missing for ``MISSING`` seconds (a live holder puts its file back
   within a second: :meth:`HolderFile.ensure`);
-* a holder on another boot of this host has ended; one on another host counts as alive (the
-  ledger is not for shared storage, and nothing is guessed);
+* a holder whose file is there is known by it, whatever host name it gave (a container's own);
+  without its file, one of another boot of this host has ended, and one of another host name
+  is looked at as one of another pid namespace;
 * when nothing can be told, the answer is *alive*: a lease is only ever taken back from a
   holder known to have ended.
 
@@ -41,6 +42,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import stat
 import threading
@@ -53,7 +55,7 @@ from pathlib import Path
 
 import psutil
 
-from ..identity import host_key, user_name
+from ..identity import host_key, kernel_id, user_name
 
 MISSING = 10.0
 """Seconds a holder of another pid namespace may have no file before it counts as ended (a
@@ -64,6 +66,7 @@ START_TOLERANCE = 1.5
 ledger that name a holder by pid and wall-clock start time alone (no token, no ticks)."""
 
 HEAD = b"jupyter-sched holder 1\n"
+_TOKEN = re.compile(r"[0-9a-f]{32}")
 MAX_FILE = 1 << 20  # bytes of a holder file read at most (a holder's leases are far fewer)
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -74,7 +77,8 @@ class Owner:
 
     ``holder``: its token (the name of its file in the holders directory; '' in rows of an
     older ledger); ``ticks``: its start in clock ticks since boot (0: not known); ``started``:
-    its start as a wall-clock time, for people."""
+    its start as a wall-clock time, for people; ``kernel``: the Jupyter kernel it holds for
+    (its own id in a kernel; a provisioner names the kernel it starts)."""
 
     uid: int
     user: str
@@ -85,6 +89,7 @@ class Owner:
     label: str = ""
     holder: str = ""
     ticks: int = 0
+    kernel: str = ""  # the Jupyter kernel it holds for (its own, in a kernel), when known
 
     @classmethod
     def current(cls, label: str = "") -> Owner:
@@ -249,10 +254,9 @@ class HoldersDir:
         return fd
 
     def names(self) -> list[str]:
-        """The tokens of the files in the directory (none when there is no directory)."""
+        """The tokens of the holder files in the directory (none when there is none)."""
         try:
-            return [name for name in os.listdir(self.fd(create=False))
-                    if not name.startswith(".")]
+            return [name for name in os.listdir(self.fd(create=False)) if _TOKEN.fullmatch(name)]
         except FileNotFoundError:
             return []
 
@@ -277,9 +281,11 @@ class HoldersDir:
             os.close(fd)
 
     def remove(self, name: str) -> None:
-        """Delete the file of an ended holder, where this user may (its own user's)."""
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=self.fd())
+        """Delete the file of an ended holder (and its wake socket), where this user may (its
+        own user's)."""
+        for each in (name, f"{name}.wake"):
+            with contextlib.suppress(OSError):
+                os.unlink(each, dir_fd=self.fd())
 
 
 def locked(fd: int) -> bool:
@@ -328,10 +334,7 @@ class Liveness:
         me = _this_process()
         if owner.holder and owner.holder == me.holder:
             return True
-        if owner.host != me.host:
-            # same name, another boot id: the host was restarted since, which ended it
-            return not _rebooted(owner.host, me.host)
-        if owner.holder:
+        if owner.holder:  # (its file decides, whatever host name a container gave it)
             try:
                 with self.holders.opened(owner.holder, owner.uid) as fd:
                     if fd is not None:
@@ -342,10 +345,17 @@ class Liveness:
                         return alive
             except OSError:
                 return True  # (the directory cannot be looked at: cannot tell)
+        if owner.host != me.host:
+            # same name, another boot id: the host was restarted since, which ended it; a
+            # container's own host name says nothing, and its missing file counts as below
+            if _rebooted(owner.host, me.host):
+                return False
+            if not owner.holder:
+                return True
         return self._without_file(owner, me)
 
     def _without_file(self, owner: Owner, me: Owner) -> bool:
-        if owner.pidns and me.pidns and owner.pidns != me.pidns:
+        if owner.host != me.host or (owner.pidns and me.pidns and owner.pidns != me.pidns):
             if not owner.holder:
                 return True  # (an older row: nothing to go by)
             now = self._clock()
@@ -462,7 +472,7 @@ def _process_owner(pid: int) -> Owner:
     return Owner(uid=uid, user=user_name(uid), pid=pid,
                  started=psutil.Process(pid).create_time(), host=host_key(),
                  pidns=_pid_namespace(), holder=secrets.token_hex(16),
-                 ticks=start_ticks(pid) or 0)
+                 ticks=start_ticks(pid) or 0, kernel=kernel_id())
 
 
 def _pid_namespace() -> str:

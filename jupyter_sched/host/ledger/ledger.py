@@ -11,38 +11,16 @@ share of a device, and gives it back when the task ends::
     ...
     ledger.give(lease)
 
-**Why SQLite.** The ledger is a SQLite database in WAL mode: a well-kept storage library in the
-standard library, whose transactions are atomic across processes (``BEGIN IMMEDIATE`` takes the
-one write lock, so "is 0.5 still free? then it is mine" cannot interleave with another kernel's
-take) and survive a crash of any process at any point, with no daemon to start, keep alive or
-find. WAL lets readers (``jupyter-sched leases``, a dashboard) run while a kernel writes.
-``synchronous=NORMAL`` spares an fsync per take: a power cut may lose the last few takes, and
-with them nothing, since every holder died with the host.
-
-**Units.** Shares are the model's fixed-point units (:mod:`jupyter_sched.model.quantity`):
-10,000 is a whole device, and no device is ever held beyond 10,000 in total, which the take
-checks inside its transaction (and a trigger checks again for any writer).
-
-**Holders** (:mod:`.holders`) are processes, known to be alive by a lock the operating system
-ends with them, never by pid or clock alone. Leases of holders that have ended are taken back:
-by a ``take`` that finds its device short, for that device, and by :meth:`Ledger.sweep` for all.
-Nobody gives back another user's lease while its holder lives. What this process holds is
-kept in its own record too (:mod:`.mine`), which its holder file shows to the others.
-
-**Order.** A take that finds room may still be refused: room that waits ranked ahead on the
-host have reserved (:mod:`.fairness`, recorded with :meth:`Ledger.exchange`'s ``waits``) is
-theirs. Each user's past GPU use is kept, decayed by a half-life, for that order.
-
-**Damage.** Every transaction first looks that the file and its content are the ones this
-process saw (:mod:`.connection`); :meth:`Ledger.look_after` also looks at the file's header and
-at this process's own leases in it. A ledger deleted, replaced, damaged, copied over or edited
-by hand is healed (:mod:`.healing`): made again where needed, and filled with every live
-holder's leases from their holder files; the process that heals tells its user, and every other
-scheduler its own (:meth:`Ledger.look_after` returns the :class:`.healing.Healing`).
-
-**Errors.** A ledger that cannot be used raises :class:`LedgerError` naming the file and what
-to do; another process holding its lock beyond ``timeout`` raises :class:`LedgerBusy`, a full
-filesystem :class:`LedgerFull` (stalls, not damage: try again).
+The ledger is a SQLite database in WAL mode (transactions atomic across processes, no daemon);
+shares are the model's fixed-point units (10,000: a whole device, never exceeded, which a
+trigger checks again for any writer). Holders are processes known alive by a lock the
+operating system ends with them (:mod:`.holders`); the leases of ended holders are taken back
+(:class:`.sweeping.Sweeper`). A take may be refused for room that waits ranked ahead on the
+host have reserved (:mod:`.fairness`). Every call goes through the :class:`.keeper.Keeper`,
+which heals a ledger deleted, replaced, damaged, copied over or edited by hand before the call
+goes on (docs/architecture.md, "The ledger itself"). A ledger that cannot be used raises
+:class:`LedgerError` naming the file and what to do; another process holding its lock beyond
+``timeout`` :class:`LedgerBusy`, a full filesystem :class:`LedgerFull` (stalls: try again).
 """
 
 from __future__ import annotations
@@ -58,30 +36,30 @@ from typing import TypeVar
 
 from ...model.quantity import SCALE
 from . import order as lease_order
-from . import schema
-from .connection import LedgerConnection, LedgerMoved
-from .damage import deep_damage, made_before_this_boot, note_made
-from .healing import Healing, adopt, consistent, heal
+from .connection import LedgerConnection
+from .errors import LedgerBusy, LedgerFull
+from .healing import Healing
 from .holders import Liveness, Owner, is_me, token
+from .keeper import Keeper
 from .mine import Mine
-from .opening import LedgerBusy, LedgerDamaged, LedgerFull
-from .order import GRACE, Order, WaitSpec
+from .order import Order, WaitSpec
 from .rows import (
     COLUMNS,
     Exchange,
     Lease,
     NotYourLease,
     Refusal,
-    check_held,
-    check_share,
+    any_waits,
+    count,
     insert_lease,
     lease_from_row,
     leases_of,
-    owner_of_row,
+    parse_take,
     rows_of,
     short_of,
     used_of,
 )
+from .sweeping import Sweeper
 
 Take = tuple[object, Mapping[str, int]] | tuple[object, Mapping[str, int], str]
 """A take of :meth:`Ledger.exchange`: ``(task, {device: units})``, or with how its fractions
@@ -109,12 +87,12 @@ class Ledger:
         self.path = Path(path).expanduser()
         self.label = label
         self._owner = owner
-        self._recheck = recheck
-        self._seen_alive: dict[str, float] = {}  # holder -> when seen alive (monotonic)
+        self._sweeper = Sweeper(lambda: self.liveness, recheck)
         self._file = LedgerConnection(self.path, shared, timeout)
         self._mine: Mine | None = None
         self._liveness: Liveness | None = None
-        self._healed: list[Healing] = []  # what to tell the user (look_after)
+        self._keeper = Keeper(self._file, lambda: self.mine, lambda: self.liveness,
+                              self._sweeper.forget)
         if connect:  # (else on first use: a ledger that cannot be used yet)
             self._call(lambda: None)
 
@@ -182,7 +160,7 @@ class Ledger:
         tasks as they are (only the task and since change, not the version); a pass whose
         leases are gone is given back and taken anew. ``waits``: this process's waits from
         now on (None: as they are)."""
-        takes = [_take(item) for item in takes]
+        takes = [parse_take(item) for item in takes]
         owner = self.owner
         if label is not None:
             owner = replace(owner, label=label)
@@ -197,7 +175,7 @@ class Ledger:
         if ours and takes:
             self.mine.file.ensure()
         with self._writing(ours) as (db, change):
-            before = _count(db)
+            before = count(db)
             now = time.time()
             passed = [self._pass(db, str(task), leases, owner, now, change)
                       for task, leases in passes]
@@ -215,7 +193,10 @@ class Ledger:
             taken = self._takes(db, takes, owner, now, change)
             if waits is not None:
                 lease_order.replace_waits(db, owner, waits)
-            after = _count(db)
+            after = count(db)
+            # room given back, or a wait ended: the other waiters are told once committed
+            waiters = lease_order.waiting_holders(db) if gives or waits is not None else []
+        self.mine.wakes.notify(waiters)
         for k, got in zip(lost, taken[len(taken) - len(lost):], strict=True):
             passed[k] = got
         return Exchange(taken[:len(taken) - len(lost)], before, after, passed)
@@ -229,7 +210,7 @@ class Ledger:
             return [Refusal(next(iter(shares)), shares[next(iter(shares))], 0, until=now + left)
                     for _, shares, _ in takes]
         used = used_of(db, sorted({d for _, shares, _ in takes for d in shares}))
-        order = self._order(db, now) if _any_waits(db) else lease_order.EMPTY
+        order = self._order(db, now) if any_waits(db) else lease_order.EMPTY
         reserved = order.ahead_of(owner.holder, owner.uid)
         swept: set[str] = set()
         taken: list[tuple[Lease, ...] | Refusal] = []
@@ -237,7 +218,7 @@ class Ledger:
             short = short_of(shares, used, reserved)
             if short is not None and short not in swept:  # ended holders' leases go first
                 swept.add(short)
-                used[short] = sum(row[2] for row in self._sweep_rows(db, [short], True, now))
+                used[short] = sum(row[2] for row in self._sweeper.rows(db, [short], True, now))
                 short = short_of(shares, used, reserved)
             if short is not None:
                 holders = tuple(lease_from_row(row) for row in rows_of(db, [short]))
@@ -298,26 +279,26 @@ class Ledger:
             row = db.execute(f"SELECT {COLUMNS} FROM leases WHERE id = ?",
                              (lease_id,)).fetchone()
             theirs = lease_from_row(row) if row is not None else None
+            before = count(db)
             if self.mine.holds(lease_id) or (theirs is not None and
                                              theirs.owner.holder == me.holder):
                 # (this process's: found by id, or by what it is since a heal)
-                before = _count(db)
                 self._give(db, [lease_id], me, time.time(), change)
-                return _count(db) != before
-            if theirs is None:
-                return False
-            if theirs.owner.uid != me.uid and self.liveness.alive(theirs.owner):
-                raise NotYourLease(
-                    f"lease {lease_id} ({theirs.describe()}) belongs to user "
-                    f"{theirs.owner.user!r} whose process still runs; only it can give the "
-                    f"lease back (it is taken back by itself when that process ends)"
-                )
-            db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
-            change(gone=[lease_id])
-            lease_order.record_use(db, [(theirs.owner.uid, theirs.owner.user, theirs.units,
-                                         theirs.taken, theirs.owner.holder,
-                                         theirs.owner.pid)], time.time())
-        return True
+            elif theirs is not None:
+                if theirs.owner.uid != me.uid and self.liveness.alive(theirs.owner):
+                    raise NotYourLease(
+                        f"lease {lease_id} ({theirs.describe()}) belongs to user "
+                        f"{theirs.owner.user!r} whose process still runs; only it can give "
+                        f"the lease back (it is taken back by itself when that process ends)")
+                db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
+                change(gone=[lease_id])
+                lease_order.record_use(db, [(theirs.owner.uid, theirs.owner.user,
+                                             theirs.units, theirs.taken, theirs.owner.holder,
+                                             theirs.owner.pid)], time.time())
+            gave = count(db) != before
+            waiters = lease_order.waiting_holders(db) if gave else []
+        self.mine.wakes.notify(waiters)
+        return gave
 
     def give_mine(self) -> list[Lease]:
         """Give back every lease this process holds, and end its waits (at shutdown);
@@ -338,8 +319,12 @@ class Ledger:
             with self._writing(False) as (db, _):
                 now = time.time()
                 before = leases_of(db)
-                after = self._sweep(db, None, cached=False, now=now)
-                lease_order.sweep_waits(db, self.liveness.alive)
+                after = [lease_from_row(row)
+                         for row in self._sweeper.rows(db, None, cached=False, now=now)]
+                ended = lease_order.sweep_waits(db, self.liveness.alive)
+                waiters = lease_order.waiting_holders(db) \
+                    if ended or len(after) < len(before) else []
+            self.mine.wakes.notify(waiters)
             kept = {lease.id for lease in after}
             return [lease for lease in before if lease.id not in kept]
 
@@ -389,7 +374,7 @@ class Ledger:
         return lease_order.read(db, now, [(lease.owner.uid, lease.owner.user, lease.units,
                                            lease.taken, lease.owner.holder)
                                           for lease in leases],
-                                lambda owner: self._alive(owner, True))
+                                self._sweeper.alive)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -411,7 +396,7 @@ class Ledger:
         """A number that changes whenever any process takes or gives a lease or records a
         wait: poll it (it costs one small read) and re-read only when it moved."""
         with self._reading() as db:
-            return _count(db)
+            return count(db)
 
     def alive(self, lease: Lease) -> bool:
         """False when ``lease``'s holder is known to have ended."""
@@ -424,48 +409,25 @@ class Ledger:
         overwritten), or None while it is the file opened and looks whole."""
         return self._file.check()
 
+    def healed(self) -> list[Healing]:
+        """What happened to the ledger that a call since the last look healed (or adopted
+        another process's heal of), each once: what the user is to be told."""
+        return self._keeper.told()
+
     def look_after(self) -> list[Healing]:
         """Look at the ledger and heal it when it needs it (its file deleted, replaced or
         damaged; this process's leases missing from it, or others of its there; healed by
-        another process since this one last wrote): what the user is to be told, each once.
+        another process since this one last looked): what the user is to be told, each once.
         Raises :class:`LedgerBusy` / :class:`LedgerFull` while it cannot be done now."""
-        damage = self._file.check()
-        if damage is not None:
-            self._heal_file(damage)
-        else:
-            self._call(self._check_mine)
-        told, self._healed = self._healed, []
-        return told
-
-    def _check_mine(self) -> None:
-        """Heal when this process's leases in the ledger are not its record's (a copy put over
-        the ledger, a hand edit), or adopt another process's heal."""
-        self._file.verify_now()
-        with self._reading() as db:
-            rows = db.execute("SELECT id FROM leases WHERE holder = ?", (token(),)).fetchall()
-            have, held = {row[0] for row in rows}, {lease.id for lease in self.mine.leases()}
-            if have != held:
-                missing = len(held - have)
-                what = (f"lost {missing} of this kernel's leases" if missing else
-                        f"names this kernel for {len(have - held)} lease(s) it does not hold")
-                raise LedgerMoved(f"{what} (a copy put over it, or an edit by hand)")
+        self._keeper.look_after()
+        return self._keeper.told()
 
     def rebuild(self) -> list[Healing]:
         """Heal the ledger now, whatever is found (an error of the ledger in use, or one that
         could not be opened): opened again, moved aside when damaged (never another
-        program's file), filled from the holders' files."""
-        damage = self._file.check() or deep_damage(self.path)
-        known = None
-        if damage is None and not self._file.is_open:
-            try:
-                with self._file.lock:
-                    self._file.db()
-            except LedgerDamaged as err:
-                known = f"is damaged ({err})"
-        self._heal_file(damage or known or "could not be used", deep=damage is not None,
-                        known=known)
-        told, self._healed = self._healed, []
-        return told
+        program's file), filled from the holders' files; what the user is to be told."""
+        self._keeper.rebuild()
+        return self._keeper.told()
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -485,90 +447,7 @@ class Ledger:
     # -- inside ----------------------------------------------------------------------------------
 
     def _call(self, fn: Callable[[], T]) -> T:
-        """``fn()``, healing the ledger first when it is not what this process saw (and once
-        more should it have moved again meanwhile)."""
-        for attempt in range(3):
-            was_open = self._file.is_open
-            try:
-                self._ready()
-                return fn()
-            except LedgerMoved as moved:
-                if attempt == 2:
-                    raise
-                if self._file.check() is not None:
-                    self._heal_file(moved.what)
-                else:
-                    self._settle(moved.what)
-            except LedgerDamaged as err:
-                # damage found in a ledger this process had open is healed; one found on
-                # opening is the caller's to hear of (rebuild() heals it)
-                if not was_open or attempt == 2:
-                    raise
-                self._heal_file(deep_damage(self.path) or f"is damaged ({err})", deep=True)
-        raise AssertionError("unreachable")
-
-    def _ready(self) -> None:
-        """The connection open, and what it opened looked at once: a ledger this process made
-        is healed (filled from the holders' files: it may replace one whose holders still
-        run); one it found is settled (:meth:`_settle`: healed unless it holds every live
-        holder's leases and its whole schema)."""
-        with self._file.lock:
-            self._file.db()
-            if self._file.settled or not self._file.writable:
-                return
-            self._file.settled = True
-            if self._file.made:
-                self._file.made = False
-                self._heal_now("was made again" if made_before_this_boot(self.path) else "",
-                               fresh=True)
-                note_made(self.path)
-            else:
-                self._settle("")
-
-    def _heal_file(self, damage: str, deep: bool = False, known: str | None = None) -> None:
-        """The file was deleted, replaced or damaged: open the ledger at the path again and
-        settle it (:meth:`_settle`); a fresh one made here is healed."""
-        with self._file.lock:
-            outcome = self._file.reopen(deep or damage.startswith("is damaged"), known)
-            self._file.settled = True
-            self._file.made = False
-            self._seen_alive.clear()
-            if outcome == "new":
-                self._heal_now(damage, fresh=True)
-                note_made(self.path)
-            else:
-                self._settle(damage)
-
-    def _settle(self, what: str) -> None:
-        """The ledger is not what this process last saw (``what``): in one transaction, what
-        someone removed of the schema is made again, and a ledger that holds every live
-        holder's leases (healed by another process, or nothing lost) is adopted; any other
-        is healed."""
-        with self._file.lock, self._file.transaction(verify=False) as db:
-            first = self._file.seen is None and not what  # (opened now: nothing was lost here)
-            missing = schema.restore(db)
-            if not missing and consistent(db, self.mine, self.liveness):
-                healing = adopt(db, self.mine, what)
-                if first:
-                    healing = None  # (a heal before this process looked is not its news)
-            else:
-                healing, _ = heal(db, self.mine, self.liveness, what or (
-                    "had its tables or triggers removed by hand" if missing else
-                    "lacked leases that live holders hold (an edit by hand, or a copy)"))
-        if healing is not None:
-            self._healed.append(healing)
-
-    def _heal_now(self, what: str, fresh: bool) -> None:
-        """Heal the ledger in use (:func:`.healing.heal`); a fresh one that replaced another
-        made this boot, with no other holder's file to fill it from, gets a grace (its holders
-        may not have put their files back yet)."""
-        with self._file.transaction(verify=False) as db:
-            healing, others = heal(db, self.mine, self.liveness, what or "was made",
-                                   self._file.aside if fresh else "")
-            if fresh and what and not others and made_before_this_boot(self.path):
-                lease_order.set_grace(db, GRACE)
-        if what:
-            self._healed.append(healing)
+        return self._keeper.run(fn)
 
     @contextlib.contextmanager
     def _writing(self, ours: bool, verify: bool = True):
@@ -596,67 +475,16 @@ class Ledger:
     def _is_ours(self, owner: Owner) -> bool:
         return owner.holder == token()
 
-    def _sweep(self, db: sqlite3.Connection, devices: list[str] | None,
-               cached: bool, now: float) -> list[Lease]:
-        """Delete the leases of ended holders (of ``devices``, or all); return the others."""
-        return [lease_from_row(row) for row in self._sweep_rows(db, devices, cached, now)]
-
-    def _sweep_rows(self, db: sqlite3.Connection, devices: list[str] | None,
-                    cached: bool, now: float) -> list[tuple]:
-        """:meth:`_sweep`, as the rows of the leases kept; the use of those taken back is
-        counted up to ``now``."""
-        kept, ended = [], []
-        for row in rows_of(db, devices):
-            (kept if self._alive(owner_of_row(row), cached) else ended).append(row)
-        if ended:
-            db.executemany("DELETE FROM leases WHERE id = ?", [(row[0],) for row in ended])
-            lease_order.record_use(db, [(row[3], row[4], row[2], row[12] or row[11], row[14],
-                                         row[5]) for row in ended], now)
-        return kept
-
-    def _alive(self, owner: Owner, cached: bool) -> bool:
-        """Whether ``owner`` still runs (seen so less than ``recheck`` seconds ago, when
-        ``cached``)."""
-        key = owner.holder or f"{owner.pid}/{owner.started}/{owner.host}"
-        now = time.monotonic()
-        if cached and now - self._seen_alive.get(key, -1e9) < self._recheck:
-            return True
-        alive = self.liveness.alive(owner)
-        if alive:
-            if len(self._seen_alive) > 1024:
-                self._seen_alive.clear()
-            self._seen_alive[key] = now
-        else:
-            self._seen_alive.pop(key, None)
-        return alive
-
     @contextlib.contextmanager
     def _reading(self):
         conn = self._file
         if conn.writable:
-            self._ready()
+            self._keeper.ready()
         with conn.reading() as db:
             if conn.fresh:  # (a new connection: holders seen alive on another ledger are not)
                 conn.fresh = False
-                self._seen_alive.clear()
+                self._sweeper.forget()
             yield db
-
-
-def _take(item: Take) -> tuple[str, dict[str, int], str]:
-    """A take of :meth:`Ledger.exchange` as ``(task, shares, held)``, checked."""
-    task, shares, *rest = item
-    shares = dict(shares)
-    for device, units in shares.items():
-        check_share(device, units)
-    return str(task), shares, check_held(rest[0] if rest else "")
-
-
-def _any_waits(db: sqlite3.Connection) -> bool:
-    return db.execute("SELECT EXISTS (SELECT 1 FROM waits)").fetchone()[0] == 1
-
-
-def _count(db: sqlite3.Connection) -> int:
-    return int(db.execute("SELECT count FROM changes").fetchone()[0])
 
 
 __all__ = ["Ledger", "LedgerBusy", "LedgerFull", "Take"]

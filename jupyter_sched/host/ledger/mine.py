@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .holders import HolderFile, HoldersDir, Owner
 from .rows import Lease
+from .wakes import Wakes
 
 _lock = threading.Lock()
 _records: dict[str, Mine] = {}
@@ -34,6 +35,7 @@ class Mine:
         self.pid = os.getpid()
         self.holders = HoldersDir(path)
         self.file = HolderFile(self.holders)
+        self.wakes = Wakes(self.holders)
         self.lock = threading.RLock()
         self._leases: dict[int, Lease] = {}
 
@@ -80,7 +82,7 @@ def lease_record(lease: Lease) -> dict:
     """A lease as a holder file keeps it."""
     found = asdict(lease)
     found.pop("owner")
-    found["label"] = lease.owner.label
+    found["label"], found["kernel"] = lease.owner.label, lease.owner.kernel
     return found
 
 
@@ -91,9 +93,10 @@ def lease_of_record(record: dict, owner: Owner) -> Lease | None:
         return Lease(int(record["id"]), str(record["device"]), int(record["units"]),
                      Owner(owner.uid, owner.user, owner.pid, owner.started, owner.host,
                            owner.pidns, str(record.get("label", "")), owner.holder,
-                           owner.ticks),
+                           owner.ticks, str(record.get("kernel", ""))),
                      str(record.get("task", "")), float(record.get("since", 0.0)),
-                     float(record.get("taken", 0.0)), str(record.get("held", "")))
+                     float(record.get("taken", 0.0)), str(record.get("held", "")),
+                     float(record.get("active", 0.0)))
     except (KeyError, TypeError, ValueError):
         return None
 

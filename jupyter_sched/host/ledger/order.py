@@ -16,7 +16,7 @@ from .fairness import Demand, Wait
 from .holders import Owner
 
 WAIT_COLUMNS = ("id, uid, user, pid, started, host, pidns, label, task, units, count, devices, "
-                "priority, since, holder, ticks")
+                "priority, since, holder, ticks, kernel")
 _INSERT_WAIT = (f"INSERT INTO waits ({WAIT_COLUMNS.removeprefix('id, ')}) "
                 f"VALUES ({', '.join('?' * WAIT_COLUMNS.count(','))})")
 MAX_WAITS = 8  # waits one process records at most (the first ones in its own order)
@@ -118,15 +118,15 @@ def read(db: sqlite3.Connection, now: float,
     waits, owners = [], {}
     for row in rows:
         (wid, uid, user, pid, started, host, pidns, label, task, units, count, devices,
-         priority, since, holder, ticks) = row
-        owner = Owner(uid, user, pid, started, host, pidns, label, holder, ticks)
+         priority, since, holder, ticks, kernel) = row
+        owner = Owner(uid, user, pid, started, host, pidns, label, holder, ticks, kernel)
         if alive is not None and not alive(owner):
             continue  # (its process ended: the next write takes it away)
         users[uid] = user
         owners[wid] = owner
         waits.append(Wait(wid, uid, user, pid, task, label,
                           Demand(units, count, tuple(d for d in devices.split("\n") if d)),
-                          priority, since, holder))
+                          priority, since, holder, kernel))
     standings = fairness.standing(usage, [(uid, units, taken)
                                           for uid, _, units, taken, _ in leases],
                                   weights, users, now, life)
@@ -161,15 +161,21 @@ def replace_waits(db: sqlite3.Connection, owner: Owner, waits: Iterable[WaitSpec
         rows.append((owner.uid, owner.user, owner.pid, owner.started, owner.host, owner.pidns,
                      owner.label, wait.task, min(SCALE, max(1, demand.units)),
                      max(1, demand.count), "\n".join(demand.devices), int(wait.priority),
-                     float(wait.since), owner.holder, owner.ticks))
+                     float(wait.since), owner.holder, owner.ticks, owner.kernel))
     db.executemany(_INSERT_WAIT, rows)
+
+
+def waiting_holders(db: sqlite3.Connection) -> list[str]:
+    """The tokens of the processes that record waits (to wake when room is given back)."""
+    return [row[0] for row in db.execute("SELECT DISTINCT holder FROM waits")]
 
 
 def sweep_waits(db: sqlite3.Connection, alive: Callable[[Owner], bool]) -> int:
     """Remove the waits of holders that have ended (``alive(owner)``)."""
     rows = db.execute(f"SELECT {WAIT_COLUMNS} FROM waits").fetchall()
     ended = [(row[0],) for row in rows if not alive(
-        Owner(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[14], row[15]))]
+        Owner(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[14], row[15],
+              row[16]))]
     db.executemany("DELETE FROM waits WHERE id = ?", ended)
     return len(ended)
 
@@ -217,4 +223,4 @@ def set_weight(db: sqlite3.Connection, user: str, weight: float) -> None:
 
 __all__ = ["EMPTY", "GRACE", "MAX_WAITS", "Order", "WaitSpec", "boot_clock", "grace_left", "read",
            "record_use", "replace_waits", "set_grace", "set_half_life", "set_weight",
-           "sweep_waits"]
+           "sweep_waits", "waiting_holders"]

@@ -22,8 +22,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..identity import user_name
-from .opening import APPLICATION_ID, FORMAT, LEASES_ENV, LedgerError, explain
+from .errors import LedgerError, explain
+from .opening import APPLICATION_ID, FORMAT
 from .schema import TABLES, version_of
+from .where import LEASES_ENV
 
 _TABLES = TABLES
 

@@ -14,7 +14,7 @@ from .fairness import Wait
 from .holders import Owner, is_me
 
 COLUMNS = ("id, device, units, uid, user, pid, started, host, pidns, label, task, since, taken, "
-           "held, holder, ticks")
+           "held, holder, ticks, kernel, active")
 HELD = ("", LOGICAL, MPS, TORCH)
 """How a lease's share may be held (:mod:`.enforce`); '': a whole device, or not said."""
 INSERT = (f"INSERT INTO leases ({COLUMNS.removeprefix('id, ')}) "
@@ -40,6 +40,7 @@ class Lease:
     since: float = 0.0
     taken: float = 0.0
     held: str = ""
+    active: float = 0.0  # when its devices were last seen at work (0: not watched)
 
     @property
     def share(self) -> str:
@@ -108,15 +109,16 @@ class Exchange:
 
 def lease_from_row(row: tuple) -> Lease:
     lid, device, units, uid, user, pid, started, host, pidns, label, task, since, taken, \
-        held, holder, ticks = row
+        held, holder, ticks, kernel, active = row
     return Lease(lid, device, units,
-                 Owner(uid, user, pid, started, host, pidns, label, holder, ticks), task,
-                 since, taken or since, held)
+                 Owner(uid, user, pid, started, host, pidns, label, holder, ticks, kernel),
+                 task, since, taken or since, held, active)
 
 
 def owner_of_row(row: tuple) -> Owner:
     """The holder of a lease row (as :data:`COLUMNS` reads it)."""
-    return Owner(row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[14], row[15])
+    return Owner(row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[14], row[15],
+                 row[16])
 
 
 def owner_columns(owner: Owner) -> tuple:
@@ -154,7 +156,7 @@ def insert_lease(db: sqlite3.Connection, owner: Owner, task: str, shares: Mappin
     for device, units in shares.items():
         word = held if units < SCALE else ""
         row = (device, units, *owner_columns(owner), task, since, taken, word, owner.holder,
-               owner.ticks)
+               owner.ticks, owner.kernel, 0.0)
         lease_id = db.execute(INSERT, row).lastrowid
         leases.append(Lease(lease_id, device, units, owner, task, since, taken, word))
     return tuple(leases)
@@ -165,7 +167,7 @@ def insert_as(db: sqlite3.Connection, lease: Lease) -> Lease:
     again keeps its holders' lease ids), else a new one (inside a transaction)."""
     owner = lease.owner
     row = (lease.device, lease.units, *owner_columns(owner), lease.task, lease.since,
-           lease.taken, lease.held, owner.holder, owner.ticks)
+           lease.taken, lease.held, owner.holder, owner.ticks, owner.kernel, lease.active)
     free = db.execute("SELECT 1 FROM leases WHERE id = ?", (lease.id,)).fetchone() is None
     if free and lease.id > 0:
         db.execute(f"INSERT INTO leases (id, {COLUMNS.removeprefix('id, ')}) VALUES "
@@ -224,7 +226,46 @@ def check_share(device: object, units: object) -> None:
                          f"to {SCALE:,} ({SCALE:,} units = the whole device)")
 
 
-__all__ = ["COLUMNS", "HELD", "INSERT", "Exchange", "Lease", "NotYourLease", "Refusal",
-           "check_held", "check_share", "clock", "insert_as", "insert_lease", "lease_from_row",
-           "leases_of", "owner_columns", "owner_of_row", "rows_of", "short_device", "short_of",
-           "used_of", "wait_text"]
+def parse_take(item: tuple) -> tuple[str, dict[str, int], str]:
+    """A take of :meth:`.ledger.Ledger.exchange` as ``(task, shares, held)``, checked."""
+    task, shares, *rest = item
+    shares = dict(shares)
+    for device, units in shares.items():
+        check_share(device, units)
+    return str(task), shares, check_held(rest[0] if rest else "")
+
+
+def any_waits(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT EXISTS (SELECT 1 FROM waits)").fetchone()[0] == 1
+
+
+def count(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT count FROM changes").fetchone()[0])
+
+
+__all__ = [
+    "COLUMNS",
+    "HELD",
+    "INSERT",
+    "Exchange",
+    "Lease",
+    "NotYourLease",
+    "Refusal",
+    "any_waits",
+    "check_held",
+    "check_share",
+    "clock",
+    "count",
+    "insert_as",
+    "insert_lease",
+    "lease_from_row",
+    "leases_of",
+    "owner_columns",
+    "owner_of_row",
+    "parse_take",
+    "rows_of",
+    "short_device",
+    "short_of",
+    "used_of",
+    "wait_text",
+]

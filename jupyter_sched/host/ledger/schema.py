@@ -33,7 +33,8 @@ from ...model.quantity import SCALE
 FORMAT = 4
 """The ledger's format: 1 held leases only, 2 added the host's order among waiting work, 3 how
 each lease's share is held (``held``), 4 holders named by token and start ticks, each holder's
-use, the generation and the writer's guard."""
+use, the kernel a lease or wait is for and when its devices were last at work, the generation
+and the writer's guard."""
 
 APPLICATION_ID = 0x4A534C31  # "JSL1" in the SQLite header: this file is a lease ledger
 _IDENTITY = 1 << 22  # identities are 1 .. 2**22 - 1, above the format's byte
@@ -56,7 +57,9 @@ CREATE TABLE leases (
     taken REAL NOT NULL DEFAULT 0,  -- when its holder took it (since: when its task got it)
     held TEXT NOT NULL DEFAULT '',  -- logical, mps, torch; '': a whole device, or not said
     holder TEXT NOT NULL DEFAULT '',  -- the holder's token (its file in the holders directory)
-    ticks INTEGER NOT NULL DEFAULT 0  -- the holder's start, in clock ticks since boot
+    ticks INTEGER NOT NULL DEFAULT 0,  -- the holder's start, in clock ticks since boot
+    kernel TEXT NOT NULL DEFAULT '',  -- the Jupyter kernel it is held for, when known
+    active REAL NOT NULL DEFAULT 0  -- when its devices were last seen at work (0: not watched)
 );
 CREATE TABLE changes (id INTEGER PRIMARY KEY CHECK (id = 0), count INTEGER NOT NULL);
 INSERT INTO changes VALUES (0, 0);
@@ -85,7 +88,8 @@ CREATE TABLE waits (
     priority INTEGER NOT NULL,
     since REAL NOT NULL,
     holder TEXT NOT NULL DEFAULT '',
-    ticks INTEGER NOT NULL DEFAULT 0
+    ticks INTEGER NOT NULL DEFAULT 0,
+    kernel TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE usage (uid INTEGER PRIMARY KEY, user TEXT NOT NULL, value REAL NOT NULL,
                     at REAL NOT NULL);
@@ -165,7 +169,8 @@ def upgrade(db: sqlite3.Connection) -> None:
             db.execute("ALTER TABLE leases ADD COLUMN taken REAL NOT NULL DEFAULT 0")
             db.execute("UPDATE leases SET taken = since")
             for statement in statements(_WAITS.replace(
-                    "    holder TEXT NOT NULL DEFAULT '',\n    ticks INTEGER NOT NULL DEFAULT 0\n",
+                    "    holder TEXT NOT NULL DEFAULT '',\n    ticks INTEGER NOT NULL DEFAULT 0,\n"
+                    "    kernel TEXT NOT NULL DEFAULT ''\n",
                     "").replace("since REAL NOT NULL,\n);", "since REAL NOT NULL\n);")):
                 db.execute(statement)
         if version in (1, 2):
@@ -174,6 +179,8 @@ def upgrade(db: sqlite3.Connection) -> None:
             for table in ("leases", "waits"):
                 db.execute(f"ALTER TABLE {table} ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
                 db.execute(f"ALTER TABLE {table} ADD COLUMN ticks INTEGER NOT NULL DEFAULT 0")
+                db.execute(f"ALTER TABLE {table} ADD COLUMN kernel TEXT NOT NULL DEFAULT ''")
+            db.execute("ALTER TABLE leases ADD COLUMN active REAL NOT NULL DEFAULT 0")
             db.execute("DROP TABLE IF EXISTS kernel_use")  # (by pid: now by holder)
             db.execute("DROP INDEX IF EXISTS leases_by_device")
             for statement in statements(_FOUR + guards()):

@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...model.quantity import SCALE, format_units
+from .errors import LedgerError
 from .fairness import Wait
 from .ledger import Ledger
-from .opening import LedgerError
 from .order import EMPTY, Order
 from .rows import Lease, clock, short_device
 
@@ -269,8 +269,9 @@ def lease_json(lease: Lease, alive: bool | None = None) -> dict[str, object]:
     out: dict[str, object] = {
         "id": lease.id, "device": lease.device, "share": lease.units / SCALE,
         "units": lease.units, "user": owner.user, "uid": owner.uid, "pid": owner.pid,
-        "label": owner.label, "task": lease.task, "since": lease.since, "taken": lease.taken,
-        "host": owner.host, "enforced": lease.held or None}
+        "label": owner.label, "kernel": owner.kernel or None, "task": lease.task,
+        "since": lease.since, "taken": lease.taken, "host": owner.host,
+        "enforced": lease.held or None, "active": lease.active or None}
     if alive is not None:
         out["alive"] = alive
     return out
@@ -280,7 +281,8 @@ def wait_json(position: int, wait: Wait, reserved: dict[str, int]) -> dict[str, 
     demand = wait.demand
     return {
         "position": position, "id": wait.id, "user": wait.user, "uid": wait.uid,
-        "pid": wait.pid, "label": wait.label, "task": wait.task, "waits_for": demand.text(),
+        "pid": wait.pid, "label": wait.label, "kernel": wait.kernel or None, "task": wait.task,
+        "waits_for": demand.text(),
         "share": demand.units / SCALE, "units": demand.units, "count": demand.count,
         "devices": list(demand.devices), "priority": wait.priority, "since": wait.since,
         "reserves": [{"device": device, "share": units / SCALE, "units": units}

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..discovery import GpuInfo
-from .opening import LEASES_ENV
+
+LEASES_ENV = "JUPYTER_SCHED_LEASES"
+"""Environment variable naming the ledger (a file, or a directory to hold it) for every kernel."""
 
 
 def ledger_path(directory: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:

@@ -1,12 +1,12 @@
 """The ``%sched NAME`` commands, in one table: :data:`COMMANDS`, name -> :class:`Command`.
 
 Each command is a function of its own module, grouped by concern: :mod:`.tasks` (``status``,
-``nodes``, ``queue``, ``history``, ``cancel``, ``wait``, ``result``, ``log``), :mod:`.cluster`
-(``local``, ``connect``, ``start``, ``stop``), :mod:`.queues` (``queues``, ``drain``,
-``config``) and :mod:`.leases` (``leases``). A command sees the magics only as a
-:class:`CommandContext` (:mod:`.base`). A new command is a function in one of these modules
-(or a new one), listed in its module's ``COMMANDS``; the order here is the order of
-``%sched --help``.
+``nodes``, ``queue``, ``history``, ``cancel``, ``wait``, ``result``, ``log``, ``why``, and
+the steering ones), :mod:`.cluster` (``local``, ``connect``, ``start``, ``stop``),
+:mod:`.queues` (``queues``, ``drain``, ``config``) and :mod:`.leases` (``leases``). A command
+sees the magics only as a :class:`CommandContext` (:mod:`.base`). A new command is a function
+in one of these modules (or a new one), listed in its module's ``COMMANDS``; the order here is
+the order of ``%sched --help``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``%sched`` commands that show the scheduler and act on tasks: ``status`` (the default),
-``nodes``, ``queue``, ``history``, ``cancel``, ``wait``, ``result``, ``log``, and steer
-waiting ones: ``priority``, ``top``, ``hold``, ``release``."""
+``nodes``, ``queue``, ``history``, ``cancel``, ``wait``, ``result``, ``log``, ``why``, and
+steer waiting ones: ``priority``, ``top``, ``hold``, ``release``."""
 
 from __future__ import annotations
 
@@ -153,6 +153,17 @@ def log(ctx: CommandContext, args: Namespace):
     return None
 
 
+@command("why", "why a task runs, waits or ended so: its decisions and their causes")
+@ma.magic_arguments("sched why")
+@ma.argument("task", metavar="ID|NAME")
+@documented
+def why(ctx: CommandContext, args: Namespace):
+    """Say why a task runs, waits or ended as it did: its last decisions, oldest first, each
+    with the cause that led to it (its submission, a cancel, a time limit, another task's
+    end, a report from its executor)."""
+    print(ctx.scheduler.why(find_task(ctx, args.task)))
+
+
 @command("priority", "give a waiting task a new priority (it moves in its queue)")
 @ma.magic_arguments("sched priority")
 @ma.argument("task", metavar="ID|NAME", help="a waiting or held task (a gang moves as one)")
@@ -201,7 +212,7 @@ def _steered(act) -> str:
         raise UsageError(one_line(err)) from None
 
 
-COMMANDS = (status, nodes, queue, history, cancel, wait, result, log, priority, top, hold,
-            release)
+COMMANDS = (status, nodes, queue, history, cancel, wait, result, log, why, priority, top,
+            hold, release)
 
 __all__ = ["COMMANDS"]
