@@ -11,8 +11,11 @@ These inputs were accepted once: ``gang=('g', '2')``, ``retries=True``, ``preemp
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from IPython.core.error import UsageError
+from traitlets import TraitError
 
 from jupyter_sched.notebook.cell_options import parse_args
 from jupyter_sched.notebook.commands import COMMANDS
@@ -31,6 +34,11 @@ API = [
     ({"preemptible": "yes"}, "preemptible 'yes' must be True or False"),
     ({"labels": {"a": 1}}, "label 'a': 1: a label and its value are strings"),
     ({"name": "t1"}, "name 't1' reads as a task id"),
+    ({"name": ""}, "name '' is empty; give the task a name, or none"),
+    ({"name": " "}, "name ' ' is empty"),
+    ({"resources": {"GPU": 0.12345}}, "GPU=0.12345 cannot be held exactly: amounts go in "
+                                      "steps of 0.0001; ask for 0.1234 or 0.1235"),
+    ({"resources": {"GPU": 1 / 3}}, "ask for 0.3333 or 0.3334"),
 ]
 
 
@@ -71,6 +79,9 @@ MAGICS = [
     ("--gpus 0.5 --gpus 0.25", "--gpus is given twice (--gpus 0.5 and --gpus 0.25); give it "
      "once"),
     ("--name a --name=b", "--name is given twice (--name a and --name b)"),
+    ("--gpus 0.12345", "GPU='0.12345' cannot be held exactly: amounts go in steps of 0.0001; "
+     "ask for 0.1234 or 0.1235"),
+    ("--cpus 0.00015", "ask for 0.0001 or 0.0002"),
 ]
 
 
@@ -110,3 +121,31 @@ def test_start_cluster_bounds_its_engines(sched):
     for engines in (0, 10**6, True, "4"):
         with pytest.raises(ValueError, match="engines"):
             sched.start_cluster(engines=engines)
+
+
+def test_steering_and_queues_take_numbers_not_their_text(sched):
+    """The API takes an int where it asks for one (the magics read the text): a string is
+    refused, naming it, and nothing changes."""
+    queues = sched.snapshot(fresh=True).queues
+    with pytest.raises(ValueError, match=r"max_running \(0: no cap\) '3' must be a whole "
+                                         r"number from 0 to 1,000,000"):
+        sched.set_queue("inputs", max_running="3")
+    assert sched.snapshot(fresh=True).queues == queues
+    release = threading.Event()
+    running = sched.submit(release.wait, 30, resources="GPU=2")
+    waiting = sched.submit(lambda: 1, resources="GPU=2")
+    try:
+        with pytest.raises(ValueError, match=r"priority '5' must be a whole number"):
+            waiting.set_priority("5")
+        assert "priority 5" in waiting.set_priority(5)
+    finally:
+        release.set()
+    assert running.result(30) is True and waiting.result(30) == 1
+
+
+@pytest.mark.parametrize("value", [True, False, "300"])
+def test_a_number_setting_refuses_a_bool_or_text(value):
+    s = Scheduler()
+    with pytest.raises(TraitError, match="fair_share_half_life"):
+        s.fair_share_half_life = value
+    assert s.fair_share_half_life == 300.0

@@ -87,14 +87,12 @@ def test_canonical_name_refuses(raw, fragments):
         (GPU, 1, SCALE),
         (GPU, "2", 2 * SCALE),
         (GPU, 2.0, 2 * SCALE),
-        (GPU, 1.00001, SCALE),  # rounds to a whole device
         (GPU, 0.0001, 1),
         (GPU, 0, 0),
         (GPU, 10**9, 10**9 * SCALE),
         (CPU, "2", 2 * SCALE),
         (CPU, 0.5, 5000),
         (CPU, 1.5, 15000),  # CPUs are not devices: any amount
-        (CPU, 2 / 3, 6667),
         ("fpga", 2.5, 25000),  # custom: any amount unless declared per device
         (MEMORY, "16GiB", 16 * GiB * SCALE),
         (MEMORY, "512MB", 512 * 10**6 * SCALE),
@@ -104,6 +102,18 @@ def test_canonical_name_refuses(raw, fragments):
 )
 def test_parse_amount(name, value, units):
     assert parse_amount(name, value) == units
+
+
+@pytest.mark.parametrize(("name", "value", "nearest"), [
+    (GPU, 1.00001, "ask for 1 or 1.0001"),
+    (CPU, 2 / 3, "ask for 0.6666 or 0.6667"),
+    (GPU, "0.12345", "ask for 0.1234 or 0.1235"),
+])
+def test_an_amount_that_cannot_be_held_exactly_is_refused_naming_the_nearest(name, value,
+                                                                             nearest):
+    with pytest.raises(ValueError, match=f"cannot be held exactly: amounts go in steps of "
+                                         f"0.0001; {nearest}"):
+        parse_amount(name, value)
 
 
 def test_parse_amount_unit_instance_is_configurable():

@@ -111,6 +111,27 @@ def to_units(value: object, name: str = "amount", *, limit: int = MAX_COUNT) -> 
     return units
 
 
+def to_exact_units(value: object, name: str = "amount", *, limit: int = MAX_COUNT) -> int:
+    """Amount -> units, refusing an amount that is not a whole number of units as written
+    (a request is held exactly, or not taken: 0.12345 is neither 0.1234 nor 0.1235).
+
+    >>> to_exact_units("0.1234"), to_exact_units(0.5)
+    (1234, 5000)
+    """
+    units = to_units(value, name, limit=limit)
+    number = _number(value, name)
+    if isinstance(number, int):
+        return units
+    written = value.strip() if isinstance(value, str) else repr(number)
+    if Fraction(written) * SCALE != units:
+        step = 1 / SCALE
+        low = math.floor(Fraction(written) * SCALE)
+        raise ValueError(
+            f"{name}={value!r} cannot be held exactly: amounts go in steps of {step}; ask for "
+            f"{format_units(max(low, 1))} or {format_units(low + 1)}")
+    return units
+
+
 def parse_bytes(value: object, name: str = "memory") -> int:
     """A size in bytes from an int, a float or a string with an optional suffix.
 

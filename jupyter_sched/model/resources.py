@@ -27,8 +27,8 @@ from .quantity import (
     format_units,
     from_units,
     parse_bytes,
+    to_exact_units,
     to_float,
-    to_units,
 )
 
 CPU: Final = "CPU"
@@ -72,7 +72,7 @@ def parse_amount(name: str, value: object, unit_instance: Iterable[str] = UNIT_I
     """
     if name == MEMORY:
         return parse_bytes(value, name) * SCALE
-    units = to_units(value, name)
+    units = to_exact_units(value, name)
     if name in unit_instance and units > SCALE and units % SCALE:
         raise ValueError(
             f"{name}={value!r}: a {name} request is either a fraction below 1 (a share of one "

@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, observe, validate
+from traitlets import Bool, Enum, Int, TraitError, Unicode, observe, validate
 from traitlets.config import Configurable
 
 from ..core import events as ev
@@ -42,7 +42,7 @@ from ..executors.local.executor import LocalExecutor
 from ..host.discovery import HostInfo, discover_host
 from ..host.enforce import CHOICES as ENFORCE_CHOICES
 from ..host.live import GpuMonitor
-from ..model.limits import MAX_RUNNING, check_name, check_seconds, check_whole
+from ..model.limits import MAX_RUNNING, check_int, check_name, check_seconds
 from ..model.resources import parse_resources
 from ..model.tasks import HELD
 from ..views import snapshot as snapshots
@@ -59,7 +59,7 @@ from .local_node import LOCAL
 from .loop import HISTORY, Clock, Debugging, LoopSettings, RuntimeLoop
 from .publishing import EMPTY
 from .records import Records
-from .setting_rules import APPLIED, NUMBERS, WATCHED, checked
+from .setting_rules import APPLIED, NUMBERS, WATCHED, Number, checked
 from .submitter import Submitter
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class Scheduler(Configurable):
     policy = Enum(POLICIES, default_value="binpack", help=(
         "Where tasks go first: 'binpack' fills a node before the next, 'spread' balances, "
         "'hybrid' packs below a utilisation threshold then spreads.")).tag(config=True)
-    reservation_after = Float(1.0, help=(
+    reservation_after = Number(1.0, help=(
         "Seconds a job at the head of its queue may wait before resources are held for it "
         "as they free up (so big gangs do not starve behind small tasks).")).tag(config=True)
     preemption = Bool(False, help=(
@@ -88,11 +88,11 @@ class Scheduler(Configurable):
         "queue over its deserved share for a queue below its own (reclaim), and any for an "
         "interactive task within its queue's guarantee. Interactive tasks are never stopped."
     )).tag(config=True)
-    fair_share_half_life = Float(300.0, help=(
+    fair_share_half_life = Number(300.0, help=(
         "Seconds after which what a queue used counts half in its fair share against the "
         "other queues (a queue that just had the GPUs yields to one that did not); 0: only "
         "what queues hold now counts.")).tag(config=True)
-    pipeline = Float(0.1, help=(
+    pipeline = Number(0.1, help=(
         "Send the next tasks of a backlog to a busy engine before it is free, when the last "
         "task of the same function there took at most this many seconds (as many as should "
         f"start within it, at most {AHEAD} an engine), so engines never idle between short tasks "
@@ -103,7 +103,7 @@ class Scheduler(Configurable):
         "Declared resources of the kernel's host instead of discovered ones, e.g. "
         "'GPU=2,gpu_memory=16GiB,CPU=8' (empty: discover CPUs, memory and NVML GPUs).")
     ).tag(config=True)
-    update_interval = Float(0.25, help=(
+    update_interval = Number(0.25, help=(
         "Seconds between state updates sent to observers (dashboard, status lines), at most."
     )).tag(config=True)
     max_rows = Int(200, help="Tasks of each kind (running, waiting, history) in a snapshot."
@@ -488,7 +488,7 @@ class Scheduler(Configurable):
         cap = parse_resources(capability) if capability is not None else None
         guar = parse_resources(guarantee) if guarantee is not None else None
         if max_running is not None:
-            max_running = check_whole(max_running, "max_running (0: no cap)", 0, MAX_RUNNING)
+            max_running = check_int(max_running, "max_running (0: no cap)", 0, MAX_RUNNING)
         self._request([ev.QueueSet(name, parent, weight, cap, guar, priority, state,
                                    max_running, cause=f"queue-set-user-{name}")])
 

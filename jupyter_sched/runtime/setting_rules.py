@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from traitlets import TraitError
+from traitlets import Float, TraitError
 
 from ..model.limits import check_int, check_seconds
 
@@ -56,5 +56,15 @@ def checked(check: Callable[..., Any], value: object, what: str, *args: Any) -> 
         raise TraitError(str(err)) from None
 
 
-__all__ = ["APPLIED", "MAX_ROWS", "MIN_UPDATE_INTERVAL", "NUMBERS", "WATCHED", "between",
-           "checked"]
+class Number(Float):  # type: ignore[type-arg]
+    """A number setting: a float or an int, never a bool (traitlets' Float takes ``True`` as
+    1.0; ``Scheduler.fair_share_half_life = True`` is refused, as ``max_rows = True`` is)."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, bool):
+            self.error(obj, value)
+        return super().validate(obj, value)
+
+
+__all__ = ["APPLIED", "MAX_ROWS", "MIN_UPDATE_INTERVAL", "NUMBERS", "WATCHED", "Number",
+           "between", "checked"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core import events as ev
-from ..model.limits import MAX_PRIORITY, check_whole
+from ..model.limits import MAX_PRIORITY, check_int
 from ..model.tasks import HELD, INFEASIBLE, QUEUED, RUNNING
 from ..views import format as fmt
 
@@ -25,7 +25,7 @@ def steer(sched: Any, task: object, action: str, priority: object = None) -> str
     handle = handle_of(sched, task)
     number = None
     if action == "priority":
-        number = check_whole(priority, "priority", -MAX_PRIORITY, MAX_PRIORITY)
+        number = check_int(priority, "priority", -MAX_PRIORITY, MAX_PRIORITY)
     label = fmt.task_label(handle)
     if handle.gang is not None:
         label = f"gang {handle.gang!r} ({label} and the rest)"

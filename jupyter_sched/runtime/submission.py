@@ -178,6 +178,9 @@ def check_task_name(name: object) -> str:
     """A name given to a task: a string, not one that reads as another task's id."""
     if not isinstance(name, str):
         raise ValueError(f"name {_short(name)} must be a string")
+    if not name.strip():
+        raise ValueError(f"name {name!r} is empty; give the task a name, or none (name=None: "
+                         f"the function's own)")
     if TASK_ID.fullmatch(name):
         raise ValueError(f"name {name!r} reads as a task id (ids are t1, t2, ...): "
                          f"%sched cancel {name} would mean that task; choose another name")

@@ -83,11 +83,10 @@ class LedgerConnection:
     def db(self) -> sqlite3.Connection:
         """The connection, opened (and the ledger made) if needed (lock held)."""
         if self._conn is None or self._pid != os.getpid():
-            existed = os.path.lexists(self.path)
-            conn = open_ledger(self.path, self._shared, self.timeout)
+            conn, made = open_ledger(self.path, self._shared, self.timeout)
             self._conn, self._pid, self.fresh = conn, os.getpid(), True
             self.opened = _with_identity(self.path, Health.of(self.path))
-            self.made = not existed
+            self.made = made
             self.seen, self.settled = None, False
             conn.execute("SELECT count FROM changes").fetchone()  # (SQLite opens -wal, -shm)
             self._beside = {}

@@ -25,13 +25,16 @@ from .schema import APPLICATION_ID, FORMAT
 from .where import LEASES_ENV
 
 
-def open_ledger(path: Path, shared: bool | None, timeout: float) -> sqlite3.Connection:
+def open_ledger(path: Path, shared: bool | None,
+                timeout: float) -> tuple[sqlite3.Connection, bool]:
     """A connection (autocommit: transactions are explicit) to the checked ledger at ``path``,
     made if missing: group-readable and -writable when ``shared``, or when None and the
-    directory is group-writable; waiting up to ``timeout`` s for another process's lock."""
-    _prepare(path, shared)
+    directory is group-writable; waiting up to ``timeout`` s for another process's lock. And
+    whether this process made the file it opened (of two that make one at once, only the one
+    whose file was put in place did)."""
+    made = _prepare(path, shared)
     try:
-        return _connect(path, timeout)
+        return _connect(path, timeout), made
     except sqlite3.Error as err:
         raise error_of(path, err) from err
 
@@ -39,9 +42,10 @@ def open_ledger(path: Path, shared: bool | None, timeout: float) -> sqlite3.Conn
 # -- inside -----------------------------------------------------------------------------------
 
 
-def _prepare(path: Path, shared: bool | None) -> None:
+def _prepare(path: Path, shared: bool | None) -> bool:
     """Make the file (with the right mode) if missing; refuse one this user cannot use, and
-    one it must not trust (:func:`_trusted_place`, :func:`_check_trust`)."""
+    one it must not trust (:func:`_trusted_place`, :func:`_check_trust`). Whether the file
+    there is the one made here."""
     directory = path.parent
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -56,9 +60,10 @@ def _prepare(path: Path, shared: bool | None) -> None:
             f"{'' if place.shared else 'not '}a setgid directory of a group; a shared ledger "
             f"needs one (chmod 2770), a private one a directory of yours")
     mode = 0o660 if place.shared else 0o600
+    made = False
     if not os.path.lexists(path):
         try:
-            _make(path, mode)
+            made = _make(path, mode)
         except (OSError, sqlite3.Error) as err:
             raise LedgerError(f"cannot make the lease ledger {path}: {err}; make {directory} "
                               f"writable for you, or choose another path with "
@@ -82,15 +87,16 @@ def _prepare(path: Path, shared: bool | None) -> None:
         _claim((wal, shm), mode)
     for name in (wal, shm):
         _check_trust(path, name, place)
+    return made
 
 
-def _make(path: Path, mode: int) -> None:
+def _make(path: Path, mode: int) -> bool:
     """A complete ledger at ``path``, or none: kernels that start together must never see a
     half-made file (switching a file to WAL while another process has it open fails).
 
     It is made in a directory of its own (a random name, mode 0700: nobody can plant a link
     where SQLite makes its files) and linked into place, which fails if another process
-    linked its own first; then that one is used."""
+    linked its own first; then that one is used (and False is returned: not made here)."""
     workdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent))
     draft = workdir / path.name
     try:
@@ -110,13 +116,17 @@ def _make(path: Path, mode: int) -> None:
             clear_companions(path, orphans=True)
         try:
             os.link(draft, path, follow_symlinks=False)
+            return True
         except FileExistsError:
-            pass
+            return False
         except OSError:  # a filesystem without hard links: an empty file, filled on opening
-            with contextlib.suppress(FileExistsError):
+            try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-                os.fchmod(fd, mode)
-                os.close(fd)
+            except FileExistsError:
+                return False
+            os.fchmod(fd, mode)
+            os.close(fd)
+            return True
     finally:
         for name in (draft, *(Path(f"{draft}{end}") for end in ("-wal", "-shm", "-journal"))):
             with contextlib.suppress(FileNotFoundError):
