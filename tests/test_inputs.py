@@ -20,6 +20,7 @@ from traitlets import TraitError
 from jupyter_sched.notebook.cell_options import parse_args
 from jupyter_sched.notebook.commands import COMMANDS
 from jupyter_sched.notebook.magics import parse_cell
+from jupyter_sched.runtime.scheduler import Scheduler
 
 API = [
     ({"gang": ("g", "2")}, "size '2' must be a whole number"),
