@@ -201,9 +201,10 @@ def test_each_run_of_a_retried_task_is_on_the_timeline(hub):
     handle.result(timeout=10)
     data = {}
 
-    def two_runs():
+    def two_runs():  # (a snapshot published while the second ran shows it running)
         data.update(comm.snapshots()[-1]["data"])
-        return len([r for r in data["timeline"] if r["task"] == handle.id]) == 2
+        runs = [r for r in data["timeline"] if r["task"] == handle.id]
+        return len(runs) == 2 and all(r["end"] is not None for r in runs)
     wait_until(two_runs)
     runs = [r for r in data["timeline"] if r["task"] == handle.id]
     assert runs[0]["end"] <= runs[1]["start"] and all(r["state"] == "done" for r in runs)

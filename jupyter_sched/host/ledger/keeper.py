@@ -165,9 +165,11 @@ class Keeper:
         """Heal the ledger in use; a fresh one that replaced another made this boot, with no
         other holder's file to fill it from, gets a grace (its holders may not have put their
         files back yet)."""
-        mine = self._mine()
+        mine, liveness = self._mine(), self._liveness()
         with self.file.transaction(verify=False) as db:
-            healing, others = heal(db, mine, self._liveness(), what or "was made",
+            if not what and consistent(db, mine, liveness):
+                return  # (a first ledger that lacks nothing: others may use it already)
+            healing, others = heal(db, mine, liveness, what or "was made",
                                    self.file.aside if fresh else "")
             if fresh and what and not others and made_before_this_boot(self.file.path):
                 lease_order.set_grace(db, GRACE)
