@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Scheduler(Protocol):
+class HandleOwner(Protocol):
     """What a handle asks of the scheduler that made it (the scheduler imports the handles,
     not the other way round)."""
 
@@ -81,7 +81,7 @@ class TaskTimeout(TaskFailed, TimeoutError):
 class TaskHandle(LightFuture):
     """One task. Reads its live state from the scheduler's record of it."""
 
-    def __init__(self, scheduler: Scheduler, record: TaskRecord) -> None:
+    def __init__(self, scheduler: HandleOwner, record: TaskRecord) -> None:
         super().__init__()
         self._scheduler = scheduler
         self._record = record
@@ -334,7 +334,7 @@ class GangHandle(LightFuture):
     finishing. Members that never ran (a gang started with ``min`` of ``size``) give None.
     """
 
-    def __init__(self, scheduler: Scheduler, name: str, members: list[TaskHandle]) -> None:
+    def __init__(self, scheduler: HandleOwner, name: str, members: list[TaskHandle]) -> None:
         super().__init__()
         self._scheduler = scheduler
         self.name = name

@@ -24,7 +24,7 @@ from .futures import LightFuture
 from .handles import TaskHandle
 
 
-class Owner(Protocol):
+class ItemOwner(Protocol):
     """What an item asks of its map (the map imports the items, not the other way round)."""
 
     id: str
@@ -44,7 +44,7 @@ def _chunk_attr(name: str, default: Any = None, doc: str = "") -> property:
 class ItemHandle(LightFuture):
     """One item of a batched map."""
 
-    def __init__(self, owner: Owner, index: int) -> None:
+    def __init__(self, owner: ItemOwner, index: int) -> None:
         super().__init__()
         self._map = owner
         self.index = index

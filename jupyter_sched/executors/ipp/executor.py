@@ -20,7 +20,7 @@ change their state under the executor's lock, and every report leaves through it
 * :class:`.gangs.Gangs`: gang members held until rank 0's host names a port;
 * :class:`.faults.Faults`: stops (interrupt, then kill), and engines that die or leave;
 * :class:`.replace.Replacements`: engines lost from a cluster we started, started again;
-* :class:`.leases.HostLeases`: GPU leases in the ledgers of engines' hosts, and MPS.
+* :class:`.leases.EngineLeases`: GPU leases in the ledgers of engines' hosts, and MPS.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from .faults import EngineLost, Faults, RemoteTaskError
 from .gangs import Gangs
 from .kept import Journal
 from .kept.notes import RunNotes
-from .leases import HostLeases, engine_enforcement
+from .leases import EngineLeases, engine_enforcement
 from .pipeline import Pipeline
 from .registry import EngineView, Registry
 from .replace import Replacements
@@ -98,7 +98,7 @@ class IppExecutor(Executor):
         self._restarted: set[str] = set()  # slots whose idle engine was started again
         self._faults = Faults(guard, self.connection, self._registry, self._pipeline,
                               stop_grace=stop_grace, lost=self._replacements.lost, notes=notes)
-        self._leases = HostLeases(guard, self.connection, self._registry, self._pipeline.idle,
+        self._leases = EngineLeases(guard, self.connection, self._registry, self._pipeline.idle,
                                   lambda: self.settings, lambda: runtime.gpu_work_waits,
                                   lambda: self.kept)
         self._timings = Timings()
