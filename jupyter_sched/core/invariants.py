@@ -50,7 +50,7 @@ def check(self: Books) -> None:
                    if s.task is not None), node
         assert all(self.assigned[t].slot == s.id and s.task is not None
                    for s in node.slots.values() for t in s.ahead), node
-        assert node.keys == Cluster._keys(node), node
+        assert node.keys == Cluster.index_keys(node), node
         assert node.capped == sum(s.cap is not None for s in node.slots.values()), node
         capped += node.capped
     assert self.cluster.capped == capped, (self.cluster.capped, capped)
