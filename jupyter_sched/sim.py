@@ -43,7 +43,7 @@ from .model.resources import GPU, Demand, parse_resources
 from .model.tasks import RUNNING, TERMINAL, GangSpec, TaskSpec
 
 
-class Task:
+class SimTask:
     """A simulated task: a view of the core's task plus where and when it ran."""
 
     def __init__(self, sim: Simulation, task_id: str, name: str, duration: float,
@@ -79,7 +79,7 @@ class Task:
         return self.refused if task is None else task.reason
 
     def __repr__(self) -> str:
-        return f"<sim.Task {self.id} {self.name!r} {self.state} node={self.node}>"
+        return f"<SimTask {self.id} {self.name!r} {self.state} node={self.node}>"
 
 
 @dataclass
@@ -110,7 +110,7 @@ class Simulation:
         self.stop_delay = _delay_range(stop_delay)
         self.rng = random.Random(seed)
         self.now = 0.0
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, SimTask] = {}
         self.trace: list[tuple[float, ev.Instruction]] = []
         self.refused: list[tuple[float, Any, str]] = []
         self._heap: list[tuple[float, int, Any]] = []
@@ -234,7 +234,7 @@ class Simulation:
         batch: bool | None = None,
         min_runtime: float = 0.0,
         cuda: bool = True,
-    ) -> Task | list[Task]:
+    ) -> SimTask | list[SimTask]:
         """A task (or, with ``gang=(name, size[, min])``, a list of gang members). ``fails``:
         how many of its attempts fail (each at the end of its duration) before one succeeds.
         ``family``: what it runs, as far as pipelining cares (default: its name, or ``"sim"``).
@@ -271,15 +271,15 @@ class Simulation:
                             preemptible if batch is None else batch,
                             family if family is not None else name or "sim", min_runtime)
             spec.check()
-            made.append((spec, Task(self, task_id, member_name, duration, fails, cuda)))
+            made.append((spec, SimTask(self, task_id, member_name, duration, fails, cuda)))
         self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel"))
         for _, task in made:
             task.submitted = at
             self.tasks[task.id] = task
         return [t for _, t in made] if gang_spec else made[0][1]
 
-    def cancel(self, task: Task | str, at: float = 0.0) -> None:
-        task_id = task.id if isinstance(task, Task) else task
+    def cancel(self, task: SimTask | str, at: float = 0.0) -> None:
+        task_id = task.id if isinstance(task, SimTask) else task
         if task_id not in self.tasks:
             raise ValueError(f"no task {task_id!r} in this simulation")
         submitted = self.tasks[task_id].submitted
@@ -288,11 +288,11 @@ class Simulation:
                              f"(at {submitted:g})")
         self._at(at, ev.Cancel(task_id))
 
-    def steer(self, task: Task | str, action: str, priority: int | None = None,
+    def steer(self, task: SimTask | str, action: str, priority: int | None = None,
               at: float = 0.0) -> None:
         """At ``at``, the user steers a waiting task: ``"priority"`` (to ``priority``),
         ``"top"`` (first in its queue), ``"hold"`` or ``"release"``."""
-        task_id = task.id if isinstance(task, Task) else task
+        task_id = task.id if isinstance(task, SimTask) else task
         if task_id not in self.tasks:
             raise ValueError(f"no task {task_id!r} in this simulation")
         if action not in ev.STEERS:
@@ -427,7 +427,7 @@ class Simulation:
         self._at(self.now + task.duration, ("finish", task.id, attempt))
         self._fix_cap(instruction, task)
 
-    def _fix_cap(self, instruction: ev.Start, task: Task) -> None:
+    def _fix_cap(self, instruction: ev.Start, task: SimTask) -> None:
         """An MPS engine's first task with a GPU share that uses CUDA fixes its cap: reported
         to the core now, as a real engine would."""
         slot = instruction.slot

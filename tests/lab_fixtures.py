@@ -183,7 +183,7 @@ def render(sched: Any, snap: Any, h: dict[str, Any], fixed: Fixed) -> dict[str, 
     """The bundles and the comm snapshot of ``snap``, with what varies fixed."""
     from jupyter_sched.notebook import comm, comm_messages, statusline
     from jupyter_sched.views import display
-    from jupyter_sched.views.timeline import WINDOW, Run
+    from jupyter_sched.views.timeline import WINDOW, GpuRun
 
     real_runs = comm._runs_of(sched)
     views = [*snap.running, *snap.waiting, *snap.history]
@@ -193,8 +193,8 @@ def render(sched: Any, snap: Any, h: dict[str, Any], fixed: Fixed) -> dict[str, 
                  *(t for rs in runs.values() for r in rs for t in (r.start, r.end))])
     shown = fixed.snapshot(snap)
 
-    def runs_of(task_id: str) -> list[Run]:
-        return [Run(r.node, r.gpus, fixed.time(r.start), fixed.time(r.end))
+    def runs_of(task_id: str) -> list[GpuRun]:
+        return [GpuRun(r.node, r.gpus, fixed.time(r.start), fixed.time(r.end))
                 for r in runs.get(task_id, [])]
 
     by_id = {v.id: v for v in (*shown.running, *shown.waiting, *shown.history)}

@@ -20,7 +20,7 @@ import sys
 def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from jupyter_sched.host.ledger import Ledger, WaitSpec
-    from jupyter_sched.host.ledger.fairness import Demand
+    from jupyter_sched.host.ledger.fairness import GpuDemand
     from jupyter_sched.host.ledger.holders import token
     from jupyter_sched.testing import step_wall_clock
 
@@ -39,7 +39,7 @@ def main() -> None:
         "held": held,
         "step": lambda seconds: step_wall_clock(float(seconds)),
         "wait": lambda device, units, task: ledger.set_waits(
-            [WaitSpec(task, Demand(int(units), 1, (device,)), 0, 0.0)]),
+            [WaitSpec(task, GpuDemand(int(units), 1, (device,)), 0, 0.0)]),
         "waits": lambda: [[w.user, w.pid, w.task, w.holder] for w in ledger.view()[1].waits],
         "look": lambda: [healing.text(ledger.path) for healing in ledger.look_after()],
         "pid": os.getpid,

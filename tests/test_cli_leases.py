@@ -62,14 +62,14 @@ def leases(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 HOLD = """
 import json, sys
-from jupyter_sched.host.ledger.fairness import Demand
+from jupyter_sched.host.ledger.fairness import GpuDemand
 from jupyter_sched.host.ledger.order import WaitSpec
 from jupyter_sched.host.ledger import Ledger
 path, label, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 ledger = Ledger(path, label=label)
 ids = [ledger.take(device, units, task=task, held=held[0] if held else "").id
        for device, units, task, *held in spec["takes"]]
-ledger.set_waits([WaitSpec(task, Demand(units, count, tuple(devices)), priority, since)
+ledger.set_waits([WaitSpec(task, GpuDemand(units, count, tuple(devices)), priority, since)
                   for task, units, count, devices, priority, since in spec["waits"]])
 print(json.dumps(ids), flush=True)
 if spec["hold"]:

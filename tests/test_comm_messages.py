@@ -13,7 +13,7 @@ from jupyter_sched.notebook import comm_messages as m
 from jupyter_sched.sim import Simulation
 from jupyter_sched.views import snapshot as snapshots
 from jupyter_sched.views.display import LIMIT, to_json
-from jupyter_sched.views.timeline import Run, timeline
+from jupyter_sched.views.timeline import GpuRun, timeline
 
 
 def command(name: str, msg_id: str = "c1", **args) -> dict:
@@ -95,11 +95,11 @@ BAD = [
 
 
 def test_each_command_is_read_with_its_arguments():
-    assert m.read_command(command("cancel", task="t7")) == m.Command("c1", "cancel",
+    assert m.read_command(command("cancel", task="t7")) == m.CommandMessage("c1", "cancel",
                                                                      {"task": "t7"})
     assert m.read_command(command("cancel_all")).args == {}
     for name in ("top", "hold", "release"):
-        assert m.read_command(command(name, task="t12")) == m.Command("c1", name,
+        assert m.read_command(command(name, task="t12")) == m.CommandMessage("c1", name,
                                                                       {"task": "t12"})
     assert m.read_command(command("drain", node="n1", on=False)).args == {"node": "n1",
                                                                           "on": False}
@@ -170,7 +170,7 @@ def ran_on_gpu1(snap: snapshots.Snapshot):
 
     def runs_of(task_id: str):
         view = ended.get(task_id)
-        return [Run("n1", {1: 1.0}, view.started, view.ended)] if view else None
+        return [GpuRun("n1", {1: 1.0}, view.started, view.ended)] if view else None
     return runs_of
 
 
@@ -197,7 +197,7 @@ def test_a_task_started_again_has_one_entry_per_run():
     snap, _ = simulated(queued=0)
     a = next(v for v in snap.running if v.name == "a")
     assert a.started == 0.0
-    earlier = [Run("n1", {1: 0.5}, -2.0, -1.0), Run("n1", {0: 0.25, 1: 0.25}, -1.0, -0.5)]
+    earlier = [GpuRun("n1", {1: 0.5}, -2.0, -1.0), GpuRun("n1", {0: 0.25, 1: 0.25}, -1.0, -0.5)]
     rows = timeline(snap, runs_of=lambda task: earlier if task == a.id else None)
     mine = [(r["device"], r["share"], r["start"], r["end"]) for r in rows if r["task"] == a.id]
     assert mine == [(1, 0.5, -2.0, -1.0), (0, 0.25, -1.0, -0.5), (1, 0.25, -1.0, -0.5),
@@ -215,7 +215,7 @@ def test_the_record_keeps_each_run_when_a_task_starts_again():
 
 def test_the_timeline_keeps_the_newest_500():
     snap, _ = simulated(queued=0)
-    many = [Run("n1", {0: 0.001}, float(i) / 1000, float(i) / 1000 + 0.0005) for i in range(600)]
+    many = [GpuRun("n1", {0: 0.001}, float(i) / 1000, float(i) / 1000 + 0.0005) for i in range(600)]
     rows = timeline(snap, runs_of=lambda task: many)
     everything = timeline(snap, runs_of=lambda task: many, limit=10_000)
     assert len(everything) == 602 and len(rows) == 500

@@ -21,7 +21,7 @@ def running(sched, handle) -> None:
     for _ in range(1000):
         if handle.state == "running":
             return
-        sched._catch_up()
+        sched._control.catch_up()
         threading.Event().wait(0.005)
     raise AssertionError(f"{handle} never started")
 
@@ -31,7 +31,7 @@ class Held:
 
     def __init__(self, sched) -> None:
         self.inside, self.gate = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=sched._on_runtime, args=(self._hold,))
+        self.thread = threading.Thread(target=sched.inspect_core, args=(self._hold,))
         self.thread.start()
         assert self.inside.wait(WAIT)
 
@@ -79,7 +79,7 @@ def test_a_handle_read_on_the_scheduler_thread_before_the_report_says_done(sched
         h.result(timeout=WAIT)
         read.extend([h.state, h.running(), h._record.state])
 
-    sched._on_runtime(on_runtime)
+    sched.inspect_core(on_runtime)
     assert read == ["done", False, "running"]
     assert h.state == "done"
 

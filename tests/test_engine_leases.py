@@ -434,7 +434,7 @@ class Requests:
 
 def host_leases(hosts, engine, runtime, busy=(), requests=None):
     """The lease part over one engine on h1 (``busy``: the engine ids running a task)."""
-    return kernel_side.HostLeases(Guard(runtime), requests or Requests(),
+    return kernel_side.EngineLeases(Guard(runtime), requests or Requests(),
                                   Engines(hosts, engine), lambda eid: eid not in busy,
                                   lambda: ExecutorSettings(),
                                   lambda: runtime.gpu_work_waits)

@@ -32,7 +32,7 @@ class _Record:
 
 
 class _NoScheduler:
-    def _catch_up(self) -> None:
+    def catch_up(self) -> None:
         pass
 
 
@@ -52,12 +52,12 @@ POINTS = ["before", "inside-first", "inside-second", "after"]
 def test_callbacks_run_once_wherever_the_early_resolution_lands(point, monkeypatch):
     handle, record, calls = _handle()
     record.state, record.result = DONE, 42  # the scheduler's thread recorded the end
-    early = lambda: TaskHandle._resolve_early(handle, 42)  # noqa: E731
+    early = lambda: TaskHandle.resolve_early(handle, 42)  # noqa: E731
 
     # the two steps of settling, whatever their order in the code: the early resolution is
     # injected before or after the first step the settling takes, or before or after all
     steps = {"n": 0}
-    for name in ("_resolve_as", "_callbacks_due"):
+    for name in ("resolve_as", "callbacks_due"):
         original = getattr(TaskHandle, name)
 
         def step(self, *args, _original=original, **kwargs):
@@ -73,13 +73,13 @@ def test_callbacks_run_once_wherever_the_early_resolution_lands(point, monkeypat
 
     if point == "before":
         early()
-    handle._settle()
+    handle.settle()
     if point == "after":
         early()
-        handle._settle()  # (the scheduler's thread settles a handle resolved early)
+        handle.settle()  # (the scheduler's thread settles a handle resolved early)
     assert handle.done() and handle.result(0) == 42
     assert calls == [42]
-    assert handle._early is False
+    assert handle.resolved_early is False
 
 
 def test_a_report_taken_and_settled_before_its_early_resolution_still_runs_the_callbacks(
@@ -89,7 +89,7 @@ def test_a_report_taken_and_settled_before_its_early_resolution_still_runs_the_c
     then goes on settling. The callback must still run (it did not: a map's chunk stayed
     unread, its items unfinished)."""
     checked, resolved = threading.Event(), threading.Event()
-    original_due, original_early = TaskHandle._callbacks_due, TaskHandle._resolve_early
+    original_due, original_early = TaskHandle.callbacks_due, TaskHandle.resolve_early
     target: dict = {}
 
     def callbacks_due(self):
@@ -107,8 +107,8 @@ def test_a_report_taken_and_settled_before_its_early_resolution_still_runs_the_c
             return
         original_early(self, result)
 
-    monkeypatch.setattr(TaskHandle, "_callbacks_due", callbacks_due)
-    monkeypatch.setattr(TaskHandle, "_resolve_early", resolve_early)
+    monkeypatch.setattr(TaskHandle, "callbacks_due", callbacks_due)
+    monkeypatch.setattr(TaskHandle, "resolve_early", resolve_early)
     sched = Scheduler(local_resources="CPU=2").start()
     try:
         gate = threading.Event()

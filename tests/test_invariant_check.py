@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from jupyter_sched.runtime.scheduler import Scheduler
 from waiting import wait_for
+
+from jupyter_sched.runtime.scheduler import Scheduler
 
 
 def test_a_broken_invariant_is_caught_at_the_next_step_and_the_scheduler_goes_on():

@@ -211,7 +211,7 @@ def test_an_engine_result_is_in_hand_before_the_scheduler_thread_takes_its_repor
         inside.set()
         gate.wait(30)
 
-    holder = threading.Thread(target=sched._on_runtime, args=(hold,))
+    holder = threading.Thread(target=sched.inspect_core, args=(hold,))
     holder.start()
     try:
         assert inside.wait(30)

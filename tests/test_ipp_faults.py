@@ -122,7 +122,7 @@ def test_two_thousand_tiny_tasks_each_end_exactly_once(floating):
     assert all(ends[i] == 1 for i in ids), {i: ends[i] for i in ids if ends[i] != 1}
     # and nothing of them is left behind in the runtime's tables (who runs after whom, live
     # records, leases): the runtime keeps no entry per task once it ended
-    sched._catch_up()
+    sched._control.catch_up()
     left = sched.inspect_core(lambda core: (dict(loop.records.behind), set(loop.records.live),
                                             loop.leases.tasks() if loop.leases else []))
     assert left == ({}, set(), []), left

@@ -188,7 +188,7 @@ def test_cancelling_all_handles_cancels_everything_not_done(engines, tmp_path):
     assert all(h.done() for h in sched.wait(timeout=WAIT))
     assert [c.state for c in chunks] == ["cancelled"] * 4  # the running ones were stopped
     assert list(tmp_path.iterdir()) == []
-    assert sched._maps == set()
+    assert sched._control.maps == set()
 
 
 # -- the progress bar ------------------------------------------------------------------------------

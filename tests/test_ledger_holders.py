@@ -27,7 +27,7 @@ import pytest
 
 from jupyter_sched.host.ledger import Ledger, WaitSpec
 from jupyter_sched.host.ledger.errors import LedgerBusy
-from jupyter_sched.host.ledger.fairness import Demand
+from jupyter_sched.host.ledger.fairness import GpuDemand
 from jupyter_sched.host.ledger.holders import MISSING, HoldersDir, Liveness, Owner, token
 from jupyter_sched.host.ledger.stalls import lock_holder
 from jupyter_sched.model.quantity import SCALE
@@ -194,7 +194,7 @@ def test_a_waiter_is_woken_when_another_process_gives_a_share_back(path, peers):
 
     before = set(threading.enumerate())
     with Ledger(path) as ledger:
-        ledger.set_waits([WaitSpec("t9", Demand(SCALE, 1, (GPU,)), 0, time.time())])
+        ledger.set_waits([WaitSpec("t9", GpuDemand(SCALE, 1, (GPU,)), 0, time.time())])
         ledger.mine.wakes.listen(wake)
         try:
             assert ledger.mine.wakes.listening
@@ -224,7 +224,7 @@ def test_a_waiter_is_woken_to_look_when_another_process_heals_the_ledger(path, p
         woken.set()
 
     with Ledger(path) as ledger:
-        ledger.set_waits([WaitSpec("t9", Demand(SCALE, 1, (GPU,)), 0, time.time())])
+        ledger.set_waits([WaitSpec("t9", GpuDemand(SCALE, 1, (GPU,)), 0, time.time())])
         ledger.mine.wakes.listen(wake)
         try:
             path.unlink()

@@ -136,7 +136,7 @@ def test_a_failing_item_is_retried_like_a_task(sched, tmp_path):
     hs = sched.map(picky, range(5), chunksize=2, target="local", retries=2)
     with pytest.raises(ValueError):
         hs[3].result(WAIT)
-    assert hs[3]._attempts == 2
+    assert hs[3]._record.attempts == 2
 
 
 def test_a_cancelled_item_of_a_waiting_chunk_never_runs(sched, tmp_path):
@@ -172,7 +172,7 @@ def test_cancelling_every_handle_cancels_what_has_not_ended(sched):
     sched.wait(hs, timeout=WAIT)
     assert {h.state for h in hs} == {"cancelled"}
     assert all(h.done() for h in sched.wait(timeout=WAIT))  # the chunks stopped too
-    assert sched._maps == set()
+    assert sched._control.maps == set()
 
 
 def test_a_chunk_cancelled_from_outside_stops_the_map(sched):

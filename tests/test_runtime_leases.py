@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from jupyter_sched.host.discovery import GpuInfo, HostInfo
-from jupyter_sched.host.ledger import Ledger, device_key
+from jupyter_sched.host.ledger import Ledger, LedgerError, device_key
 from jupyter_sched.host.nvml import GpuProcess, Nvml
 from jupyter_sched.host.outside import OutsideUse
 from jupyter_sched.runtime import leases as runtime_leases
@@ -200,7 +200,7 @@ def test_a_ledger_that_fails_for_a_while_loses_no_task(sched, path, monkeypatch)
 
     def flaky(*args, **kwargs):
         if failing.is_set():
-            raise runtime_leases.LedgerError("the disk went away")
+            raise LedgerError("the disk went away")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(sched._loop.leases.ledger, "exchange", flaky)

@@ -1,9 +1,9 @@
 """The core's time: ``Tick`` moves it on, and what falls due on it.
 
-Three things fall due: a running attempt's time limit (``Ledger.deadlines``), the end of a
-preemptible attempt's ``min_runtime`` (``Ledger.guards``: preemption may take it from then on),
+Three things fall due: a running attempt's time limit (``Books.deadlines``), the end of a
+preemptible attempt's ``min_runtime`` (``Books.guards``: preemption may take it from then on),
 and a look at the slot of a task sent ahead when the task before it passes the pipelining
-bound (``Ledger.overruns``). Each is a heap of ``(when, task seq, task id, attempt)``: an
+bound (``Books.overruns``). Each is a heap of ``(when, task seq, task id, attempt)``: an
 entry belongs to an attempt, and one whose attempt no longer runs in its state is stale.
 :func:`tick` pops what fell due; :func:`tidy` drops stale heads after each ``handle``, so
 :func:`first_due`, when the next ``Tick`` matters, is a read that changes nothing.
@@ -16,11 +16,11 @@ import math
 
 from ..model.tasks import ASSIGNED, RUNNING
 from . import events as ev
-from .ledger import Ledger
+from .books import Books
 from .transitions import TIMEOUT, fire
 
 
-def tick(books: Ledger, event: ev.Tick) -> bool:
+def tick(books: Books, event: ev.Tick) -> bool:
     """Time passes. Only a time limit running out needs a cycle: reservations are made
     when something else happens, since nothing frees up without an event."""
     if not isinstance(event.now, (int, float)) or not math.isfinite(event.now):
@@ -57,7 +57,7 @@ def tick(books: Ledger, event: ev.Tick) -> bool:
     return due
 
 
-def first_due(books: Ledger) -> float | None:
+def first_due(books: Books) -> float | None:
     """When a ``Tick`` next matters, or None: the first entry of each heap (their stale
     heads are gone: :func:`tidy`). Changes nothing."""
     due = None
@@ -67,7 +67,7 @@ def first_due(books: Ledger) -> float | None:
     return due
 
 
-def tidy(books: Ledger) -> None:
+def tidy(books: Books) -> None:
     """Drop the stale entries at the head of each heap: those of attempts that ended, left
     their state, or (running) are being stopped. After each ``handle``: only it changes what
     is stale, so the heads stay live until the next, and :func:`first_due` only reads."""
@@ -76,7 +76,7 @@ def tidy(books: Ledger) -> None:
     _drop_stale(books, books.guards, RUNNING)
 
 
-def _drop_stale(books: Ledger, heap: list[tuple[float, int, str, int]], state: str) -> None:
+def _drop_stale(books: Books, heap: list[tuple[float, int, str, int]], state: str) -> None:
     tasks = books.tasks
     while heap:
         _, _, task_id, attempt = heap[0]

@@ -1,7 +1,7 @@
 """Shares of nodes' devices held by other processes (``HeldElsewhere``): what the core takes
 from a node's free shares for them, and whose holding alone keeps a job from starting.
 
-A node's :class:`Elsewhere` record sits in ``Ledger.elsewhere`` (node name -> record). Others'
+A node's :class:`Elsewhere` record sits in ``Books.elsewhere`` (node name -> record). Others'
 shares are taken only from what is free beside this core's tasks; the rest is taken as those
 tasks end (:func:`hold` again, ``wanted`` None). The functions here see only those records and
 the cluster, so that the books, the membership handlers and the cycle all use them.

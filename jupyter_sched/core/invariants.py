@@ -9,11 +9,11 @@ from collections.abc import Iterable
 
 from ..model.cluster import Cluster
 from ..model.tasks import ASSIGNED, QUEUED, RUNNING, TERMINAL, Gang
+from .books import Books
 from .jobs import in_order, job_key, job_rank, job_spec, waits
-from .ledger import Ledger
 
 
-def check(self: Ledger) -> None:
+def check(self: Books) -> None:
     """Check every accounting invariant (tests call this after each step)."""
     held: dict[str, dict[str, int]] = {}
     for task in self.tasks.values():
@@ -50,7 +50,7 @@ def check(self: Ledger) -> None:
                    if s.task is not None), node
         assert all(self.assigned[t].slot == s.id and s.task is not None
                    for s in node.slots.values() for t in s.ahead), node
-        assert node.keys == Cluster._keys(node), node
+        assert node.keys == Cluster.index_keys(node), node
         assert node.capped == sum(s.cap is not None for s in node.slots.values()), node
         capped += node.capped
     assert self.cluster.capped == capped, (self.cluster.capped, capped)
@@ -67,7 +67,7 @@ def check(self: Ledger) -> None:
     _check_orders(self)
 
 
-def _check_queues(self: Ledger) -> None:
+def _check_queues(self: Books) -> None:
     """Each queue's use is the sum of its running tasks' allocations, its waiting sum the
     sum of its queued tasks' demands (its whole subtree's, below root)."""
     allocated: dict[str, dict[str, int]] = {}
@@ -106,7 +106,7 @@ def _check_queues(self: Ledger) -> None:
         assert queue.running == running.get(queue.name, 0), (queue, queue.running)
 
 
-def _check_orders(self: Ledger) -> None:
+def _check_orders(self: Books) -> None:
     """Each leaf queue's class FIFOs are in the order of age, the class orders hold exactly
     its waiting jobs, and every waiting job's position is its place counted by brute force
     (the jobs ranked before it), which is also its place in :func:`.jobs.in_order`."""

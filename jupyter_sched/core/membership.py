@@ -16,12 +16,12 @@ from ..model.resources import GPU
 from ..model.tasks import ASSIGNED, QUEUED
 from . import elsewhere
 from . import events as ev
+from .books import Books
 from .jobs import job_spec
-from .ledger import Ledger
 from .transitions import LOSE, REVOKE, explain, fire
 
 
-def add_node(ledger: Ledger, event: ev.NodeAdded) -> bool:
+def add_node(ledger: Books, event: ev.NodeAdded) -> bool:
     check_name(event.name, "node name")
     if event.name in ledger.cluster.nodes:
         raise ValueError(f"node {event.name!r} is already registered")
@@ -39,7 +39,7 @@ def add_node(ledger: Ledger, event: ev.NodeAdded) -> bool:
     return True
 
 
-def remove_node(ledger: Ledger, event: ev.NodeRemoved) -> bool:
+def remove_node(ledger: Books, event: ev.NodeRemoved) -> bool:
     node = ledger.node(event.name)
     reason = event.reason or f"node {event.name!r} was lost"
     for slot in list(node.slots.values()):
@@ -54,7 +54,7 @@ def remove_node(ledger: Ledger, event: ev.NodeRemoved) -> bool:
     return True
 
 
-def update_node(ledger: Ledger, event: ev.NodeUpdated) -> bool:
+def update_node(ledger: Books, event: ev.NodeUpdated) -> bool:
     node = ledger.node(event.name)
     for name, units in (event.totals or {}).items():  # check all before changing anything
         if units < 0:
@@ -85,7 +85,7 @@ def update_node(ledger: Ledger, event: ev.NodeUpdated) -> bool:
     return True
 
 
-def add_slot(ledger: Ledger, event: ev.SlotAdded) -> bool:
+def add_slot(ledger: Books, event: ev.SlotAdded) -> bool:
     node = ledger.node(event.node)
     check_name(event.slot.id, "engine slot id")
     node.add_slot(event.slot)
@@ -93,7 +93,7 @@ def add_slot(ledger: Ledger, event: ev.SlotAdded) -> bool:
     return True
 
 
-def remove_slot(ledger: Ledger, event: ev.SlotRemoved) -> bool:
+def remove_slot(ledger: Books, event: ev.SlotRemoved) -> bool:
     node = ledger.node(event.node)
     slot = node.slots.get(event.slot)
     if slot is None:
@@ -107,7 +107,7 @@ def remove_slot(ledger: Ledger, event: ev.SlotRemoved) -> bool:
     return True
 
 
-def cap_slot(ledger: Ledger, event: ev.SlotCapped) -> bool:
+def cap_slot(ledger: Books, event: ev.SlotCapped) -> bool:
     """An engine's MPS cap was fixed (or lifted): the slot takes only tasks of that share
     from now on. What can ever run is unchanged (a cap is lifted by a new engine), so
     nothing is re-checked for feasibility; holds on the node for jobs of another share
@@ -143,7 +143,7 @@ def cap_slot(ledger: Ledger, event: ev.SlotCapped) -> bool:
     return True
 
 
-def hold_elsewhere(ledger: Ledger, event: ev.HeldElsewhere) -> bool:
+def hold_elsewhere(ledger: Books, event: ev.HeldElsewhere) -> bool:
     """What other processes hold on a node now; the reasons of the jobs that waited for it."""
     node = ledger.node(event.node)
     for name, shares in event.device_shares.items():  # check all before changing anything
@@ -161,7 +161,7 @@ def hold_elsewhere(ledger: Ledger, event: ev.HeldElsewhere) -> bool:
     return True  # less held elsewhere: waiting work may fit now
 
 
-def _drop_reservations_on(ledger: Ledger, node_name: str) -> None:
+def _drop_reservations_on(ledger: Books, node_name: str) -> None:
     for seq, reservation in list(ledger.reservations.items()):
         if node_name in reservation.nodes:
             del ledger.reservations[seq]

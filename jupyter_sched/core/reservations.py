@@ -20,7 +20,7 @@ from .jobs import Hold, Reservation
 if TYPE_CHECKING:
     from ..model.allocation import NodeResources
     from ..model.cluster import Node
-    from .ledger import Ledger
+    from .books import Books
 
 def merge_holds(holds: Iterable[Hold]) -> Hold:
     devices: dict[int, int] = {}
@@ -89,7 +89,7 @@ def usable_devices(node: Node, target: str, share: int = 0) -> list[frozenset[in
     return sorted(bindings, key=lambda binding: sorted(binding or ()))
 
 
-def shadow_time(led: Ledger, reservation: Reservation) -> float:
+def shadow_time(led: Books, reservation: Reservation) -> float:
     """The earliest time the reservation's job could start: on each of its nodes, when the
     running tasks, ending at their declared ends (start + time limit), free what is held
     there; the latest over its nodes. Infinite when that needs a task with no time limit."""
@@ -104,7 +104,7 @@ def shadow_time(led: Ledger, reservation: Reservation) -> float:
     return latest
 
 
-def _node_shadow(led: Ledger, node: Node, hold: Hold) -> float:
+def _node_shadow(led: Books, node: Node, hold: Hold) -> float:
     if _holds_fit(node.resources, hold):
         return led.now
     ends = []

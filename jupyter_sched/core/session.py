@@ -6,7 +6,7 @@ there before it starts anything; ``discard`` undoes the takes in reverse. A sing
 statement of one; a gang commits only with at least ``min`` members placed (Volcano's statement,
 YARN-5139's propose/commit).
 
-The session sees the core as its :class:`.ledger.Ledger` and changes task states only through
+The session sees the core as its :class:`.books.Books` and changes task states only through
 the transition table (:func:`.transitions.fire`). Gangs are placed by a plugin
 (:mod:`.plugins.gang`), which sees the session as the :class:`.plugins.placing.Placer` it is.
 """
@@ -21,8 +21,8 @@ from ..model.cluster import Node, demand_share
 from ..model.queues import CLOSED
 from ..model.resources import CPU, GPU
 from ..model.tasks import QUEUED, ClassKey, Gang, Task, TaskSpec
+from .books import Books
 from .jobs import job_spec, waits
-from .ledger import Ledger
 from .plugins import nodeorder
 from .plugins.capability import Room
 from .plugins.placing import Placer, Proposal, Tentative
@@ -116,7 +116,7 @@ class Statement(Tentative):
 class Session(Placer):
     """The state of one cycle: reservations by node, classes that failed this cycle."""
 
-    def __init__(self, core: Ledger) -> None:
+    def __init__(self, core: Books) -> None:
         self.core = core
         # (queue, class) -> the job that failed: a class is tried once a cycle in each queue
         # (in another queue, a reservation may let its job pass where this one could not)
@@ -364,7 +364,7 @@ class Session(Placer):
         return self.core.now - first.submitted_at >= self.core.reservation_after
 
 
-def cancel_unplaced(core: Ledger, gang: Gang, placed: int) -> None:
+def cancel_unplaced(core: Books, gang: Gang, placed: int) -> None:
     """A gang started with fewer than ``size`` members: the rest will not run."""
     reason = (f"gang {gang.name!r} started with {placed} of {gang.spec.size} members "
               f"(min {gang.spec.min_members})")

@@ -7,10 +7,10 @@ applied whole. Each handler answers whether a scheduling cycle is due.
 from __future__ import annotations
 
 from . import events as ev
-from .ledger import Ledger
+from .books import Books
 
 
-def configure(books: Ledger, event: ev.Configure) -> bool:
+def configure(books: Books, event: ev.Configure) -> bool:
     """The settings given, each as the type the cycle reads; a cycle is due (a reservation,
     a preemption or a sent-ahead task may be wanted now)."""
     if event.policy is not None:
@@ -28,7 +28,7 @@ def configure(books: Ledger, event: ev.Configure) -> bool:
     return True
 
 
-def set_queue(books: Ledger, event: ev.QueueSet) -> bool:
+def set_queue(books: Books, event: ev.QueueSet) -> bool:
     # (a reservation of a closed queue's job is dropped by the next cycle's session)
     books.queues.set(event.name, event.parent, event.weight, event.capability,
                      event.guarantee, event.priority, event.state, event.max_running)

@@ -46,19 +46,20 @@ class Start:
         # the cause of the event that led to it (``events._cause``): not compared
         self.cause = cause
 
-    def _values(self) -> tuple[object, ...]:
+    def compared(self) -> tuple[object, ...]:
+        """What equality compares: every field but ``cause``."""
         return (self.task, self.node, self.slot, self.devices, self.gang, self.rank,
                 self.world_size, self.master_node, self.attempt, self.after)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Start):
             return NotImplemented
-        return self._values() == other._values()
+        return self.compared() == other.compared()
 
     # (no __hash__: with __eq__ defined here, instances are unhashable; devices is a mapping)
 
     def __repr__(self) -> str:
-        pairs = zip(_FIELDS, self._values(), strict=True)
+        pairs = zip(_FIELDS, self.compared(), strict=True)
         return ("Start(" + ", ".join(f"{name}={value!r}" for name, value in pairs)
                 + f", cause={self.cause!r})")
 

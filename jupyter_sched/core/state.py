@@ -7,7 +7,7 @@ Same events in the same order give the same instructions. There is no randomness
 ties between nodes go by the order in which they came to their present free capacity (the order
 they joined, until it first changes), ties between jobs by the order of submission.
 
-The core *has* its books (:class:`.ledger.Ledger`). This module is the door: it checks each
+The core *has* its books (:class:`.books.Books`). This module is the door: it checks each
 event (:mod:`.intake`), hands it to its handler, runs the cycle, and answers what shells read.
 What an event does to a task is the transition table (:mod:`.transitions`); the handlers turn
 events into its stimuli: submissions, cancels and reports are :mod:`.work`'s, time
@@ -27,10 +27,10 @@ from ..model.tasks import QUEUED, Decision, Gang, Task
 from . import clock, intake, invariants, membership, settings, steering, work
 from . import events as ev
 from .actions import allocate, arrivals, backfill, enqueue, pipeline, preempt
+from .books import Books
 from .errors import InvalidTransition, Refused
 from .intake import check
 from .jobs import in_order, job_key
-from .ledger import Ledger
 from .session import Session
 
 POLICIES = ev.POLICIES
@@ -39,7 +39,7 @@ POLICIES = ev.POLICIES
 class Core:
     """The scheduler's state behind one door: events in (:meth:`handle`), instructions out.
 
-    It *has* its books (:attr:`books`, a :class:`.ledger.Ledger`): the handlers, the transition
+    It *has* its books (:attr:`books`, a :class:`.books.Books`): the handlers, the transition
     table and the cycle change them while it handles events; everything else only reads them.
     """
 
@@ -54,7 +54,7 @@ class Core:
     ) -> None:
         # (parameters are objects: a caller's values are checked as a Configure event is,
         # each bad one named)
-        self.books = Ledger()
+        self.books = Books()
         settings.configure(self.books, intake.settings(
             policy=policy, reservation_after=reservation_after, preemption=preemption,
             hybrid_threshold=hybrid_threshold, pipeline=pipeline,
@@ -224,7 +224,7 @@ def _together(causes: list[str]) -> str:
     return f"{', '.join(causes[:3])} and {len(causes) - 3} more"
 
 
-def _cycle(books: Ledger) -> None:
+def _cycle(books: Books) -> None:
     """One scheduling cycle over the books (Volcano's actions over a session)."""
     waiting = False  # (a loop, not any() over a generator: on every cycle)
     for q in books.queues.queues.values():
@@ -254,7 +254,7 @@ __all__ = ["CLOSED", "POLICIES", "Core", "InvalidTransition", "Refused"]
 
 # what each event does, each answering whether a scheduling cycle is due, and its kind in a
 # word (the cause of an event that came without one)
-_HANDLERS: dict[type, tuple[Callable[[Ledger, Any], bool], str]] = {
+_HANDLERS: dict[type, tuple[Callable[[Books, Any], bool], str]] = {
     cls: (handler, ev.KINDS[cls]) for cls, handler in (
         (ev.Tick, clock.tick), (ev.Submit, work.submit), (ev.Cancel, work.cancel),
         (ev.Finished, work.finished), (ev.Failed, work.failed), (ev.Stopped, work.stopped),

@@ -15,14 +15,14 @@ from typing import Final
 from ..model.limits import MAX_PRIORITY, check_int
 from ..model.tasks import HELD, QUEUED, TERMINAL, WAITING, Gang, Task
 from . import events as ev
-from .ledger import Ledger
+from .books import Books
 from .transitions import HOLD, PRIORITY, RELEASE, fire
 
 _STEERED: Final = {"priority": "given a new priority", "top": "moved first", "hold": "held",
                    "release": "released"}
 
 
-def steer(ledger: Ledger, event: ev.Steer) -> bool:
+def steer(ledger: Books, event: ev.Steer) -> bool:
     """Carry out ``event`` on its task's job, or refuse it before anything changes; a
     scheduling cycle is due after it (a job to place, or a reservation to make again)."""
     task = ledger.task(event.task)
@@ -62,7 +62,7 @@ def steer(ledger: Ledger, event: ev.Steer) -> bool:
     return True
 
 
-def _top_priority(ledger: Ledger, job: Task | Gang) -> int:
+def _top_priority(ledger: Books, job: Task | Gang) -> int:
     """The lowest priority that puts ``job`` first in its queue: its own when it is first
     already, else one above the highest of the other waiting jobs there."""
     first = job.members[0] if type(job) is Gang else job
@@ -80,7 +80,7 @@ def _top_priority(ledger: Ledger, job: Task | Gang) -> int:
     return highest + 1
 
 
-def _reprioritize(ledger: Ledger, job: Task | Gang, priority: int) -> None:
+def _reprioritize(ledger: Books, job: Task | Gang, priority: int) -> None:
     """Give ``job`` (every member of a gang, in order) ``priority``, through the table; a
     priority it has already changes nothing."""
     members = job.members if type(job) is Gang else [job]

@@ -49,7 +49,7 @@ from .errors import InvalidTransition
 from .start import Start
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
+    from .books import Books
 
 
 # stimuli: what happens to a task
@@ -98,7 +98,7 @@ class Rule:
     to: tuple[str, ...]   # the phases the rule may end in
     sends: str            # the instructions it sends, in words (for the docs)
     note: str             # when and why, in words (for the docs)
-    apply: Callable[[Ledger, Task, Any], None]
+    apply: Callable[[Books, Task, Any], None]
 
 
 def phase(task: Task) -> str:
@@ -106,7 +106,7 @@ def phase(task: Task) -> str:
     return task.state if task.stopping is None else STOPPING
 
 
-def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
+def fire(led: Books, task: Task, stimulus: str, detail: Any = None) -> None:
     """Apply the rule for ``task``'s phase and ``stimulus``; ``detail`` is the rule's input
     (a reason, an error, a :data:`Placement`, the preempting task)."""
     start = task.state if task.stopping is None else STOPPING  # phase(), inlined (hot)
@@ -121,7 +121,7 @@ def fire(led: Ledger, task: Task, stimulus: str, detail: Any = None) -> None:
     note(led, task, stimulus, end)
 
 
-def explain(led: Ledger, task: Task, reason: str) -> None:
+def explain(led: Books, task: Task, reason: str) -> None:
     """The one other change of a task: why it waits, when that changes while its state does
     not (a cycle found a new reason). It is written, and said (``Explain``)."""
     if task.reason != reason:
@@ -130,7 +130,7 @@ def explain(led: Ledger, task: Task, reason: str) -> None:
         note(led, task, REASON, task.state)
 
 
-def note(led: Ledger, task: Task, what: str, phase: str) -> None:
+def note(led: Books, task: Task, what: str, phase: str) -> None:
     """Keep a decision about ``task`` (``what`` happened; it is now in ``phase``, with its
     reason) and its cause: the last :data:`DECISIONS` of them answer why it stopped, or
     waits."""
@@ -143,7 +143,7 @@ def note(led: Ledger, task: Task, what: str, phase: str) -> None:
 # -- the rules -----------------------------------------------------------------------------
 
 
-def _enter(led: Ledger, task: Task, state: str, reason: str = "") -> None:
+def _enter(led: Books, task: Task, state: str, reason: str = "") -> None:
     """The one place a task's state is written: time-stamped, ends counted."""
     led.counts[task.state] -= 1  # (never a terminal state: they are final)
     task.state = state
@@ -166,21 +166,21 @@ def _member_ended(gang: Gang, state: str) -> None:
             DONE if gang.n_done == gang.n_ended else CANCELLED)
 
 
-def _admit(led: Ledger, task: Task, _: object) -> None:
+def _admit(led: Books, task: Task, _: object) -> None:
     _enter(led, task, QUEUED)
 
 
-def _never(led: Ledger, task: Task, reason: str) -> None:
+def _never(led: Books, task: Task, reason: str) -> None:
     led.leave_waiting(task)
     _enter(led, task, INFEASIBLE, reason)
 
 
-def _cancel_waiting(led: Ledger, task: Task, reason: str) -> None:
+def _cancel_waiting(led: Books, task: Task, reason: str) -> None:
     led.leave_waiting(task)
     _enter(led, task, CANCELLED, reason)
 
 
-def _hold(led: Ledger, task: Task, reason: str) -> None:
+def _hold(led: Books, task: Task, reason: str) -> None:
     """Out of every waiting book (its queue's counts, class FIFO, reservation): nothing
     places it, nothing is kept free for it, until it is released."""
     job = task.gang if task.gang is not None else task
@@ -193,7 +193,7 @@ def _hold(led: Ledger, task: Task, reason: str) -> None:
     _enter(led, task, HELD, reason)
 
 
-def _release_held(led: Ledger, task: Task, _: object) -> None:
+def _release_held(led: Books, task: Task, _: object) -> None:
     """Admitted again (its queue and the nodes may have changed meanwhile), keeping its age."""
     job = task.gang if task.gang is not None else task
     led.held.pop(job.seq, None)
@@ -201,7 +201,7 @@ def _release_held(led: Ledger, task: Task, _: object) -> None:
     _enter(led, task, PENDING)
 
 
-def _reprioritize(led: Ledger, task: Task, priority: int) -> None:
+def _reprioritize(led: Books, task: Task, priority: int) -> None:
     """A new priority: a new spec (made anew, the old one left as it was) and so a new class.
     A waiting job leaves its class's books as its first member changes and is filed again
     by its age once its last has (a gang's members change one by one, in order), so it
@@ -223,13 +223,13 @@ def _reprioritize(led: Ledger, task: Task, priority: int) -> None:
             led.list_infeasible(job)
 
 
-def _cancel_held(led: Ledger, task: Task, reason: str) -> None:
+def _cancel_held(led: Books, task: Task, reason: str) -> None:
     job = task.gang if task.gang is not None else task
     led.held.pop(job.seq, None)
     _enter(led, task, CANCELLED, reason)
 
 
-def _place(led: Ledger, task: Task, placement: Placement) -> None:
+def _place(led: Books, task: Task, placement: Placement) -> None:
     node, allocation, slot, gang = placement
     led.bind(task, node, allocation, slot)
     task.attempt += 1
@@ -250,7 +250,7 @@ def _place(led: Ledger, task: Task, placement: Placement) -> None:
     led.emit(start)
 
 
-def _assign(led: Ledger, task: Task, placement: tuple) -> None:
+def _assign(led: Books, task: Task, placement: tuple) -> None:
     """Sent ahead to ``slot``, to run on the devices of its task ``running`` after the task
     ``after`` (that one, or the last task assigned there): a new attempt that holds nothing."""
     node, slot, running, after = placement
@@ -262,14 +262,14 @@ def _assign(led: Ledger, task: Task, placement: tuple) -> None:
                    attempt=task.attempt, after=after, cause=led.cause))
 
 
-def _release(led: Ledger, task: Task) -> None:
+def _release(led: Books, task: Task) -> None:
     """Give back what ``task`` holds; a task assigned to its slot takes it over."""
     successor = led.release(task)
     if successor is not None:
         fire(led, successor, HANDOVER)
 
 
-def _hand_over(led: Ledger, task: Task, _: object) -> None:
+def _hand_over(led: Books, task: Task, _: object) -> None:
     """Its slot's task ended: it holds that task's allocation from now on (nothing between
     could take it), and starts its time limit."""
     led.adopt(task)
@@ -282,28 +282,28 @@ def _hand_over(led: Ledger, task: Task, _: object) -> None:
         led.push_deadline(task, limit)
 
 
-def _stop_for(how: str) -> Callable[[Ledger, Task, str], None]:
-    def stop(led: Ledger, task: Task, reason: str) -> None:
+def _stop_for(how: str) -> Callable[[Books, Task, str], None]:
+    def stop(led: Books, task: Task, reason: str) -> None:
         task.stopping, task.stopping_since = how, led.now
         task.reason = reason
         led.emit(ev.Stop(task.id, reason, task.attempt, cause=led.cause))
     return stop
 
 
-def _preempt(led: Ledger, task: Task, by: Task) -> None:
+def _preempt(led: Books, task: Task, by: Task) -> None:
     task.stopping, task.stopping_since = BY_PREEMPT, led.now
     task.reason = f"preempted by {by.id}"
     led.emit(ev.Preempt(task.id, by.id, task.attempt, cause=led.cause))
 
 
-def _cancel_stopping(led: Ledger, task: Task, reason: str) -> None:
+def _cancel_stopping(led: Books, task: Task, reason: str) -> None:
     if task.stopping in (BY_PREEMPT, BY_REVOKE):  # it would be re-queued: the user wants
         # it over
         task.stopping = BY_CANCEL
         task.reason = reason
 
 
-def _done(led: Ledger, task: Task, _: object) -> None:
+def _done(led: Books, task: Task, _: object) -> None:
     if task.slot is not None and task.state == RUNNING:
         led.note_duration(task)
     _release(led, task)
@@ -311,7 +311,7 @@ def _done(led: Ledger, task: Task, _: object) -> None:
     _enter(led, task, DONE)
 
 
-def _fail(led: Ledger, task: Task, error: str) -> None:
+def _fail(led: Books, task: Task, error: str) -> None:
     _release(led, task)
     task.failures += 1
     gang = task.gang
@@ -328,7 +328,7 @@ def _fail(led: Ledger, task: Task, error: str) -> None:
                 fire(led, member, GANG_FAILED, why)
 
 
-def _unstarted(led: Ledger, task: Task, error: str) -> None:
+def _unstarted(led: Books, task: Task, error: str) -> None:
     if task.gang is not None:  # its gang's other members began: a gang is not re-queued
         _fail(led, task, error)
         return
@@ -336,7 +336,7 @@ def _unstarted(led: Ledger, task: Task, error: str) -> None:
     _requeue(led, task, error)
 
 
-def _end_stopping(led: Ledger, task: Task, _: object) -> None:
+def _end_stopping(led: Books, task: Task, _: object) -> None:
     """The attempt ended while a stop was out (and not with a success): the stop decides."""
     how = task.stopping
     _release(led, task)
@@ -352,13 +352,13 @@ def _end_stopping(led: Ledger, task: Task, _: object) -> None:
         _enter(led, task, CANCELLED, task.reason or "cancelled")
 
 
-def _requeue(led: Ledger, task: Task, reason: str) -> None:
+def _requeue(led: Books, task: Task, reason: str) -> None:
     task.node = task.slot = None
     _enter(led, task, QUEUED, reason)
     led.enter_waiting(task)
 
 
-def _nothing(led: Ledger, task: Task, _: object) -> None:
+def _nothing(led: Books, task: Task, _: object) -> None:
     pass
 
 

@@ -13,13 +13,13 @@ from typing import Final
 from ..model.queues import OPEN
 from ..model.tasks import ASSIGNED, PENDING, RUNNING, TERMINAL, Gang, Task, TaskSpec
 from . import events as ev
-from .ledger import Ledger
+from .books import Books
 from .transitions import CANCEL, FAIL, FINISH, LOSE, REJECT, STOPPED, UNSTARTED, fire
 
 _REPORTED: Final = frozenset({RUNNING, ASSIGNED})  # the states an executor's report is about
 
 
-def submit(books: Ledger, event: ev.Submit) -> bool:
+def submit(books: Books, event: ev.Submit) -> bool:
     specs = event.tasks
     if not specs:
         raise ValueError("a submission needs at least one task")
@@ -57,7 +57,7 @@ def submit(books: Ledger, event: ev.Submit) -> bool:
     return True
 
 
-def _check_specs(books: Ledger, specs: tuple[TaskSpec, ...]) -> None:
+def _check_specs(books: Books, specs: tuple[TaskSpec, ...]) -> None:
     if len(specs) == 1:  # a single task (the common case): no set of ids to build
         spec = specs[0]
         spec.check()
@@ -80,7 +80,7 @@ def _check_specs(books: Ledger, specs: tuple[TaskSpec, ...]) -> None:
             raise ValueError(f"node {spec.node!r} is not registered; known nodes: {known}")
 
 
-def _new_task(books: Ledger, spec: TaskSpec) -> Task:
+def _new_task(books: Books, spec: TaskSpec) -> Task:
     task = Task(spec, books.next_seq(), books.now)
     task.klass = books.klass_of(spec)
     books.tasks[task.id] = task
@@ -88,27 +88,27 @@ def _new_task(books: Ledger, spec: TaskSpec) -> Task:
     return task
 
 
-def cancel(books: Ledger, event: ev.Cancel) -> bool:
+def cancel(books: Books, event: ev.Cancel) -> bool:
     task = books.task(event.task)
     for member in task.gang.members if task.gang is not None else (task,):
         fire(books, member, CANCEL, event.reason)
     return True
 
 
-def finished(books: Ledger, event: ev.Finished) -> bool:
+def finished(books: Books, event: ev.Finished) -> bool:
     return _report(books, event.task, event.attempt, FINISH, None)
 
 
-def failed(books: Ledger, event: ev.Failed) -> bool:
+def failed(books: Books, event: ev.Failed) -> bool:
     stimulus = UNSTARTED if event.unstarted else LOSE if event.lost else FAIL
     return _report(books, event.task, event.attempt, stimulus, event.error)
 
 
-def stopped(books: Ledger, event: ev.Stopped) -> bool:
+def stopped(books: Books, event: ev.Stopped) -> bool:
     return _report(books, event.task, event.attempt, STOPPED, "stopped by its executor")
 
 
-def forget(books: Ledger, event: ev.Forget) -> bool:
+def forget(books: Books, event: ev.Forget) -> bool:
     """Let go of ended tasks the shell no longer keeps (a gang's once all have ended)."""
     tasks = books.tasks
     for task_id in event.tasks:
@@ -123,7 +123,7 @@ def forget(books: Ledger, event: ev.Forget) -> bool:
     return False  # (nothing waits for it)
 
 
-def _report(books: Ledger, task_id: str, attempt: int | None, stimulus: str,
+def _report(books: Books, task_id: str, attempt: int | None, stimulus: str,
             detail: str | None) -> bool:
     """An executor's report: about the task's current attempt, it goes through the table;
     about any other attempt (or a task that no longer runs) it is stale: counted, and it

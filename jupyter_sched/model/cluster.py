@@ -361,7 +361,7 @@ class Cluster:
         self._order += 1
         node.order = self._order
         self.nodes[node.name] = node
-        node.keys = self._keys(node)
+        node.keys = self.index_keys(node)
         self._index(node, node.keys)
         self.capped += node.capped
 
@@ -384,7 +384,7 @@ class Cluster:
     def refresh(self, node: Node) -> None:
         """Re-file a node after its free capacity changed (only in the indexes whose key moved,
         so a node keeps its place among equals). On every placement and release: kept lean,
-        ``_keys()`` inlined."""
+        ``index_keys()`` inlined."""
         res = node.resources
         available = res.available
         devs = res.devices.get(GPU)
@@ -412,7 +412,7 @@ class Cluster:
         return (self.by_gpu_share, self.by_whole_gpus, self.by_cpu)
 
     @staticmethod
-    def _keys(node: Node) -> tuple[int, int, int]:
+    def index_keys(node: Node) -> tuple[int, int, int]:
         """(largest free share on one GPU, whole free GPUs, free CPU). The share key breaks
         ties by the node's total free GPU, so binpack finds the tightest node first and spread
         the loosest; among equal keys nodes go by when they were filed under them."""

@@ -36,12 +36,13 @@ class DeviceSet:
         indices: Iterable[int] = (),
         memory: Mapping[int, int | None] | None = None,
         declared: bool = False,
+        lost: Mapping[int, int] | None = None,
     ) -> None:
         self.free: dict[int, int] = {int(i): SCALE for i in indices}
         self.memory: dict[int, int | None] = dict(memory or {})
         self.declared = declared
         # share still held by tasks on devices that were removed: paid back on release
-        self._lost: dict[int, int] = {}
+        self._lost: dict[int, int] = dict(lost or {})
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -127,7 +128,6 @@ class DeviceSet:
                      if (allowed is None or i in allowed) and s > held.get(i, 0)}
         view.memory = self.memory
         view.declared = self.declared
-        view._lost = {}
         return view
 
     def _choose_memory(self, gpu_memory: int) -> dict[int, int] | None:
@@ -203,11 +203,10 @@ class DeviceSet:
         self.memory.pop(index, None)
 
     def copy(self) -> DeviceSet:
-        clone = DeviceSet()
+        clone = DeviceSet(lost=self._lost)
         clone.free = dict(self.free)
         clone.memory = dict(self.memory)
         clone.declared = self.declared
-        clone._lost = dict(self._lost)
         return clone
 
     def __repr__(self) -> str:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..views.snapshot import Snapshot
-from ..views.timeline import WINDOW, Run
+from ..views.timeline import WINDOW, GpuRun
 from .comm_messages import (
     CANCEL_REASON,
     INTERVAL,
@@ -44,7 +44,7 @@ from .comm_messages import (
     TARGET,
     VERSION,
     BadMessage,
-    Command,
+    CommandMessage,
     error,
     fit,
     read_command,
@@ -55,18 +55,18 @@ from .comm_messages import (
 log = logging.getLogger(__name__)
 
 
-def _runs_of(scheduler: Any) -> Callable[[str], list[Run] | None]:
+def _runs_of(scheduler: Any) -> Callable[[str], list[GpuRun] | None]:
     """Where each run of a task was: its record keeps them (a finished task's too)."""
-    def runs(task_id: str) -> list[Run] | None:
+    def runs(task_id: str) -> list[GpuRun] | None:
         try:
             record = scheduler.record(task_id)
         except Exception:
             return None
         if record is None:
             return None
-        found = [Run(*run) for run in list(getattr(record, "runs", ()))]
+        found = [GpuRun(*run) for run in list(getattr(record, "runs", ()))]
         if record.started is not None:
-            found.append(Run(record.node, dict(record.devices.get("GPU") or {}), record.started,
+            found.append(GpuRun(record.node, dict(record.devices.get("GPU") or {}), record.started,
                              record.ended))
         return found
     return runs
@@ -197,7 +197,7 @@ class CommHub:
         """Check and carry out one message from ``peer``'s frontend; send and return the answer
         (then, after a ``snapshot`` or a first ``subscribe``, a snapshot follows)."""
         try:
-            command: Command | None = read_command(data)
+            command: CommandMessage | None = read_command(data)
         except BadMessage as bad:
             command = None
             answer = reply(bad.id, False, str(bad)) if bad.id is not None else error(str(bad))

@@ -58,7 +58,7 @@ class BadMessage(ValueError):
 
 
 @dataclass(frozen=True)
-class Command:
+class CommandMessage:
     id: str
     name: str
     args: dict[str, Any]
@@ -209,7 +209,7 @@ def _read_envelope(data: Any) -> str:
     return msg_id
 
 
-def read_command(data: Any) -> Command:
+def read_command(data: Any) -> CommandMessage:
     """The command ``data`` asks for, checked; :class:`BadMessage` names what is wrong."""
     msg_id = _read_envelope(data)
     if "command" not in data:
@@ -231,7 +231,7 @@ def read_command(data: Any) -> Command:
         else:
             raise BadMessage(f"{name}: {field!r} must be {argument.must_be}, not "
                              f"{_show(data[field])}", msg_id)
-    return Command(msg_id, name, args)
+    return CommandMessage(msg_id, name, args)
 
 
 # -- what the kernel sends ------------------------------------------------------------------------
@@ -323,6 +323,6 @@ def fit(data: dict, limit: int = MAX_OUT - _ROOM) -> tuple[dict, str]:
 
 __all__ = [
     "CANCEL_REASON", "COMMANDS", "INTERVAL", "MAX_ID", "MAX_IN", "MAX_OUT", "MAX_STRING",
-    "MAX_WINDOW", "MIN_INTERVAL", "MIN_WINDOW", "TARGET", "VERSION", "BadMessage", "Command",
+    "MAX_WINDOW", "MIN_INTERVAL", "MIN_WINDOW", "TARGET", "VERSION", "BadMessage", "CommandMessage",
     "error", "fit", "over_size", "read_command", "reply", "status_data", "usable_id",
 ]

@@ -8,6 +8,10 @@ whoever waits from the executor's thread that got it, while done callbacks run o
 scheduler's thread once the end is recorded. :class:`LightFuture` does both by reaching under
 ``Future``'s public API: it makes the Condition on first use and sets the state itself.
 
+The runtime resolves a handle through ``resolve_as``, ``resolve_early`` and ``callbacks_due``
+(public, as ``Future.set_result`` is for executors; a user has no need of them), and reads
+``resolved_early``.
+
 Everything it relies on is checked once, at import (:func:`check`; a test runs it against the
 Python in use). When something is missing or behaves otherwise, handles are built on
 ``Future``'s public API instead (:class:`PlainFuture`: heavier, and a result is seen one runtime
@@ -50,7 +54,7 @@ class _Light(Future):
         self._exception = None
         self._waiters: list = []
         self._done_callbacks: list = []
-        self._early = False  # resolved by _resolve_early; its callbacks are not run yet
+        self._early = False  # resolved by resolve_early; its callbacks are not run yet
 
     @property
     def _condition(self) -> threading.Condition:
@@ -61,6 +65,11 @@ class _Light(Future):
                     self._lazy_condition = threading.Condition()
                 condition = self._lazy_condition
         return condition
+
+    @property
+    def resolved_early(self) -> bool:
+        """Done from the executor's thread, its callbacks not run yet (``resolve_early``)."""
+        return self._early
 
     def done(self) -> bool:
         # one attribute read, as Future.done() reads it under the lock: asking makes no lock
@@ -83,10 +92,10 @@ class _Light(Future):
         self._invoke_callbacks()
         return True
 
-    def _resolve_as(self, state: str, result: Any = None,
+    def resolve_as(self, state: str, result: Any = None,
                     error: BaseException | None = None) -> None:
         """Resolve as ``state`` ended: done (``result``), failed (``error``) or cancelled;
-        nothing if it is resolved already (by ``_resolve_early`` on another thread)."""
+        nothing if it is resolved already (by ``resolve_early`` on another thread)."""
         if state == DONE:
             if self._resolve_unwatched(_FINISHED, result=result) is None:
                 with contextlib.suppress(InvalidStateError):
@@ -98,9 +107,9 @@ class _Light(Future):
         elif self._resolve_unwatched(_CANCELLED_AND_NOTIFIED) is None and Future.cancel(self):
             self.set_running_or_notify_cancel()
 
-    def _resolve_early(self, result: Any) -> None:
+    def resolve_early(self, result: Any) -> None:
         """Done with ``result``, from the thread that just queued the task's ``Finished``:
-        waiters wake now; done callbacks wait for the scheduler's thread (``_callbacks_due``),
+        waiters wake now; done callbacks wait for the scheduler's thread (``callbacks_due``),
         so that none runs inside an executor's lock or before the end is recorded."""
         with _MAKING:
             condition = self._lazy_condition
@@ -125,7 +134,7 @@ class _Light(Future):
                 return
         super().add_done_callback(fn)
 
-    def _callbacks_due(self) -> bool:
+    def callbacks_due(self) -> bool:
         """On the scheduler's thread, once the end is recorded: run the done callbacks of an
         early resolution (True), once."""
         with _MAKING:
@@ -146,7 +155,11 @@ class PlainFuture(Future):
         super().__init__()
         self._early = False  # (never: nothing is resolved early)
 
-    def _resolve_as(self, state: str, result: Any = None,
+    @property
+    def resolved_early(self) -> bool:
+        return False
+
+    def resolve_as(self, state: str, result: Any = None,
                     error: BaseException | None = None) -> None:
         with contextlib.suppress(InvalidStateError):
             if state == DONE:
@@ -156,10 +169,10 @@ class PlainFuture(Future):
             else:  # (Future's cancel: a handle's own stops the task)
                 Future.cancel(self)
 
-    def _resolve_early(self, result: Any) -> None:
+    def resolve_early(self, result: Any) -> None:
         return None  # the scheduler's thread resolves it from the record
 
-    def _callbacks_due(self) -> bool:
+    def callbacks_due(self) -> bool:
         return False
 
 
@@ -192,20 +205,20 @@ def _rehearse() -> None:
     ran: list[Any] = []
     unwatched = _Light()
     unwatched.add_done_callback(ran.append)
-    unwatched._resolve_as(DONE, 1)
+    unwatched.resolve_as(DONE, 1)
     assert unwatched.result(timeout=0) == 1 and ran == [unwatched], "resolved unwatched"
     watched = _Light()
     watched.add_done_callback(ran.append)
     assert wait_futures([watched], timeout=0).not_done == {watched}, "waited on"
-    watched._resolve_early(2)
+    watched.resolve_early(2)
     assert watched.result(timeout=0) == 2 and watched.done(), "resolved early"
-    assert len(ran) == 1 and watched._callbacks_due() and len(ran) == 2, "its callbacks"
+    assert len(ran) == 1 and watched.callbacks_due() and len(ran) == 2, "its callbacks"
     failed = _Light()
     wait_futures([failed], timeout=0)
-    failed._resolve_as(FAILED, error=KeyError("x"))
+    failed.resolve_as(FAILED, error=KeyError("x"))
     assert isinstance(failed.exception(timeout=0), KeyError), "failed"
     cancelled = _Light()
-    cancelled._resolve_as("cancelled")
+    cancelled.resolve_as("cancelled")
     assert cancelled.cancelled() and cancelled.done(), "cancelled"
 
 

@@ -17,7 +17,7 @@ none: a time limit, a lost engine, a failed gang), ``cancelled`` cancels the fut
 into ``time.time()`` values.
 
 A success is quicker: the executor's thread that reports it hands the result to the handle
-right after queueing the report (``_resolve_early``), so ``result()`` returns without waiting
+right after queueing the report (``resolve_early``), so ``result()`` returns without waiting
 for the scheduler's thread to take the report. The report is queued first: whatever the caller
 does next reaches the scheduler after it. Until that thread has recorded the end, the handle
 says ``done`` and its other properties first wait for that step (``_live``); done callbacks run
@@ -45,15 +45,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Scheduler(Protocol):
-    """What a handle asks of the scheduler that made it (the scheduler imports the handles,
-    not the other way round)."""
+class HandleOwner(Protocol):
+    """What a handle asks of the scheduler that made it: its :class:`~.control.TaskControl`
+    (which imports the handles, not the other way round)."""
 
     def now(self) -> float: ...
 
     def snapshot(self, fresh: bool = False) -> Any: ...
 
-    def _cancel_ids(self, ids: list[str], reason: str = ...) -> bool: ...
+    def cancel_ids(self, ids: list[str], reason: str = ...) -> bool: ...
 
     def set_priority(self, task: object, priority: object) -> str: ...
 
@@ -63,7 +63,7 @@ class Scheduler(Protocol):
 
     def release(self, task: object) -> str: ...
 
-    def _catch_up(self) -> None: ...
+    def catch_up(self) -> None: ...
 
     def inspect_core(self, fn: Callable[[Any], Any]) -> Any: ...
 
@@ -81,7 +81,7 @@ class TaskTimeout(TaskFailed, TimeoutError):
 class TaskHandle(LightFuture):
     """One task. Reads its live state from the scheduler's record of it."""
 
-    def __init__(self, scheduler: Scheduler, record: TaskRecord) -> None:
+    def __init__(self, scheduler: HandleOwner, record: TaskRecord) -> None:
         super().__init__()
         self._scheduler = scheduler
         self._record = record
@@ -119,7 +119,7 @@ class TaskHandle(LightFuture):
         """The record, once the scheduler's thread has recorded what the handle knows: a
         handle resolved early waits for that step first (at once on that thread itself)."""
         if self._early:
-            self._scheduler._catch_up()
+            self._scheduler.catch_up()
         return self._record
 
     @property
@@ -258,7 +258,7 @@ class TaskHandle(LightFuture):
         """
         if self.done():
             return False
-        return self._scheduler._cancel_ids([self.id])
+        return self._scheduler.cancel_ids([self.id])
 
     # -- steering a waiting task (``ValueError`` once it runs or has ended) ------------------
 
@@ -284,7 +284,7 @@ class TaskHandle(LightFuture):
     def __await__(self):
         return asyncio.wrap_future(self).__await__()
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Resolve the future from the record (the scheduler's thread, once, when terminal),
         or run the done callbacks of an early resolution."""
         record = self._record
@@ -296,8 +296,8 @@ class TaskHandle(LightFuture):
         # and an early resolution sets ``_early`` with the state, so whichever came first,
         # its callbacks run here, once.
         error = _failure(record) if record.state == FAILED else None
-        self._resolve_as(record.state, record.result, error)
-        if self._callbacks_due() and record.state != DONE:
+        self.resolve_as(record.state, record.result, error)
+        if self.callbacks_due() and record.state != DONE:
             # the core took no report before this one's: never
             log.error("task %s resolved done from its reply, then %s", record.id,
                       record.state)
@@ -334,7 +334,7 @@ class GangHandle(LightFuture):
     finishing. Members that never ran (a gang started with ``min`` of ``size``) give None.
     """
 
-    def __init__(self, scheduler: Scheduler, name: str, members: list[TaskHandle]) -> None:
+    def __init__(self, scheduler: HandleOwner, name: str, members: list[TaskHandle]) -> None:
         super().__init__()
         self._scheduler = scheduler
         self.name = name
@@ -377,7 +377,7 @@ class GangHandle(LightFuture):
         """Cancel the whole gang (all members); True if it was not finished already."""
         if self.done():
             return False
-        return self._scheduler._cancel_ids([self.members[0].id])
+        return self._scheduler.cancel_ids([self.members[0].id])
 
     def set_priority(self, priority: int) -> str:
         """A new priority for every member; the gang moves as one."""

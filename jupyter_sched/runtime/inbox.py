@@ -59,8 +59,9 @@ class Request:
                 self.reply.set_exception(error)
         elif error is not None:
             if self.handles:  # submitted from the runtime thread: the handles carry it
+                for record in self.records:  # (the handles' records, one each)
+                    record.state = "failed"
                 for handle in self.handles:
-                    handle._record.state = "failed"
                     handle.set_exception(error)
             else:  # an executor's node or slot event the core refused: its own affair
                 log.debug("%s refused: %s", type(self.events[0]).__name__, error)

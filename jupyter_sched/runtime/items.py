@@ -10,7 +10,8 @@
     hs[3].task                  # the handle of the chunk task that runs it
 
 Where it runs and when (``node``, ``slot``, ``devices``, ``started``, ``ended``, output) are its
-chunk's. The handle is resolved by the map as its chunk reports (:mod:`.maps`).
+chunk's. The handle is resolved by the map as its chunk reports (:mod:`.maps`): the map owns
+each item's :class:`ItemRecord`, and the handle reads it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,44 @@ from .futures import LightFuture
 from .handles import TaskHandle
 
 
-class Owner(Protocol):
+class ItemOwner(Protocol):
     """What an item asks of its map (the map imports the items, not the other way round)."""
 
     id: str
     base: str
 
     def cancel_item(self, item: ItemHandle) -> bool: ...
+
+
+class ItemRecord:
+    """What the map decided of one item, changed under the map's lock: the chunk it is in
+    (set and cleared by the map), the tries it had, and once it ended its ``final`` state
+    (done / failed / cancelled) and outcome. ``handle`` reads it."""
+
+    __slots__ = ("attempts", "chunk", "error", "final", "handle", "index", "tb", "value", "why")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.handle: ItemHandle | None = None
+        self.chunk: Any = None
+        self.final: str | None = None
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.why = ""
+        self.tb = ""
+        self.attempts = 0
+
+    def close(self, final: str, value: Any = None, error: BaseException | None = None,
+              why: str = "", tb: str = "") -> None:
+        """Its last state (the map's lock held; :meth:`settle` resolves the handle)."""
+        self.final, self.value, self.error, self.why, self.tb = final, value, error, why, tb
+
+    def settle(self) -> None:
+        """Resolve the handle's future as the map decided (once, with no lock held)."""
+        final, value, error = self.final, self.value, self.error
+        self.value = None
+        if self.handle is not None and final in (DONE, FAILED, CANCELLED):
+            self.handle.resolve_as(final, value, error)
 
 
 def _chunk_attr(name: str, default: Any = None, doc: str = "") -> property:
@@ -44,17 +76,12 @@ def _chunk_attr(name: str, default: Any = None, doc: str = "") -> property:
 class ItemHandle(LightFuture):
     """One item of a batched map."""
 
-    def __init__(self, owner: Owner, index: int) -> None:
+    def __init__(self, owner: ItemOwner, record: ItemRecord) -> None:
         super().__init__()
         self._map = owner
-        self.index = index
-        self._chunk: Any = None  # the chunk it is in (set and cleared by the map)
-        self._final: str | None = None  # done / failed / cancelled, decided under the map's lock
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._tb = ""
-        self._why = ""
-        self._attempts = 0
+        self._record = record
+        record.handle = self
+        self.index = record.index
 
     # -- what it is -------------------------------------------------------------------------
 
@@ -70,7 +97,7 @@ class ItemHandle(LightFuture):
     @property
     def task(self) -> TaskHandle | None:
         """The handle of the chunk task that runs (or ran) it; None before it goes out."""
-        chunk = self._chunk
+        chunk = self._record.chunk
         return None if chunk is None else chunk.handle
 
     gang = None
@@ -98,7 +125,7 @@ class ItemHandle(LightFuture):
 
     @property
     def state(self) -> str:
-        final = self._final
+        final = self._record.final
         if final is not None:
             return final
         task = self.task
@@ -109,23 +136,23 @@ class ItemHandle(LightFuture):
 
     @property
     def reason(self) -> str:
-        if self._final is not None:
-            return self._why
+        if self._record.final is not None:
+            return self._record.why
         task = self.task
         return "" if task is None else task.reason
 
     @property
     def traceback(self) -> str:
-        return self._tb
+        return self._record.tb
 
     @property
     def error(self) -> str | None:
         """The failure in one line (None unless failed)."""
-        error = self._error
-        if self._final != FAILED:
+        error = self._record.error
+        if self._record.final != FAILED:
             return None
         if error is None:
-            return self._why or "failed"
+            return self._record.why or "failed"
         text = str(error).strip().splitlines()
         return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
@@ -139,17 +166,10 @@ class ItemHandle(LightFuture):
         return self._map.cancel_item(self)
 
     def running(self) -> bool:
-        return self._final is None and self.state in (RUNNING, "stopping")
+        return self._record.final is None and self.state in (RUNNING, "stopping")
 
     def __await__(self):
         return asyncio.wrap_future(self).__await__()
-
-    def _settle(self) -> None:
-        """Resolve the future as the map decided (once, with no lock held)."""
-        final, value, error = self._final, self._value, self._error
-        self._value = None
-        if final in (DONE, FAILED, CANCELLED):
-            self._resolve_as(final, value, error)
 
     # -- display ----------------------------------------------------------------------------
 
@@ -161,4 +181,4 @@ class ItemHandle(LightFuture):
         return f"<ItemHandle {self.id} {self.name!r} {self.state}{where}>"
 
 
-__all__ = ["ItemHandle"]
+__all__ = ["ItemHandle", "ItemOwner", "ItemRecord"]

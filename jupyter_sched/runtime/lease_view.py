@@ -198,7 +198,7 @@ class LeaseView:
         return _shape(self.wanted) != _shape(self.written)
 
     def _demand(self, task: Task, backlog: int,
-                devices: tuple[str, ...]) -> fairness.Demand | None:
+                devices: tuple[str, ...]) -> fairness.GpuDemand | None:
         demand = task.spec.demand
         count = len(task.gang.members) if task.gang is not None else 1
         if demand.gpu_memory:
@@ -213,8 +213,8 @@ class LeaseView:
         if units < SCALE:
             if task.gang is None:  # a backlog of shares: as many as the devices hold
                 count = min(backlog, len(devices) * (SCALE // units))
-            return fairness.Demand(units, count, devices)
-        return fairness.Demand(SCALE, count * (units // SCALE), devices)
+            return fairness.GpuDemand(units, count, devices)
+        return fairness.GpuDemand(SCALE, count * (units // SCALE), devices)
 
 
 def _user_of(pid: int) -> str:

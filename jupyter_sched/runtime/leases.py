@@ -44,23 +44,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..core import events as ev
 from ..host.discovery import HostInfo
-from ..host.ledger import Lease, Ledger, LedgerError, Refusal, device_key
-from ..host.ledger.damage import deep_damage
-from ..host.ledger.errors import LedgerBusy, LedgerFull
+from ..host.ledger import Lease, Ledger, Refusal, device_key
 from ..host.ledger.order import MAX_WAITS
-from ..host.ledger.stalls import Stall, lock_holder
 from ..host.outside import OutsideUse
 from ..model.quantity import SCALE
 from ..model.resources import GPU
 from ..model.tasks import Task
 from .lease_view import LeaseView, held_text
+from .ledger_care import ERRORS, LedgerCare
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +71,15 @@ CHECK_WAITING = 1.0  # ... while GPU work only waits (a look costs ~40 µs: dama
 CHECK_IDLE = 5.0  # ... otherwise (records waits it no longer has, a grace)
 ORDER = 5.0  # seconds between reads of the host's order while waits change nothing written
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
-ERRORS = (LedgerError, sqlite3.Error, OSError)
-STALLS = (LedgerBusy, LedgerFull)
 
 
 class HostLeases:
     """The leases of one scheduler's local node; used by the runtime thread only.
 
     Its parts: :class:`~.lease_view.LeaseView` (what others hold and reserve, this kernel's
-    waits). ``notice(text)`` tells the user something they must know (the ledger was made
-    again)."""
+    waits) and :class:`~.ledger_care.LedgerCare` (the ledger looked after, healed, waited
+    for; what is to be given back once it can be written). ``notice(text)`` tells the user
+    something they must know (the ledger was made again)."""
 
     def __init__(self, ledger: Ledger, host: HostInfo, node: str,
                  outside: OutsideUse | None = None,
@@ -92,7 +88,6 @@ class HostLeases:
         self.node = node
         self.outside = outside
         self.view = LeaseView(node)
-        self._notice = notice or (lambda text: log.warning("%s", text))
         self._keys: dict[int, str] = {}
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
         # the task sent ahead behind a task on its slot, and its attempt (the runtime's records
@@ -102,8 +97,8 @@ class HostLeases:
         self.own_pids: Callable[[], set[int]] = set
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
-        self._pending: list[int] = []  # leases to give back once the ledger can be written
-        self._stall = Stall()  # since when another process (or a full disk) has held us up
+        self.care = LedgerCare(ledger, self.view, self._reread,
+                               notice or (lambda text: log.warning("%s", text)))
         self._now = 0.0  # the last time a step said (``settle``, ``poll``)
         self._version: int | None = None
         self._next_sweep = 0.0
@@ -125,6 +120,10 @@ class HostLeases:
         meanwhile."""
         return cls(Ledger(path, label=label, timeout=WAIT, connect=False), host, node, outside,
                    notice)
+
+    def _reread(self) -> None:
+        """Read what others hold again at the next step (and tell the core)."""
+        self._version = None
 
     def set_host(self, host: HostInfo) -> None:
         """The local GPUs were (re)declared or discovered: their device keys change."""
@@ -179,13 +178,13 @@ class HostLeases:
                 else:
                     takes.append((start, shares, held))
         gives = [lease.id for group in spare.values() for leases in group for lease in leases]
-        gives += self._pending
+        gives += self.care.pending
         due = self.label_due is not None and now >= self.label_due
         waits = self.view.wanted if self.view.due() else None
         if not gives and not takes and not due and waits is None:
             return {}
         if self.view.blocked is not None:  # no ledger to take from: they wait for one
-            self._pending = gives  # (given back once it can be written)
+            self.care.pending = gives  # (given back once it can be written)
             return {start.task: self.view.blocked for start, _, _ in takes}
         passes = list(self._unlabelled.items())
         try:
@@ -193,12 +192,12 @@ class HostLeases:
                                                 for start, shares, held in takes],
                                         passes=passes, waits=waits)
         except ERRORS as err:
-            self._pending = gives
-            self._failed(err)
+            self.care.pending = gives
+            self.care.failed(err)
             return {start.task: self.view.blocked or str(err) for start, _, _ in takes}
-        self._pending = []
-        self._unstalled()
-        self._told(self.ledger.healed())  # (healed by this exchange: said in this step)
+        self.care.pending = []
+        self.care.unstalled()
+        self.care.told(self.ledger.healed())  # (healed by this exchange: said in this step)
         self._unlabelled.clear()
         self.label_due = None
         if waits is not None:
@@ -249,19 +248,19 @@ class HostLeases:
         ids = [lease.id for lease in self._release(task, attempt)]
         if not ids:
             return
-        self._pending += ids
+        self.care.pending += ids
         if self.view.blocked is not None:
             return
         self._give_pending()
 
     def _give_pending(self) -> None:
         try:
-            self.ledger.exchange(self._pending, [])
+            self.ledger.exchange(self.care.pending, [])
         except ERRORS as err:
-            self._failed(err)
+            self.care.failed(err)
             return
-        self._pending = []
-        self._unstalled()
+        self.care.pending = []
+        self.care.unstalled()
 
     def _release(self, task: str, attempt: int | None = None) -> tuple[Lease, ...]:
         """Forget the leases of ``task`` (as :meth:`give` says) and return those to give back:
@@ -293,10 +292,10 @@ class HostLeases:
         kept = [task for task in keep if task in self._by_task]
         for task in list(self._by_task):
             if task not in kept:
-                self._pending += [lease.id for lease in self._release(task)]
+                self.care.pending += [lease.id for lease in self._release(task)]
         try:  # (one try, however the ledger was: a wait must not outlive its scheduler)
-            self.ledger.exchange(self._pending, [], waits=())
-            self._pending = []
+            self.ledger.exchange(self.care.pending, [], waits=())
+            self.care.pending = []
             if whole_process and not kept:
                 self.ledger.give_mine()
         except ERRORS as err:
@@ -315,7 +314,7 @@ class HostLeases:
     def busy(self) -> bool:
         """This kernel holds leases, records waits or has leases to give back: the ledger is
         looked after meanwhile."""
-        return bool(self._by_task or self.view.written or self.view.blocked or self._pending)
+        return bool(self._by_task or self.view.written or self.view.blocked or self.care.pending)
 
     def look_due(self, now: float) -> float | None:
         """When the runtime must call :meth:`poll` though no GPU work waits: to look at the
@@ -362,10 +361,10 @@ class HostLeases:
         self._listen(waiting)
         try:
             if (waiting or self.busy or self.view.graced) and now >= self._next_check:
-                holding = self._by_task or self._pending or self.view.blocked
+                holding = self._by_task or self.care.pending or self.view.blocked
                 self._next_check = now + (CHECK if holding else
                                           CHECK_WAITING if waiting else CHECK_IDLE)
-                self._look_after()
+                self.care.look_after()
             if self.view.blocked is not None:
                 return self.view.event({})
             if waiting and now >= self._next_sweep:
@@ -386,14 +385,14 @@ class HostLeases:
             self._version = version
             return self.held_elsewhere()
         except ERRORS as err:
-            self._failed(err)
+            self.care.failed(err)
             return self.view.event({})
 
     def held_elsewhere(self) -> ev.HeldElsewhere | None:
         """The ``HeldElsewhere`` event for what other processes hold and reserve (None when it
         says what the core was last told)."""
         every, order = self.ledger.view()
-        self._told(self.ledger.healed())  # (healed by this read: said now)
+        self.care.told(self.ledger.healed())  # (healed by this read: said now)
         mine = {lease.id for _, leases in self._by_task.values() for lease in leases}
         own = self.own_pids()
         if own:  # (their tasks are this scheduler's, counted as such by the core)
@@ -411,100 +410,6 @@ class HostLeases:
     @property
     def waits_due(self) -> bool:
         return self.view.due()
-
-    # -- damage -----------------------------------------------------------------------------------
-
-    def _look_after(self) -> None:
-        """Have the ledger looked after (healed when it was deleted, replaced, damaged, copied
-        over or edited by hand: :meth:`Ledger.look_after`), tell the user what happened, and
-        give back what waited for a ledger that can be written."""
-        stalled = self._stall.since is not None
-        try:
-            if self.view.blocked is not None and not stalled:
-                healings = self.ledger.rebuild()
-            else:
-                healings = self.ledger.look_after()
-            if stalled:  # (a full disk, a lock: over only once a write goes through)
-                self.ledger.probe()
-            if self._pending:
-                self.ledger.exchange(self._pending, [])
-                self._pending = []
-        except ERRORS as err:
-            self._failed(err)
-            return
-        self._told(healings)
-        if self.view.blocked is not None:
-            self._unblocked()
-        elif self.view.order.grace_until is not None and (
-                time.time() >= self.view.order.grace_until):
-            self._version = None  # the grace is over: read (and tell the core) again
-
-    def _failed(self, err: BaseException) -> None:
-        """An error of the ledger in use: held up by another process or a full disk (GPU
-        work waits, saying so), or damaged (healed), or not usable now (GPU work waits)."""
-        if isinstance(err, STALLS):
-            self._stalled(err)
-            return
-        if (self.ledger.check() or deep_damage(self.ledger.path)) is None:
-            self._blocked(err)  # (nothing wrong with the file: tried again every CHECK)
-            return
-        try:
-            self._told(self.ledger.rebuild())
-        except STALLS as again:
-            self._stalled(again)
-        except ERRORS as again:
-            self._blocked(again)
-        else:
-            if self.view.blocked is not None:
-                self._unblocked()
-
-    def _told(self, healings: list) -> None:
-        """What happened to the ledger, each once: the user is told, and the core told
-        afresh what others hold."""
-        for healing in healings:
-            self._notice(healing.text(self.ledger.path))
-        if healings:
-            self._version = None
-            self.view.written = ()  # (a ledger healed holds no waits: they are written again)
-            self.view.resend()
-
-    def _stalled(self, err: BaseException) -> None:
-        """Another process holds the ledger's lock (or its filesystem is full): GPU work that
-        needs a new lease waits, its reason saying since when and who holds it."""
-        if isinstance(err, LedgerFull):
-            text = self._stall.text("has had no room to write (its filesystem is full)", None)
-        else:
-            path = self.ledger.path
-            holder = lock_holder([path, Path(f"{path}-wal"), Path(f"{path}-shm"),
-                                  path.with_name(f".{path.name}.lock")])
-            text = self._stall.text("has been locked", holder)
-        self.view.blocked = f"{text} ({self.ledger.path}); GPU tasks that need a share wait"
-        self.view.resend()
-
-    def _unstalled(self) -> None:
-        """A write went through: a stall is over."""
-        if self._stall.end() and self.view.blocked is not None:
-            self._unblocked()
-
-    def _unblocked(self) -> None:
-        """GPU work may try the ledger again (a stall's clock runs on until a write of it goes
-        through: :meth:`_unstalled`)."""
-        was, self.view.blocked = self.view.blocked, None
-        self._version = None
-        self.view.resend()
-        if was is not None and "locked" not in was and "no room" not in was:
-            self._notice(f"the host's GPU lease ledger {self.ledger.path} can be used again")
-
-    def _blocked(self, err: BaseException) -> None:
-        """No ledger can be used now: GPU work that needs a new lease waits (said once)."""
-        text = (f"the host's GPU lease ledger cannot be used ({err}); GPU tasks that need a "
-                f"share wait until it can (or %config Scheduler.host_leases = False: this "
-                f"kernel then schedules its GPUs alone)")
-        if self.view.blocked is None:  # (while it stays unusable, the reason may vary)
-            self._notice(text)
-        self.view.blocked = text
-        self.view.resend()
-
 
 def _shape(shares: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str], ...]:
     """Leases as a start needs them: ``(device, units, held)`` each, in one order."""

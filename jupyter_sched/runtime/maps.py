@@ -38,15 +38,20 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..executors.base import Work
 from ..executors.chunks import run_chunk
 from ..executors.local.output import current_parent
 from . import submission
 from .handles import TaskHandle
-from .items import CANCELLED, DONE, FAILED, ItemHandle
+from .items import CANCELLED, DONE, FAILED, ItemHandle, ItemRecord
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from ..views.snapshot import Snapshot
+    from .submitter import Submitter
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,17 @@ SPREAD = 4  # chunks per worker left at any point, so the last ones end together
 DEPTH = 2  # chunks per worker submitted ahead and not ended
 
 _IDS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class MapParts:
+    """What a map needs of its scheduler: the ``submitter`` its tasks go through, the set of
+    batched maps not ended (``open``: a map is in it until its last item ends), and
+    ``snapshot(fresh)`` (the nodes, to count workers)."""
+
+    submitter: Submitter
+    open: set[BatchedMap]
+    snapshot: Callable[[bool], Snapshot]
 
 
 def chunk_size(per_item: float | None, round_trip: float | None, remaining: int, workers: int,
@@ -92,7 +108,8 @@ def check_chunksize(value: object) -> int | None:
     return value
 
 
-def submit_map(sched: Any, fn: Callable, items: Iterable, *, name: str | None = None,
+def submit_map(parts: MapParts, default_queue: str, fn: Callable, items: Iterable, *,
+               name: str | None = None,
                chunksize: object = None, progress: bool = False,
                **submit_kw: Any) -> list:
     """``Scheduler.map``: checks in the caller's thread, then tasks or chunks go out."""
@@ -106,7 +123,7 @@ def submit_map(sched: Any, fn: Callable, items: Iterable, *, name: str | None = 
         raise ValueError(f"kwargs {kwargs!r} must be a mapping of keyword arguments")
     if "batch" not in submit_kw and "preemptible" not in submit_kw:
         submit_kw["batch"] = True  # map items are batch work unless said otherwise
-    common = submission.common(sched.default_queue, **{
+    common = submission.common(default_queue, **{
         k: submit_kw.pop(k) for k in list(submit_kw) if k in submission.COMMON})
     if submit_kw:
         raise TypeError(f"map() got unexpected arguments: {', '.join(submit_kw)}")
@@ -127,9 +144,9 @@ def submit_map(sched: Any, fn: Callable, items: Iterable, *, name: str | None = 
     bar = Progress(len(values), base) if progress else None
     try:
         if size != 1:
-            return BatchedMap(sched, fn, values, kwargs, base, common, parent, size,
+            return BatchedMap(parts, fn, values, kwargs, base, common, parent, size,
                               bar).start()
-        handles = _one_per_item(sched, fn, values, kwargs, base, common, parent)
+        handles = _one_per_item(parts.submitter, fn, values, kwargs, base, common, parent)
     except BaseException:
         if bar is not None:
             bar.bar.close()  # nothing was queued: no bar left open
@@ -139,19 +156,19 @@ def submit_map(sched: Any, fn: Callable, items: Iterable, *, name: str | None = 
     return handles
 
 
-def _one_per_item(sched: Any, fn: Callable, values: list, kwargs: Mapping | None, base: str,
-                  common: dict, parent: dict | None) -> list[TaskHandle]:
+def _one_per_item(submitter: Submitter, fn: Callable, values: list, kwargs: Mapping | None,
+                  base: str, common: dict, parent: dict | None) -> list[TaskHandle]:
     """A task per item, as one submission (all accepted or none)."""
     works, specs = [], []
     for k, item in enumerate(values):
         works.append(submission.work(fn, (item,), kwargs, None, None, None, None, parent))
-        specs.append(sched._submitter.spec(f"{base}[{k}]", common))
-    return sched._submitter.submit(specs, None, works)
+        specs.append(submitter.spec(f"{base}[{k}]", common))
+    return submitter.submit(specs, None, works)
 
 
-def _workers(sched: Any, target: str) -> int:
+def _workers(snapshot: Callable[[bool], Snapshot], target: str) -> int:
     """How many chunks can run at once: engine slots, and the host's CPUs for kernel threads."""
-    slots = sum(node.slots for node in sched.snapshot(fresh=True).nodes)
+    slots = sum(node.slots for node in snapshot(True).nodes)
     if target == "engines":
         return max(1, slots)
     return max(1, slots + (os.cpu_count() or 1))
@@ -182,20 +199,20 @@ class _Measure:
 class _Chunk:
     """Items going out as one task; ``sent``: those it ran with (fixed as it starts)."""
 
-    __slots__ = ("dropping", "handle", "items", "live", "owner", "sent")
+    __slots__ = ("dropping", "handle", "items", "live", "sent", "values")
 
-    def __init__(self, owner: BatchedMap, items: list[ItemHandle]) -> None:
-        self.owner = owner
+    def __init__(self, values: Callable[[_Chunk], list], items: list[ItemRecord]) -> None:
+        self.values = values  # the values of the items it runs with (the map's lock taken)
         self.items = items
         self.live = len(items)  # items not final yet
-        self.sent: list[ItemHandle] | None = None
+        self.sent: list[ItemRecord] | None = None
         self.handle: TaskHandle | None = None
         self.dropping = False  # the map cancels it: every item was cancelled
 
-    def freeze(self) -> list[ItemHandle]:
+    def freeze(self) -> list[ItemRecord]:
         """The items it runs with: those not cancelled by now (lock held)."""
         if self.sent is None:
-            self.sent = [item for item in self.items if item._final is None]
+            self.sent = [item for item in self.items if item.final is None]
         return self.sent
 
     def name(self, base: str) -> str:
@@ -215,9 +232,7 @@ class _Payload:
         self.chunk = chunk
 
     def values(self) -> list:
-        owner = self.chunk.owner
-        with owner._lock:
-            return [owner._values[item.index] for item in self.chunk.freeze()]
+        return self.chunk.values(self.chunk)
 
     def __iter__(self):
         return iter(self.values())
@@ -234,12 +249,12 @@ class BatchedMap:
     then from the chunks' done-callbacks, on the scheduler's thread.
     """
 
-    def __init__(self, sched: Any, fn: Callable, values: list, kwargs: Mapping | None,
+    def __init__(self, parts: MapParts, fn: Callable, values: list, kwargs: Mapping | None,
                  base: str, common: dict, parent: dict | None, size: int | None,
                  progress: Progress | None) -> None:
         self.id = f"m{next(_IDS)}"
         self.base = base
-        self._sched = sched
+        self._parts = parts
         self._fn, self._values, self._kwargs, self._parent = fn, values, kwargs or {}, parent
         # items are retried one by one, here; chunks are a family apart from single items
         self._common = dict(common, retries=0,
@@ -252,27 +267,33 @@ class BatchedMap:
         self._measure = _Measure()
         self._progress = progress
         self._lock = threading.Lock()
-        self.handles = [ItemHandle(self, k) for k in range(len(values))]
-        self._todo: deque[ItemHandle] = deque(self.handles)
+        self._items = [ItemRecord(k) for k in range(len(values))]
+        self.handles = [ItemHandle(self, item) for item in self._items]
+        self._todo: deque[ItemRecord] = deque(self._items)
         self._open = len(self.handles)  # items not final
         self._out = 0  # chunks submitted and not ended
         self._stopped: str | None = None  # why no more chunks go out
 
     def start(self) -> list[ItemHandle]:
         """Send the first chunks (errors such as an unknown queue are raised here)."""
-        self._workers = _workers(self._sched, self._common["target"])
+        self._workers = _workers(self._parts.snapshot, self._common["target"])
         with self._lock:
             chunks = self._plan()
-        self._sched._maps.add(self)
+        self._parts.open.add(self)
         try:
             self._send(chunks)
         except BaseException:
-            self._sched._maps.discard(self)
+            self._parts.open.discard(self)
             raise
         return self.handles
 
     def unfinished(self) -> list[ItemHandle]:
         return [h for h in self.handles if not h.done()]
+
+    def _chunk_values(self, chunk: _Chunk) -> list:
+        """The values of the items ``chunk`` runs with, fixed now (as its task starts)."""
+        with self._lock:
+            return [self._values[item.index] for item in chunk.freeze()]
 
     # -- chunks out -----------------------------------------------------------------------------
 
@@ -287,16 +308,16 @@ class BatchedMap:
             size = self._size or chunk_size(
                 self._measure.per_item, self._measure.round_trip, len(self._todo),
                 self._workers, longest=self._longest)
-            items: list[ItemHandle] = []
+            items: list[ItemRecord] = []
             while self._todo and len(items) < size:
                 item = self._todo.popleft()
-                if item._final is None:
+                if item.final is None:
                     items.append(item)
             if not items:
                 break
-            chunk = _Chunk(self, items)
+            chunk = _Chunk(self._chunk_values, items)
             for item in items:
-                item._chunk = chunk
+                item.chunk = chunk
             chunks.append(chunk)
             self._out += 1
         return chunks
@@ -305,13 +326,13 @@ class BatchedMap:
         """Submit chunks as tasks (no lock held); raises what the scheduler refuses."""
         if not chunks:
             return
-        sched, home = self._sched, os.getpid()
+        submitter, home = self._parts.submitter, os.getpid()
         specs, works = [], []
         for chunk in chunks:
-            specs.append(sched._submitter.spec(chunk.name(self.base), self._common))
+            specs.append(submitter.spec(chunk.name(self.base), self._common))
             works.append(Work(fn=run_chunk, args=(self._fn, _Payload(chunk), self._kwargs,
                                                   home), parent=self._parent))
-        handles = sched._submitter.submit(specs, None, works)
+        handles = submitter.submit(specs, None, works)
         for chunk, handle in zip(chunks, handles, strict=True):
             with self._lock:
                 chunk.handle = handle
@@ -325,7 +346,7 @@ class BatchedMap:
         try:
             self._send(chunks)
         except Exception as err:
-            settled: list[ItemHandle] = []
+            settled: list[ItemRecord] = []
             with self._lock:
                 for chunk in chunks:
                     if chunk.handle is None:
@@ -340,7 +361,7 @@ class BatchedMap:
 
     def _ended(self, chunk: _Chunk) -> None:
         """A chunk's task ended (the scheduler's thread, usually): resolve, measure, refill."""
-        settled: list[ItemHandle] = []
+        settled: list[ItemRecord] = []
         try:
             with self._lock:
                 self._out -= 1
@@ -350,22 +371,22 @@ class BatchedMap:
             log.exception("map %s: reading chunk %s failed", self.id, chunk.handle)
             with self._lock:
                 for item in chunk.freeze():
-                    if item._final is None:
+                    if item.final is None:
                         self._close(item, FAILED, error=err, why=f"{type(err).__name__}: {err}")
                         settled.append(item)
                 chunks = self._plan()
         self._resolve(settled)
         self._send_later(chunks)
 
-    def _read(self, chunk: _Chunk, settled: list[ItemHandle]) -> None:
+    def _read(self, chunk: _Chunk, settled: list[ItemRecord]) -> None:
         """Its items' outcomes (lock held)."""
         task = chunk.handle
         sent = chunk.freeze()
-        retry: list[ItemHandle] = []
+        retry: list[ItemRecord] = []
         if task.cancelled():
             why = task.reason or "cancelled"
             for item in sent:
-                if item._final is None:
+                if item.final is None:
                     self._close(item, CANCELLED, why=why)
                     settled.append(item)
             if not chunk.dropping:  # cancelled from outside: the map ends with it
@@ -388,61 +409,62 @@ class BatchedMap:
                     exc, text, summary = errors[position]
                     self._fail(item, _item_error(exc, summary, text), text, summary, retry,
                                settled)
-                elif item._final is None:
+                elif item.final is None:
                     self._close(item, DONE, value=values[position])
                     settled.append(item)
         self._todo.extendleft(reversed(retry))
 
-    def _fail(self, item: ItemHandle, error: BaseException, text: str, summary: str,
-              retry: list[ItemHandle], settled: list[ItemHandle]) -> None:
-        if item._final is not None:
+    def _fail(self, item: ItemRecord, error: BaseException, text: str, summary: str,
+              retry: list[ItemRecord], settled: list[ItemRecord]) -> None:
+        if item.final is not None:
             return
-        if item._attempts < self._retries and self._stopped is None:
-            item._attempts += 1
-            item._chunk = None
+        if item.attempts < self._retries and self._stopped is None:
+            item.attempts += 1
+            item.chunk = None
             retry.append(item)
             return
         self._close(item, FAILED, error=error, why=summary, tb=text)
         settled.append(item)
 
-    def _close(self, item: ItemHandle, final: str, value: Any = None,
+    def _close(self, item: ItemRecord, final: str, value: Any = None,
                error: BaseException | None = None, why: str = "", tb: str = "") -> None:
         """An item's last state (lock held; its future is resolved by ``_resolve``)."""
-        item._final, item._value, item._error, item._why, item._tb = final, value, error, why, tb
-        chunk = item._chunk
+        item.close(final, value, error, why, tb)
+        chunk = item.chunk
         if chunk is not None:
             chunk.live -= 1
         self._open -= 1
 
-    def _stop(self, why: str, settled: list[ItemHandle]) -> None:
+    def _stop(self, why: str, settled: list[ItemRecord]) -> None:
         """No more chunks: what has not gone out is cancelled (lock held)."""
         self._stopped = why
         while self._todo:
             item = self._todo.popleft()
-            if item._final is None:
+            if item.final is None:
                 self._close(item, CANCELLED, why=why)
                 settled.append(item)
 
-    def _resolve(self, settled: list[ItemHandle]) -> None:
+    def _resolve(self, settled: list[ItemRecord]) -> None:
         if self._open == 0:  # before the futures: a waiter may look as soon as they resolve
-            self._sched._maps.discard(self)
+            self._parts.open.discard(self)
             self._values = []  # no chunk reads them any more: every item has ended
         if self._progress is not None:  # before the futures too: a waiter sees the bar full
             self._progress.add(len(settled))
         for item in settled:
             try:
-                item._settle()
+                item.settle()
             except Exception:
-                log.exception("resolving %s failed", item.id)
+                log.exception("resolving %s[%d] failed", self.id, item.index)
 
     # -- cancelling -----------------------------------------------------------------------------
 
-    def cancel_item(self, item: ItemHandle) -> bool:
+    def cancel_item(self, handle: ItemHandle) -> bool:
+        item = self._items[handle.index]
         with self._lock:
-            if item._final is not None:
+            if item.final is not None:
                 return False
             self._close(item, CANCELLED, why="cancelled by the user")
-            chunk = item._chunk
+            chunk = item.chunk
             drop = chunk is not None and chunk.live == 0 and not chunk.dropping
             if drop:
                 chunk.dropping = True
@@ -470,4 +492,4 @@ def _item_error(exc: BaseException | None, summary: str, text: str) -> BaseExcep
     return RemoteTaskError(summary, text)
 
 
-__all__ = ["AUTO", "BatchedMap", "check_chunksize", "chunk_size", "submit_map"]
+__all__ = ["AUTO", "BatchedMap", "MapParts", "check_chunksize", "chunk_size", "submit_map"]

@@ -85,7 +85,7 @@ class Records:
             if start is not None and event.attempt is not None and start.attempt == event.attempt:
                 handle = self.handles.get(event.task)
                 if handle is not None:
-                    handle._resolve_early(record.result)
+                    handle.resolve_early(record.result)
 
     def complete(self, task_id: str, result: Any = None, error: BaseException | None = None,
                  traceback_text: str = "", attempt: int | None = None) -> None:
@@ -256,7 +256,7 @@ class Records:
         if handle is not None:
             self.history_handles.appendleft(handle)
             try:
-                handle._settle()
+                handle.settle()
             except Exception:
                 log.exception("resolving the handle of %s failed", record.id)
         self._finished.append(record.id)
@@ -336,19 +336,20 @@ class Records:
         for record in list(self.live.values()):
             counts[record.state] = counts.get(record.state, 0) + 1
             handle = self.handles.get(record.id)
-            if record.id in left and not failed and not (handle is not None and handle._early):
+            early = handle is not None and handle.resolved_early
+            if record.id in left and not failed and not early:
                 record.reason = LEFT_RUNNING
                 continue
             if failed:
                 record.state, record.reason = FAILED, failed
             elif isinstance(record.error, LeftRunning):  # (it goes on, on a kept cluster)
                 record.state, record.reason = FAILED, str(record.error)
-            elif handle is not None and handle._early:  # its Finished came after the STOP
+            elif early:  # its Finished came after the STOP
                 record.state, record.reason = DONE, ""
             else:
                 record.state, record.reason = CANCELLED, "the scheduler shut down"
             if handle is not None and not (failed and handle.done()):
-                handle._settle()  # (an early result's callbacks run here)
+                handle.settle()  # (an early result's callbacks run here)
             self.live.pop(record.id, None)
         return counts
 
@@ -367,7 +368,7 @@ class Records:
             record.state, record.reason = CANCELLED, "the scheduler shut down"
         handle = self.handles.get(record.id)
         if handle is not None:
-            handle._settle()
+            handle.settle()
 
 
 class _Once:

@@ -27,7 +27,6 @@ import logging
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -42,30 +41,24 @@ from ..executors.local.executor import LocalExecutor
 from ..host.discovery import HostInfo, discover_host
 from ..host.enforce import CHOICES as ENFORCE_CHOICES
 from ..host.live import GpuMonitor
-from ..model.limits import MAX_RUNNING, check_int, check_name, check_seconds
+from ..model.limits import MAX_RUNNING, check_int, check_name
 from ..model.resources import parse_resources
-from ..model.tasks import HELD
 from ..views import snapshot as snapshots
-from ..views import why
-from . import local_node, maps, steering, submission
+from . import local_node, maps, submission
 from .clusters import Clusters
-from .handles import GangHandle, TaskHandle, wait_all
+from .control import USER, TaskControl
+from .handles import GangHandle, TaskHandle
 from .items import ItemHandle
 from .kept import KeptWork
 from .lease_setup import ledger_status, open_host_leases
-from .lease_steps import LeaseSteps
 from .lifecycle import LoopLife
 from .local_node import LOCAL
 from .loop import HISTORY, Clock, Debugging, LoopSettings, RuntimeLoop
-from .publishing import EMPTY
-from .records import Records
 from .setting_rules import APPLIED, NUMBERS, WATCHED, Number, checked
 from .submitter import Submitter
 
 log = logging.getLogger(__name__)
 _live: weakref.WeakSet = weakref.WeakSet()
-_NO_RECORDS = Records(lambda item: None, LeaseSteps(None, lambda event: None, print),
-                      lambda output: None, 1)
 
 
 @atexit.register
@@ -136,10 +129,11 @@ class Scheduler(Configurable):
         super().__init__(**kwargs)  # (settings given here are observed: no loop yet)
         self._clusters = Clusters(self._running, lambda: self._loop, self.executor_settings,
                                   self.submit)
-        self._submitter = Submitter(self, self._running)
         self._clock = Clock.started()
+        self._control = TaskControl(self._running, lambda: self._loop, lambda: self._clock)
+        self._submitter = Submitter(self._control, self._running)
+        self._map_parts = maps.MapParts(self._submitter, self._control.maps, self.snapshot)
         self.debug = Debugging()  # tests: check the core's invariants after every step
-        self._maps: set = set()  # batched maps with items not ended (wait() waits for them)
 
     @property
     def _loop(self) -> RuntimeLoop | None:
@@ -156,7 +150,7 @@ class Scheduler(Configurable):
     def _valid_default_queue(self, proposal: dict) -> str:
         name = checked(check_name, proposal["value"], "Scheduler.default_queue")
         if self.started:
-            queues = self._on_runtime(lambda core: sorted(q.name for q in core.queues.leaves()))
+            queues = self._control.call(lambda core: sorted(q.name for q in core.queues.leaves()))
             if name not in queues:
                 raise TraitError(f"Scheduler.default_queue {name!r} is not a queue here; the "
                                  f"queues are {', '.join(queues)} (make it first: "
@@ -182,7 +176,7 @@ class Scheduler(Configurable):
         if name in APPLIED["loop"]:
             loop.settings = self._loop_settings()
         if self.started and name in APPLIED["core"]:  # (the core checks it as it takes it)
-            self._request([ev.Configure(**{name: value}, cause=f"setting-{name}")])
+            self._control.request([ev.Configure(**{name: value}, cause=f"setting-{name}")])
         if self.started and name == "local_resources":
             self.declare_local(value)
         if name in APPLIED["executors"]:
@@ -228,7 +222,7 @@ class Scheduler(Configurable):
 
     def record(self, task_id: str) -> TaskRecord | None:
         """The runtime's record of a task (where it runs, its reason, its outcome)."""
-        return self._records().records.get(task_id)
+        return self._control.records().records.get(task_id)
 
     def ledger_status(self) -> tuple[Path, str]:
         """The host's lease ledger this kernel uses, and one line on how it uses it."""
@@ -286,29 +280,11 @@ class Scheduler(Configurable):
 
     def now(self) -> float:
         """The scheduler's clock: seconds since it started (``time.monotonic()`` based)."""
-        return self._clock.now()
+        return self._control.now()
 
     def wall(self, t: float | None) -> float | None:
         """A time on the scheduler's clock as ``time.time()`` (None stays None)."""
         return None if t is None else t + self._clock.offset
-
-    # -- talking to the runtime loop --------------------------------------------------------------
-
-    def _request(self, events: list, records: list | tuple = (), handles: list | tuple = (),
-                 after: Callable[[Core], Any] | None = None) -> Any:
-        return self._running().request(events, records, handles, after)
-
-    def _on_runtime(self, fn: Callable[[Core], Any]) -> Any:
-        return self._running().call(fn)
-
-    def _catch_up(self) -> None:
-        """Return once the runtime thread has handled what was queued before this call."""
-        if self._loop is not None:
-            self._loop.catch_up()
-
-    def _records(self) -> Records:
-        """The tasks' records (an empty table before the loop starts)."""
-        return self._loop.records if self._loop is not None else _NO_RECORDS
 
     # -- submitting -----------------------------------------------------------------------------
 
@@ -349,7 +325,7 @@ class Scheduler(Configurable):
         handles = self._submitter.submit(specs, gang_spec, [work] * len(specs))
         if gang_spec is None:
             return handles[0]
-        return GangHandle(self, gang_spec.name, handles)
+        return GangHandle(self._control, gang_spec.name, handles)
 
     def map(self, fn: Callable, items: Iterable, *, name: str | None = None,
             chunksize: object = None, progress: bool = False,
@@ -362,105 +338,64 @@ class Scheduler(Configurable):
         submission (all accepted or none), the default elsewhere. ``progress``: a
         ``tqdm.auto`` bar of items ended. Items are batch work unless ``batch=False``
         (preemption may stop them; see ``submit``). See :mod:`.maps`."""
-        return maps.submit_map(self, fn, items, name=name, chunksize=chunksize,
-                               progress=progress, **submit_kw)
+        return maps.submit_map(self._map_parts, self.default_queue, fn, items, name=name,
+                               chunksize=chunksize, progress=progress, **submit_kw)
 
     # -- commands -------------------------------------------------------------------------------
 
-    def cancel(self, task: object, reason: str = "cancelled by the user") -> bool:
+    def cancel(self, task: object, reason: str = USER) -> bool:
         """Cancel a task, gang or map item (a handle, an id, or a name); True if it had not ended.
         ``ValueError`` for an unknown id."""
-        if isinstance(task, GangHandle):
-            task = task.members[0]
-        if isinstance(task, ItemHandle):
-            return task.cancel()
-        if isinstance(task, TaskHandle):
-            return False if task.done() else self._cancel_ids([task.id], reason)
-        if not isinstance(task, str):
-            raise ValueError(f"cancel needs a task handle, id or name, not {task!r}")
-        handle = self._records().find(task)
-        if handle is not None and handle.done():
-            return False
-        return self._cancel_ids([handle.id if handle is not None else task], reason)
-
-    def _cancel_ids(self, ids: list[str], reason: str = "cancelled by the user") -> bool:
-        self._request([ev.Cancel(i, reason, cause=f"cancel-user-{i}") for i in ids])
-        return True
+        return self._control.cancel(task, reason)
 
     def set_priority(self, task: object, priority: object) -> str:
         """Give a waiting task (a handle, an id or a name; a gang moves as one) a new
         priority; it moves in its queue at once. One line on where it stands now.
         ``ValueError`` for a task that runs or has ended, or a priority out of bounds."""
-        return steering.steer(self, task, "priority", priority)
+        return self._control.set_priority(task, priority)
 
     def top(self, task: object) -> str:
         """Put a waiting task first in its queue (the least priority that does)."""
-        return steering.steer(self, task, "top")
+        return self._control.top(task)
 
     def hold(self, task: object) -> str:
         """Hold a waiting task: it is never started (nor reserved for) until released."""
-        return steering.steer(self, task, "hold")
+        return self._control.hold(task)
 
     def release(self, task: object) -> str:
         """Let a held task wait again, its age kept."""
-        return steering.steer(self, task, "release")
+        return self._control.release(task)
 
     def why(self, task: object) -> str:
         """Why a task (a handle, an id or a name) is where it is, in words: a line on where it
         stands, then its last decisions, oldest first, each with its cause, the event that
         led to it (``%sched why``; :mod:`jupyter_sched.views.why` shows an example)."""
-        handle = steering.handle_of(self, task)
-        return self._on_runtime(lambda core: why.chain(core, handle.id))
+        return self._control.why(task)
 
-    def cancel_all(self, reason: str = "cancelled by the user") -> int:
+    def cancel_all(self, reason: str = USER) -> int:
         """Cancel every task not finished (nor being stopped) yet; returns how many."""
-        if not self.started:
-            return 0
-        live = self._records().live
-        ids = self._on_runtime(lambda core: [
-            i for i in live if i in core.tasks and core.tasks[i].stopping is None])
-        if ids:
-            self._request([ev.Cancel(i, reason, cause="cancel-all-user") for i in ids])
-        return len(ids)
+        return self._control.cancel_all(reason) if self.started else 0
 
     def wait(self, handles_or_ids: object = None, timeout: float | None = None) -> list:
         """Wait for tasks (default: all submitted and not finished, but those held: they never
         start until released); returns their handles. ``TimeoutError`` if some are still not
         finished after ``timeout`` seconds."""
-        if timeout is not None:
-            timeout = check_seconds(timeout, "wait timeout")
-        if handles_or_ids is None:
-            handles = [h for h in list(self._records().handles.values())
-                       if not h.done() and h.state != HELD]
-            handles += [h for m in list(self._maps) for h in m.unfinished()]
-        else:
-            items = handles_or_ids
-            if isinstance(items, (str, Future)):
-                items = [items]
-            handles = [self.task(h) if isinstance(h, str) else h for h in items]
-        return wait_all(handles, timeout)
+        return self._control.wait(handles_or_ids, timeout)
 
     def task(self, task_id: str) -> TaskHandle:
         """The handle of a task by id (``"t7"``) or by name (the latest with that name)."""
-        handle = self._records().find(task_id)
-        if handle is None:
-            raise ValueError(f"no task {task_id!r} (ids look like 't7'; the scheduler keeps "
-                             f"the last {HISTORY} finished tasks)")
-        return handle
+        return self._control.task(task_id)
 
     @property
     def history(self) -> list[TaskHandle]:
         """Finished tasks, newest first (the last ``HISTORY``), as of every report queued
         before this call (a handle resolved from its reply is in it)."""
-        self._catch_up()
-        return list(self._records().history_handles)
+        return self._control.history()
 
     def snapshot(self, fresh: bool = False) -> snapshots.Snapshot:
         """The latest published state (immutable). ``fresh=True`` takes one now (waits for the
         runtime thread); so does any call while nobody subscribes and the state has moved on."""
-        if self._loop is None:
-            return EMPTY  # (before it starts)
-        return self._loop.snapshot(fresh)
+        return self._control.snapshot(fresh)
 
     def subscribe(self, callback: Callable[[snapshots.Snapshot], Any]) -> Callable[[], None]:
         """Call ``callback(snapshot)`` on the runtime thread as state changes (at most every
@@ -489,12 +424,12 @@ class Scheduler(Configurable):
         guar = parse_resources(guarantee) if guarantee is not None else None
         if max_running is not None:
             max_running = check_int(max_running, "max_running (0: no cap)", 0, MAX_RUNNING)
-        self._request([ev.QueueSet(name, parent, weight, cap, guar, priority, state,
+        self._control.request([ev.QueueSet(name, parent, weight, cap, guar, priority, state,
                                    max_running, cause=f"queue-set-user-{name}")])
 
     def drain(self, node: str, on: bool = True) -> None:
         """Cordon a node (no new tasks start there) or, with ``on=False``, open it again."""
-        self._request([ev.NodeUpdated(node, cordoned=bool(on),
+        self._control.request([ev.NodeUpdated(node, cordoned=bool(on),
                                       cause=f"{'drain' if on else 'undrain'}-user-{node}")])
 
     # -- ipyparallel ------------------------------------------------------------------------------
@@ -544,7 +479,7 @@ class Scheduler(Configurable):
     def inspect_core(self, fn: Callable[[Core], Any]) -> Any:
         """Run ``fn(core)`` on the runtime thread between steps and return its value (for tests
         and debugging: e.g. ``sched.inspect_core(lambda core: core.validate())``)."""
-        return self._on_runtime(fn)
+        return self._control.call(fn)
 
     def __repr__(self) -> str:
         return f"<Scheduler {self.state} policy={self.policy}>"

@@ -9,7 +9,8 @@ is said to have started, even when it ends before the line is read).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core import events as ev
 from ..model.limits import MAX_PRIORITY, check_int
@@ -20,9 +21,17 @@ if TYPE_CHECKING:
     from ..core.state import Core
 
 
-def steer(sched: Any, task: object, action: str, priority: object = None) -> str:
-    """Steer ``task``; one line on where it stands now."""
-    handle = handle_of(sched, task)
+class Door(Protocol):
+    """The runtime loop as steering reaches it (:class:`~.control.TaskControl`)."""
+
+    def request(self, events: list, records: list | tuple = (), handles: list | tuple = (),
+                after: Callable[[Core], Any] | None = None) -> Any: ...
+
+    def call(self, fn: Callable[[Core], Any]) -> Any: ...
+
+
+def steer(door: Door, handle: Any, action: str, priority: object = None) -> str:
+    """Steer the task of ``handle``; one line on where it stands now."""
     number = None
     if action == "priority":
         number = check_int(priority, "priority", -MAX_PRIORITY, MAX_PRIORITY)
@@ -32,15 +41,16 @@ def steer(sched: Any, task: object, action: str, priority: object = None) -> str
     said: list[str] = []
     # the line is made in the step that took the steer, as the core left it: a task that
     # started at once is said to have started, however soon it ends after
-    sched._request([ev.Steer(handle.id, action, number, cause=f"{action}-user-{handle.id}")],
-                   after=lambda core: said.append(_said(core, handle.id, action, label)))
+    door.request([ev.Steer(handle.id, action, number, cause=f"{action}-user-{handle.id}")],
+                 after=lambda core: said.append(_said(core, handle.id, action, label)))
     if said:
         return said[0]
-    return sched._on_runtime(lambda core: _said(core, handle.id, action, label))
+    return door.call(lambda core: _said(core, handle.id, action, label))
 
 
-def handle_of(sched: Any, task: object) -> Any:
-    """The handle of ``task``: a task handle, a gang's (its first member), an id or a name."""
+def handle_of(find: Callable[[str], Any], task: object) -> Any:
+    """The handle of ``task``: a task handle, a gang's (its first member), an id or a name
+    (``find`` looks those up)."""
     from .handles import GangHandle, TaskHandle  # (the handles call back into here)
 
     if isinstance(task, GangHandle):
@@ -50,7 +60,7 @@ def handle_of(sched: Any, task: object) -> Any:
     if not isinstance(task, str):
         raise ValueError("a task handle, id (t7) or name is needed, not "
                          f"{fmt.one_line(repr(task), 60)}")
-    return sched.task(task)
+    return find(task)
 
 
 def _said(core: Core, task_id: str, action: str, label: str) -> str:
@@ -80,4 +90,4 @@ def _said(core: Core, task_id: str, action: str, label: str) -> str:
     return f"{label} has priority {priority}: {where}"
 
 
-__all__ = ["handle_of", "steer"]
+__all__ = ["Door", "handle_of", "steer"]

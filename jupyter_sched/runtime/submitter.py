@@ -15,7 +15,7 @@ from ..core import events as ev
 from ..executors.base import TaskRecord, Work
 from ..executors.local.output import Publisher
 from . import submission
-from .handles import Scheduler, TaskHandle
+from .handles import HandleOwner, TaskHandle
 
 if TYPE_CHECKING:
     from ..model.tasks import GangSpec, TaskSpec
@@ -26,7 +26,7 @@ class Submitter:
     """``owner`` is what the handles it makes ask of their scheduler; ``running()`` gives the
     running loop (starting it)."""
 
-    def __init__(self, owner: Scheduler, running: Callable[[], RuntimeLoop]) -> None:
+    def __init__(self, owner: HandleOwner, running: Callable[[], RuntimeLoop]) -> None:
         self._owner = owner
         self._running = running
         self._ids = itertools.count(1)

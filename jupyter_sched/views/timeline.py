@@ -14,7 +14,7 @@ A snapshot shows where a running task is now, and nothing of where a task ran be
 finished task no longer holds its devices, and a task preempted (or retried) and started again
 holds only its latest ones. The caller says where each run was through ``runs_of(task_id)``
 (the runtime keeps that on the task's record): every run of the task, oldest first, as
-:class:`Run`. Tasks that held no GPU do not appear.
+:class:`GpuRun`. Tasks that held no GPU do not appear.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ WINDOW = 300.0  # seconds of recent history, by default
 ROWS = 500      # rows at most
 
 
-class Run(NamedTuple):
+class GpuRun(NamedTuple):
     """One run of a task: where, which GPU shares (index -> share), from when to when (None:
     not ended)."""
 
@@ -38,7 +38,7 @@ class Run(NamedTuple):
     end: float | None
 
 
-Runs = Sequence[Run]
+Runs = Sequence[GpuRun]
 
 
 def timeline(snapshot: Snapshot, window: float = WINDOW,
@@ -50,7 +50,7 @@ def timeline(snapshot: Snapshot, window: float = WINDOW,
     for view in snapshot.running:
         known = (runs_of(view.id) if runs_of is not None else None) or ()
         if view.started is not None:  # the run the snapshot shows, then the ones before it
-            current = Run(view.node, _gpus(view), view.started, None)
+            current = GpuRun(view.node, _gpus(view), view.started, None)
             rows.extend(_rows(view, current))
             for run in known:
                 if run.end is not None and run.end <= view.started and run.end >= since:
@@ -59,10 +59,10 @@ def timeline(snapshot: Snapshot, window: float = WINDOW,
         if view.started is None or view.ended is None or view.ended < since:
             continue
         known = (runs_of(view.id) if runs_of is not None else None) or ()
-        runs = [r._replace(end=view.ended if r.end is None else r.end) for r in known
-                if r.start <= view.ended]
+        runs = [GpuRun(r.node, r.gpus, r.start, view.ended if r.end is None else r.end)
+                for r in known if r.start <= view.ended]
         if not runs and _gpus(view):
-            runs = [Run(view.node, _gpus(view), view.started, view.ended)]
+            runs = [GpuRun(view.node, _gpus(view), view.started, view.ended)]
         for run in runs:
             if run.end is not None and run.end >= since:
                 rows.extend(_rows(view, run))
@@ -74,10 +74,10 @@ def _gpus(view: TaskView) -> Mapping[int, float]:
     return view.devices.get("GPU") or {}
 
 
-def _rows(view: TaskView, run: Run) -> list[dict[str, Any]]:
+def _rows(view: TaskView, run: GpuRun) -> list[dict[str, Any]]:
     return [{"task": view.id, "name": view.name or view.id, "node": run.node, "device": int(index),
              "share": float(share), "start": run.start, "end": run.end, "state": view.state}
             for index, share in sorted(run.gpus.items()) if share > 0]
 
 
-__all__ = ["ROWS", "WINDOW", "Run", "Runs", "timeline"]
+__all__ = ["ROWS", "WINDOW", "GpuRun", "Runs", "timeline"]

@@ -36,7 +36,7 @@ from ..session import Session
 from ..transitions import explain
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from ..books import Books
 
 ClassHeap = list[tuple[int, int, ClassKey]]  # a queue's classes by their heads' rank
 QueueHeap = list[tuple[int, float, float, float, int, str, Queue]]  # queues by queue_rank
@@ -130,7 +130,7 @@ def is_capped(queue: Queue | None) -> bool:
     return False
 
 
-def _say_why_not_placed(core: Ledger, job: Task | Gang,
+def _say_why_not_placed(core: Books, job: Task | Gang,
                         members: tuple[Task, ...] | list[Task]) -> None:
     """A share of one GPU that the free shares of a node add up to, though no device there
     has it, waits ``fragmented: 0.4 + 0.4 free on n1, no device has 0.8``; one that would be
@@ -167,7 +167,7 @@ def _say_why_not_placed(core: Ledger, job: Task | Gang,
             core.cap_waits.pop(member.id, None)
 
 
-def _no_engine(core: Ledger, spec: TaskSpec) -> str:
+def _no_engine(core: Books, spec: TaskSpec) -> str:
     """Why ``spec`` waits where it would be placed now but for the engines' MPS caps (it
     waits, not infeasible: a cap is lifted by a new engine), counting the free engines of
     those nodes by cap: ``no engine capped at 0.5 is free (engines capped at 0.25: 2;
@@ -193,7 +193,7 @@ def _no_engine(core: Ledger, spec: TaskSpec) -> str:
             f"engines not yet capped: {unfixed})")
 
 
-def _kept_out_by_caps(core: Ledger, spec: TaskSpec) -> list[Node]:
+def _kept_out_by_caps(core: Books, spec: TaskSpec) -> list[Node]:
     """The nodes where ``spec`` would be placed now but for the engines' MPS caps."""
     demand = spec.demand
     return [node for node in core.cluster.nodes.values()
@@ -202,7 +202,7 @@ def _kept_out_by_caps(core: Ledger, spec: TaskSpec) -> list[Node]:
             and node.place(demand, spec.target, caps=False) is not None]
 
 
-def engines_to_restart(core: Ledger) -> list[tuple[str, str, str]]:
+def engines_to_restart(core: Books) -> list[tuple[str, str, str]]:
     """``(task, node, slot)``: for each task that waits only for an engine capped at its
     share (oldest first: the heads of their classes, as a cycle tried them; the next of a
     class is named once its head started, if it is kept out the same way), a free engine
@@ -226,7 +226,7 @@ def engines_to_restart(core: Ledger) -> list[tuple[str, str, str]]:
     return out
 
 
-def tidy_waits(core: Ledger) -> None:
+def tidy_waits(core: Books) -> None:
     """Forget the waits that cycles noted and that no longer hold: a task that waits no
     more, or no longer for an engine of its cap (``cap_waits``) or for shares other
     processes hold (``elsewhere_waits``). After each ``handle``, so that what reads them
@@ -242,7 +242,7 @@ def tidy_waits(core: Ledger) -> None:
             del core.elsewhere_waits[task_id]
 
 
-def _say_held_elsewhere(core: Ledger, job: Task | Gang) -> None:
+def _say_held_elsewhere(core: Books, job: Task | Gang) -> None:
     """A job that waits only for shares other processes hold says so in its reason."""
     members = job.members if isinstance(job, Gang) else [job]
     node = elsewhere.only_node(core.elsewhere, core.cluster, members[0].spec, node_passes)

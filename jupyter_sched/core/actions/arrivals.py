@@ -5,7 +5,7 @@ Enqueue then allocate would file each job in its class FIFO, build the class hea
 job out again; here each admitted job is placed straight away, in the order allocate takes
 them (higher priority, then older) and with the same search, so the nodes, reasons and
 instructions are the same. A job placed so never enters its queue's waiting books (nothing
-reads them before the cycle ends): ``Ledger.at_once`` tells its start so. A job that does not
+reads them before the cycle ends): ``Books.at_once`` tells its start so. A job that does not
 fit is counted and filed in its FIFO as enqueue files it, and its class is skipped for the
 rest of the cycle as allocate skips it.
 
@@ -24,8 +24,8 @@ from typing import Final
 
 from ...model.queues import CLOSED, Queue
 from ...model.tasks import Task
+from ..books import Books
 from ..jobs import job_key, job_spec
-from ..ledger import Ledger
 from ..plugins.gang import place_gang
 from ..session import Session
 from . import enqueue
@@ -34,7 +34,7 @@ from .allocate import is_capped, unplaced
 FEW: Final = 16  # arrivals in one cycle
 
 
-def queue_of(core: Ledger) -> Queue | None:
+def queue_of(core: Books) -> Queue | None:
     """The queue that gets every pending job, when they may be placed at once; else None.
     The caller has seen that no job waits in any queue."""
     pending = core.pending

@@ -16,7 +16,7 @@ one at a time spends more on each than one that gets them in bursts. So, with
   before it, and the engine's own queue runs them in that order.
 * **Hold nothing until then.** An assigned task holds no resources; when the slot's task
   ends, however it ends, its allocation and the slot pass to the first task of the line (the
-  hand-over in :meth:`.ledger.Ledger.release`), so nothing else can take the share between
+  hand-over in :meth:`.books.Books.release`), so nothing else can take the share between
   the two and no share is ever held idle.
 * **Never behind a long one.** Once the slot's task has run past ``pipeline`` seconds, and a
   free slot elsewhere could run its assigned tasks now, the whole line is *revoked*: a
@@ -42,7 +42,7 @@ from ..transitions import ASSIGN, REVOKE, fire
 from .allocate import live_head
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from ..books import Books
 
 # the most tasks assigned to one slot at a time: enough for an engine to go on through a
 # stall of the kernel's threads (tens of milliseconds on a busy machine) without idling, and
@@ -78,7 +78,7 @@ def run(session: Session) -> None:
             fire(core, job, ASSIGN, (node, slot.id, running, after))
 
 
-def _busy_slots(core: Ledger, like: Task, depth: int) -> Iterator[tuple[Node, Slot, Task]]:
+def _busy_slots(core: Books, like: Task, depth: int) -> Iterator[tuple[Node, Slot, Task]]:
     """Slots running a task of ``like``'s class and queue, with fewer than ``depth`` tasks
     assigned, not being stopped, that has run at most ``pipeline`` seconds, on a node that
     takes work, whose engine's MPS cap (if fixed) is the share the task hands over."""
@@ -100,7 +100,7 @@ def _busy_slots(core: Ledger, like: Task, depth: int) -> Iterator[tuple[Node, Sl
                 yield node, slot, before
 
 
-def _revoke_overruns(core: Ledger) -> None:
+def _revoke_overruns(core: Books) -> None:
     """Take back the tasks assigned to a slot whose task ran past the bound, where a free slot
     could run them now: all of them, the last first (each would wait behind that task)."""
     horizon = core.now - core.pipeline
@@ -123,7 +123,7 @@ def _revoke_overruns(core: Ledger) -> None:
                      f"task running there ({before.id}) ran longer than {core.pipeline:g}s")
 
 
-def _free_slot_for(core: Ledger, task: Task) -> bool:
+def _free_slot_for(core: Books, task: Task) -> bool:
     spec = job_spec(task)
     for node in core.cluster.nodes.values():
         if node.free_slots and not node.cordoned and node_passes(node, spec) \

@@ -44,7 +44,7 @@ from ..session import Session
 from ..transitions import PREEMPT, fire
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from ..books import Books
 
 
 def run(session: Session) -> None:
@@ -118,7 +118,7 @@ class _Claims:
     guarantee; what each victim's queue gives up is counted so it never goes below its
     guarantee (nor, for a reclaim, below its deserved share)."""
 
-    def __init__(self, core: Ledger, task: Task) -> None:
+    def __init__(self, core: Books, task: Task) -> None:
         self.task = task
         self.queues = core.queues
         queue = core.queues[task.queue]

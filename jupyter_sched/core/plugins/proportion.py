@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ...model.queues import Queue
-    from ..ledger import Ledger
+    from ..books import Books
 
 
 def queue_rank(queue: Queue, totals: dict[str, int]
@@ -29,7 +29,7 @@ def queue_rank(queue: Queue, totals: dict[str, int]
             queue.last_start, queue.name)
 
 
-def cluster_totals(core: Ledger) -> dict[str, int]:
+def cluster_totals(core: Books) -> dict[str, int]:
     totals: dict[str, int] = {}
     for node in core.cluster.nodes.values():
         for name, units in node.resources.total.items():

@@ -40,7 +40,7 @@ from .carry import Packer
 from .connection import Connection
 from .faults import EngineLost, Faults, RemoteTaskError, engine_died, remote_traceback
 from .kept.notes import RunNotes
-from .leases import HostLeases
+from .leases import EngineLeases
 from .on_engine import ARGUMENTS, CALL, CELL, FUNCTION, RESULT
 from .pipeline import Pipeline
 from .registry import Registry
@@ -66,7 +66,7 @@ class Dispatcher:
     """
 
     def __init__(self, guard: Guard, connection: Connection, registry: Registry,
-                 pipeline: Pipeline, faults: Faults, leases: HostLeases, timings: Timings,
+                 pipeline: Pipeline, faults: Faults, leases: EngineLeases, timings: Timings,
                  settings: Callable[[], ExecutorSettings], notes: RunNotes | None = None
                  ) -> None:
         self._guard = guard

@@ -20,14 +20,14 @@ change their state under the executor's lock, and every report leaves through it
 * :class:`.gangs.Gangs`: gang members held until rank 0's host names a port;
 * :class:`.faults.Faults`: stops (interrupt, then kill), and engines that die or leave;
 * :class:`.replace.Replacements`: engines lost from a cluster we started, started again;
-* :class:`.leases.HostLeases`: GPU leases in the ledgers of engines' hosts, and MPS.
+* :class:`.leases.EngineLeases`: GPU leases in the ledgers of engines' hosts, and MPS.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from ...core import events as ev
@@ -51,7 +51,7 @@ from .faults import EngineLost, Faults, RemoteTaskError
 from .gangs import Gangs
 from .kept import Journal
 from .kept.notes import RunNotes
-from .leases import HostLeases, engine_enforcement
+from .leases import EngineLeases, engine_enforcement
 from .pipeline import Pipeline
 from .registry import EngineView, Registry
 from .replace import Replacements
@@ -98,7 +98,7 @@ class IppExecutor(Executor):
         self._restarted: set[str] = set()  # slots whose idle engine was started again
         self._faults = Faults(guard, self.connection, self._registry, self._pipeline,
                               stop_grace=stop_grace, lost=self._replacements.lost, notes=notes)
-        self._leases = HostLeases(guard, self.connection, self._registry, self._pipeline.idle,
+        self._leases = EngineLeases(guard, self.connection, self._registry, self._pipeline.idle,
                                   lambda: self.settings, lambda: runtime.gpu_work_waits,
                                   lambda: self.kept)
         self._timings = Timings()
@@ -109,6 +109,7 @@ class IppExecutor(Executor):
                                 self._dispatch, self._timings, notes)
         self._gangs = Gangs(guard, self.connection, self._pipeline, self._dispatch.send)
         self._registry.start(left=self._faults.engine_lost, joined=self._joined)
+        self._cluster.watch(self._faults.launcher_stopped)
 
     # -- getting engines --------------------------------------------------------------------------
 
@@ -137,9 +138,8 @@ class IppExecutor(Executor):
         kwargs.setdefault("prefix", slot_prefix(engines))
         executor = cls(runtime, client, cluster=cluster, owns_client=owns_client,
                        connection=connection, **kwargs)
-        executor._cluster.watch(executor._faults.launcher_stopped)
         try:
-            executor._registry.wait_ready(timeout, skip=busy)
+            executor.wait_ready(timeout, skip=busy)
         except BaseException:
             executor.close()
             raise
@@ -190,7 +190,7 @@ class IppExecutor(Executor):
                        prefix=slot_prefix(engines_now), settings=settings,
                        replace_engines=replace_engines)
         try:
-            executor._start_sets(sets, timeout)
+            executor.start_engine_sets(sets, timeout)
         except BaseException:
             executor.close()
             raise
@@ -205,10 +205,12 @@ class IppExecutor(Executor):
             raise ValueError(f"launcher={launcher!r}: engines are added with the running "
                              f"cluster's launcher ({self._cluster.launcher or 'local'!r}); "
                              "leave the launcher out")
-        self._start_sets(engine_sets(self.runtime.local_host, engines, engines_per_gpu,
+        self.start_engine_sets(engine_sets(self.runtime.local_host, engines, engines_per_gpu,
                                      launcher, gpus, self.settings.local_resources), timeout)
 
-    def _start_sets(self, sets: list[tuple[int, dict[str, str]]], timeout: float) -> None:
+    def start_engine_sets(self, sets: list[tuple[int, dict[str, str]]], timeout: float) -> None:
+        """Start each set of engines (how many, their environment) in the cluster this
+        executor started; returns once they are slots."""
         expected = len(self.connection.ids) + sum(n for n, _ in sets)
         for n, set_env in sets:
             self.add_engines(n, environment=set_env)
@@ -224,9 +226,10 @@ class IppExecutor(Executor):
         self._cluster.watch(self._faults.launcher_stopped)
         return set_id
 
-    def wait_ready(self, timeout: float = 30) -> None:
-        """Wait until every registered engine has been probed and announced."""
-        self._registry.wait_ready(timeout)
+    def wait_ready(self, timeout: float = 30, skip: Collection[int] = ()) -> None:
+        """Wait until every registered engine has been probed and announced (but the engines
+        in ``skip``: busy with work sent before, their probes wait behind it)."""
+        self._registry.wait_ready(timeout, skip)
 
     # -- what it is -------------------------------------------------------------------------------
 

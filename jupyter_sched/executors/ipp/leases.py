@@ -23,7 +23,7 @@ MPS serves it and sets the variables for the task's share (:mod:`.on_host`).
 ``Scheduler.host_leases = False`` takes no lease anywhere; ``Scheduler.ledger_path`` names the
 ledger file on engines' hosts too (empty: each host's default, as resolved there).
 
-:class:`HostLeases` is this part of the executor.
+:class:`EngineLeases` is this part of the executor.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class Hosts(Protocol):
     def on_node(self, name: str) -> list[Engine]: ...
 
 
-class HostLeases:
+class EngineLeases:
     """Leases on engines' hosts, from the kernel's side.
 
     Threads: the runtime thread (``wrap``, as a task starts), the client's IO thread (replies:
@@ -303,5 +303,5 @@ class HostLeases:
             timer.cancel()
 
 
-__all__ = ["HOLDINGS", "HOST_CALL", "READ_EVERY", "HostLeases", "held_event", "host_meta",
+__all__ = ["HOLDINGS", "HOST_CALL", "READ_EVERY", "EngineLeases", "held_event", "host_meta",
            "node_keys"]

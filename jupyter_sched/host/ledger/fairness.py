@@ -37,7 +37,7 @@ DEFAULT_HALF_LIFE = 300.0
 
 
 @dataclass(frozen=True, slots=True)
-class Demand:
+class GpuDemand:
     """``count`` shares of ``units`` each (below ``SCALE``: a share of one device each, a
     backlog of ``count`` of them; ``SCALE``: ``count`` whole devices) on any of ``devices``
     (the device keys the waiter can use)."""
@@ -65,7 +65,7 @@ class Wait:
     pid: int
     task: str
     label: str
-    demand: Demand
+    demand: GpuDemand
     priority: int
     since: float
     holder: str = ""
@@ -209,5 +209,5 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-__all__ = ["DEFAULT_HALF_LIFE", "Demand", "Wait", "ahead_of", "decayed", "held_use", "ordinal",
+__all__ = ["DEFAULT_HALF_LIFE", "GpuDemand", "Wait", "ahead_of", "decayed", "held_use", "ordinal",
            "position", "rank_key", "ranked", "reserve", "reserved_for", "standing"]

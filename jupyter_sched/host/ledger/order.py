@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ...model.quantity import SCALE
 from ..discovery import boot_id
 from . import fairness
-from .fairness import Demand, Wait
+from .fairness import GpuDemand, Wait
 from .holders import Owner
 
 WAIT_COLUMNS = ("id, uid, user, pid, started, host, pidns, label, task, units, count, devices, "
@@ -28,7 +28,7 @@ class WaitSpec:
     """A demand a scheduler records while it waits for what others hold (see :class:`Wait`)."""
 
     task: str
-    demand: Demand
+    demand: GpuDemand
     priority: int
     since: float
 
@@ -125,7 +125,7 @@ def read(db: sqlite3.Connection, now: float,
         users[uid] = user
         owners[wid] = owner
         waits.append(Wait(wid, uid, user, pid, task, label,
-                          Demand(units, count, tuple(d for d in devices.split("\n") if d)),
+                          GpuDemand(units, count, tuple(d for d in devices.split("\n") if d)),
                           priority, since, holder, kernel))
     standings = fairness.standing(usage, [(uid, units, taken)
                                           for uid, _, units, taken, _ in leases],

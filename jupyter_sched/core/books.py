@@ -1,13 +1,13 @@
 """The core's books: tasks, nodes, queues, reservations, deadlines, and the bookkeeping that
 every change shares.
 
-:class:`Ledger` holds what the core knows and the small operations that keep it consistent:
+:class:`Books` holds what the core knows and the small operations that keep it consistent:
 binding a task to a node and releasing it, the waiting structures, deadlines, the outbox, and
 looking up a task, a node or a task's class. It decides nothing: the transition table
 (:mod:`.transitions`) says what an event does to a task, the actions (:mod:`.actions`) decide
 placements, :mod:`.steering` and :mod:`.membership` carry out steers and changes of the
 cluster, and :class:`.state.Core`, which *has* the books, is the one door. They all see the
-core as its ``Ledger``, so nothing below ``state`` imports it.
+core as its ``Books``, so nothing below ``state`` imports it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class JobSet:
         return f"JobSet({list(self._jobs.values())!r})"
 
 
-class Ledger:
+class Books:
     """What the core knows; changed only while the core handles events."""
 
     def __init__(self) -> None:
