@@ -18,7 +18,9 @@ of ``jupyter_sched.notebook.statusline``) and the comm's (``status_data`` and ``
 ``jupyter_sched.notebook.comm_messages``).
 
 Only what differs from run to run is fixed, in the snapshot before it is shown: times on the
-scheduler's clock become 1, 2, 3 … in their order (equal times stay equal), wall-clock times
+scheduler's clock become the number of the stage of the build they fall in (1, 2, 3 …: each
+stage ends when what it waited for was seen, so how the scheduler's steps fell within a stage,
+which varies with the machine's load, changes nothing), wall-clock times
 (another kernel's ``since``, a notice's ``time``) fixed ones, and the child's pid, the host's
 name and the ledger's path fixed values; wherever the kernel wrote them into a reason or a
 notice too. Times of day are written in UTC.
@@ -26,6 +28,7 @@ notice too. Times of day are written in UTC.
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import contextlib
 import dataclasses
@@ -54,7 +57,7 @@ LEDGER = "/run/user/1000/jupyter_sched/leases.db"
 WAIT = 20.0
 
 
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
+def wait_until(what: str, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = predicate()
@@ -68,19 +71,19 @@ class Fixed:
     """What varies from run to run, and what it is written as instead."""
 
     def __init__(self, pid: int, ledger: str) -> None:
-        self.times: dict[float, float] = {}
+        self.marks: list[float] = []
         self.words = [(re.compile(rf"\bpid {pid}\b"), f"pid {PID}"),
                       (re.compile(re.escape(ledger)), LEDGER),
                       (re.compile(r"\b(since|at) \d\d:\d\d:\d\d\b"),
                        rf"\1 {time.strftime('%H:%M:%S', time.gmtime(SINCE))}")]
 
-    def clock(self, times: list[float | None]) -> None:
-        """Scheduler times become their rank among ``times``, from 1."""
-        known = sorted({t for t in times if t is not None})
-        self.times = {t: float(i + 1) for i, t in enumerate(known)}
+    def clock(self, marks: list[float]) -> None:
+        """Scheduler times become the number of the stage they fall in (``marks``: the
+        scheduler's time at the end of each stage), from 1."""
+        self.marks = marks
 
     def time(self, t: float | None) -> float | None:
-        return None if t is None else self.times[t]
+        return None if t is None else float(bisect.bisect_left(self.marks, t) + 1)
 
     def text(self, text: str) -> str:
         for pattern, fixed in self.words:
@@ -127,12 +130,19 @@ def build(sched: Any, path: Path, child: subprocess.Popen) -> tuple[Any, dict[st
     from jupyter_sched.host.ledger import device_key
 
     gates = [threading.Event() for _ in range(5)]
-    h: dict[str, Any] = {"gates": gates}
+    marks: list[float] = []  # the scheduler's time at the end of each stage
+    h: dict[str, Any] = {"gates": gates, "marks": marks}
+
+    def wait_for(what: str, predicate: Callable[[], Any]) -> Any:
+        seen = wait_until(what, predicate)
+        marks.append(sched.inspect_core(lambda core: core.now))
+        return seen
+
     sched.set_queue("research", weight=2, max_running=1)
     h["prep"] = sched.submit(lambda: "ready", resources="CPU=1", name="prep")
-    h["prep"].result(WAIT)
+    wait_for("prep done", lambda: h["prep"].result(WAIT) == "ready")
     h["warmup"] = sched.submit(lambda: "warm", resources="GPU=0.5", name="warmup")
-    h["warmup"].result(WAIT)
+    wait_for("warmup done", lambda: h["warmup"].result(WAIT) == "warm")
     h["broken"] = sched.submit(lambda: 1 / 0, resources="CPU=1", name="broken")
     wait_for("broken failed", lambda: h["broken"].done())
     h["train-a"] = sched.submit(gates[0].wait, resources="GPU=0.5", name="train-a")
@@ -176,7 +186,9 @@ def build(sched: Any, path: Path, child: subprocess.Popen) -> tuple[Any, dict[st
     sched.cancel(h["train-b"], reason="cancelled from the Scheduler sidebar")
     wait_for("train-b stopping", lambda: any(
         v.state == "stopping" for v in sched.snapshot(fresh=True).running))
-    return sched.snapshot(fresh=True), h
+    snap = sched.snapshot(fresh=True)
+    marks.append(snap.time)  # (the last stage: what happened since, and the snapshot)
+    return snap, h
 
 
 def render(sched: Any, snap: Any, h: dict[str, Any], fixed: Fixed) -> dict[str, Any]:
@@ -188,9 +200,7 @@ def render(sched: Any, snap: Any, h: dict[str, Any], fixed: Fixed) -> dict[str, 
     real_runs = comm._runs_of(sched)
     views = [*snap.running, *snap.waiting, *snap.history]
     runs = {v.id: real_runs(v.id) or [] for v in views}
-    fixed.clock([snap.time, *(t for v in views for t in (v.submitted, v.started, v.ended,
-                                                          v.stopping_since)),
-                 *(t for rs in runs.values() for r in rs for t in (r.start, r.end))])
+    fixed.clock(h["marks"])
     shown = fixed.snapshot(snap)
 
     def runs_of(task_id: str) -> list[GpuRun]:
@@ -199,7 +209,7 @@ def render(sched: Any, snap: Any, h: dict[str, Any], fixed: Fixed) -> dict[str, 
 
     by_id = {v.id: v for v in (*shown.running, *shown.waiting, *shown.history)}
     view = {name: by_id[handle.id] for name, handle in h.items()
-            if name not in ("gates", "ddp")}
+            if name not in ("gates", "marks", "ddp")}
     members = [by_id[m.id] for m in h["ddp"].members]
     broken = statusline.error_text(h["broken"])
     line = statusline.render_line([view["train-a"]], now=shown.time)
