@@ -22,8 +22,9 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from conftest_ipp import engines_can_import_this_checkout, wait_for
+from conftest_ipp import engines_can_import_this_checkout
 from hosts import Host, Network
+from waiting import wait_for
 
 from jupyter_sched.executors.ipp.cluster import ClusterControl
 from jupyter_sched.runtime.scheduler import Scheduler

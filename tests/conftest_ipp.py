@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -124,17 +124,6 @@ def process_tree(root: int) -> list[int]:
             if child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child.pid)
     return found
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or condition}")
-        time.sleep(0.02)
 
 
 class FakeRuntime:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "labextension" / "test" / "fixtures"
@@ -58,13 +59,7 @@ WAIT = 20.0
 
 
 def wait_until(what: str, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise TimeoutError(f"the fixture's scheduler did not reach this within {timeout:g} s: {what}")
+    return wait_for(predicate, timeout, what)
 
 
 class Fixed:

@@ -11,7 +11,8 @@ import threading
 import time
 
 import pytest
-from conftest_ipp import FakeRuntime, meet, say_pid, scheduler_with_engines, visible, wait_for
+from conftest_ipp import FakeRuntime, meet, say_pid, scheduler_with_engines, visible
+from waiting import wait_for
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp.executor import ClusterInUse, ClusterRunning, IppExecutor

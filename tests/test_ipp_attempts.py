@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest_ipp import scheduler_with_engines, wait_for
+from conftest_ipp import scheduler_with_engines
+from waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -23,8 +23,8 @@ from conftest_ipp import (
     say_pid,
     scheduler_with_engines,
     visible,
-    wait_for,
 )
+from waiting import wait_for
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp.executor import EngineLost

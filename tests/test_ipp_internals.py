@@ -10,7 +10,8 @@ import warnings
 
 import ipyparallel
 import pytest
-from conftest_ipp import scheduler_with_engines, wait_for
+from conftest_ipp import scheduler_with_engines
+from waiting import wait_for
 
 from jupyter_sched.executors.ipp import connection as connection_module
 from jupyter_sched.executors.ipp import internals

@@ -10,7 +10,8 @@ from concurrent.futures import CancelledError
 from pathlib import Path
 
 import pytest
-from conftest_ipp import scheduler_with_engines, wait_for
+from conftest_ipp import scheduler_with_engines
+from waiting import wait_for
 
 from jupyter_sched.executors.ipp.faults import RemoteTaskError
 from jupyter_sched.runtime import progress as progress_mod

@@ -25,9 +25,9 @@ from conftest_ipp import (
     process_tree,
     say_pid,
     scheduler_with_engines,
-    wait_for,
 )
 from test_ipp_unit import LOCAL, report
+from waiting import wait_for
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp.cluster import Launch

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 from kernel_client import Kernel
+from waiting import wait_for
 
 from jupyter_sched.host.ledger import Ledger
 
@@ -56,9 +57,7 @@ def overlaps(log: Path) -> list:
 def wait_until(predicate, timeout: float, what: str) -> float:
     """Seconds until ``predicate()`` held (at most ``timeout``)."""
     began = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - began < timeout, f"{what}: not within {timeout} s"
-        time.sleep(0.02)
+    wait_for(predicate, timeout, what)
     return time.monotonic() - began
 
 

@@ -22,7 +22,7 @@ import hosts
 import pytest
 import sshd
 from conftest_hosts import cluster_on_hosts, rendezvous, where
-from conftest_ipp import wait_for
+from waiting import wait_for
 
 from jupyter_sched.notebook.cell_options import parse_on
 from jupyter_sched.runtime.scheduler import Scheduler

@@ -22,7 +22,8 @@ from pathlib import Path
 import hosts
 import pytest
 from conftest_hosts import cluster_on_hosts
-from conftest_ipp import ROOT, TESTS, say_pid, wait_for
+from conftest_ipp import ROOT, TESTS, say_pid
+from waiting import wait_for
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.executors.ipp.leases import READ_EVERY

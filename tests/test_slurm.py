@@ -19,7 +19,8 @@ import psutil
 import pytest
 import slurm
 from conftest_hosts import rendezvous, where
-from conftest_ipp import engines_can_import_this_checkout, wait_for
+from conftest_ipp import engines_can_import_this_checkout
+from waiting import wait_for
 
 from jupyter_sched.runtime.scheduler import Scheduler
 
