@@ -109,7 +109,7 @@ def test_a_killed_kernels_work_is_taken_back_and_runs_once(xdg, tmp_path):
         listed = second.run("%sched clusters")
         _ok(listed)
         assert f"{cluster_id}  running · 2 engines · 2 sent and not ended (" in listed.stdout
-        assert "started by kept.ipynb · since " in listed.stdout
+        assert "started by notebook kept.ipynb · since " in listed.stdout
         slots = "sum(n.slots for n in sched.snapshot(fresh=True).nodes)"
         alone = second.value(slots)  # the kernel's own
         connect = second.run("%sched connect", timeout=120)
@@ -334,7 +334,7 @@ def test_the_restart_safe_notebook_with_a_real_restart(xdg):
     assert "1 cell was waiting when the kernel stopped: report" in text
     assert "{'train': 0.125, 'sweep': {'lr': 0.01, 'loss': 0.118}}" in text
     assert "'report: a GPU was free again'" in text
-    assert "started by notebooks/restart-safe.ipynb" in text
+    assert "started by notebook restart-safe.ipynb" in text
     assert said["loss"].strip() == "0.125"  # pulled from the engine: %sched result --pull
     assert "pulled loss" in text
 

@@ -8,6 +8,7 @@ the same.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,11 +47,17 @@ def listing_text(rows: Sequence[KeptRow]) -> str:
         more = f" and {len(row.tasks) - SHOWN} more" if len(row.tasks) > SHOWN else ""
         work = f"{len(row.tasks)} sent and not ended ({shown}{more})" if row.tasks else "idle"
         lines.append(f"{row.cluster_id}  {state} · {engines} · {work} · "
-                     f"started by {short(row.notebook) or 'an unknown notebook'} · since {since}")
+                     f"started by {_notebook(row.notebook)} · since {since}")
         if row.problem:
             lines.append(f"    {row.problem}")
     lines.append("%sched connect --cluster-id ID uses one; %sched stop --cluster ID stops one")
     return "\n".join(lines)
+
+
+def _notebook(path: str) -> str:
+    """A notebook as every other view names it: ``notebook restart.ipynb``."""
+    name = os.path.basename(path.rstrip("/"))
+    return f"notebook {short(name)}" if name else "an unknown notebook"
 
 
 def waiting_text(names: Sequence[str]) -> str:
