@@ -17,6 +17,7 @@ so it displays itself.
 
 from __future__ import annotations
 
+import time as _time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any
@@ -55,7 +56,20 @@ STATUS_PREFIX = "[sched] "
 # -- small formatting helpers -----------------------------------------------------------------
 
 
-def _bundle(text: str, body: str, data: dict) -> dict[str, Any]:
+def as_of_text(at: float) -> str:
+    """The time of day (local) of an epoch time: ``14:02:11``."""
+    return _time.strftime("%H:%M:%S", _time.localtime(at))
+
+
+def _bundle(text: str, body: str, data: dict, as_of: float | None = None) -> dict[str, Any]:
+    """``as_of``: a snapshot table's wall-clock time (epoch seconds). The table is then a record
+    of that moment: its HTML opens with ``as of 14:02:11`` and its payload carries ``as_of``,
+    which tells a frontend to draw its durations as they were then, never counting on. Its
+    ``text/plain`` is left without it, stable for nbval."""
+    if as_of is not None:
+        said = as_of_text(as_of)
+        body = (f'<div class="jsched-as-of" style="color:#757575">as of {said}</div>' + body)
+        data = {**data, "as_of": said}
     return {
         "text/plain": text,
         "text/html": f'<div class="jsched">{body}</div>',
@@ -266,9 +280,9 @@ def _nodes_html(snapshot: Snapshot) -> str:
                         "running", "other", "GPUs (allocated share)", "labels"), rows)
 
 
-def nodes_bundle(snapshot: Snapshot) -> dict[str, Any]:
+def nodes_bundle(snapshot: Snapshot, as_of: float | None = None) -> dict[str, Any]:
     data = {"kind": "nodes", "time": snapshot.time, "nodes": to_json(snapshot.nodes)}
-    return _bundle(nodes_text(snapshot), _nodes_html(snapshot), data)
+    return _bundle(nodes_text(snapshot), _nodes_html(snapshot), data, as_of)
 
 
 # -- the queue (running and waiting tasks) -------------------------------------------------------
@@ -347,11 +361,12 @@ def _queue_html(snapshot: Snapshot, limit: int = LIMIT) -> str:
     return body
 
 
-def queue_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
+def queue_bundle(snapshot: Snapshot, limit: int = LIMIT,
+                 as_of: float | None = None) -> dict[str, Any]:
     data = {"kind": "queue", "time": snapshot.time, "counts": dict(snapshot.counts),
             "running": to_json(snapshot.running[:limit]),
             "waiting": to_json(snapshot.waiting[:limit])}
-    return _bundle(queue_text(snapshot, limit), _queue_html(snapshot, limit), data)
+    return _bundle(queue_text(snapshot, limit), _queue_html(snapshot, limit), data, as_of)
 
 
 # -- history --------------------------------------------------------------------------------------
@@ -388,11 +403,12 @@ def history_html(snapshot: Snapshot, limit: int = LIMIT) -> str:
     return head + table_html(("id", "name", "state", "queue", "node", "took", "reason"), rows)
 
 
-def history_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
+def history_bundle(snapshot: Snapshot, limit: int = LIMIT,
+                   as_of: float | None = None) -> dict[str, Any]:
     data = {"kind": "history", "time": snapshot.time,
             "counts": {s: snapshot.counts.get(s, 0) for s in _TERMINAL},
             "history": to_json(snapshot.history[:limit])}
-    return _bundle(history_text(snapshot, limit), history_html(snapshot, limit), data)
+    return _bundle(history_text(snapshot, limit), history_html(snapshot, limit), data, as_of)
 
 
 # -- queues (the queue tree) ------------------------------------------------------------------
@@ -410,12 +426,12 @@ def _queue_cells(q: QueueView) -> tuple[str, ...]:
             f"{q.waiting:,}")
 
 
-def queues_bundle(snapshot: Snapshot) -> dict[str, Any]:
+def queues_bundle(snapshot: Snapshot, as_of: float | None = None) -> dict[str, Any]:
     rows = [_queue_cells(q) for q in snapshot.queues]
     text = table_text(_QUEUES_HEADER, rows) if rows else "no queues"
     body = table_html(_QUEUES_HEADER, [row_html(escape(c) for c in r) for r in rows])
     data = {"kind": "queues", "time": snapshot.time, "queues": to_json(snapshot.queues)}
-    return _bundle(text, body, data)
+    return _bundle(text, body, data, as_of)
 
 
 # -- the whole status ---------------------------------------------------------------------------
@@ -435,8 +451,10 @@ def summary_text(snapshot: Snapshot) -> str:
     return " · ".join(parts)
 
 
-def status_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
-    """Nodes, devices and the queue: what ``%sched`` shows."""
+def status_bundle(snapshot: Snapshot, limit: int = LIMIT,
+                  as_of: float | None = None) -> dict[str, Any]:
+    """Nodes, devices and the queue: what ``%sched`` shows (``as_of``: see :func:`_bundle`;
+    the sidebar's status, which follows the kernel, has none)."""
     text = "\n\n".join([summary_text(snapshot), nodes_text(snapshot),
                         queue_text(snapshot, limit)])
     body = (f"<div><b>jupyter_sched</b> {escape(summary_text(snapshot))}</div>"
@@ -450,14 +468,14 @@ def status_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
             "queues": to_json(snapshot.queues),
             "notices": [{"seq": seq, "time": at, "text": said}
                         for seq, at, said in snapshot.notices]}
-    return _bundle(text, body, data)
+    return _bundle(text, body, data, as_of)
 
 
 # -- wrappers with _repr_mimebundle_ -------------------------------------------------------------
 
 
 __all__ = [
-    "LIMIT", "MIME", "STATUS_PREFIX", "gang_bundle", "history_bundle", "line_payload",
+    "LIMIT", "MIME", "STATUS_PREFIX", "as_of_text", "gang_bundle", "history_bundle", "line_payload",
     "nodes_bundle", "queue_bundle", "queues_bundle", "status_bundle", "status_line",
     "summary_text", "task_bundle", "task_text", "to_json",
 ]

@@ -145,6 +145,12 @@ export type Counts = { [state: string]: number };
 
 interface IPayloadBase {
   version: number;
+  /**
+   * A table from `%sched` and its kin: the time of day it was made (`14:02:11`). Such a
+   * payload is a record of that moment: its elapsed times never count on. Absent from status
+   * lines and the sidebar, which follow the kernel, and from old kernels.
+   */
+  as_of?: string;
 }
 
 export interface ITaskPayload extends IPayloadBase {
