@@ -116,18 +116,27 @@ def task_state_text(view: Any, error: str | None = None) -> str:
         return f"infeasible: {reason}" if reason else "infeasible"
     if state == "held":  # the user's: it waits, never started until released
         return "held: never started until released"
+    attempts = attempts_of(view)
+    after = f" after {attempts} attempts" if attempts > 1 else ""
     if state == "running":
-        return "running" + where_text(view, held=True)
+        return ("running" + where_text(view, held=True)
+                + (f", attempt {attempts}" if attempts > 1 else ""))
     if state == "stopping":  # still holding its devices until its executor confirms
         return "stopping" + where_text(view, held=True) + (f": {reason}" if reason else "")
     if state == "failed":
         why = one_line(error) if error else reason
-        return f"failed: {why}" if why else "failed"
+        return f"failed{after}: {why}" if why else f"failed{after}"
     if state == "cancelled":
-        return f"cancelled: {reason}" if reason else "cancelled"
+        return f"cancelled{after}: {reason}" if reason else f"cancelled{after}"
     if state == "done":
-        return "done" + where_text(view, "on")
+        return "done" + after + where_text(view, "on")
     return state
+
+
+def attempts_of(view: Any) -> int:
+    """How many times a task started (a view's or a handle's ``attempts``; 0 if unsaid)."""
+    attempts = view_attr(view, "attempts", 0)
+    return attempts if isinstance(attempts, int) else 0
 
 
 def where_text(view: Any, word: str = "on", held: bool = False) -> str:

@@ -70,6 +70,20 @@ export interface ITaskView {
    * absent from old kernels (the frontend then writes it, model/text.ts).
    */
   text?: string;
+  /** How many times it started, when more than once (retries, preemptions); else absent. */
+  attempts?: number;
+  /** Each start, oldest first, when it started more than once; else absent. */
+  tries?: ITaskTry[];
+}
+
+/** One start of a task that started more than once (docs/schema.md). */
+export interface ITaskTry {
+  /** Times on the scheduler's clock; `end` null while it runs. */
+  start: number;
+  end: number | null;
+  /** How it ended: `failed`, `preempted`, `queued again`, or the task's state for its last. */
+  state: string;
+  reason: string;
 }
 
 /** Another kernel's lease on a GPU of this host, from the host's lease ledger. */
