@@ -17,6 +17,7 @@ so it displays itself.
 
 from __future__ import annotations
 
+import dataclasses
 import time as _time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, is_dataclass
@@ -33,6 +34,7 @@ from .format import (
     format_resources,
     free_total,
     gang_text,
+    holder_text,
     live_states,
     more_text,
     one_line,
@@ -45,7 +47,7 @@ from .format import (
     view_attr,
     waiting_count,
 )
-from .snapshot import SCHEMA_VERSION, NodeView, QueueView, Snapshot, TaskView
+from .snapshot import SCHEMA_VERSION, HolderView, NodeView, QueueView, Snapshot, TaskView
 
 MIME = "application/vnd.jupyter-sched.v1+json"
 LIMIT = 50
@@ -89,6 +91,12 @@ def to_json(value: Any) -> Any:
         view, value = value, asdict(value)
         _unsaid(value)
         value["text"] = task_state_text(view)
+    elif isinstance(value, NodeView):
+        value = asdict(value)
+        for device in value["devices"]:
+            for holder in device["others"]:
+                if not holder["ended"]:
+                    del holder["ended"]  # (said only of a holder that ended)
     elif is_dataclass(value) and not isinstance(value, type):
         value = asdict(value)
     if isinstance(value, Mapping):
@@ -500,9 +508,31 @@ def summary_text(snapshot: Snapshot) -> str:
         gpu += " (declared)"
     nodes = len(snapshot.nodes)
     parts = [f"{nodes} node{'s' if nodes != 1 else ''}", gpu]
+    others = others_text(snapshot)
+    if others:
+        parts.append(others)
     parts += [f"{snapshot.counts.get(s, 0):,} {s}"
               for s in (*live_states(snapshot.counts), "done", "failed")]
     return " · ".join(parts)
+
+
+def others_text(snapshot: Snapshot) -> str:
+    """What other processes on the host hold, counted in the GPUs allocated, and who they are:
+    ``others hold 1.5: bob (train.ipynb, pid 4242) 1, bob (pid 31140; ended, not yet taken
+    back) 0.5``; "" when none do."""
+    held: dict[HolderView, float] = {}
+    for node in snapshot.nodes:
+        for device in node.devices:
+            for other in device.others:
+                key = dataclasses.replace(other, share=0.0, since=0.0, task="")
+                held[key] = held.get(key, 0.0) + other.share
+    if not held:
+        return ""
+    total = format_number(round(sum(held.values()), 4))
+    who = [f"{holder_text(dataclasses.replace(h, since=-1.0))} {format_number(round(s, 4))}"
+           for h, s in sorted(held.items(), key=lambda kv: -kv[1])]
+    more = f" and {len(who) - 5} more" if len(who) > 5 else ""
+    return f"others hold {total}: {', '.join(who[:5])}{more}"
 
 
 def status_bundle(snapshot: Snapshot, limit: int = LIMIT,
@@ -530,6 +560,6 @@ def status_bundle(snapshot: Snapshot, limit: int = LIMIT,
 
 __all__ = [
     "LIMIT", "MIME", "STATUS_PREFIX", "as_of_text", "gang_bundle", "history_bundle", "line_payload",
-    "nodes_bundle", "queue_bundle", "queues_bundle", "status_bundle", "status_line",
+    "nodes_bundle", "others_text", "queue_bundle", "queues_bundle", "status_bundle", "status_line",
     "summary_text", "task_bundle", "task_text", "to_json",
 ]

@@ -232,12 +232,8 @@ def device_details(device: Any) -> list[str]:
 def holder_details(device: Any) -> list[str]:
     """Who else holds a GPU: ``0.5 held by bob (train.ipynb, pid 4242, since 12:03:04)``, and
     the processes on it that hold no lease (``unmanaged: pid 777 (2 GiB)``)."""
-    out = []
-    for other in getattr(device, "others", ()) or ():
-        where = ", ".join(p for p in (one_line(other.label, 60), f"pid {other.pid}",
-                                      _since(other.since)) if p)
-        out.append(f"{other.share:g} held by {one_line(other.user, 32) or 'another user'} "
-                   f"({where})")
+    out = [f"{other.share:g} held by {holder_text(other)}"
+           for other in getattr(device, "others", ()) or ()]
     unmanaged = list(getattr(device, "unmanaged", ()) or ())
     if unmanaged:
         parts = [f"pid {p.pid}" + (f" ({format_bytes(p.memory)})" if p.memory else "")
@@ -245,6 +241,17 @@ def holder_details(device: Any) -> list[str]:
         more = f" and {len(unmanaged) - 3} more" if len(unmanaged) > 3 else ""
         out.append(f"unmanaged: {', '.join(parts)}{more}")
     return out
+
+
+def holder_text(other: Any) -> str:
+    """Who holds another lease: ``bob (train.ipynb, pid 4242, since 12:03:04)``; one whose
+    process ended, its share counted until its lease is taken back, says so: ``bob (pid
+    31140, since 12:03:04; ended, not yet taken back)``."""
+    where = ", ".join(p for p in (one_line(other.label, 60), f"pid {other.pid}",
+                                  _since(other.since)) if p)
+    if getattr(other, "ended", False):
+        where += "; ended, not yet taken back"
+    return f"{one_line(other.user, 32) or 'another user'} ({where})"
 
 
 def _since(epoch: float) -> str:

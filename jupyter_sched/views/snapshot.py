@@ -37,6 +37,7 @@ class HolderView:
     share: float
     since: float              # when it took the share (epoch seconds, wall clock)
     task: str = ""
+    ended: bool = False       # its process ended; the share counts until the lease is taken back
 
 
 @dataclass(frozen=True)

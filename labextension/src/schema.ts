@@ -98,6 +98,8 @@ export interface IHolderView {
   since: number;
   /** Its task's id in that kernel (`t3`), or `""`. */
   task: string;
+  /** Its process ended; its share counts until its lease is taken back. Absent otherwise. */
+  ended?: boolean;
 }
 
 /** A process NVML reports on a GPU that holds no lease (no scheduler started it). */
