@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+import time
+from types import SimpleNamespace
 
 import pytest
 
+from jupyter_sched.notebook.cell_options import parse_args
+from jupyter_sched.notebook.commands import COMMANDS
 from jupyter_sched.sim import Simulation
 from jupyter_sched.views import display, snapshot, tables
 from jupyter_sched.views import format as fmt
@@ -268,3 +273,33 @@ def test_who_else_holds_a_gpu_is_shown_everywhere_and_escaped():
     assert dev["unmanaged"] == [{"pid": 777, "memory": 2 * 2**30, "user": "carol"}]
     assert data["notices"] == [{"seq": 1, "time": 0.0, "text": f"made {evil}"}]
     json.dumps(data)
+
+
+@pytest.mark.parametrize("name", ["status", "queue", "nodes", "history", "queues"])
+def test_a_table_from_sched_is_frozen_as_of_when_it_was_made(name):
+    """``%sched`` and ``%sched queue`` (and their kin) print a record of one moment: it says
+    ``as of`` the time of day, and nothing in it tells a frontend to count its times on."""
+    snap = scenario()
+    assert snap.running  # times that a live view would count on
+    scheduler = SimpleNamespace(snapshot=lambda fresh=True, **_: snap, queues=None)
+    ctx = SimpleNamespace(scheduler=scheduler)
+    cmd = COMMANDS[name]
+    before = time.time()
+    table = cmd(ctx, parse_args(cmd.parser, ""))
+    bundle = table._repr_mimebundle_()
+    said = display.as_of_text(table.taken)
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", said) and table.taken >= before - 1
+    assert f"as of {said}" in bundle["text/html"]
+    assert bundle[display.MIME]["as_of"] == said
+    html = bundle["text/html"].lower()
+    assert "<script" not in html and "data-since" not in html and "data-started" not in html
+    time.sleep(0.01)
+    assert table._repr_mimebundle_() == bundle  # shown again: the same moment
+    assert "as of" not in bundle["text/plain"]  # stable for nbval
+
+
+def test_the_sidebars_status_and_status_lines_are_not_frozen():
+    snap = scenario()
+    assert "as_of" not in display.status_bundle(snap)[display.MIME]
+    view = snap.running[0]
+    assert "as_of" not in display.line_payload([view], [None], now=snap.time)

@@ -101,3 +101,28 @@ def test_the_magics_dispatch_to_their_table_and_say_its_names():
 def test_a_function_without_a_parser_is_no_command():
     with pytest.raises(TypeError, match=r"@ma\.magic_arguments first"):
         command("bare", "no parser")(lambda ctx, args: None)
+
+
+def test_start_keep_says_the_cluster_id_and_how_to_stop_or_reconnect_to_it(capsys):
+    """``%sched start --keep`` prints, beside its nodes, the kept cluster's id and one line:
+    it outlives the kernel, how to stop it and how to use it again."""
+    from jupyter_sched.views import tables
+
+    asked = {}
+
+    def start_cluster(**kw):
+        asked.update(kw)
+        return SimpleNamespace(kept_id="1700000000-abcd" if kw["keep"] else None)
+
+    snap = SimpleNamespace(nodes=())
+    scheduler = SimpleNamespace(start_cluster=start_cluster, snapshot=lambda fresh=True: snap)
+    ctx = SimpleNamespace(scheduler=scheduler)
+    start = COMMANDS["start"]
+    shown = start(ctx, parse_args(start.parser, "--engines 2 --keep"))
+    assert isinstance(shown, tables.NodeList) and asked["keep"] is True
+    assert capsys.readouterr().out.splitlines() == [
+        "kept cluster 1700000000-abcd: it outlives this kernel; %sched stop --cluster "
+        "1700000000-abcd stops it, %sched connect --cluster-id 1700000000-abcd uses it again "
+        "from another kernel"]
+    start(ctx, parse_args(start.parser, "--engines 2"))
+    assert capsys.readouterr().out == ""  # not kept: the nodes say it all

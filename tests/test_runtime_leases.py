@@ -521,3 +521,46 @@ def test_a_kernel_that_only_holds_notices_its_ledger_deleted(path):
     finally:
         gate.set()
         s.shutdown()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_share_whose_holder_ended_is_shown_until_it_is_taken_back(sched, path):
+    """A lease whose process was killed (-9) still counts until a sweep or a take takes it
+    back: ``%sched`` shows it like any other holder's, marked as ended, and its summary says
+    who the others are."""
+    from jupyter_sched.views import display, tables
+
+    owner, child = other_holder()
+    try:
+        with Ledger(path, owner=owner) as ledger:
+            assert ledger.take(gpu_key(sched), 5000, task="t4")
+
+        def others():
+            return sched.snapshot(fresh=True).nodes[0].devices[0].others
+
+        assert wait_for(lambda: len(others()) == 1)
+        assert not others()[0].ended
+        summary = display.summary_text(sched.snapshot(fresh=True))
+        assert f"others hold 0.5: {owner.user} (notebook other.ipynb, pid {child.pid}) 0.5" \
+            in summary
+    finally:
+        child.kill()
+        child.wait()
+    assert wait_for(lambda: others() and others()[0].ended)
+    snap = sched.snapshot(fresh=True)
+    (held,) = snap.nodes[0].devices[0].others
+    assert (held.pid, held.share, held.ended) == (child.pid, 0.5, True)
+    assert snap.gpu_totals() == (0.5, 1.0)  # its share still counts
+    bundle = tables.Status(snap)._repr_mimebundle_()
+    said = f"pid {child.pid}, since "
+    assert f"0.5 held by {owner.user} (notebook other.ipynb, {said}" in bundle["text/plain"]
+    assert "; ended, not yet taken back)" in bundle["text/plain"]
+    assert (f"others hold 0.5: {owner.user} (notebook other.ipynb, pid {child.pid}; ended, "
+            "not yet taken back) 0.5") in bundle["text/plain"]
+    assert "ended, not yet taken back" in bundle["text/html"]
+    (payload,) = bundle[display.MIME]["nodes"][0]["devices"][0]["others"]
+    assert payload["ended"] is True and payload["pid"] == child.pid
+    with Ledger(path) as ledger:
+        assert len(ledger.sweep()) == 1
+    assert wait_for(lambda: not others())

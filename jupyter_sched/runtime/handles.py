@@ -201,6 +201,12 @@ class TaskHandle(LightFuture):
         return self._live.ended
 
     @property
+    def attempts(self) -> int:
+        """How many times it started: more than 1 after a retry or a preemption."""
+        record = self._live
+        return len(record.runs) + (record.started is not None)
+
+    @property
     def duration(self) -> float | None:
         """Seconds it ran (so far, while running)."""
         record = self._live

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 
@@ -137,9 +137,12 @@ class LeaseView:
             return ""
         return f"this kernel is {fairness.ordinal(best[0])} on this host for GPU {best[1]}"
 
-    def holders(self, live: Mapping[tuple[str, int], Mapping]) -> dict:
+    def holders(self, live: Mapping[tuple[str, int], Mapping],
+                alive: Callable[[Lease], bool] = lambda lease: True) -> dict:
         """For the views, per local GPU: other kernels' leases, and the processes NVML reports
-        on it that hold none (``live``: the GPU monitor's reading, with their pids)."""
+        on it that hold none (``live``: the GPU monitor's reading, with their pids). A lease
+        whose holder ``alive`` says has ended is shown all the same, marked so: its share
+        counts until a take or a sweep takes it back."""
         by_key = {key: index for index, key in self.keys.items()}
         out: dict[tuple[str, int], tuple[list, list]] = {}
         for lease in self.others:
@@ -147,7 +150,7 @@ class LeaseView:
             if index is not None:
                 out.setdefault((self.node, index), ([], []))[0].append(HolderView(
                     lease.owner.user, lease.owner.label, lease.owner.pid,
-                    lease.units / SCALE, lease.taken, lease.task))
+                    lease.units / SCALE, lease.taken, lease.task, not alive(lease)))
         ours: set[int] | None = None
         for (node, index), reading in live.items():
             found = reading.get("processes") if node == self.node else None

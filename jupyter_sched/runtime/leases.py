@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..core import events as ev
@@ -65,6 +65,7 @@ POLL = 0.05  # seconds between reads of the version while work waits and no wake
 LOOK = 2.0  # seconds between reads of the version while work waits and wakes come (a fallback)
 SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GPU
 READ = 0.02  # seconds between reads of the version while steps follow each other
+ALIVE_RECHECK = 1.0  # seconds the views trust whether another lease's holder lives
 LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
 CHECK = 0.5  # seconds between looks at the ledger (deleted, replaced, damaged?) while it holds
 CHECK_WAITING = 1.0  # ... while GPU work only waits (a look costs ~40 µs: damage is seen soon)
@@ -105,6 +106,7 @@ class HostLeases:
         self._next_read = 0.0
         self._next_check = 0.0
         self._next_order = 0.0
+        self._alive_seen: dict[int, tuple[bool, float]] = {}  # lease id -> (alive, when seen)
         # wakes the runtime thread (given by the loop): another process gave a share back
         self.wake: Callable[[], None] = lambda: None
         self._listening = False
@@ -401,6 +403,28 @@ class HostLeases:
         outside = self.outside.shares(lease.owner.pid for lease in every) \
             if self.outside is not None else {}
         return self.view.event(outside)
+
+    def holders(self, live: Mapping) -> dict:
+        """Others' leases and unleased processes per local GPU, for the views
+        (:meth:`LeaseView.holders`), each lease's holder looked at (at most once a second):
+        one that ended shows as such until its lease is taken back."""
+        now = time.monotonic()
+        seen = self._alive_seen
+
+        def alive(lease: Lease) -> bool:
+            known = seen.get(lease.id)
+            if known is None or now - known[1] > ALIVE_RECHECK:
+                try:
+                    known = (self.ledger.alive(lease), now)
+                except ERRORS:
+                    known = (True, now)  # (cannot tell: shown as held)
+                seen[lease.id] = known
+            return known[0]
+
+        out = self.view.holders(live, alive)
+        for lease_id in set(seen) - {lease.id for lease in self.view.others}:
+            del seen[lease_id]
+        return out
 
     def want_waits(self, tasks: Sequence[tuple[Task, int]]) -> None:
         """The core's jobs that wait only for what others hold: this kernel's waits, written

@@ -433,7 +433,7 @@ class RuntimeLoop:
 
     def publish(self, notify: bool = True) -> snapshots.Snapshot:
         live = self.gpus.read() if self.gpus is not None else {}
-        holders = self.leases.view.holders(live) if self.leases is not None else None
+        holders = self.leases.holders(live) if self.leases is not None else None
         now = self.now()
         snap = snapshots.take(self.core, self.settings.max_rows,
                               list(self.records.history_tasks), live=live, now=now,

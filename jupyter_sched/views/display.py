@@ -17,6 +17,8 @@ so it displays itself.
 
 from __future__ import annotations
 
+import dataclasses
+import time as _time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any
@@ -32,6 +34,7 @@ from .format import (
     format_resources,
     free_total,
     gang_text,
+    holder_text,
     live_states,
     more_text,
     one_line,
@@ -44,7 +47,7 @@ from .format import (
     view_attr,
     waiting_count,
 )
-from .snapshot import SCHEMA_VERSION, NodeView, QueueView, Snapshot, TaskView
+from .snapshot import SCHEMA_VERSION, HolderView, NodeView, QueueView, Snapshot, TaskView
 
 MIME = "application/vnd.jupyter-sched.v1+json"
 LIMIT = 50
@@ -55,7 +58,20 @@ STATUS_PREFIX = "[sched] "
 # -- small formatting helpers -----------------------------------------------------------------
 
 
-def _bundle(text: str, body: str, data: dict) -> dict[str, Any]:
+def as_of_text(at: float) -> str:
+    """The time of day (local) of an epoch time: ``14:02:11``."""
+    return _time.strftime("%H:%M:%S", _time.localtime(at))
+
+
+def _bundle(text: str, body: str, data: dict, as_of: float | None = None) -> dict[str, Any]:
+    """``as_of``: a snapshot table's wall-clock time (epoch seconds). The table is then a record
+    of that moment: its HTML opens with ``as of 14:02:11`` and its payload carries ``as_of``,
+    which tells a frontend to draw its durations as they were then, never counting on. Its
+    ``text/plain`` is left without it, stable for nbval."""
+    if as_of is not None:
+        said = as_of_text(as_of)
+        body = (f'<div class="jsched-as-of" style="color:#757575">as of {said}</div>' + body)
+        data = {**data, "as_of": said}
     return {
         "text/plain": text,
         "text/html": f'<div class="jsched">{body}</div>',
@@ -73,10 +89,14 @@ def to_json(value: Any) -> Any:
     the kernel's words rather than writing its own."""
     if isinstance(value, TaskView):
         view, value = value, asdict(value)
-        for key, default in _TASK_DEFAULTS:
-            if value.get(key) == default:
-                del value[key]
+        _unsaid(value)
         value["text"] = task_state_text(view)
+    elif isinstance(value, NodeView):
+        value = asdict(value)
+        for device in value["devices"]:
+            for holder in device["others"]:
+                if not holder["ended"]:
+                    del holder["ended"]  # (said only of a holder that ended)
     elif is_dataclass(value) and not isinstance(value, type):
         value = asdict(value)
     if isinstance(value, Mapping):
@@ -89,6 +109,18 @@ def to_json(value: Any) -> Any:
 _TASK_DEFAULTS = (("batch", False), ("enforced", None))
 
 
+def _unsaid(data: dict) -> None:
+    """Leave out of a task's JSON what says nothing: ``batch`` and ``enforced`` at their
+    defaults, ``attempts`` of a task that started at most once, ``tries`` when there are none."""
+    for key, default in _TASK_DEFAULTS:
+        if data.get(key, default) == default:
+            data.pop(key, None)
+    if (data.get("attempts") or 0) <= 1:
+        data.pop("attempts", None)
+    if not data.get("tries"):
+        data.pop("tries", None)
+
+
 def _task_json(view: Any, error: str | None = None) -> dict:
     """A task (a view or a handle) as JSON; ``error``: its failure in one line, which a failed
     task's ``text`` then says."""
@@ -97,9 +129,7 @@ def _task_json(view: Any, error: str | None = None) -> dict:
     else:
         fields = TaskView.__dataclass_fields__
         data = {name: to_json(view_attr(view, name, None)) for name in fields}
-        for key, default in _TASK_DEFAULTS:
-            if data.get(key, default) == default:
-                data.pop(key, None)
+        _unsaid(data)
     data["text"] = task_state_text(view, error)
     return data
 
@@ -266,9 +296,9 @@ def _nodes_html(snapshot: Snapshot) -> str:
                         "running", "other", "GPUs (allocated share)", "labels"), rows)
 
 
-def nodes_bundle(snapshot: Snapshot) -> dict[str, Any]:
+def nodes_bundle(snapshot: Snapshot, as_of: float | None = None) -> dict[str, Any]:
     data = {"kind": "nodes", "time": snapshot.time, "nodes": to_json(snapshot.nodes)}
-    return _bundle(nodes_text(snapshot), _nodes_html(snapshot), data)
+    return _bundle(nodes_text(snapshot), _nodes_html(snapshot), data, as_of)
 
 
 # -- the queue (running and waiting tasks) -------------------------------------------------------
@@ -347,11 +377,12 @@ def _queue_html(snapshot: Snapshot, limit: int = LIMIT) -> str:
     return body
 
 
-def queue_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
+def queue_bundle(snapshot: Snapshot, limit: int = LIMIT,
+                 as_of: float | None = None) -> dict[str, Any]:
     data = {"kind": "queue", "time": snapshot.time, "counts": dict(snapshot.counts),
             "running": to_json(snapshot.running[:limit]),
             "waiting": to_json(snapshot.waiting[:limit])}
-    return _bundle(queue_text(snapshot, limit), _queue_html(snapshot, limit), data)
+    return _bundle(queue_text(snapshot, limit), _queue_html(snapshot, limit), data, as_of)
 
 
 # -- history --------------------------------------------------------------------------------------
@@ -359,40 +390,87 @@ def queue_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
 _TERMINAL = ("done", "failed", "cancelled")
 
 
-def history_text(snapshot: Snapshot, limit: int = LIMIT) -> str:
+def _attempt_rows(view: TaskView) -> list[tuple[str, str, str, float | None, float | None,
+                                               str]]:
+    """A finished task's rows, its latest start first: (attempt, state, node, start, end,
+    reason) each. A task that started once has one row, one never started a row with no
+    attempt; one that started more than once a row per start, the node on the latest only
+    (where it ran before is not kept)."""
+    tries = view.tries
+    if len(tries) < 2:
+        attempt = "1" if view.started is not None else "-"
+        return [(attempt, view.state, view.node or "-", view.started, view.ended,
+                 view.reason)]
+    rows = []
+    for number, attempt in reversed(list(enumerate(tries, 1))):
+        last = number == len(tries)
+        rows.append((f"{number} of {len(tries)}", attempt.state,
+                     (view.node or "-") if last else "", attempt.start, attempt.end,
+                     attempt.reason))
+    return rows
+
+
+def _clock(snapshot: Snapshot, as_of: float | None):
+    """A time on the scheduler's clock as a time of day, given the wall clock (``as_of``) at
+    the snapshot's ``time``; None when that is not known."""
+    if as_of is None:
+        return None
+    return lambda t: "-" if t is None else as_of_text(as_of - (snapshot.time - t))
+
+
+def history_text(snapshot: Snapshot, limit: int = LIMIT, as_of: float | None = None) -> str:
+    """Finished tasks, newest first, one row per start (attempt) with its outcome and, when
+    ``as_of`` tells the time of day of the snapshot, when it started and ended."""
     views = snapshot.history[:limit]
     head = "history: " + counts_text(snapshot.counts, _TERMINAL)
     if not views:
         return head + "\nno finished tasks yet"
-    rows = [(v.id, one_line(v.name, 30), v.state, one_line(v.queue), one_line(v.node or "-"),
-             one_line(v.reason, 80) or "-") for v in views]
-    text = head + "\n" + table_text(("id", "name", "state", "queue", "node", "reason"), rows)
+    clock = _clock(snapshot, as_of)
+    rows = []
+    for v in views:
+        for n, (attempt, state, node, start, end, reason) in enumerate(_attempt_rows(v)):
+            first = (v.id, one_line(v.name, 30)) if n == 0 else ("", "")
+            times = (clock(start), clock(end)) if clock else ()
+            rows.append((*first, attempt, state, one_line(v.queue) if n == 0 else "",
+                         one_line(node), *times, one_line(reason, 80) or "-"))
+    header = ("id", "name", "attempt", "state", "queue", "node",
+              *(("started", "ended") if clock else ()), "reason")
+    text = head + "\n" + table_text(header, rows)
     total = sum(snapshot.counts.get(s, 0) for s in _TERMINAL)
     more = more_text(max(total, len(snapshot.history)) - len(views), "finished")
     return text + ("\n" + more if more else "")
 
 
-def history_html(snapshot: Snapshot, limit: int = LIMIT) -> str:
+def history_html(snapshot: Snapshot, limit: int = LIMIT, as_of: float | None = None) -> str:
     views = snapshot.history[:limit]
     head = f"<div>history: {escape(counts_text(snapshot.counts, _TERMINAL))}</div>"
     if not views:
         return head + "<div><i>no finished tasks yet</i></div>"
+    clock = _clock(snapshot, as_of)
     rows = []
     for v in views:
-        took = (format_duration(v.ended - v.started)
-                if v.started is not None and v.ended is not None else "-")
-        rows.append(row_html([escape(v.id), escape(v.name), state_html(v.state), escape(v.queue),
-                              escape(v.node or "-"),
-                              f'<span class="jsched-time">{escape(took)}</span>',
-                              escape(v.reason or "-")]))
-    return head + table_html(("id", "name", "state", "queue", "node", "took", "reason"), rows)
+        for n, (attempt, state, node, start, end, reason) in enumerate(_attempt_rows(v)):
+            took = (format_duration(end - start)
+                    if start is not None and end is not None else "-")
+            times = ([f'<span class="jsched-clock">{escape(clock(t))}</span>'
+                      for t in (start, end)] if clock else [])
+            rows.append(row_html([
+                escape(v.id) if n == 0 else "", escape(v.name) if n == 0 else "",
+                escape(attempt), state_html(state), escape(v.queue) if n == 0 else "",
+                escape(node), *times, f'<span class="jsched-time">{escape(took)}</span>',
+                escape(reason or "-")]))
+    header = ("id", "name", "attempt", "state", "queue", "node",
+              *(("started", "ended") if clock else ()), "took", "reason")
+    return head + table_html(header, rows)
 
 
-def history_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
+def history_bundle(snapshot: Snapshot, limit: int = LIMIT,
+                   as_of: float | None = None) -> dict[str, Any]:
     data = {"kind": "history", "time": snapshot.time,
             "counts": {s: snapshot.counts.get(s, 0) for s in _TERMINAL},
             "history": to_json(snapshot.history[:limit])}
-    return _bundle(history_text(snapshot, limit), history_html(snapshot, limit), data)
+    return _bundle(history_text(snapshot, limit, as_of), history_html(snapshot, limit, as_of),
+                   data, as_of)
 
 
 # -- queues (the queue tree) ------------------------------------------------------------------
@@ -410,12 +488,12 @@ def _queue_cells(q: QueueView) -> tuple[str, ...]:
             f"{q.waiting:,}")
 
 
-def queues_bundle(snapshot: Snapshot) -> dict[str, Any]:
+def queues_bundle(snapshot: Snapshot, as_of: float | None = None) -> dict[str, Any]:
     rows = [_queue_cells(q) for q in snapshot.queues]
     text = table_text(_QUEUES_HEADER, rows) if rows else "no queues"
     body = table_html(_QUEUES_HEADER, [row_html(escape(c) for c in r) for r in rows])
     data = {"kind": "queues", "time": snapshot.time, "queues": to_json(snapshot.queues)}
-    return _bundle(text, body, data)
+    return _bundle(text, body, data, as_of)
 
 
 # -- the whole status ---------------------------------------------------------------------------
@@ -430,13 +508,37 @@ def summary_text(snapshot: Snapshot) -> str:
         gpu += " (declared)"
     nodes = len(snapshot.nodes)
     parts = [f"{nodes} node{'s' if nodes != 1 else ''}", gpu]
+    others = others_text(snapshot)
+    if others:
+        parts.append(others)
     parts += [f"{snapshot.counts.get(s, 0):,} {s}"
               for s in (*live_states(snapshot.counts), "done", "failed")]
     return " · ".join(parts)
 
 
-def status_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
-    """Nodes, devices and the queue: what ``%sched`` shows."""
+def others_text(snapshot: Snapshot) -> str:
+    """What other processes on the host hold, counted in the GPUs allocated, and who they are:
+    ``others hold 1.5: bob (train.ipynb, pid 4242) 1, bob (pid 31140; ended, not yet taken
+    back) 0.5``; "" when none do."""
+    held: dict[HolderView, float] = {}
+    for node in snapshot.nodes:
+        for device in node.devices:
+            for other in device.others:
+                key = dataclasses.replace(other, share=0.0, since=0.0, task="")
+                held[key] = held.get(key, 0.0) + other.share
+    if not held:
+        return ""
+    total = format_number(round(sum(held.values()), 4))
+    who = [f"{holder_text(dataclasses.replace(h, since=-1.0))} {format_number(round(s, 4))}"
+           for h, s in sorted(held.items(), key=lambda kv: -kv[1])]
+    more = f" and {len(who) - 5} more" if len(who) > 5 else ""
+    return f"others hold {total}: {', '.join(who[:5])}{more}"
+
+
+def status_bundle(snapshot: Snapshot, limit: int = LIMIT,
+                  as_of: float | None = None) -> dict[str, Any]:
+    """Nodes, devices and the queue: what ``%sched`` shows (``as_of``: see :func:`_bundle`;
+    the sidebar's status, which follows the kernel, has none)."""
     text = "\n\n".join([summary_text(snapshot), nodes_text(snapshot),
                         queue_text(snapshot, limit)])
     body = (f"<div><b>jupyter_sched</b> {escape(summary_text(snapshot))}</div>"
@@ -450,14 +552,14 @@ def status_bundle(snapshot: Snapshot, limit: int = LIMIT) -> dict[str, Any]:
             "queues": to_json(snapshot.queues),
             "notices": [{"seq": seq, "time": at, "text": said}
                         for seq, at, said in snapshot.notices]}
-    return _bundle(text, body, data)
+    return _bundle(text, body, data, as_of)
 
 
 # -- wrappers with _repr_mimebundle_ -------------------------------------------------------------
 
 
 __all__ = [
-    "LIMIT", "MIME", "STATUS_PREFIX", "gang_bundle", "history_bundle", "line_payload",
-    "nodes_bundle", "queue_bundle", "queues_bundle", "status_bundle", "status_line",
+    "LIMIT", "MIME", "STATUS_PREFIX", "as_of_text", "gang_bundle", "history_bundle", "line_payload",
+    "nodes_bundle", "others_text", "queue_bundle", "queues_bundle", "status_bundle", "status_line",
     "summary_text", "task_bundle", "task_text", "to_json",
 ]

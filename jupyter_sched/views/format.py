@@ -116,18 +116,27 @@ def task_state_text(view: Any, error: str | None = None) -> str:
         return f"infeasible: {reason}" if reason else "infeasible"
     if state == "held":  # the user's: it waits, never started until released
         return "held: never started until released"
+    attempts = attempts_of(view)
+    after = f" after {attempts} attempts" if attempts > 1 else ""
     if state == "running":
-        return "running" + where_text(view, held=True)
+        return ("running" + where_text(view, held=True)
+                + (f", attempt {attempts}" if attempts > 1 else ""))
     if state == "stopping":  # still holding its devices until its executor confirms
         return "stopping" + where_text(view, held=True) + (f": {reason}" if reason else "")
     if state == "failed":
         why = one_line(error) if error else reason
-        return f"failed: {why}" if why else "failed"
+        return f"failed{after}: {why}" if why else f"failed{after}"
     if state == "cancelled":
-        return f"cancelled: {reason}" if reason else "cancelled"
+        return f"cancelled{after}: {reason}" if reason else f"cancelled{after}"
     if state == "done":
-        return "done" + where_text(view, "on")
+        return "done" + after + where_text(view, "on")
     return state
+
+
+def attempts_of(view: Any) -> int:
+    """How many times a task started (a view's or a handle's ``attempts``; 0 if unsaid)."""
+    attempts = view_attr(view, "attempts", 0)
+    return attempts if isinstance(attempts, int) else 0
 
 
 def where_text(view: Any, word: str = "on", held: bool = False) -> str:
@@ -223,12 +232,8 @@ def device_details(device: Any) -> list[str]:
 def holder_details(device: Any) -> list[str]:
     """Who else holds a GPU: ``0.5 held by bob (train.ipynb, pid 4242, since 12:03:04)``, and
     the processes on it that hold no lease (``unmanaged: pid 777 (2 GiB)``)."""
-    out = []
-    for other in getattr(device, "others", ()) or ():
-        where = ", ".join(p for p in (one_line(other.label, 60), f"pid {other.pid}",
-                                      _since(other.since)) if p)
-        out.append(f"{other.share:g} held by {one_line(other.user, 32) or 'another user'} "
-                   f"({where})")
+    out = [f"{other.share:g} held by {holder_text(other)}"
+           for other in getattr(device, "others", ()) or ()]
     unmanaged = list(getattr(device, "unmanaged", ()) or ())
     if unmanaged:
         parts = [f"pid {p.pid}" + (f" ({format_bytes(p.memory)})" if p.memory else "")
@@ -236,6 +241,17 @@ def holder_details(device: Any) -> list[str]:
         more = f" and {len(unmanaged) - 3} more" if len(unmanaged) > 3 else ""
         out.append(f"unmanaged: {', '.join(parts)}{more}")
     return out
+
+
+def holder_text(other: Any) -> str:
+    """Who holds another lease: ``bob (train.ipynb, pid 4242, since 12:03:04)``; one whose
+    process ended, its share counted until its lease is taken back, says so: ``bob (pid
+    31140, since 12:03:04; ended, not yet taken back)``."""
+    where = ", ".join(p for p in (one_line(other.label, 60), f"pid {other.pid}",
+                                  _since(other.since)) if p)
+    if getattr(other, "ended", False):
+        where += "; ended, not yet taken back"
+    return f"{one_line(other.user, 32) or 'another user'} ({where})"
 
 
 def _since(epoch: float) -> str:

@@ -37,6 +37,7 @@ class HolderView:
     share: float
     since: float              # when it took the share (epoch seconds, wall clock)
     task: str = ""
+    ended: bool = False       # its process ended; the share counts until the lease is taken back
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,19 @@ class NodeView:
 
 
 @dataclass(frozen=True)
+class AttemptView:
+    """One start of a task that started more than once (retried, preempted): when it ran (the
+    scheduler's clock; ``end`` None while it runs) and how it ended: ``state`` is ``failed``
+    (its error in ``reason``), ``preempted``, ``queued again`` (stopped and queued again,
+    ``reason`` says why when the core does), or the task's own state for its last start."""
+
+    start: float
+    end: float | None
+    state: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class TaskView:
     id: str
     name: str
@@ -96,6 +110,8 @@ class TaskView:
     stopping_since: float | None = None  # a stop is out since (state "stopping")
     batch: bool = False  # batch work (preemption may stop it), else interactive
     enforced: str | None = None  # how its fraction of a GPU is held: logical, mps, torch
+    attempts: int = 0  # how many times it started (retries and preemptions start it again)
+    tries: tuple[AttemptView, ...] = ()  # each start, when it started more than once
 
 
 @dataclass(frozen=True)
@@ -142,6 +158,42 @@ def _demand_json(demand: Demand) -> dict[str, float | int]:
     return demand.to_json()
 
 
+_RETRYING = "retrying after: "  # the core's reason for a task queued again after a failure
+
+
+def _tries(task: Task) -> tuple[AttemptView, ...]:
+    """Each start of a task that started more than once, from its time-stamped states: a start
+    ends with the state that follows it; one that was queued again says why as the core's
+    decision then did (``retrying after: ValueError: …`` is a failure, ``preempted by t5`` a
+    preemption), while the task keeps that decision (its last few)."""
+    times = task.times
+    starts = [i for i, (state, _) in enumerate(times) if state == RUNNING]
+    if len(starts) < 2:
+        return ()
+    requeued: dict[float, str] = {}
+    for at, _what, phase, reason, _cause in task.decisions:
+        if phase == QUEUED:
+            requeued.setdefault(at, reason)
+    tries = []
+    for i in starts:
+        start = times[i][1]
+        if i + 1 >= len(times):  # its start now
+            tries.append(AttemptView(start, None, task.state, task.reason))
+            continue
+        state, end = times[i + 1]
+        reason = task.reason if state in TERMINAL else ""
+        if state in (QUEUED, ASSIGNED):
+            reason = requeued.get(end, "")
+            if reason.startswith(_RETRYING):
+                state, reason = "failed", reason[len(_RETRYING):]
+            elif reason.startswith("preempted"):
+                state = "preempted"
+            else:
+                state = "queued again"
+        tries.append(AttemptView(start, end, state, reason))
+    return tuple(tries)
+
+
 def task_view(task: Task, position: int | None = None,
               enforced: Mapping[str, str | None] | None = None) -> TaskView:
     spec = task.spec
@@ -164,6 +216,9 @@ def task_view(task: Task, position: int | None = None,
         stopping_since=stopping, batch=spec.preemptible,
         enforced=enforced.get(task.id) if enforced is not None and allocation is not None
         else None,
+        attempts=(sum(1 for state, _ in task.times if state == RUNNING) if task.attempt > 1
+                  else task.attempt),  # (1: started once, or sent ahead to start once)
+        tries=_tries(task) if task.attempt > 1 else (),
     )
 
 
@@ -246,5 +301,5 @@ def _queue_view(queue) -> QueueView:
     )
 
 
-__all__ = ["MEMORY", "SCHEMA_VERSION", "DeviceView", "HolderView", "NodeView", "ProcessView",
-           "QueueView", "Snapshot", "TaskView", "take", "task_view"]
+__all__ = ["MEMORY", "SCHEMA_VERSION", "AttemptView", "DeviceView", "HolderView", "NodeView",
+           "ProcessView", "QueueView", "Snapshot", "TaskView", "take", "task_view"]

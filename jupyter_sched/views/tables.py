@@ -1,11 +1,15 @@
 """A snapshot seen one way, displaying itself: what ``%sched``, ``nodes()`` and ``queue()`` return.
 
 Each class wraps an immutable :class:`~.snapshot.Snapshot` with a ``_repr_mimebundle_`` (text,
-escaped HTML and the JSON payload, from :mod:`.display`) and prints as its text.
+escaped HTML and the JSON payload, from :mod:`.display`) and prints as its text. A table is a
+record of the moment it was made: it says ``as of 14:02:11`` (the wall clock then) and its
+durations never count on afterwards (its payload's ``as_of``), unlike the status line under a
+``%%sched`` cell, which follows its task.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .display import history_bundle, nodes_bundle, queue_bundle, queues_bundle, status_bundle
@@ -17,14 +21,15 @@ class _View:
 
     _render: Any = staticmethod(status_bundle)
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, taken: float | None = None) -> None:
         self.snapshot = snapshot
+        self.taken = time.time() if taken is None else taken  # wall clock, for "as of"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        return self._render(self.snapshot)
+        return self._render(self.snapshot, as_of=self.taken)
 
     def __repr__(self) -> str:
-        return self._render(self.snapshot)["text/plain"]
+        return self._render(self.snapshot, as_of=self.taken)["text/plain"]
 
 
 class Status(_View):

@@ -9,6 +9,8 @@
  * the page is open; a notebook opened later counts from when it was opened, since nothing in
  * the payload says when it was made on any other clock. Every kind carries its `time`; a task
  * or gang payload of an older kernel has none, and shows only the times of tasks that ended.
+ * A table from `%sched` and its kin carries `as_of` (the time of day it was made): it is a
+ * record of that moment, says "as of 14:02:11", and its times stay as they were then.
  *
  * A task or gang payload shows its tasks as they are now until they end, not as they were when
  * it was made: an output loaded from the saved notebook (after a browser reload, in a second
@@ -234,9 +236,18 @@ function payloadTime(payload: unknown): number | null {
   return typeof time === 'number' && Number.isFinite(time) ? time : null;
 }
 
-/** Whether a payload shows a time that grows: a task that has not ended, and a clock. */
+/** The time of day a table was made (`as_of`), when it is a record of that moment. */
+function asOf(payload: unknown): string | null {
+  const said = (payload as { as_of?: unknown } | null)?.as_of;
+  return typeof said === 'string' && said ? said : null;
+}
+
+/**
+ * Whether a payload shows a time that grows: a task that has not ended, and a clock, in a
+ * payload that is not a record of its moment (`as_of`).
+ */
 export function ticks(data: unknown): boolean {
-  if (payloadTime(data) === null) {
+  if (payloadTime(data) === null || asOf(data) !== null) {
     return false;
   }
   const p = data as { [list: string]: unknown };
@@ -258,10 +269,12 @@ export function PayloadView(props: {
   if ('problem' in payload) {
     return <Fallback problem={payload.problem} text={props.text} />;
   }
+  const said = asOf(payload);
   return (
     <div className="jp-sched-payload" data-kind={payload.kind}>
+      {said ? <div className="jp-sched-as-of">as of {said}</div> : null}
       <Guard text={props.text}>
-        <KindView payload={payload} now={props.now ?? null} />
+        <KindView payload={payload} now={said ? null : (props.now ?? null)} />
       </Guard>
     </div>
   );
@@ -315,10 +328,16 @@ export class RenderedSched extends ReactWidget implements IRenderMime.IRenderer 
     await this.renderPromise;
   }
 
-  /** Now on the payload's clock: its `time` plus the seconds since it arrived. */
+  /**
+   * Now on the payload's clock: its `time` plus the seconds since it arrived; a record of its
+   * moment (`as_of`) stays at its `time`.
+   */
   now(): number | null {
     const time = payloadTime(this._data);
-    return time === null ? null : time + (Date.now() - this._receivedAt) / 1000;
+    if (time === null || asOf(this._data) !== null) {
+      return time;
+    }
+    return time + (Date.now() - this._receivedAt) / 1000;
   }
 
   dispose(): void {

@@ -70,6 +70,20 @@ export interface ITaskView {
    * absent from old kernels (the frontend then writes it, model/text.ts).
    */
   text?: string;
+  /** How many times it started, when more than once (retries, preemptions); else absent. */
+  attempts?: number;
+  /** Each start, oldest first, when it started more than once; else absent. */
+  tries?: ITaskTry[];
+}
+
+/** One start of a task that started more than once (docs/schema.md). */
+export interface ITaskTry {
+  /** Times on the scheduler's clock; `end` null while it runs. */
+  start: number;
+  end: number | null;
+  /** How it ended: `failed`, `preempted`, `queued again`, or the task's state for its last. */
+  state: string;
+  reason: string;
 }
 
 /** Another kernel's lease on a GPU of this host, from the host's lease ledger. */
@@ -84,6 +98,8 @@ export interface IHolderView {
   since: number;
   /** Its task's id in that kernel (`t3`), or `""`. */
   task: string;
+  /** Its process ended; its share counts until its lease is taken back. Absent otherwise. */
+  ended?: boolean;
 }
 
 /** A process NVML reports on a GPU that holds no lease (no scheduler started it). */
@@ -145,6 +161,12 @@ export type Counts = { [state: string]: number };
 
 interface IPayloadBase {
   version: number;
+  /**
+   * A table from `%sched` and its kin: the time of day it was made (`14:02:11`). Such a
+   * payload is a record of that moment: its elapsed times never count on. Absent from status
+   * lines and the sidebar, which follow the kernel, and from old kernels.
+   */
+  as_of?: string;
 }
 
 export interface ITaskPayload extends IPayloadBase {

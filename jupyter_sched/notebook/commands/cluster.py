@@ -140,16 +140,26 @@ def start(ctx: CommandContext, args: Namespace):
     if args.engines is None and args.engines_per_gpu is None:
         raise UsageError("%sched start needs --engines N (or --engines-per-gpu K)")
     try:
-        ctx.scheduler.start_cluster(engines=args.engines, add=args.add,
-                                    engines_per_gpu=args.engines_per_gpu,
-                                    launcher=args.launcher, keep=args.keep or None)
+        executor = ctx.scheduler.start_cluster(engines=args.engines, add=args.add,
+                                               engines_per_gpu=args.engines_per_gpu,
+                                               launcher=args.launcher, keep=args.keep or None)
     except ClusterRunning as err:
         raise UsageError(one_line(err)) from None
     except Exception as err:  # ipyparallel raises many kinds; say it in one line
         raise UsageError(f"cannot start an ipyparallel cluster"
                          f"{f' with launcher {args.launcher!r}' if args.launcher else ''}: "
                          f"{one_line(err)}") from None
+    kept_id = getattr(executor, "kept_id", None)
+    if kept_id is not None:
+        print(kept_text(kept_id))
     return tables.NodeList(snapshot(ctx))
+
+
+def kept_text(cluster_id: str) -> str:
+    """What ``%sched start --keep`` says of the cluster it started, beside its nodes."""
+    return (f"kept cluster {cluster_id}: it outlives this kernel; %sched stop --cluster "
+            f"{cluster_id} stops it, %sched connect --cluster-id {cluster_id} uses it again "
+            "from another kernel")
 
 
 @command("stop", "stop using ipyparallel engines (and stop a cluster %sched start started, or "

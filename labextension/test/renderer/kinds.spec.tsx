@@ -188,6 +188,18 @@ describe('times and stopping tasks', () => {
     expect(ticks({ version: 1, kind: 'queue', time: 5, running: [task('t1')], waiting: [] })).toBe(
       true
     );
+    // a table from %sched is a record of the moment it was made
+    expect(ticks({ ...stoppingStatus(), as_of: '14:02:11' })).toBe(false);
+    expect(
+      ticks({
+        version: 1,
+        kind: 'queue',
+        time: 5,
+        as_of: '14:02:11',
+        running: [task('t1')],
+        waiting: []
+      })
+    ).toBe(false);
   });
 });
 

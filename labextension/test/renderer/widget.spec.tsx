@@ -62,6 +62,28 @@ describe('RenderedSched', () => {
     widget.dispose();
     spy.mockRestore();
   });
+
+  it('keeps the times of a table from %sched as they were when it was made', async () => {
+    let clock = 1_000_000;
+    const spy = jest.spyOn(Date, 'now').mockImplementation(() => clock);
+    const widget = rendererFactory.createRenderer({ mimeType: MIME_TYPE } as any) as RenderedSched;
+    Widget.attach(widget, document.body);
+    const table = { ...stoppingStatus(), as_of: '14:02:11' };
+    await widget.renderModel({ data: { [MIME_TYPE]: table, 'text/plain': '' } } as any);
+    const elapsed = (id: string) =>
+      widget.node.querySelector(`.jp-sched-task[data-task-id="${id}"] .jp-sched-elapsed`)
+        ?.textContent;
+    await waitFor(() => expect([elapsed('t1'), elapsed('t2')]).toEqual(['10 s', '3.0 s']));
+    expect(widget.node.querySelector('.jp-sched-as-of')?.textContent).toBe('as of 14:02:11');
+    clock += 4000;
+    expect(widget.now()).toBe(100);
+    await new Promise(resolve => setTimeout(resolve, 1200)); // past a tick
+    widget.update();
+    await new Promise(resolve => setTimeout(resolve, 50));
+    expect([elapsed('t1'), elapsed('t2')]).toEqual(['10 s', '3.0 s']);
+    widget.dispose();
+    spy.mockRestore();
+  });
 });
 
 /** The followed kernel's snapshots, as `SchedConnection` gives them to the renderer. */
