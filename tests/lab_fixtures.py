@@ -189,7 +189,7 @@ def build(sched: Any, path: Path, child: subprocess.Popen) -> tuple[Any, dict[st
 def render(sched: Any, snap: Any, h: dict[str, Any], fixed: Fixed) -> dict[str, Any]:
     """The bundles and the comm snapshot of ``snap``, with what varies fixed."""
     from jupyter_sched.notebook import comm, comm_messages, statusline
-    from jupyter_sched.views import display
+    from jupyter_sched.views import display, history
     from jupyter_sched.views.timeline import WINDOW, GpuRun
 
     real_runs = comm._runs_of(sched)
@@ -213,7 +213,7 @@ def render(sched: Any, snap: Any, h: dict[str, Any], fixed: Fixed) -> dict[str, 
         "nodes": display.nodes_bundle(shown),
         "queue": display.queue_bundle(shown),
         "queues": display.queues_bundle(shown),
-        "history": display.history_bundle(shown),
+        "history": history.history_bundle(shown),
         "task": display.task_bundle(view["train-a"], now=shown.time),
         "infeasible": display.task_bundle(view["hostile"], now=shown.time),
         "failed": display.task_bundle(view["broken"], broken, now=shown.time),

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jupyter_sched.views import display, tables
+from jupyter_sched.views import display, history, tables
 
 CLOCK = r"\d\d:\d\d:\d\d"
 
@@ -77,6 +77,6 @@ def test_history_has_a_row_per_attempt_with_times_of_day(ran):
 
 def test_a_history_without_a_time_of_day_shows_no_clock(ran):
     sched, _, _ = ran
-    text = display.history_bundle(sched.snapshot(fresh=True))["text/plain"]
+    text = history.history_bundle(sched.snapshot(fresh=True))["text/plain"]
     assert "started" not in text and not re.search(CLOCK, text)
     assert "3 of 3" in text

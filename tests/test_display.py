@@ -12,7 +12,7 @@ import pytest
 from jupyter_sched.notebook.cell_options import parse_args
 from jupyter_sched.notebook.commands import COMMANDS
 from jupyter_sched.sim import Simulation
-from jupyter_sched.views import display, snapshot, tables
+from jupyter_sched.views import display, history, snapshot, tables
 from jupyter_sched.views import format as fmt
 
 EVIL = "<img src=x onerror=alert(1)>"
@@ -39,7 +39,7 @@ def scenario(evil: str = EVIL, queued: int = 5) -> snapshot.Snapshot:
 
 
 BUNDLES = [display.status_bundle, display.nodes_bundle, display.queue_bundle,
-           display.history_bundle, display.queues_bundle]
+           history.history_bundle, display.queues_bundle]
 
 
 @pytest.mark.parametrize("render", BUNDLES, ids=lambda f: f.__name__)
@@ -119,9 +119,9 @@ def test_every_task_in_a_payload_says_its_state_in_the_words_of_its_text():
         assert display.task_bundle(view)["text/plain"] == line
     infeasible = next(t for t in tasks if t["state"] == "infeasible" and t["name"] == EVIL)
     assert infeasible["text"].startswith("infeasible: GPU")
-    history = display.history_bundle(snap)[display.MIME]["history"]
-    assert history and all(t["text"] == t["state"] or t["text"].startswith(t["state"] + " ")
-                           or t["text"].startswith(t["state"] + ":") for t in history)
+    ended = history.history_bundle(snap)[display.MIME]["history"]
+    assert ended and all(t["text"] == t["state"] or t["text"].startswith(t["state"] + " ")
+                         or t["text"].startswith(t["state"] + ":") for t in ended)
     failed = snapshot.TaskView("t9", "x", "failed", "ran out", "default", 0, {"CPU": 1})
     assert display.task_bundle(failed, error="ValueError: no")[display.MIME]["task"]["text"] \
         == "failed: ValueError: no"

@@ -23,6 +23,7 @@ import ipywidgets as w
 
 from ..views import display as d
 from ..views import format as fmt
+from ..views import history
 from ..views.snapshot import NodeView, Snapshot, TaskView
 
 ROWS = 50
@@ -253,7 +254,7 @@ class Dashboard(w.VBox):
         self.running_more.value = _more(running - len(self.running.visible), "running")
         self.waiting.show(snapshot.waiting, snapshot.time)
         self.waiting_more.value = _more(waiting - len(self.waiting.visible), "waiting")
-        self.history.value = d.history_html(snapshot, limit)
+        self.history.value = history.history_html(snapshot, limit)
         self.tabs.titles = (f"Nodes ({len(snapshot.nodes)})", f"Queue ({running + waiting:,})",
                             "History")
 

@@ -63,7 +63,7 @@ def as_of_text(at: float) -> str:
     return _time.strftime("%H:%M:%S", _time.localtime(at))
 
 
-def _bundle(text: str, body: str, data: dict, as_of: float | None = None) -> dict[str, Any]:
+def mime_bundle(text: str, body: str, data: dict, as_of: float | None = None) -> dict[str, Any]:
     """``as_of``: a snapshot table's wall-clock time (epoch seconds). The table is then a record
     of that moment: its HTML opens with ``as of 14:02:11`` and its payload carries ``as_of``,
     which tells a frontend to draw its durations as they were then, never counting on. Its
@@ -157,7 +157,7 @@ def task_bundle(view: Any, error: str | None = None, now: float | None = None) -
     data = {"kind": "task", "task": _task_json(view, error), "error": error}
     if now is not None:
         data["time"] = now
-    return _bundle(task_text(view, error), body, data)
+    return mime_bundle(task_text(view, error), body, data)
 
 
 def gang_bundle(name: str, views: Iterable[Any], error: str | None = None,
@@ -179,7 +179,7 @@ def gang_bundle(name: str, views: Iterable[Any], error: str | None = None,
     data = {"kind": "gang", "name": name, "error": error, "tasks": [_task_json(v) for v in views]}
     if now is not None:
         data["time"] = now
-    return _bundle("\n".join(lines), body, data)
+    return mime_bundle("\n".join(lines), body, data)
 
 
 def status_line(view: Any, now: float | None = None, error: str | None = None,
@@ -298,7 +298,7 @@ def _nodes_html(snapshot: Snapshot) -> str:
 
 def nodes_bundle(snapshot: Snapshot, as_of: float | None = None) -> dict[str, Any]:
     data = {"kind": "nodes", "time": snapshot.time, "nodes": to_json(snapshot.nodes)}
-    return _bundle(nodes_text(snapshot), _nodes_html(snapshot), data, as_of)
+    return mime_bundle(nodes_text(snapshot), _nodes_html(snapshot), data, as_of)
 
 
 # -- the queue (running and waiting tasks) -------------------------------------------------------
@@ -382,95 +382,7 @@ def queue_bundle(snapshot: Snapshot, limit: int = LIMIT,
     data = {"kind": "queue", "time": snapshot.time, "counts": dict(snapshot.counts),
             "running": to_json(snapshot.running[:limit]),
             "waiting": to_json(snapshot.waiting[:limit])}
-    return _bundle(queue_text(snapshot, limit), _queue_html(snapshot, limit), data, as_of)
-
-
-# -- history --------------------------------------------------------------------------------------
-
-_TERMINAL = ("done", "failed", "cancelled")
-
-
-def _attempt_rows(view: TaskView) -> list[tuple[str, str, str, float | None, float | None,
-                                               str]]:
-    """A finished task's rows, its latest start first: (attempt, state, node, start, end,
-    reason) each. A task that started once has one row, one never started a row with no
-    attempt; one that started more than once a row per start, the node on the latest only
-    (where it ran before is not kept)."""
-    tries = view.tries
-    if len(tries) < 2:
-        attempt = "1" if view.started is not None else "-"
-        return [(attempt, view.state, view.node or "-", view.started, view.ended,
-                 view.reason)]
-    rows = []
-    for number, attempt in reversed(list(enumerate(tries, 1))):
-        last = number == len(tries)
-        rows.append((f"{number} of {len(tries)}", attempt.state,
-                     (view.node or "-") if last else "", attempt.start, attempt.end,
-                     attempt.reason))
-    return rows
-
-
-def _clock(snapshot: Snapshot, as_of: float | None):
-    """A time on the scheduler's clock as a time of day, given the wall clock (``as_of``) at
-    the snapshot's ``time``; None when that is not known."""
-    if as_of is None:
-        return None
-    return lambda t: "-" if t is None else as_of_text(as_of - (snapshot.time - t))
-
-
-def history_text(snapshot: Snapshot, limit: int = LIMIT, as_of: float | None = None) -> str:
-    """Finished tasks, newest first, one row per start (attempt) with its outcome and, when
-    ``as_of`` tells the time of day of the snapshot, when it started and ended."""
-    views = snapshot.history[:limit]
-    head = "history: " + counts_text(snapshot.counts, _TERMINAL)
-    if not views:
-        return head + "\nno finished tasks yet"
-    clock = _clock(snapshot, as_of)
-    rows = []
-    for v in views:
-        for n, (attempt, state, node, start, end, reason) in enumerate(_attempt_rows(v)):
-            first = (v.id, one_line(v.name, 30)) if n == 0 else ("", "")
-            times = (clock(start), clock(end)) if clock else ()
-            rows.append((*first, attempt, state, one_line(v.queue) if n == 0 else "",
-                         one_line(node), *times, one_line(reason, 80) or "-"))
-    header = ("id", "name", "attempt", "state", "queue", "node",
-              *(("started", "ended") if clock else ()), "reason")
-    text = head + "\n" + table_text(header, rows)
-    total = sum(snapshot.counts.get(s, 0) for s in _TERMINAL)
-    more = more_text(max(total, len(snapshot.history)) - len(views), "finished")
-    return text + ("\n" + more if more else "")
-
-
-def history_html(snapshot: Snapshot, limit: int = LIMIT, as_of: float | None = None) -> str:
-    views = snapshot.history[:limit]
-    head = f"<div>history: {escape(counts_text(snapshot.counts, _TERMINAL))}</div>"
-    if not views:
-        return head + "<div><i>no finished tasks yet</i></div>"
-    clock = _clock(snapshot, as_of)
-    rows = []
-    for v in views:
-        for n, (attempt, state, node, start, end, reason) in enumerate(_attempt_rows(v)):
-            took = (format_duration(end - start)
-                    if start is not None and end is not None else "-")
-            times = ([f'<span class="jsched-clock">{escape(clock(t))}</span>'
-                      for t in (start, end)] if clock else [])
-            rows.append(row_html([
-                escape(v.id) if n == 0 else "", escape(v.name) if n == 0 else "",
-                escape(attempt), state_html(state), escape(v.queue) if n == 0 else "",
-                escape(node), *times, f'<span class="jsched-time">{escape(took)}</span>',
-                escape(reason or "-")]))
-    header = ("id", "name", "attempt", "state", "queue", "node",
-              *(("started", "ended") if clock else ()), "took", "reason")
-    return head + table_html(header, rows)
-
-
-def history_bundle(snapshot: Snapshot, limit: int = LIMIT,
-                   as_of: float | None = None) -> dict[str, Any]:
-    data = {"kind": "history", "time": snapshot.time,
-            "counts": {s: snapshot.counts.get(s, 0) for s in _TERMINAL},
-            "history": to_json(snapshot.history[:limit])}
-    return _bundle(history_text(snapshot, limit, as_of), history_html(snapshot, limit, as_of),
-                   data, as_of)
+    return mime_bundle(queue_text(snapshot, limit), _queue_html(snapshot, limit), data, as_of)
 
 
 # -- queues (the queue tree) ------------------------------------------------------------------
@@ -493,7 +405,7 @@ def queues_bundle(snapshot: Snapshot, as_of: float | None = None) -> dict[str, A
     text = table_text(_QUEUES_HEADER, rows) if rows else "no queues"
     body = table_html(_QUEUES_HEADER, [row_html(escape(c) for c in r) for r in rows])
     data = {"kind": "queues", "time": snapshot.time, "queues": to_json(snapshot.queues)}
-    return _bundle(text, body, data, as_of)
+    return mime_bundle(text, body, data, as_of)
 
 
 # -- the whole status ---------------------------------------------------------------------------
@@ -552,14 +464,14 @@ def status_bundle(snapshot: Snapshot, limit: int = LIMIT,
             "queues": to_json(snapshot.queues),
             "notices": [{"seq": seq, "time": at, "text": said}
                         for seq, at, said in snapshot.notices]}
-    return _bundle(text, body, data, as_of)
+    return mime_bundle(text, body, data, as_of)
 
 
 # -- wrappers with _repr_mimebundle_ -------------------------------------------------------------
 
 
 __all__ = [
-    "LIMIT", "MIME", "STATUS_PREFIX", "as_of_text", "gang_bundle", "history_bundle", "line_payload",
+    "LIMIT", "MIME", "STATUS_PREFIX", "as_of_text", "gang_bundle", "line_payload", "mime_bundle",
     "nodes_bundle", "others_text", "queue_bundle", "queues_bundle", "status_bundle", "status_line",
     "summary_text", "task_bundle", "task_text", "to_json",
 ]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .display import history_bundle, nodes_bundle, queue_bundle, queues_bundle, status_bundle
+from .display import nodes_bundle, queue_bundle, queues_bundle, status_bundle
+from .history import history_bundle
 from .snapshot import Snapshot, TaskView
 
 
