@@ -336,7 +336,9 @@ def test_a_lease_passed_on_is_named_for_its_new_task_by_the_label_time(path, cap
     from jupyter_sched.core import events as ev
 
     host = HostInfo("h", "boot", 4, 0, (GpuInfo(0, None, "", "declared", None, declared=True),))
-    leases = runtime_leases.HostLeases(Ledger(path), host, "local")
+    behind: dict = {}  # who runs after whom (the runtime's records)
+    leases = runtime_leases.HostLeases(Ledger(path), host, "local",
+                                       hooks=runtime_leases.LeaseHooks(successor=behind.get))
     label = runtime_leases.LABEL
 
     def start(task, after=None):
@@ -350,7 +352,7 @@ def test_a_lease_passed_on_is_named_for_its_new_task_by_the_label_time(path, cap
     assert leases.settle([], [], 10.5 + label / 2) == {} and named() == ["a", "b"]
     assert leases.settle([], [], 10.5 + label) == {} and named() == ["b", "c"]
     assert leases.label_due is None
-    leases.successor_of = {"b": ("d", 1)}.get  # d runs after b on b's engine, on b's shares
+    behind["b"] = ("d", 1)  # d runs after b on b's engine, on b's shares
     assert leases.settle(["b"], [], 12.0) == {} and leases.tasks() == ["c", "d"]
     assert named() == ["b", "c"] and leases.label_due == 12.0 + label
     with Ledger(path) as other:  # b's lease removed behind this process's back
@@ -424,27 +426,24 @@ def test_a_lease_passes_only_to_a_start_that_holds_its_share_the_same_way(path):
     def start(task, units=5_000):
         return ev.Start(task, "local", None, {"GPU": {0: units}}, attempt=1)
 
-    def enforcement(start):
-        return words[start.task]
-
     def held():
         return sorted((lease.task, lease.held) for lease in leases.ledger.held())
 
-    assert leases.settle([], [start("a")], 0.0, enforcement) == {}
+    assert leases.settle([], [start("a")], 0.0, words) == {}
     (taken,) = leases.ledger.held()
-    assert leases.settle(["a"], [start("b")], 0.0, enforcement) == {}  # the same: passed
-    assert leases.settle([], [], runtime_leases.LABEL, enforcement) == {}
+    assert leases.settle(["a"], [start("b")], 0.0, words) == {}  # the same: passed
+    assert leases.settle([], [], runtime_leases.LABEL, words) == {}
     assert held() == [("b", "logical")] and leases.ledger.held()[0].id == taken.id
-    assert leases.settle(["b"], [start("c")], 2.0, enforcement) == {}  # held another way
+    assert leases.settle(["b"], [start("c")], 2.0, words) == {}  # held another way
     assert held() == [("c", "mps")] and leases.ledger.held()[0].id != taken.id
-    assert leases.settle(["c"], [start("d")], 3.0, enforcement) == {}  # not said: ''
+    assert leases.settle(["c"], [start("d")], 3.0, words) == {}  # not said: ''
     assert held() == [("d", "")]
     words["e"] = "mps"  # a whole GPU has no word: any start of it takes a whole one over
-    assert leases.settle(["d"], [start("e", 10_000)], 4.0, enforcement) == {}
+    assert leases.settle(["d"], [start("e", 10_000)], 4.0, words) == {}
     whole = leases.ledger.held()
     assert [(lease.task, lease.held) for lease in whole] == [("e", "")]
     words["f"] = "logical"
-    assert leases.settle(["e"], [start("f", 10_000)], 5.0, enforcement) == {}
+    assert leases.settle(["e"], [start("f", 10_000)], 5.0, words) == {}
     assert leases.tasks() == ["f"] and leases.label_due is not None  # passed as it is
 
 

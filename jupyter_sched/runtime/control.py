@@ -18,6 +18,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..core import events as ev
+from ..core.state import Core
+from ..executors.local.executor import LocalExecutor
 from ..model.limits import check_seconds
 from ..model.tasks import HELD
 from ..views import snapshot as snapshots
@@ -31,13 +33,14 @@ from .publishing import EMPTY
 from .records import Records
 
 if TYPE_CHECKING:
-    from ..core.state import Core
     from .loop import Clock, RuntimeLoop
     from .maps import BatchedMap
 
 USER = "cancelled by the user"
-_NO_RECORDS = Records(lambda item: None, LeaseSteps(None, lambda event: None, print),
-                      lambda output: None, 1)
+_NO_CORE = Core()  # (what the empty table reads: nothing)
+_NO_RECORDS = Records(lambda item: None, LeaseSteps(None, _NO_CORE, lambda event: None, print),
+                      lambda output: None, 1, core=_NO_CORE, local=LocalExecutor(None),
+                      publisher=lambda: None)
 
 
 class TaskControl:

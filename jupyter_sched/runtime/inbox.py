@@ -152,6 +152,18 @@ class Inbox:
         if not self.on_thread:
             self.thread.join(timeout)
 
+    def died(self, exc: BaseException) -> None:
+        """The thread ends, nobody having asked it to: ``exc`` says why to the next caller."""
+        self.death = exc
+
+    def abandoned(self) -> bool:
+        """After the thread died: closed here, once (False when it runs, or was closed)."""
+        with self.lock:
+            if self.state != "running" or self.alive:
+                return False
+            self.state = "closed"
+            return True
+
     def closed(self) -> None:
         """On the thread, at its end: nothing more is taken; callers that got in before the
         STOP are told the scheduler shut down."""

@@ -12,7 +12,7 @@ from ..host.identity import kernel_label
 from ..host.ledger import default_ledger
 from ..host.live import GpuMonitor
 from ..host.outside import OutsideUse
-from .leases import HostLeases
+from .leases import NO_HOOKS, HostLeases, LeaseHooks
 
 
 def ledger_status(leases: HostLeases | None, ledger_path: str,
@@ -30,14 +30,17 @@ def ledger_status(leases: HostLeases | None, ledger_path: str,
 
 def open_host_leases(enabled: bool, path: str, count_other_processes: bool,
                      monitor: GpuMonitor | None, host: HostInfo, node: str,
-                     notice: Callable[[str], None] | None = None) -> HostLeases | None:
+                     notice: Callable[[str], None] | None = None,
+                     hooks: LeaseHooks = NO_HOOKS) -> HostLeases | None:
     """The leases of the local ``node`` (None when ``enabled`` is off): in the ledger at
     ``path`` ("": the default), counting what processes outside every scheduler use of the
-    GPUs when ``count_other_processes`` (from ``monitor``'s NVML)."""
+    GPUs when ``count_other_processes`` (from ``monitor``'s NVML); ``notice`` and ``hooks``
+    are the runtime's (:class:`~.leases.LeaseHooks`)."""
     if not enabled:
         return None
     nvml = monitor.nvml if count_other_processes and monitor is not None else None
     outside = OutsideUse(host, nvml) if nvml is not None else None
-    return HostLeases.open(default_ledger(path), host, node, kernel_label(), outside, notice)
+    return HostLeases.open(default_ledger(path), host, node, kernel_label(), outside, notice,
+                           hooks)
 
 __all__ = ["ledger_status", "open_host_leases"]

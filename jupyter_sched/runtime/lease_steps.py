@@ -25,6 +25,7 @@ from . import leases as host_leases
 if TYPE_CHECKING:
     from ..core.state import Core
     from .leases import HostLeases
+    from .placed import Placed
 
 log = logging.getLogger(__name__)
 
@@ -35,37 +36,36 @@ UNLEASED = 1024  # refused starts remembered (a task sent ahead behind one is no
 class LeaseSteps:
     """This scheduler's use of the host's leases (``leases``: None when it takes none).
 
-    ``report`` queues an event for the core (an attempt refused its share); ``notice`` tells
-    the user; ``core`` is read, never changed."""
+    ``core`` is read, never changed; ``report`` queues an event for the core (an attempt
+    refused its share); ``notice`` tells the user."""
 
-    def __init__(self, leases: HostLeases | None, report: Callable[[ev.Event], None],
-                 notice: Callable[[str], None]) -> None:
+    def __init__(self, leases: HostLeases | None, core: Core,
+                 report: Callable[[ev.Event], None], notice: Callable[[str], None]) -> None:
         self.leases = leases
+        self._core = core
         self._report = report
         self._notice = notice
-        self.core: Core | None = None
         self._unleased: set[str] = set()  # tasks whose last start its lease refused
         self._refused: dict[str, str] = {}  # task -> why its start in this step got no lease
-        # whether a start's own process takes its lease (an engine of a kept cluster)
-        self.leases_itself: Callable[[ev.Start], bool] = lambda start: False
-        # how a start's fractions of a GPU are held, in a word (None: not said)
-        self.enforcement: Callable[[ev.Start], str | None] = lambda start: None
 
-    def settle(self, instructions: list, now: float) -> None:
-        """Before a step's instructions are carried out: give back the leases of attempts that
-        ended (their records are synced after the instructions: a start must never be refused
-        by our own leases) and take those of the step's starts, with this kernel's waits, in
-        one transaction when one is due (a step that only passes leases on writes none); each
-        start's leases say how its share is held (:attr:`enforcement`)."""
-        leases, core = self.leases, self.core
+    def settle(self, placed: Iterable[Placed], now: float) -> None:
+        """Before a step's instructions are carried out (its starts ``placed``, each with its
+        executor's say, asked once): give back the leases of attempts that ended (their
+        records are synced after the instructions: a start must never be refused by our own
+        leases) and take those of the step's starts but those whose own process takes them,
+        with this kernel's waits, in one transaction when one is due (a step that only passes
+        leases on writes none); each start's leases say how its share is held
+        (:attr:`~.placed.Placed.enforcement`)."""
+        leases, core = self.leases, self._core
         self._refused = {}
-        if leases is None or core is None:
+        if leases is None:
             return
         ended = [held for held in leases.tasks()
                  if (task := core.tasks.get(held)) is None or task.state != RUNNING]
-        starts = [i for i in instructions  # (only GPU shares take leases)
-                  if isinstance(i, ev.Start) and i.after is None and i.devices.get(GPU)
-                  and not self.leases_itself(i)]
+        ours = [p for p in placed  # (only GPU shares take leases)
+                if p.start.after is None and p.start.devices.get(GPU) and not p.leases_itself
+                and p.error is None]
+        starts = [p.start for p in ours]
         # what waits for others, for the host's order
         if core.books.elsewhere or leases.view.wanted:
             leases.want_waits(core.waiting_elsewhere(leases.node, host_leases.MAX_WAITS))
@@ -74,7 +74,8 @@ class LeaseSteps:
             return
         for start in starts:
             self._unleased.discard(start.task)
-        self._refused = leases.settle(ended, starts, now, self.enforcement)
+        self._refused = leases.settle(ended, starts, now,
+                                      {p.start.task: p.enforcement for p in ours})
 
     def lease(self, start: ev.Start) -> bool:
         """Whether ``start`` got the host's leases (:meth:`settle` took them); False, and the

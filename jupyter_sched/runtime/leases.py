@@ -43,6 +43,7 @@ does that knowingly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -74,28 +75,53 @@ ORDER = 5.0  # seconds between reads of the host's order while waits change noth
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
 
 
+def _no_wake() -> None:
+    return None
+
+
+def _no_successor(task: str) -> tuple[str, int] | None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseHooks:
+    """What the host's leases ask of the runtime that uses them (the defaults: a runtime with
+    none of these, as in the tests of the leases alone).
+
+    ``wake()`` wakes the runtime thread (another process gave a share back; any thread);
+    ``successor(task)`` is the task sent ahead behind ``task`` on its slot, with its attempt
+    (the runtime's records keep who runs after whom): it takes the task's leases over as it
+    ends; ``own_pids()`` are the pids of this scheduler's engines here that hold their tasks'
+    leases themselves."""
+
+    wake: Callable[[], None] = _no_wake
+    successor: Callable[[str], tuple[str, int] | None] = _no_successor
+    own_pids: Callable[[], set[int]] = set
+
+
+NO_HOOKS = LeaseHooks()
+
+
 class HostLeases:
     """The leases of one scheduler's local node; used by the runtime thread only.
 
     Its parts: :class:`~.lease_view.LeaseView` (what others hold and reserve, this kernel's
     waits) and :class:`~.ledger_care.LedgerCare` (the ledger looked after, healed, waited
     for; what is to be given back once it can be written). ``notice(text)`` tells the user
-    something they must know (the ledger was made again)."""
+    something they must know (the ledger was made again); ``hooks`` is what it asks of the
+    runtime (:class:`LeaseHooks`)."""
 
     def __init__(self, ledger: Ledger, host: HostInfo, node: str,
                  outside: OutsideUse | None = None,
-                 notice: Callable[[str], None] | None = None) -> None:
+                 notice: Callable[[str], None] | None = None,
+                 hooks: LeaseHooks = NO_HOOKS) -> None:
         self.ledger = ledger
         self.node = node
         self.outside = outside
         self.view = LeaseView(node)
         self._keys: dict[int, str] = {}
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
-        # the task sent ahead behind a task on its slot, and its attempt (the runtime's records
-        # keep who runs after whom): it takes the task's leases over as it ends
-        self.successor_of: Callable[[str], tuple[str, int] | None] = lambda task: None
-        # the pids of this scheduler's engines here that hold their tasks' leases themselves
-        self.own_pids: Callable[[], set[int]] = set
+        self._hooks = hooks
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
         self.care = LedgerCare(ledger, self.view, self._reread,
@@ -107,21 +133,20 @@ class HostLeases:
         self._next_check = 0.0
         self._next_order = 0.0
         self._alive_seen: dict[int, tuple[bool, float]] = {}  # lease id -> (alive, when seen)
-        # wakes the runtime thread (given by the loop): another process gave a share back
-        self.wake: Callable[[], None] = lambda: None
         self._listening = False
         self.set_host(host)
 
     @classmethod
     def open(cls, path: Path, host: HostInfo, node: str, label: str = "",
              outside: OutsideUse | None = None,
-             notice: Callable[[str], None] | None = None) -> HostLeases:
+             notice: Callable[[str], None] | None = None,
+             hooks: LeaseHooks = NO_HOOKS) -> HostLeases:
         """The host's ledger at ``path``, opened on first use by the runtime thread (never by
         the caller's: ``%load_ext`` never waits for it). One that cannot be used then is told
         once, and GPU work waits (its reason says why) until it can: no GPU is leased twice
         meanwhile."""
         return cls(Ledger(path, label=label, timeout=WAIT, connect=False), host, node, outside,
-                   notice)
+                   notice, hooks)
 
     def _reread(self) -> None:
         """Read what others hold again at the next step (and tell the core)."""
@@ -146,17 +171,17 @@ class HostLeases:
                 if i in self._keys and units > 0}
 
     def settle(self, ended: Iterable[str], starts: Iterable[ev.Start], now: float,
-               enforcement: Callable[[ev.Start], str | None] = lambda start: None
-               ) -> dict[str, str]:
+               enforcement: Mapping[str, str | None] | None = None) -> dict[str, str]:
         """Give back the leases of the tasks ``ended`` (and of earlier attempts of ``starts``)
         and take those of ``starts``, each all or nothing, in one transaction of the ledger,
         with this kernel's waits when they changed; a start's leases say how its fractions of
-        a GPU are held (``enforcement(start)``: ``logical``, ``mps``, ``torch``; None: not
-        said). Leases given back that a start needs as they are (the same shares of the same
-        devices, held the same way) pass to it instead; a step that only passes writes
-        nothing: a stream of like tasks changes nothing others need to read. The
-        ledger learns which task holds a lease passed on with the next transaction, at the
-        latest ``LABEL`` seconds (of ``now``) after the pass (:attr:`label_due`). Returns
+        a GPU are held (``enforcement[task]``, as its executor said once for the step:
+        ``logical``, ``mps``, ``torch``; None or missing: not said). Leases given back that a
+        start needs as they are (the same shares of the same devices, held the same way) pass
+        to it instead; a step that only passes writes nothing: a stream of like tasks changes
+        nothing others need to read. The ledger learns which task holds a lease passed on
+        with the next transaction, at the latest ``LABEL`` seconds (of ``now``) after the
+        pass (:attr:`label_due`). Returns
         ``{task: reason}`` for the starts refused (another kernel holds the share, or waits
         ahead for it)."""
         self._now = now
@@ -172,7 +197,7 @@ class HostLeases:
         for start in starts:
             shares = self.shares(start)
             if shares:
-                held = enforcement(start) or ""
+                held = (enforcement or {}).get(start.task) or ""
                 same = spare.get(_shape((device, units, held if units < SCALE else "")
                                         for device, units in shares.items()))
                 if same:
@@ -272,7 +297,7 @@ class HostLeases:
             return ()
         del self._by_task[task]
         self._unlabelled.pop(task, None)
-        successor = self.successor_of(task)
+        successor = self._hooks.successor(task)
         if successor is not None and successor[0] not in self._by_task:
             self._hand_over(successor[0], successor[1], held[1])
             return ()
@@ -352,7 +377,7 @@ class HostLeases:
         self._version = None  # (read at the next step, which this wakes)
         if healed:
             self._next_check = 0.0  # (looked at, and the heal said, at the next step)
-        self.wake()
+        self._hooks.wake()
 
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
         """What others hold and reserve now, when it changed since the last call; sweeps for
@@ -396,7 +421,7 @@ class HostLeases:
         every, order = self.ledger.view()
         self.care.told(self.ledger.healed())  # (healed by this read: said now)
         mine = {lease.id for _, leases in self._by_task.values() for lease in leases}
-        own = self.own_pids()
+        own = self._hooks.own_pids()
         if own:  # (their tasks are this scheduler's, counted as such by the core)
             mine.update(lease.id for lease in every if lease.owner.pid in own)
         self.view.read(every, order, mine)
@@ -440,5 +465,5 @@ def _shape(shares: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str]
     return tuple(sorted(shares))
 
 
-__all__ = ["CHECK", "ERRORS", "LOOK", "MAX_WAITS", "POLL", "READ", "SWEEP", "HostLeases",
-           "held_text"]
+__all__ = ["CHECK", "ERRORS", "LOOK", "MAX_WAITS", "NO_HOOKS", "POLL", "READ", "SWEEP",
+           "HostLeases", "LeaseHooks", "held_text"]

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..executors.base import Executor
     from ..views.snapshot import Snapshot
     from .loop import RuntimeLoop
 
@@ -52,9 +51,9 @@ class LoopLife:
         """Why the runtime thread ended, when nobody asked it to."""
         return self.loop.death if self.loop is not None else None
 
-    def start(self, make: Callable[[], tuple[RuntimeLoop, Executor, list]]) -> bool:
-        """Start the loop ``make`` makes (with the executor of the local node and the events
-        that register it); False when one runs already. ``RuntimeError`` once shut down: a
+    def start(self, make: Callable[[], tuple[RuntimeLoop, list]]) -> bool:
+        """Start the loop ``make`` makes (with the events that register its local node);
+        False when one runs already. ``RuntimeError`` once shut down: a
         scheduler has one loop in its life."""
         with self.lock:
             if self.started:
@@ -62,12 +61,12 @@ class LoopLife:
             if self.closed or self.loop is not None:
                 raise RuntimeError("this scheduler was shut down; create a new one "
                                    "(jupyter_sched.get_scheduler() does)")
-            loop, local, first = make()
+            loop, first = make()
             for callback, keys in self._waiting:
                 keys.append(loop.subscribe(callback))
             self._waiting = []
             self.loop = loop
-            loop.start(local)
+            loop.start()
         loop.request(first)
         return True
 

@@ -36,11 +36,7 @@ def redeclare(loop: RuntimeLoop, host: HostInfo) -> None:
     devices = {GPU: {g.index: g.memory for g in host.gpus}}
     loop.request([ev.NodeUpdated(LOCAL, totals, devices, host.labels(),
                                  declared=host.gpus_declared)])
-    loop.local_host = host
-    loop.gpus = GpuMonitor(host)
-    loop.call(lambda core: loop.leases and loop.leases.set_host(host))
-    if loop.records.local is not None:
-        loop.records.local.visible = submission.visible_devices(host)
+    loop.local_declared(host, GpuMonitor(host), submission.visible_devices(host))
 
 
 __all__ = ["LOCAL", "added", "redeclare"]

@@ -46,10 +46,11 @@ from ..views import snapshot as snapshots
 from .engine_restarts import EngineRestarts
 from .inbox import STOP, WAKE, Call, Flush, Inbox, Request
 from .lease_steps import LeaseSteps
+from .leases import LeaseHooks
 from .loop_inputs import Clock, Debugging, LoopSettings
 from .outputs import DueOutputs
 from .publishing import Publishing
-from .records import HISTORY, Records
+from .records import HISTORY, KernelPublisher, Records
 
 if TYPE_CHECKING:
     from ..core.state import Core
@@ -81,13 +82,17 @@ class RuntimeLoop:
     """The runtime thread, its queue, the core, the tasks' records and handles, and the step
     that moves them on.
 
-    ``leases`` makes the host's leases of the local node, given the loop's ``notice`` (None:
-    this kernel takes none); ``alone`` says whether no other scheduler of this process runs
-    (its leases would be this process's too)."""
+    ``leases`` makes the host's leases of the local node, given the loop's ``notice`` and
+    what they ask of the loop (:class:`~.leases.LeaseHooks`; None: this kernel takes none);
+    ``local`` makes the executor of the local node's tasks (kernel threads), given the loop
+    as its runtime; ``alone`` says whether no other scheduler of this process runs (its
+    leases would be this process's too). Each part gets what it works with as it is made;
+    the leases reach the records through the loop's hooks, on the runtime thread."""
 
     def __init__(self, core: Core, host: HostInfo, clock: Clock, settings: LoopSettings,
                  debug: Debugging, *, gpus: GpuMonitor | None,
-                 leases: Callable[[Callable[[str], None]], HostLeases | None],
+                 leases: Callable[[Callable[[str], None], LeaseHooks], HostLeases | None],
+                 local: Callable[[RuntimeLoop], LocalExecutor],
                  alone: Callable[[], bool]) -> None:
         self.core = core
         self.clock = clock
@@ -97,35 +102,41 @@ class RuntimeLoop:
         self._alone = alone
         self.inbox = Inbox(self._main)
         self.shown = Publishing()  # snapshots for observers, notices for the user
-        self.leases = leases(self.notice)  # the host's lease ledger, None without
-        self.lease_steps = LeaseSteps(self.leases, self.report, self.notice)
-        self.lease_steps.core = core
-        self.records = Records(self.inbox.queue.put, self.lease_steps, self._output_pending,
-                               settings.max_rows)
-        self.records.core = core
-        if self.leases is not None:
-            self.leases.wake = self.wake
-            self.leases.successor_of = self.records.successor
-            self.leases.own_pids = self._lease_holders
-        self.lease_steps.leases_itself = self._leases_itself
-        self.lease_steps.enforcement = self._enforcement
         self.executors: list[Executor] = []
-        self.restarts = EngineRestarts(
-            lambda node, slot: self.records.slot_executors.get((node, slot)))
-        self.outputs = DueOutputs()  # task outputs waiting to be flushed
         # Runtime (executors read these from their threads): the kernel's host; whether GPU
         # work waits, as of the last step (engines' hosts are re-read only while it is true)
         self.local_host: HostInfo | None = host
         self.gpu_work_waits = False
+        hooks = LeaseHooks(wake=self.wake, successor=self._successor,
+                           own_pids=self._lease_holders)
+        self.leases = leases(self.notice, hooks)  # the host's lease ledger, None without
+        self.lease_steps = LeaseSteps(self.leases, core, self.report, self.notice)
+        self.local = local(self)
+        self.records = Records(self.inbox.queue.put, self.lease_steps, self._output_pending,
+                               settings.max_rows, core=core, local=self.local,
+                               publisher=KernelPublisher())
+        self.restarts = EngineRestarts(self.records.slot_executor)
+        self.outputs = DueOutputs()  # task outputs waiting to be flushed
         self._unapplied: list = []  # the reports a step took, until the core has them
         self._failures = 0  # steps that failed in a row
         self._last_failure = ""  # what the user was last told of a failed step
 
-    def start(self, local: LocalExecutor) -> None:
-        """Start the runtime thread, with ``local`` running the local node's tasks."""
-        self.records.local = local
-        self.executors.append(local)
+    def start(self) -> None:
+        """Start the runtime thread, with the local executor running the local node's tasks."""
+        self.executors.append(self.local)
         self.inbox.thread.start()
+
+    def configure(self, settings: LoopSettings) -> None:
+        """The scheduler's settings changed (any thread: the step reads them whole)."""
+        self.settings = settings
+
+    def local_declared(self, host: HostInfo, gpus: GpuMonitor, visible: str | None) -> None:
+        """The kernel's host was declared again (a caller's thread, after the core has it):
+        its GPU monitor, its leases' devices, the devices its kernel threads see."""
+        self.local_host = host
+        self.gpus = gpus
+        self.call(lambda core: self.leases and self.leases.set_host(host))
+        self.local.see(visible)
 
     # -- for executors (any thread): the Runtime protocol ----------------------------------------
 
@@ -249,7 +260,7 @@ class RuntimeLoop:
                     stop = self._contain(exc, items)
             self._close()
         except BaseException as exc:  # the thread ends anyway: say why to the next caller
-            self.inbox.death = exc
+            self.inbox.died(exc)
             log.exception("the jupyter_sched runtime thread stopped")
 
     def _next_items(self) -> list:
@@ -277,7 +288,7 @@ class RuntimeLoop:
         except Exception as again:
             log.exception("jupyter_sched: the reports of a failed step could not be applied")
             lost = f"; {len(unapplied)} report(s) of tasks could not be applied ({again!r})"
-        self.records.sync_all = True  # (every live record, in the next step)
+        self.records.resync()  # (every live record, in the next step)
         for item in items:
             reply = getattr(item, "reply", None)
             if reply is not None and not reply.done():
@@ -289,7 +300,7 @@ class RuntimeLoop:
             self.notice(text)
         if self._failures == 1 and STOP not in items:
             self.wake()  # one more step soon, to bring the records up to date
-        self.shown.changed = True
+        self.shown.moved()
         return STOP in items
 
     def _timeout(self) -> float | None:
@@ -354,7 +365,7 @@ class RuntimeLoop:
         for request in requests:
             instructions += self._apply(request, batch, touched)
             batch = []
-        del self.records.forgotten[:len(forgotten)]  # (the core has them: not sent again)
+        self.records.forgot(len(forgotten))  # (the core has them: not sent again)
 
         self.records.carry_out_all(instructions, now, touched)  # (Explain: a new reason)
         self.records.sync(touched)
@@ -371,7 +382,7 @@ class RuntimeLoop:
         self.debug.check(core)
         self._failures = 0  # (a step that ends well ends a streak of failed ones)
         if plain or requests or instructions:
-            self.shown.changed = True
+            self.shown.moved()
         # snapshots are made for subscribers (status lines, the dashboard); with none, one is
         # made when asked for (``snapshot()``), not every update_interval
         publish = self.shown.due(self.settings.update_interval)
@@ -429,7 +440,7 @@ class RuntimeLoop:
         elif isinstance(event, ev.Submit):
             touched.update(spec.id for spec in event.tasks)
         if isinstance(event, _NODE_EVENTS):
-            self.records.sync_all = True
+            self.records.resync()
 
     def publish(self, notify: bool = True) -> snapshots.Snapshot:
         live = self.gpus.read() if self.gpus is not None else {}
@@ -442,13 +453,8 @@ class RuntimeLoop:
         self.shown.publish(snap, now, notify)
         return snap
 
-    def _leases_itself(self, start: ev.Start) -> bool:
-        executor = self.records.executor_for(start)
-        return executor is not None and executor.leases_itself(start)
-
-    def _enforcement(self, start: ev.Start) -> str | None:
-        executor = self.records.executor_for(start)
-        return executor.enforcement(start) if executor is not None else None
+    def _successor(self, task_id: str) -> tuple[str, int] | None:
+        return self.records.successor(task_id)
 
     def _lease_holders(self) -> set[int]:
         return {pid for executor in list(self.executors) for pid in executor.lease_holders()}
@@ -461,16 +467,14 @@ class RuntimeLoop:
                 executor.close()
             except Exception:
                 log.exception("closing %r failed", executor)
-        local = self.records.local
-        self.lease_steps.release(list(local.running) if local is not None else [], local,
-                                 self._alone())
+        local = self.local
+        self.lease_steps.release(list(local.running), local, self._alone())
         self.leases = None
 
     def _close(self) -> None:
         """On the runtime thread, after STOP: stop everything, answer everyone, leave."""
         self._stop_executors()
-        local = self.records.local
-        self.records.end_all(left=list(local.running) if local is not None else [])
+        self.records.end_all(left=list(self.local.running))
         self.outputs.flush_all()
         self.inbox.closed()
         try:
@@ -482,10 +486,8 @@ class RuntimeLoop:
         """After the runtime thread died: stop the executors, end every unfinished task as
         failed with the reason, and say in one line what was lost ("" when it runs)."""
         inbox = self.inbox
-        with inbox.lock:
-            if inbox.state != "running" or inbox.alive:
-                return ""
-            inbox.state = "closed"
+        if not inbox.abandoned():
+            return ""
         reason = str(inbox.gone()).split(";")[0]
         self._stop_executors()  # (the runtime thread is gone: nobody else touches them)
         counts = self.records.end_all(failed=reason)

@@ -46,6 +46,10 @@ class Publishing:
 
         return unsubscribe
 
+    def moved(self) -> None:
+        """The state moved: a snapshot is due for the observers."""
+        self.changed = True
+
     def due(self, interval: float) -> float | None:
         """When the next snapshot is due (None: nobody waits for one)."""
         return self.last + interval if self.changed and self.observers else None

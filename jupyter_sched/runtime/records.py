@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import events as ev
 from ..executors.base import Executor, LeftRunning, TaskRecord, device_shares
-from ..executors.local.output import TaskOutput
+from ..executors.local.output import Publisher, TaskOutput
 from ..model.tasks import ASSIGNED, CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL
+from .placed import Placed
 
 if TYPE_CHECKING:
     from ..core.state import Core
     from ..executors.local.executor import LocalExecutor
-    from ..executors.local.output import Publisher
     from .handles import TaskHandle
     from .lease_steps import LeaseSteps
 
@@ -34,20 +34,36 @@ LEFT_RUNNING = ("left running after the scheduler stopped: its code is in a call
                 "interrupt; it keeps its GPU share, and ends with its result, when that returns")
 
 
+class KernelPublisher:
+    """The kernel's publisher of task outputs, found on first need (None outside a kernel:
+    looked for again the next time)."""
+
+    def __init__(self) -> None:
+        self._found: Publisher | None = None
+
+    def __call__(self) -> Publisher | None:
+        if self._found is None:
+            self._found = Publisher.find()
+        return self._found
+
+
 class Records:
     """Every task's record and handle, the slots' executors, and what ended lately.
 
     ``put`` queues an item for the runtime thread; ``leases`` takes and gives the host's
-    leases; ``output_pending`` is told of a task's output to flush later."""
+    leases; ``output_pending`` is told of a task's output to flush later; ``core`` is read,
+    never changed; ``local`` runs the local node's tasks (``Start.slot`` None); ``publisher``
+    gives the kernel's publisher of outputs, when there is one."""
 
     def __init__(self, put: Callable[[Any], None], leases: LeaseSteps,
-                 output_pending: Callable[[TaskOutput], None], history: int) -> None:
+                 output_pending: Callable[[TaskOutput], None], history: int, *, core: Core,
+                 local: LocalExecutor, publisher: Callable[[], Publisher | None]) -> None:
         self._put = put
         self.leases = leases
         self._output_pending = output_pending
-        self.core: Core | None = None
-        self.local: LocalExecutor | None = None
-        self.publisher: Publisher | None = None
+        self._core = core
+        self.local = local
+        self._publisher = publisher
         self.records: dict[str, TaskRecord] = {}  # every task kept (live, then HISTORY ended)
         self.live: dict[str, TaskRecord] = {}  # tasks not ended
         self.handles: dict[str, TaskHandle] = {}
@@ -105,6 +121,15 @@ class Records:
         for slot in slots:
             self.slot_executors[(node, slot)] = executor
 
+    def resync(self) -> None:
+        """The next :meth:`sync` brings every live record up to date (nodes changed, or a
+        step failed part-way)."""
+        self.sync_all = True
+
+    def forgot(self, count: int) -> None:
+        """The core let go of the first ``count`` of :attr:`forgotten` too."""
+        del self.forgotten[:count]
+
     # -- who runs after whom ----------------------------------------------------------------------
 
     def successor(self, task_id: str) -> tuple[str, int] | None:
@@ -122,33 +147,53 @@ class Records:
         that were sent tasks ahead are told when all are out. Every task an instruction names
         is synced after (an ``Explain`` asks for nothing more: its task waits for a new
         reason, which the sync shows)."""
-        self.leases.settle(instructions, now)
+        placed = {id(i): self._place(i) for i in instructions if isinstance(i, ev.Start)}
+        self.leases.settle(placed.values(), now)
         try:
             for instruction in instructions:
                 touched.add(instruction.task)
-                if type(instruction) is not ev.Explain:
+                if isinstance(instruction, ev.Start):
+                    self._start(placed[id(instruction)])
+                elif type(instruction) is not ev.Explain:
                     self._carry_out(instruction)
         finally:  # (an executor may hold starts to send them together)
-            if instructions:
-                self._end_step(instructions)
+            if placed:
+                self._end_step(placed.values())
+
+    def _place(self, start: ev.Start) -> Placed:
+        """``start``'s executor and what it says of the start, asked once."""
+        executor = self.executor_for(start)
+        if executor is None:
+            return Placed(start, None)
+        try:
+            return Placed(start, executor, executor.leases_itself(start),
+                          executor.enforcement(start))
+        except Exception as exc:
+            return Placed(start, executor, error=exc)
 
     def _carry_out(self, instruction: Any) -> None:
+        """A ``Stop`` or ``Preempt``."""
         record = self.records.get(instruction.task)
         if record is None:
             log.error("no record of task %s for %r", instruction.task, instruction)
             return
-        if not isinstance(instruction, ev.Start):  # Stop or Preempt
-            self._stop(instruction, record)
+        self._stop(instruction, record)
+
+    def _start(self, placed: Placed) -> None:
+        instruction = placed.start
+        record = self.records.get(instruction.task)
+        if record is None:
+            log.error("no record of task %s for %r", instruction.task, instruction)
             return
         if not self.leases.lease(instruction):
             return
         ahead = instruction.after is not None  # sent ahead: it starts when `after` ends
         if ahead:
             self.behind[instruction.after] = instruction.task  # synced as that one ends
-        task = self.core.tasks[instruction.task]
+        task = self._core.tasks[instruction.task]
         if record.output is None:
             work = record.work
-            output = TaskOutput(work.parent, self.publisher, sink=work.output,
+            output = TaskOutput(work.parent, self._publisher(), sink=work.output,
                                 on_pending=self._output_pending)
             record.output = output
             record.work = work.with_output(output.write)
@@ -161,14 +206,16 @@ class Records:
         record.started, record.ended = (None if ahead else task.started_at), None
         record.state, record.reason = (QUEUED if ahead else RUNNING), task.reason
         record.result, record.error, record.traceback = None, None, ""
-        executor = self.executor_for(instruction)
+        executor = placed.executor
         if executor is None:
             self.report(ev.Failed(instruction.task, f"no executor runs engine slot "
                                   f"{instruction.slot!r} on {instruction.node!r}",
                                   attempt=instruction.attempt))
             return
         try:
-            record.enforced = executor.enforcement(instruction)
+            if placed.error is not None:
+                raise placed.error
+            record.enforced = placed.enforcement
             executor.start(instruction, record)
         except Exception as exc:
             log.exception("could not start %s", instruction.task)
@@ -186,11 +233,11 @@ class Records:
         except Exception:
             log.exception("could not stop %s", instruction.task)
 
-    def _end_step(self, instructions: list) -> None:
+    def _end_step(self, placed: Iterable[Placed]) -> None:
         """Tell the executors that were sent tasks ahead in this step that its starts are out
         (they may hold those, to send them together)."""
-        executors = {id(e): e for i in instructions if isinstance(i, ev.Start)
-                     and i.after is not None and (e := self.executor_for(i)) is not None}
+        executors = {id(e): e for p in placed
+                     if p.start.after is not None and (e := p.executor) is not None}
         for executor in executors.values():
             try:
                 executor.end_step()
@@ -202,6 +249,10 @@ class Records:
         return {task_id: record.enforced for task_id, record in self.live.items()
                 if record.enforced is not None}
 
+    def slot_executor(self, node: str, slot: str) -> Executor | None:
+        """The executor that registered ``slot`` of ``node``, if any."""
+        return self.slot_executors.get((node, slot))
+
     def executor_for(self, start: ev.Start) -> Executor | None:
         if start.slot is None:
             return self.local
@@ -211,7 +262,7 @@ class Records:
 
     def sync(self, touched: set) -> None:
         """Bring records up to date with the core; resolve the handles of tasks that ended."""
-        core = self.core
+        core = self._core
         ids = set(self.live) if self.sync_all else touched
         self.sync_all = False
         gangs = set()
@@ -385,4 +436,4 @@ class _Once:
             fn(state)
 
 
-__all__ = ["HISTORY", "Records"]
+__all__ = ["HISTORY", "KernelPublisher", "Records"]

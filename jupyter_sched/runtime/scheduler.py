@@ -174,7 +174,7 @@ class Scheduler(Configurable):
         if loop is None:
             return
         if name in APPLIED["loop"]:
-            loop.settings = self._loop_settings()
+            loop.configure(self._loop_settings())
         if self.started and name in APPLIED["core"]:  # (the core checks it as it takes it)
             self._control.request([ev.Configure(**{name: value}, cause=f"setting-{name}")])
         if self.started and name == "local_resources":
@@ -241,7 +241,7 @@ class Scheduler(Configurable):
             _live.add(self)
         return self
 
-    def _new_loop(self) -> tuple[RuntimeLoop, LocalExecutor, list[ev.Event]]:
+    def _new_loop(self) -> tuple[RuntimeLoop, list[ev.Event]]:
         host = discover_host(declare=self.local_resources or None)
         core = Core(policy=self.policy, reservation_after=self.reservation_after,
                     preemption=self.preemption, pipeline=self.pipeline,
@@ -250,12 +250,16 @@ class Scheduler(Configurable):
         gpus = GpuMonitor(host)
         loop = RuntimeLoop(core, host, self._clock, self._loop_settings(), self.debug,
                            gpus=gpus, alone=self._alone,
-                           leases=lambda notice: open_host_leases(
+                           leases=lambda notice, hooks: open_host_leases(
                                self.host_leases, self.ledger_path, self.count_other_processes,
-                               gpus, host, LOCAL, notice))
-        local = LocalExecutor(loop, visible_devices=submission.visible_devices(host))
+                               gpus, host, LOCAL, notice, hooks),
+                           local=lambda runtime: self._local_executor(runtime, host))
+        return loop, local_node.added(host)
+
+    def _local_executor(self, runtime: RuntimeLoop, host: HostInfo) -> LocalExecutor:
+        local = LocalExecutor(runtime, visible_devices=submission.visible_devices(host))
         local.configure(self.executor_settings())
-        return loop, local, local_node.added(host)
+        return local
 
     def _running(self) -> RuntimeLoop:
         """The loop, started on first use."""

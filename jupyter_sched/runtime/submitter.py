@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import events as ev
 from ..executors.base import TaskRecord, Work
-from ..executors.local.output import Publisher
 from . import submission
 from .handles import HandleOwner, TaskHandle
 
@@ -40,8 +39,6 @@ class Submitter:
         """Queue ``specs`` (a gang's members with ``gang``), each running its work; their
         handles, once the core took them all (``ValueError`` when it refused them)."""
         loop = self._running()
-        if loop.records.publisher is None:  # (found in the caller's thread: the kernel's)
-            loop.records.publisher = Publisher.find()
         records, handles = [], []
         for spec, work in zip(specs, works, strict=True):
             # the task's output capture is made when it starts: a queue of 100,000 stays light

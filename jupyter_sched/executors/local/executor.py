@@ -61,7 +61,7 @@ class LocalExecutor(Executor):
 
     def __init__(self, runtime: Any, visible_devices: str | None = None) -> None:
         self.runtime = runtime
-        self.visible = visible_devices
+        self.visible = visible_devices  # what CUDA_VISIBLE_DEVICES its tasks see
         self._lock = threading.Lock()
         self._running: dict[str, _Job] = {}
         self._idle: list[_Worker] = []
@@ -127,6 +127,10 @@ class LocalExecutor(Executor):
                         "call Python cannot interrupt): %s; each keeps its result, or its "
                         "error, when it returns", ", ".join(stuck))
         release()
+
+    def see(self, visible_devices: str | None) -> None:
+        """The host was declared again: the tasks started from now see these devices."""
+        self.visible = visible_devices
 
     @property
     def running(self) -> list[str]:
