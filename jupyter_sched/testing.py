@@ -1,5 +1,6 @@
-"""Fakes for tests, users' and our own: an NVML with the devices you describe, and a kept
-cluster's journal full of work that ended.
+"""Fakes for tests, users' and our own: an NVML with the devices you describe, a kept
+cluster's journal full of work that ended, and a clock that moves only when a test says
+(:class:`TestClock`).
 
 Nothing in the package's production code imports this module.
 """
@@ -8,7 +9,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from queue import Empty, SimpleQueue
+from typing import Any
 
 from .executors.ipp.kept.entries import Queued, Sent
 from .executors.ipp.kept.reading import STRUCK
@@ -195,6 +200,77 @@ def old_ledger(path: str | os.PathLike[str], form: int) -> None:
         db.close()
 
 
+class TestClock:
+    """A scheduler's clock that moves only when the test moves it, after Trio's ``MockClock``.
+
+    >>> clock = TestClock()
+    >>> clock.now(), clock.advance(2.5), clock.now()
+    (0.0, None, 2.5)
+
+    Given to a scheduler (``Scheduler(clock=clock)``), its runtime thread waits for the next
+    item with no time limit: :meth:`advance` wakes it, and it steps with the new ``now``, so a
+    time limit, a snapshot due, a preemption guard fire when the test moves past them, and
+    never meanwhile, however slow the machine. With ``autojump`` (real seconds), a runtime
+    thread that has waited that long with nothing queued moves the clock on to what it waits
+    for (the next deadline): a test then runs in virtual time, as fast as its threads go.
+    Outputs of tasks are flushed in real time, whatever this clock says.
+    """
+
+    __test__ = False  # (not a test class, for pytest)
+
+    def __init__(self, start: float = 0.0, *, autojump: float | None = None) -> None:
+        self.offset = time.time()  # (a time on this clock, plus this: wall-clock time)
+        self.autojump = autojump
+        self._now = start
+        self._lock = threading.Lock()
+        self._wakes: list[Callable[[], None]] = []
+
+    def now(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on and wake the runtime threads that use it."""
+        if seconds < 0:
+            raise ValueError(f"a clock moves forward only, not by {seconds!r} s")
+        with self._lock:
+            self._now += seconds
+        self._wake()
+
+    def jump(self, to: float) -> None:
+        """Move the clock on to ``to`` (no move when it is there already)."""
+        with self._lock:
+            if to <= self._now:
+                return
+            self._now = to
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._lock:
+            wakes = list(self._wakes)
+        for wake in wakes:
+            wake()
+
+    # -- the runtime's side (jupyter_sched.runtime.loop_inputs.LoopClock) ---------------------
+
+    def attach(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._wakes.append(wake)
+
+    def wait(self, queue: SimpleQueue, until: float | None, real: float | None) -> Any:
+        if until is not None and until <= self.now():
+            return queue.get_nowait()
+        if self.autojump is None or until is None:
+            return queue.get(timeout=real)
+        patience = self.autojump if real is None else min(real, self.autojump)
+        try:
+            return queue.get(timeout=patience)
+        except Empty:
+            if real is None or real > self.autojump:  # (idle, not an output due)
+                self.jump(until)
+            raise
+
+
 def step_wall_clock(seconds: float) -> None:
     """Step this process's wall clock by ``seconds``, as NTP, a resumed VM or a woken laptop
     step it: what the code reads moves (``time.time``, ``time.time_ns``, and the boot time
@@ -213,4 +289,5 @@ def step_wall_clock(seconds: float) -> None:
             module.boot_time = lambda boot=boot: boot() + seconds
 
 
-__all__ = ["FakeNvml", "ended_work", "ledger_writer", "old_ledger", "step_wall_clock"]
+__all__ = ["FakeNvml", "TestClock", "ended_work", "ledger_writer", "old_ledger",
+           "step_wall_clock"]

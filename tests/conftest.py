@@ -3,7 +3,11 @@ side by side (pytest-xdist), and the checks every test gets.
 
 * ``core``: a core checked after every step (tests/conftest_core.py has the event builders).
 * :func:`scheduler`, and the ``sched`` fixture built with it: a started scheduler whose core is
-  checked after every step, shut down after the test, with no invariant broken.
+  checked after every step, shut down after the test, with no invariant broken. The
+  ``clocked`` fixture is the same scheduler on the test's ``clock`` (a
+  :class:`~jupyter_sched.testing.TestClock`): its time moves only when the test moves it
+  (``waiting.advance``), so a test asserts that something did *not* happen by moving past
+  the moment it would have, never by sleeping.
 * Tests run in worker processes side by side (``-n auto`` in pyproject.toml). The tests of a
   module that share a fixture (a cluster, a kernel, a server started once) stay on one worker,
   in their order; modules that share something of the machine name it with
@@ -60,11 +64,12 @@ def core():
 
 @contextlib.contextmanager
 def scheduler(local_resources: str = "GPU=2,CPU=4", *, kernel_wide: bool = False,
-              **settings: object):
+              clock: object = None, **settings: object):
     """A started scheduler with ``local_resources`` and any other ``settings`` (an update
     every 0.02 s unless given), whose core is checked after every step; shut down after, with
     no invariant broken on the way. ``kernel_wide``: the one ``jupyter_sched.get_scheduler()``
-    gives (checked from its first step after the start), forgotten after."""
+    gives (checked from its first step after the start), forgotten after. ``clock``: a
+    :class:`~jupyter_sched.testing.TestClock` for its time (not with ``kernel_wide``)."""
     from jupyter_sched.runtime import instance
     from jupyter_sched.runtime.scheduler import Scheduler
 
@@ -73,7 +78,7 @@ def scheduler(local_resources: str = "GPU=2,CPU=4", *, kernel_wide: bool = False
         s = instance.get_scheduler(**settings)
         s.debug.validate = True
     else:
-        s = Scheduler(**settings)
+        s = Scheduler(clock=clock, **settings)
         s.debug.validate = True
         s.start()
     try:
@@ -97,11 +102,33 @@ def sched(request, ledger_path):
     """:func:`scheduler`'s scheduler, with a lease ledger of the test's own (``ledger_path``)
     and the settings of the test's or module's ``pytest.mark.scheduler(...)`` mark (the
     arguments of :func:`scheduler`)."""
-    mark = request.node.get_closest_marker("scheduler")
-    args, kwargs = (mark.args, mark.kwargs) if mark else ((), {})
-    kwargs = {"ledger_path": str(ledger_path), **kwargs}
+    args, kwargs = _marked(request, ledger_path)
     with scheduler(*args, **kwargs) as s:
         yield s
+
+
+@pytest.fixture
+def clock():
+    """A clock that moves only when the test moves it."""
+    from jupyter_sched.testing import TestClock
+
+    return TestClock()
+
+
+@pytest.fixture
+def clocked(request, ledger_path, clock):
+    """:func:`sched`'s scheduler on the test's ``clock``: move it with ``waiting.advance``."""
+    args, kwargs = _marked(request, ledger_path)
+    with scheduler(*args, clock=clock, **kwargs) as s:
+        yield s
+
+
+def _marked(request, ledger_path) -> tuple[tuple, dict]:
+    """The arguments of :func:`scheduler` that the test's or module's
+    ``pytest.mark.scheduler(...)`` gives, with the test's ledger."""
+    mark = request.node.get_closest_marker("scheduler")
+    args, kwargs = (mark.args, mark.kwargs) if mark else ((), {})
+    return args, {"ledger_path": str(ledger_path), **kwargs}
 
 
 @pytest.fixture

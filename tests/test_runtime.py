@@ -14,6 +14,7 @@ import time
 from collections import Counter
 
 import pytest
+from waiting import advance, wait_for
 
 from jupyter_sched.model.tasks import TERMINAL
 from jupyter_sched.runtime.scheduler import HISTORY, Scheduler
@@ -189,19 +190,24 @@ def test_a_released_task_is_said_to_have_started_however_soon_it_ends(sched):
 # -- time limits and shutdown -----------------------------------------------------------------
 
 
-def test_time_limit_stops_a_running_task_and_frees_its_gpu(sched):
+def test_time_limit_stops_a_running_task_and_frees_its_gpu(clocked, clock):
+    """The limit fires when the scheduler's clock passes it, and not a moment before."""
     from jupyter_sched.runtime.handles import TaskTimeout
 
     def spin():
         while True:
             time.sleep(0.005)
 
-    h = sched.submit(spin, resources="GPU=1", time_limit=0.2)
+    h = clocked.submit(spin, resources="GPU=1", time_limit=0.2)
+    wait_for(lambda: h.state == "running")
+    advance(clocked, clock, 0.199)
+    assert h.state == "running" and gpu_shares(clocked.snapshot(fresh=True))[0] == 1.0
+    advance(clocked, clock, 0.002)
     with pytest.raises(TaskTimeout, match="time limit"):
         h.result(WAIT)
     assert h.state == "failed"
-    assert 0.15 < h.duration < 2.0
-    assert gpu_shares(sched.snapshot(fresh=True)) == {0: 0.0, 1: 0.0}
+    assert h.duration == pytest.approx(0.201)
+    assert gpu_shares(clocked.snapshot(fresh=True)) == {0: 0.0, 1: 0.0}
 
 
 def test_why_a_task_stopped_is_said_with_the_cause_of_each_step(sched):
@@ -330,35 +336,43 @@ def test_observers_get_throttled_snapshots_and_a_last_one(sched):
     gaps = [b - a for a, b in itertools.pairwise(arrived)]
     assert all(g >= 0.01 for g in gaps), gaps  # at most every update_interval (0.02 s)
     unsubscribe()
-    count = len(seen)
-    sched.submit(lambda: None).result(WAIT)
-    time.sleep(0.1)
-    assert len(seen) == count
 
 
-def test_runtime_thread_idles_without_polling(sched):
+def test_an_observer_gone_gets_no_snapshot_when_one_is_due(clocked, clock):
+    gone, kept = [], []
+    unsubscribe = clocked.subscribe(gone.append)
+    clocked.subscribe(kept.append)
+    advance(clocked, clock, clocked.update_interval)
+    assert gone and kept  # (one soon after subscribing)
+    unsubscribe()
+    count, before = len(gone), len(kept)
+    clocked.submit(lambda: None).result(WAIT)
+    advance(clocked, clock, clocked.update_interval)  # past when the next one is due
+    assert len(kept) > before, "the observer still subscribed got the snapshot due"
+    assert len(gone) == count
+
+
+def test_runtime_thread_idles_without_polling(clocked, clock):
     """Nothing due: the runtime waits on its queue with no timeout."""
-    sched.snapshot(fresh=True)
-    time.sleep(0.1)  # let the last publish go out
-    assert sched.inspect_core(lambda core: sched._loop._timeout()) is None
+    clocked.snapshot(fresh=True)
+    advance(clocked, clock, clocked.update_interval)  # the last publish goes out
+    assert clocked.inspect_core(lambda core: clocked._loop._due()) == (None, None)
 
 
-def test_a_snapshot_runs_durations_to_the_moment_it_is_taken(sched):
+def test_a_snapshot_runs_durations_to_the_moment_it_is_taken(clocked, clock):
     """``%sched``, ``%sched queue`` and the renderer show how long a task has run from a
     snapshot's time: the time it is taken, not the scheduler's last event."""
     gate = threading.Event()
-    task = sched.submit(gate.wait, WAIT, resources={"GPU": 0.5})
+    task = clocked.submit(gate.wait, WAIT, resources={"GPU": 0.5})
     try:
-        deadline = time.monotonic() + WAIT
-        while task.started is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(1.0)  # nothing happens meanwhile: no event moves the scheduler's clock
-        snapshot = sched.snapshot(fresh=True)
+        wait_for(lambda: task.started is not None)
+        advance(clocked, clock, 1.0)  # nothing happens meanwhile: no event
+        snapshot = clocked.snapshot(fresh=True)
         (view,) = snapshot.running
-        assert snapshot.time - view.started >= 0.9
-        assert snapshot.time <= sched.now()
+        assert snapshot.time - view.started == pytest.approx(1.0)
+        assert snapshot.time <= clocked.now()
         payload = queue_bundle(snapshot)["application/vnd.jupyter-sched.v1+json"]
-        assert payload["time"] - payload["running"][0]["started"] >= 0.9
+        assert payload["time"] - payload["running"][0]["started"] == pytest.approx(1.0)
     finally:
         gate.set()
     assert task.result(WAIT) is True

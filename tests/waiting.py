@@ -1,7 +1,8 @@
 """Waiting for something that happens in another thread or process: one way, for every test.
 
 A test that waits polls a condition until it holds, with a deadline, and fails naming what it
-waited for; it never sleeps a fixed time and then looks.
+waited for; it never sleeps a fixed time and then looks. A test that shows something does not
+happen by a time moves a scheduler's test clock past that time (:func:`advance`) and looks.
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ def wait_for(condition: Callable[[], T], timeout: float = 20.0, what: str = "", 
             raise AssertionError(f"timed out after {timeout:g} s waiting for "
                                  f"{what or _source(condition)}{said}")
         time.sleep(every)
+
+
+def advance(sched, clock, seconds: float) -> None:
+    """Move ``clock`` (``sched``'s :class:`~jupyter_sched.testing.TestClock`) ``seconds`` on,
+    and return once ``sched``'s runtime thread has stepped at the new time: what was due by
+    then has been done (a time limit's stop sent, a snapshot published), and nothing else."""
+    clock.advance(seconds)
+    for _ in range(2):  # (a call is answered within a step: the second, after the first's
+        sched.inspect_core(lambda core: None)  # step has ended and published)
 
 
 def _source(condition: Callable[[], object]) -> str:

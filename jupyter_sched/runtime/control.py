@@ -33,7 +33,8 @@ from .publishing import EMPTY
 from .records import Records
 
 if TYPE_CHECKING:
-    from .loop import Clock, RuntimeLoop
+    from .loop import RuntimeLoop
+    from .loop_inputs import LoopClock
     from .maps import BatchedMap
 
 USER = "cancelled by the user"
@@ -48,7 +49,7 @@ class TaskControl:
     items have not all ended (``wait()`` waits for them too)."""
 
     def __init__(self, running: Callable[[], RuntimeLoop],
-                 current: Callable[[], RuntimeLoop | None], clock: Callable[[], Clock]) -> None:
+                 current: Callable[[], RuntimeLoop | None], clock: Callable[[], LoopClock]) -> None:
         self._running = running
         self._current = current
         self._clock = clock

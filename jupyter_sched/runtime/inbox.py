@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..executors.base import TaskRecord
     from ..executors.local.output import TaskOutput
     from .handles import TaskHandle
+    from .loop_inputs import LoopClock
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +84,11 @@ class Flush:
 
 
 class Inbox:
-    """The runtime thread (running ``main``) and its queue."""
+    """The runtime thread (running ``main``) and its queue, waited on with ``clock``."""
 
-    def __init__(self, main: Callable[[], None]) -> None:
+    def __init__(self, main: Callable[[], None], clock: LoopClock) -> None:
         self.queue: SimpleQueue = SimpleQueue()
+        self._clock = clock
         self.thread = threading.Thread(target=main, name="jupyter_sched-runtime", daemon=True)
         self.lock = threading.Lock()
         self.state = "running"
@@ -128,13 +130,17 @@ class Inbox:
                 if not self.thread.is_alive():
                     raise self.gone() from None
 
-    def take(self, timeout: float | None) -> list:
-        """Wait for the next item (at most ``timeout`` seconds), then take all queued."""
-        q = self.queue
+    def take(self, until: float | None, real: float | None = None) -> list:
+        """Wait for the next item (at most until ``until`` on the clock, and ``real`` seconds
+        of real time; None: no limit of that kind), then take all queued."""
         try:
-            items = [q.get(timeout=timeout)]
+            items = [self._clock.wait(self.queue, until, real)]
         except Empty:
             items = []
+        return items + self._rest()
+
+    def _rest(self) -> list:
+        q, items = self.queue, []
         while True:
             try:
                 items.append(q.get_nowait())
@@ -169,7 +175,7 @@ class Inbox:
         STOP are told the scheduler shut down."""
         with self.lock:
             self.state = "closed"
-        for item in self.take(0):
+        for item in self._rest():
             reply = getattr(item, "reply", None)
             if reply is not None and not reply.done():
                 reply.set_exception(RuntimeError("the scheduler shut down"))

@@ -6,7 +6,8 @@ works (``_main``):
 
 1. Wait on the queue for the next item, at most until the next thing that is due: a snapshot
    for the observers, a task's time limit (``core.next_deadline()``), a task's pending output.
-   Nothing is polled.
+   Nothing is polled. The wait is the clock's (:class:`~.loop_inputs.LoopClock`): a test's
+   clock ends it when the test moves time past what is due.
 2. Drain every item queued meanwhile and hand the events to the core in ONE
    ``core.handle(Tick(now), *events)`` call (a burst of twenty finishes is one cycle). Requests
    a caller waits on (submit, cancel, declare...) ride along; the core rejects a bad one with
@@ -47,7 +48,7 @@ from .engine_restarts import EngineRestarts
 from .inbox import STOP, WAKE, Call, Flush, Inbox, Request
 from .lease_steps import LeaseSteps
 from .leases import LeaseHooks
-from .loop_inputs import Clock, Debugging, LoopSettings
+from .loop_inputs import MAX_WAIT, Clock, Debugging, LoopClock, LoopSettings
 from .outputs import DueOutputs
 from .publishing import Publishing
 from .records import HISTORY, KernelPublisher, Records
@@ -62,8 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _DEADLINE_SLACK = 0.0005  # wake this much after a time limit ends, so the Tick is past it
-_MAX_WAIT = 3600.0  # the longest the thread sleeps: far deadlines are looked at again, and
-# queue.get() overflows on timeouts past ~292 years
 
 _PLAIN = (ev.Finished, ev.Failed, ev.Stopped)  # events the core never rejects
 _NODE_EVENTS = (ev.NodeAdded, ev.NodeRemoved, ev.NodeUpdated, ev.SlotAdded, ev.SlotRemoved,
@@ -89,7 +88,7 @@ class RuntimeLoop:
     leases would be this process's too). Each part gets what it works with as it is made;
     the leases reach the records through the loop's hooks, on the runtime thread."""
 
-    def __init__(self, core: Core, host: HostInfo, clock: Clock, settings: LoopSettings,
+    def __init__(self, core: Core, host: HostInfo, clock: LoopClock, settings: LoopSettings,
                  debug: Debugging, *, gpus: GpuMonitor | None,
                  leases: Callable[[Callable[[str], None], LeaseHooks], HostLeases | None],
                  local: Callable[[RuntimeLoop], LocalExecutor],
@@ -100,7 +99,8 @@ class RuntimeLoop:
         self.debug = debug
         self.gpus = gpus
         self._alone = alone
-        self.inbox = Inbox(self._main)
+        self.inbox = Inbox(self._main, clock)
+        clock.attach(self.wake)  # (a test's clock wakes the thread as it moves)
         self.shown = Publishing()  # snapshots for observers, notices for the user
         self.executors: list[Executor] = []
         # Runtime (executors read these from their threads): the kernel's host; whether GPU
@@ -266,11 +266,11 @@ class RuntimeLoop:
     def _next_items(self) -> list:
         """Wait for the next item (at most until something is due), then take all queued."""
         try:
-            timeout = self._timeout()
+            until, real = self._due()
         except Exception:
             log.exception("jupyter_sched: computing the next wake-up failed")
-            timeout = _MAX_WAIT
-        return self.inbox.take(timeout)
+            until, real = self.now() + MAX_WAIT, None
+        return self.inbox.take(until, real)
 
     def _contain(self, exc: BaseException, items: list) -> bool:
         """After a step failed part-way: the executors' reports it took are applied all the
@@ -303,7 +303,9 @@ class RuntimeLoop:
         self.shown.moved()
         return STOP in items
 
-    def _timeout(self) -> float | None:
+    def _due(self) -> tuple[float | None, float | None]:
+        """When the thread must wake next: a time on the clock (snapshots, time limits, the
+        ledger's looks), and real seconds (a task's output to flush); None: never."""
         now = self.now()
         due = []
         publish = self.shown.due(self.settings.update_interval)
@@ -312,9 +314,6 @@ class RuntimeLoop:
         deadline = self.core.next_deadline()
         if deadline is not None:
             due.append(deadline + _DEADLINE_SLACK)
-        first_output = self.outputs.first_due()
-        if first_output is not None:
-            due.append(first_output - self.clock.t0)
         if self.leases is not None:
             if self.gpu_work_waits:  # another kernel may give its share back (it wakes us)
                 due.append(now + self.leases.interval)
@@ -323,9 +322,7 @@ class RuntimeLoop:
             look = self.leases.look_due(now)
             if look is not None:
                 due.append(look)  # the ledger file is looked at while it is used
-        if not due:
-            return None
-        return min(_MAX_WAIT, max(0.0, min(due) - now))
+        return (min(due) if due else None), self.outputs.due_in()
 
     def _step(self, items: list) -> bool:
         core = self.core

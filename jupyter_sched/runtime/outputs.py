@@ -26,9 +26,10 @@ class DueOutputs:
     def add(self, output: TaskOutput) -> None:
         heapq.heappush(self._heap, (output.due or 0.0, next(self._seq), output))
 
-    def first_due(self) -> float | None:
-        """When the first is due (``time.monotonic``), None with none."""
-        return self._heap[0][0] if self._heap else None
+    def due_in(self) -> float | None:
+        """Seconds until the first is due (real time, whatever the scheduler's clock), None
+        with none."""
+        return self._heap[0][0] - time.monotonic() if self._heap else None
 
     def flush_due(self) -> None:
         heap = self._heap

@@ -17,7 +17,8 @@ Executors see the loop, never the scheduler: they report back with its ``report`
 (:class:`~jupyter_sched.executors.base.Runtime`).
 
 The core's clock is ``time.monotonic()`` from the scheduler's start; ``clock_offset`` turns it
-into wall-clock time (``wall(t)``) for display.
+into wall-clock time (``wall(t)``) for display. Tests may give a clock of their own
+(``Scheduler(clock=...)``, :class:`jupyter_sched.testing.TestClock`): not a setting.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from .lease_setup import ledger_status, open_host_leases
 from .lifecycle import LoopLife
 from .local_node import LOCAL
 from .loop import HISTORY, Clock, Debugging, LoopSettings, RuntimeLoop
+from .loop_inputs import LoopClock
 from .setting_rules import APPLIED, NUMBERS, WATCHED, Number, checked
 from .submitter import Submitter
 
@@ -124,12 +126,15 @@ class Scheduler(Configurable):
     count_other_processes = Bool(False, help="Count GPU memory that NVML says processes "
                                  "outside every scheduler use as taken.").tag(config=True)
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, clock: LoopClock | None = None, **kwargs: Any) -> None:
+        """``kwargs``: settings; ``clock``: for tests, a clock of their own, which the
+        scheduler keeps through restarts (None: ``time.monotonic()`` from each start)."""
         self._life = LoopLife()  # the runtime loop, from the first start
         super().__init__(**kwargs)  # (settings given here are observed: no loop yet)
         self._clusters = Clusters(self._running, lambda: self._loop, self.executor_settings,
                                   self.submit)
-        self._clock = Clock.started()
+        self._given_clock = clock
+        self._clock: LoopClock = clock or Clock.started()
         self._control = TaskControl(self._running, lambda: self._loop, lambda: self._clock)
         self._submitter = Submitter(self._control, self._running)
         self._map_parts = maps.MapParts(self._submitter, self._control.maps, self.snapshot)
@@ -246,7 +251,7 @@ class Scheduler(Configurable):
         core = Core(policy=self.policy, reservation_after=self.reservation_after,
                     preemption=self.preemption, pipeline=self.pipeline,
                     fair_share_half_life=self.fair_share_half_life)
-        self._clock = Clock.started()
+        self._clock = self._given_clock or Clock.started()
         gpus = GpuMonitor(host)
         loop = RuntimeLoop(core, host, self._clock, self._loop_settings(), self.debug,
                            gpus=gpus, alone=self._alone,
