@@ -9,6 +9,7 @@ import time
 
 import pytest
 from test_comm_messages import BAD, command
+from waiting import advance
 
 from jupyter_sched.notebook import comm_messages as m
 from jupyter_sched.notebook.comm import CommHub, Peer
@@ -103,17 +104,33 @@ def test_an_opening_that_is_no_valid_subscribe_is_answered_and_gets_the_defaults
     assert sched.snapshot(fresh=True).counts.get("cancelled", 0) == 0
 
 
-def test_the_announcement_gets_nothing_until_subscribed_and_costs_no_snapshots(hub):
-    hub, sched = hub
+def test_the_announcement_gets_nothing_until_subscribed_and_costs_no_snapshots():
+    """Nothing is sent to a peer that has not subscribed, however long the scheduler runs: its
+    clock moved past every snapshot that would be due (with no thread of the hub's to send
+    one, the scheduler's runtime thread is the only one that could)."""
+    from jupyter_sched.testing import TestClock
+
+    clock = TestClock()
+    sched = Scheduler(local_resources="GPU=2", update_interval=0.05, clock=clock).start()
+    hub = CommHub(lambda: sched)
+    try:
+        _announced_then_subscribed(hub, sched, clock)
+    finally:
+        hub.close()
+        sched.shutdown()
+
+
+def _announced_then_subscribed(hub, sched, clock):
     comm = FakeComm()
     peer = hub._attach(Peer(comm))  # as start() announces: snapshot 0 went with the open
     sched.submit(lambda: None, resources={"GPU": 0.5}, name="quiet").result(timeout=10)
-    time.sleep(0.5)
+    advance(sched, clock, 10 * sched.update_interval)
     assert comm.sent == [] and not sched._loop.shown.observers and hub._thread is None
     answer = hub.receive(peer, command("cancel_all"))  # a command is answered, nothing more
     assert answer["ok"] and comm.kinds() == ["reply"]
-    time.sleep(0.3)
+    advance(sched, clock, 10 * sched.update_interval)
     assert comm.kinds() == ["reply"] and not sched._loop.shown.observers
+    clock.autojump = 0.01  # (from here the hub's thread paces itself in real time)
     hub.receive(peer, command("subscribe", msg_id="s", interval=0.25))
     wait_until(lambda: comm.snapshots())
     assert comm.kinds()[1:3] == ["reply", "snapshot"] and comm.snapshots()[0]["seq"] == 1

@@ -12,10 +12,11 @@ import pytest
 from ipyparallel.client.client import Metadata
 from ipyparallel.serialize import unpack_apply_message
 from jupyter_client.session import Session
+from waiting import wait_for
 
 from jupyter_sched.executors.ipp.connection import Connection, pickled_call
 from jupyter_sched.executors.ipp.futures import Reply
-from jupyter_sched.executors.ipp.internals import send_apply
+from jupyter_sched.executors.ipp.internals import TRACK_LOOK, send_apply
 from jupyter_sched.executors.ipp.on_engine import CALL, Ref
 
 
@@ -103,7 +104,12 @@ def test_sent_is_called_once_libzmq_has_written_the_request_out(tmp_path):
     try:
         reply = send_apply(client, stream, b"engine-0", CALL, [("t1", "n", {})],
                            lambda f: None, told.append)
-        time.sleep(0.5)
+        # the IO loop handed it to libzmq and looked at it again and again since: it could
+        # have been said sent by then
+        wait_for(lambda: not stream.sending(), what="the request handed to libzmq")
+        looked = threading.Event()
+        loop.add_callback(loop.call_later, 10 * TRACK_LOOK, looked.set)
+        assert looked.wait(10)
         assert told == [], "said to be sent while it waits to be written"
         router = context.socket(zmq.ROUTER)
         router.bind(address)
