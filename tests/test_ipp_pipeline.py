@@ -84,6 +84,19 @@ def one_sent_ahead(sched, tmp_path: Path, busy_for: float, path: Path, seconds: 
     return busy, ahead
 
 
+def went_past(sched, pids: set[int]) -> None:
+    """Return once a task submitted now has run on each engine of ``pids``: each has taken, run
+    or skipped, everything sent to it before (an engine takes its queue in order)."""
+    seen: set[int] = set()
+
+    def ran_on_each() -> bool:
+        hs = [sched.submit(quick, k, target="engines") for k in range(2)]
+        seen.update(h.result(timeout=60)[0] for h in hs)
+        return pids <= seen
+
+    wait_for(ran_on_each, 60, f"a task after it on each engine of {sorted(pids)}")
+
+
 # -- tests ---------------------------------------------------------------------------------------
 
 
@@ -109,11 +122,10 @@ def test_a_cancelled_task_sent_ahead_never_runs(cluster, tmp_path):
     path = tmp_path / "ahead"
     busy, ahead = one_sent_ahead(sched, tmp_path, 2.5, path, 0)
     assert ahead.cancel()
-    for h in busy:
-        h.result(timeout=60)
+    pids = {h.result(timeout=60) for h in busy}
     wait_for(ahead.done, 30, "the cancel to land")
     assert ahead.state == "cancelled"
-    time.sleep(1)
+    went_past(sched, pids)
     assert runs(path) == []  # its engine never began it
     stale = sched.inspect_core(lambda core: core.stale_reports)
     assert stale == 0
@@ -140,7 +152,7 @@ def test_a_line_sent_ahead_runs_on_its_engine_and_its_cancelled_middle_never_run
     ran = {h.id: h.result(timeout=60) for h in busy + line[:2] + line[4:]}
     wait_for(lambda: all(h.done() for h in line), 30, "the cancels to land")
     assert [h.state for h in line[2:4]] == ["cancelled"] * 2
-    time.sleep(1)
+    went_past(sched, set(ran.values()))
     assert [len(runs(p)) for p in paths] == [1, 1, 0, 0, 1, 1]
     for h in line[:2] + line[4:]:  # on the engine of the busy task at the head of its line
         head = after[line[line.index(h) % 2].id]

@@ -216,7 +216,10 @@ def test_an_engine_lost_as_the_cluster_stops_leaves_no_process_and_none_starts(c
     assert executor.closed
     assert len(executor._cluster._launches) == launches + 1  # it was started, and stopped:
     assert_gone([pid for pid, _ in executor.processes()])
-    time.sleep(2)  # (a replacement started after the stop would be there by now)
+    # the one thread that starts a replacement, the cluster's loop, has ended: one started
+    # after the stop would be there by now
+    loop = executor._cluster.loop
+    wait_for(lambda: loop is None or not loop.thread.is_alive(), 15, "the cluster's loop thread")
     assert cluster_processes() == []
 
 
@@ -243,11 +246,12 @@ def test_an_engine_of_a_connected_cluster_is_not_replaced_and_its_loss_is_shown(
                                  if text.startswith(f"engine {victim.eid} on host")], 30,
                         "the notice")
         assert "it is not replaced: its cluster was connected to, not started here" in said[0]
-        time.sleep(3)  # (a replacement would have joined by now)
+        # the loss is taken in (its slot gone) after the decision was said: nothing was
+        # launched for it, and no engine is registered with the cluster's controller
+        wait_for(lambda: next(n for n in sched.snapshot(fresh=True).nodes
+                              if n.name == "local").slots == 0, 30, "the lost slot gone")
         assert executor.engines == {}
         assert len(outside.engines) == 1 and outside.connect_client_sync().ids == []
-        local = next(n for n in sched.snapshot(fresh=True).nodes if n.name == "local")
-        assert local.slots == 0
     finally:
         sched.shutdown()
         outside.stop_cluster_sync()

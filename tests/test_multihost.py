@@ -286,7 +286,8 @@ def test_a_host_gpu_is_counted_once_however_many_engines_see_it(cluster, tmp_pat
     c = sched.submit(hold, str(tmp_path), "c", resources={"GPU": 1}, target="engines")
     wait_for((tmp_path / "c").exists, 30, "a GPU task on h2")
     assert c.node == "h2" and a.devices == c.devices == {"GPU": {0: 1.0}}
-    time.sleep(0.5)
+    # c, submitted after b, runs: the steps that placed it had b to place first, and left it
+    wait_for(lambda: c.state == "running", 30, "c's start recorded")
     assert b.state == "queued" and not (tmp_path / "b").exists()  # h1's GPU is taken
     for name in ("a", "c"):
         (tmp_path / f"{name}.go").touch()

@@ -120,6 +120,20 @@ def start_other(net, cluster, directory: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen(net[HOST].command([sys.executable, "-c", code]), env=env)
 
 
+def reads_back(executor) -> list[str]:
+    """From now, the host whose holdings each re-read brought back to the kernel (after the
+    executor took it in), in order."""
+    leases, seen = executor._leases, []
+    real = leases._read_back
+
+    def read_back(name, future):
+        real(name, future)
+        seen.append(name)
+
+    leases._read_back = read_back  # (looked up as each read is sent)
+    return seen
+
+
 def most_held(records: list[dict]) -> float:
     """The largest total share the host's GPU had at any moment, over every record."""
     return max(sum(o["share"] for o in records if o["start"] <= r["start"] < o["end"])
@@ -141,8 +155,10 @@ def test_a_task_waits_while_another_scheduler_on_the_host_holds_its_gpu(cluster,
                          node=HOST, target="engines", retries=0)
         wait_for(lambda: h.state == "queued" and "held by" in h.reason, 30,
                  "the engine's lease to be refused")
-        time.sleep(2 * READ_EVERY)  # re-reads find it still held: it keeps waiting
-        assert h.state == "queued" and not (tmp_path / "mine").exists()
+        reads = reads_back(cluster.executor)
+        wait_for(lambda: len(reads) >= 2, 3 * READ_EVERY + 30, "two re-reads of the host")
+        sched.snapshot(fresh=True)  # (a step after the re-reads' reports)
+        assert h.state == "queued" and not (tmp_path / "mine").exists()  # found still held
         assert f"pid {other.pid}" in h.reason and "task t1" in h.reason, h.reason
         assert "of GPU 0 on lh1 is held by another process" in h.reason
         for i in range(2):
