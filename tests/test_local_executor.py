@@ -107,7 +107,7 @@ def test_cancel_a_running_task_interrupts_it_and_frees_its_gpu(sched):
 
 
 def test_a_task_that_ignores_the_interrupt_is_reported_when_it_really_ends(sched):
-    started, go_on = threading.Event(), threading.Event()
+    started, interrupted, go_on = threading.Event(), threading.Event(), threading.Event()
 
     def stubborn():
         started.set()
@@ -115,13 +115,15 @@ def test_a_task_that_ignores_the_interrupt_is_reported_when_it_really_ends(sched
             while True:
                 time.sleep(0.005)
         except KeyboardInterrupt:
+            interrupted.set()
             go_on.wait(WAIT)  # still running, still holding its GPU
         return "late"
 
     h = sched.submit(stubborn, resources="GPU=1")
     assert started.wait(WAIT)
     h.cancel()
-    time.sleep(0.1)
+    assert interrupted.wait(WAIT)  # the interrupt landed: an end said then would be in by
+    sched.snapshot(fresh=True)  # the step after this one
     assert h.state == "stopping" and free_gpus(sched) == [0.0, 1.0]  # its GPU still held
     go_on.set()
     with pytest.raises(CancelledError):
