@@ -210,6 +210,29 @@ def test_time_limit_stops_a_running_task_and_frees_its_gpu(clocked, clock):
     assert gpu_shares(clocked.snapshot(fresh=True)) == {0: 0.0, 1: 0.0}
 
 
+def test_a_clock_that_jumps_runs_out_an_hours_time_limit_at_once():
+    """With ``autojump``, a test clock moves on to what the runtime waits for as soon as its
+    thread has nothing else to do: an hour's limit ends in an hour of the scheduler's time,
+    and a moment of the test's. (No host leases: the ledger, looked at every ``CHECK`` while
+    a lease is held, would make it a jump every half second of the scheduler's time.)"""
+    from conftest import scheduler
+
+    from jupyter_sched.runtime.handles import TaskTimeout
+    from jupyter_sched.testing import TestClock
+
+    def spin():
+        while True:
+            time.sleep(0.005)
+
+    began = time.monotonic()
+    with scheduler(clock=TestClock(autojump=0.05), host_leases=False) as s:
+        h = s.submit(spin, resources="GPU=1", time_limit=3600)
+        with pytest.raises(TaskTimeout, match="time limit"):
+            h.result(WAIT)
+        assert h.duration == pytest.approx(3600, abs=0.01)
+    assert time.monotonic() - began < WAIT
+
+
 def test_why_a_task_stopped_is_said_with_the_cause_of_each_step(sched):
     from jupyter_sched.runtime.handles import TaskTimeout
 
