@@ -56,6 +56,17 @@ class LeaseView:
     def set_devices(self, keys: Mapping[int, str], memory: Mapping[int, int]) -> None:
         self.keys, self.memory = dict(keys), dict(memory)
 
+    def block(self, why: str | None) -> str | None:
+        """No lease can be taken now, for this reason (None: they can again); the reason it
+        replaces. The core is told what is held afresh."""
+        was, self.blocked = self.blocked, why
+        self.resend()
+        return was
+
+    def wrote(self, waits: tuple[WaitSpec, ...]) -> None:
+        """The ledger has these waits of this kernel now."""
+        self.written = waits
+
     # -- what others hold ------------------------------------------------------------------------
 
     def read(self, leases: Sequence[Lease], order: Order, mine: set[int]) -> None:

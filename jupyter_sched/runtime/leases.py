@@ -211,7 +211,7 @@ class HostLeases:
         if not gives and not takes and not due and waits is None:
             return {}
         if self.view.blocked is not None:  # no ledger to take from: they wait for one
-            self.care.pending = gives  # (given back once it can be written)
+            self.care.keep(gives)  # (given back once it can be written)
             return {start.task: self.view.blocked for start, _, _ in takes}
         passes = list(self._unlabelled.items())
         try:
@@ -219,16 +219,16 @@ class HostLeases:
                                                 for start, shares, held in takes],
                                         passes=passes, waits=waits)
         except ERRORS as err:
-            self.care.pending = gives
+            self.care.keep(gives)
             self.care.failed(err)
             return {start.task: self.view.blocked or str(err) for start, _, _ in takes}
-        self.care.pending = []
+        self.care.given()
         self.care.unstalled()
         self.care.told(self.ledger.healed())  # (healed by this exchange: said in this step)
         self._unlabelled.clear()
         self.label_due = None
         if waits is not None:
-            self.view.written = waits
+            self.view.wrote(waits)
             self._version = None  # its own waits move it in the host's order: read again
         elif done.before == self._version:
             self._version = done.after  # only our own changes since the last read
@@ -275,7 +275,7 @@ class HostLeases:
         ids = [lease.id for lease in self._release(task, attempt)]
         if not ids:
             return
-        self.care.pending += ids
+        self.care.add(ids)
         if self.view.blocked is not None:
             return
         self._give_pending()
@@ -286,7 +286,7 @@ class HostLeases:
         except ERRORS as err:
             self.care.failed(err)
             return
-        self.care.pending = []
+        self.care.given()
         self.care.unstalled()
 
     def _release(self, task: str, attempt: int | None = None) -> tuple[Lease, ...]:
@@ -319,10 +319,10 @@ class HostLeases:
         kept = [task for task in keep if task in self._by_task]
         for task in list(self._by_task):
             if task not in kept:
-                self.care.pending += [lease.id for lease in self._release(task)]
+                self.care.add([lease.id for lease in self._release(task)])
         try:  # (one try, however the ledger was: a wait must not outlive its scheduler)
             self.ledger.exchange(self.care.pending, [], waits=())
-            self.care.pending = []
+            self.care.given()
             if whole_process and not kept:
                 self.ledger.give_mine()
         except ERRORS as err:

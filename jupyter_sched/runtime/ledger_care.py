@@ -58,7 +58,7 @@ class LedgerCare:
                 self.ledger.probe()
             if self.pending:
                 self.ledger.exchange(self.pending, [])
-                self.pending = []
+                self.given()
         except ERRORS as err:
             self.failed(err)
             return
@@ -95,7 +95,7 @@ class LedgerCare:
             self._notice(healing.text(self.ledger.path))
         if healings:
             self._reread()
-            self.view.written = ()  # (a ledger healed holds no waits: they are written again)
+            self.view.wrote(())  # (a ledger healed holds no waits: they are written again)
             self.view.resend()
 
     def stalled(self, err: BaseException) -> None:
@@ -108,8 +108,20 @@ class LedgerCare:
             holder = lock_holder([path, Path(f"{path}-wal"), Path(f"{path}-shm"),
                                   path.with_name(f".{path.name}.lock")])
             text = self._stall.text("has been locked", holder)
-        self.view.blocked = f"{text} ({self.ledger.path}); GPU tasks that need a share wait"
-        self.view.resend()
+        self.view.block(f"{text} ({self.ledger.path}); GPU tasks that need a share wait")
+
+    def keep(self, ids: list[int]) -> None:
+        """Leases to give back once the ledger can be written: these, and those kept before
+        (``ids`` has them: what a failed exchange tried to give)."""
+        self.pending = list(ids)
+
+    def add(self, ids: list[int]) -> None:
+        """More leases to give back with the next write."""
+        self.pending = [*self.pending, *ids]
+
+    def given(self) -> None:
+        """A write gave back every lease kept."""
+        self.pending = []
 
     def unstalled(self) -> None:
         """A write went through: a stall is over."""
@@ -119,9 +131,8 @@ class LedgerCare:
     def unblocked(self) -> None:
         """GPU work may try the ledger again (a stall's clock runs on until a write of it goes
         through: :meth:`unstalled`)."""
-        was, self.view.blocked = self.view.blocked, None
+        was = self.view.block(None)
         self._reread()
-        self.view.resend()
         if was is not None and "locked" not in was and "no room" not in was:
             self._notice(f"the host's GPU lease ledger {self.ledger.path} can be used again")
 
@@ -132,8 +143,7 @@ class LedgerCare:
                 f"kernel then schedules its GPUs alone)")
         if self.view.blocked is None:  # (while it stays unusable, the reason may vary)
             self._notice(text)
-        self.view.blocked = text
-        self.view.resend()
+        self.view.block(text)
 
 
 __all__ = ["ERRORS", "STALLS", "LedgerCare"]
