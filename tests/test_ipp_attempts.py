@@ -56,6 +56,13 @@ def dies_twice(path: str) -> int:
     return seen
 
 
+def later_task_ran(sched) -> None:
+    """Tasks submitted now ran on the engines: whatever the scheduler placed before them has
+    begun (it places in order, and an engine takes its queue in order)."""
+    hs = [sched.submit(len, "xy", target="engines") for _ in range(2)]
+    assert [h.result(timeout=60) for h in hs] == [2, 2]
+
+
 def test_a_cancelled_task_whose_engine_dies_before_the_stop_lands_ends_cancelled(cluster,
                                                                                     tmp_path):
     sched, executor = cluster
@@ -68,7 +75,7 @@ def test_a_cancelled_task_whose_engine_dies_before_the_stop_lands_ends_cancelled
     os.kill(pid, signal.SIGKILL)
     wait_for(h.done, 15, "the task to end")
     assert h.state == "cancelled"
-    time.sleep(2)  # a wrong retry would have started by now
+    later_task_ran(sched)  # a wrong retry, placed before it, would have begun by then
     assert runs(path) == [pid]
     assert h.state == "cancelled"
     assert sched.snapshot(fresh=True).counts.get("running", 0) == 0
@@ -87,5 +94,5 @@ def test_a_task_whose_engine_dies_twice_keeps_its_third_result(cluster, tmp_path
     first, second, third = runs(path)
     assert len({first, second, third}) == 3  # each on an engine of its own
     assert third in [e.pid for e in executor.engines.values()]
-    time.sleep(1)
+    later_task_ran(sched)  # a fourth run, placed before it, would have begun by then
     assert len(runs(path)) == 3 and h.result() == 3

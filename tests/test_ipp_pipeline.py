@@ -229,7 +229,7 @@ def test_cancelling_running_tasks_and_those_sent_ahead_together_keeps_the_engine
             h.cancel()
         wait_for(lambda hs=hs: all(h.done() for h in hs), 20, "every task to end")
         assert [h.state for h in hs] == ["cancelled"] * 4
-    time.sleep(1)
+    went_past(sched, set(pids))  # (an engine killed by a late signal would be gone by then)
     assert sorted(e.pid for e in executor.engines.values()) == pids  # none was killed
     assert sched.submit(napper, str(tmp_path / "after"), 0, target="engines").result(30) in pids
 

@@ -101,7 +101,9 @@ def test_a_killed_holders_lease_frees_up(monkeypatch, tmp_path):
             k.run("h = jupyter_sched.submit(work, 0, resources={'GPU': 1})")
             if k is a:
                 until_value(a, "h.state", "running")
-        time.sleep(1.0)
+        # b's scheduler read the ledger and placed what it could: h waits for a's lease
+        until_value(b, "'held by another kernel' in jupyter_sched.get_scheduler()"
+                       ".record(h.id).reason", True)
         assert b.value("h.state") == "queued"
         reason = b.value("jupyter_sched.get_scheduler().record(h.id).reason")
         pid = a.value("__import__('os').getpid()")
@@ -142,10 +144,9 @@ def test_a_ledger_that_cannot_be_made_holds_gpu_work_and_says_why(monkeypatch, t
         assert "host_leases = False" in said, said
         k.run("g = jupyter_sched.submit(lambda: 'gpu', resources={'GPU': 0.5})\n"
               "c = jupyter_sched.submit(lambda: 'cpu', resources={'CPU': 1})")
-        assert k.value("c.result(30)") == "cpu"
-        time.sleep(0.5)
+        assert k.value("c.result(30)") == "cpu"  # (submitted after g: g was placed first,
+        until_value(k, "'cannot be used' in g.reason", True)  # or kept waiting, and said why)
         assert k.value("g.state") == "queued"
-        assert "cannot be used" in k.value("g.reason")
         assert "GPU work waits" in k.run("%sched leases").stdout
         k.run("%config Scheduler.host_leases = False")
 

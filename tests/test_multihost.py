@@ -327,7 +327,8 @@ def test_a_strict_pack_gang_stays_on_one_host(cluster, net):
 def test_a_strict_spread_gang_larger_than_the_hosts_waits(cluster):
     gang = cluster.sched.submit(where, gang=("ddp", 3), strategy="strict-spread",
                                 target="engines")
-    time.sleep(0.5)
+    # (placed, or not, in the step that took it: each member says why it waits)
+    wait_for(lambda: all(m.reason for m in gang.members), 10, "the members' reasons")
     assert {m.state for m in gang.members} <= {"queued", "infeasible"}
     gang.cancel()
     assert {m.state for m in gang.members} == {"cancelled"}
@@ -352,7 +353,7 @@ def test_on_chooses_a_host(cluster, on, host):
 
 def test_a_selector_no_host_matches_waits_and_says_so(cluster):
     h = cluster.sched.submit(where, labels={"host": "h3"}, target="engines")
-    time.sleep(0.3)
+    wait_for(lambda: h.reason, 10, "the reason it waits")  # (the step that took it said it)
     assert h.state in ("queued", "infeasible")
     h.cancel()
 
@@ -395,8 +396,9 @@ def test_a_hosts_engines_killed_fail_its_tasks_naming_it_and_the_node_leaves(clu
     assert "died" in member_on_h2.reason
     (tmp_path / "gang.go").touch()
     wait_for(lambda: "h2" not in cluster.nodes(), 10, "node h2 to leave")
-    # the lone task was lost with its engine: its retry waits for a host labelled h2
-    time.sleep(0.3)
+    # the lone task was lost with its engine: its retry waits for a host labelled h2 (the
+    # step that took the loss placed it, or said why not)
+    wait_for(lambda: lone.state != "running" and lone.reason, 10, "the retry's reason")
     assert lone.state in ("queued", "infeasible")
     # h2 comes back: its engines join as node h2 again, the retry runs there
     cluster.start_engines(net["h2"], 2, H2)
