@@ -62,7 +62,7 @@ class Records:
         self.leases = leases
         self._output_pending = output_pending
         self._core = core
-        self.local = local
+        self._local = local
         self._publisher = publisher
         self.records: dict[str, TaskRecord] = {}  # every task kept (live, then HISTORY ended)
         self.live: dict[str, TaskRecord] = {}  # tasks not ended
@@ -255,7 +255,7 @@ class Records:
 
     def executor_for(self, start: ev.Start) -> Executor | None:
         if start.slot is None:
-            return self.local
+            return self._local
         return self.slot_executors.get((start.node, start.slot))
 
     # -- records follow the core (runtime thread) ---------------------------------------------
