@@ -107,6 +107,36 @@ def test_a_status_line_carries_its_task_or_gang_as_a_payload():
     assert [t["rank"] for t in data["tasks"]] == [1, 2] and "note" not in data
 
 
+class _Left:
+    """A handle whose task was left running on a kept cluster as its scheduler stopped."""
+
+    id, name, state, reason, queue, priority = "t1", "train", "failed", "left running", "q", 0
+    demand, node, slot, devices = {"GPU": 1.0}, "local", "e0", {"GPU": {0: 1.0}}
+    submitted, started, ended = 1.0, 2.0, 5.0
+
+    def done(self):
+        return True
+
+    def cancelled(self):
+        return False
+
+    def exception(self, timeout=None):
+        from jupyter_sched.executors.base import LeftRunning
+
+        return LeftRunning("left running on engine 0 of kept cluster c1")
+
+
+def test_a_line_left_running_on_a_kept_cluster_says_the_kernel_restarted_and_stops_counting():
+    from jupyter_sched.notebook.statusline import RESTARTED, render_line
+
+    line = render_line([_Left()], now=9.0)
+    assert line["text/plain"] == ("[sched] t1 train: running on local (engine e0), GPU 0 — "
+                                  + RESTARTED)
+    data = line[display.MIME]
+    assert "time" not in data and data["note"] == RESTARTED and data["error"] is None
+    assert data["task"]["state"] == "running" and data["task"]["ended"] is None
+
+
 def test_every_task_in_a_payload_says_its_state_in_the_words_of_its_text():
     """A task's ``text`` is its line of ``text/plain`` after its label: the frontend shows the
     kernel's words (docs/schema.md); a failed task's own payload says its error there."""

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_sched.executors.ipp import kept
+from jupyter_sched.notebook.statusline import RESTARTED
+from jupyter_sched.views.display import MIME
 from jupyter_sched.views.kept import listing_text
 
 pytest.importorskip("ipyparallel")
@@ -193,6 +195,41 @@ def test_work_that_ended_while_no_kernel_was_there_comes_back_after_a_restart(xd
         assert f"stopped kept cluster {cluster_id}" in stopped.stdout
         assert_gone(processes, timeout=30)
         assert kept.listing() == []
+        cluster_id = None
+    finally:
+        _end(cluster_id, kernel)
+
+
+def test_a_line_from_before_a_restart_says_so_then_how_its_task_ended(xdg):
+    """The old kernel's last word on a %%sched line, and the line the new kernel updates once
+    it took the task back: done, its request and its whole time (from its real start)."""
+    kernel = Kernel(XDG_RUNTIME_DIR=xdg, JPY_SESSION_NAME="kept.ipynb")
+    cluster_id = None
+    try:
+        cluster_id = _start_kept(kernel, engines=1)
+        cell = kernel.run("%%sched --on engines --cpus 1 --name nap\nimport time\n"
+                          "time.sleep(4)\n'rested'")
+        _ok(cell)
+        line = cell.displays[0]["transient"]["display_id"]
+        _poll(lambda: kept.read_journal(kept.journal_path(cluster_id)).running,
+              lambda rows: len(rows) == 1)
+        kernel.km.restart_kernel(now=False)
+        while kernel._pump(1.0) is not None:  # (the old kernel's last words, before
+            pass                               # wait_for_ready drops what is unread)
+        kernel.kc.wait_for_ready(timeout=60)
+        _ok(kernel.run("%load_ext jupyter_sched", timeout=60))
+        last = [u["data"] for u in cell.updates if u["transient"]["display_id"] == line][-1]
+        assert last["text/plain"].endswith(RESTARTED), last["text/plain"]
+        assert "time" not in last[MIME] and last[MIME]["task"]["state"] == "running"
+        _ok(kernel.run("%sched connect", timeout=120))
+        waited = kernel.run("%sched wait nap", timeout=60)
+        _ok(waited)
+        done = [u["data"] for u in waited.updates if u["transient"]["display_id"] == line][-1]
+        task = done[MIME]["task"]
+        assert task["state"] == "done" and task["demand"] == {"CPU": 1}, task
+        assert task["ended"] - task["started"] >= 4, task
+        assert "nap: done on kept-" in done["text/plain"]
+        _ok(kernel.run("%sched stop", timeout=120))
         cluster_id = None
     finally:
         _end(cluster_id, kernel)

@@ -59,6 +59,15 @@ def test_each_kind_of_entry_is_one_line_that_reads_back_as_itself():
         assert Entry.decode(line) == entry
 
 
+def test_a_run_keeps_its_request_its_start_and_its_cells_line():
+    sent = Sent("s.1/t1#1", "train", 0, "req_1", line="d1", at=1700000000.25,
+                needs={"GPU": 1.0, "CPU": 2})
+    assert Entry.decode(sent.encode(1.5)) == sent
+    with pytest.raises(ValueError, match=r"'needs' of a 'sent' entry is a dict"):
+        Entry.decode(b'{"k":"sent","id":"a#1","name":"n","engine":0,"request":"r",'
+                     b'"needs":{"GPU":"1"}}')
+
+
 def test_a_line_that_is_not_an_entry_is_refused_naming_what_is_wrong():
     with pytest.raises(ValueError, match=r"'nope' is not a kind of journal entry"):
         Entry.decode(b'{"k":"nope","id":"a"}')

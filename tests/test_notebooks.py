@@ -54,8 +54,7 @@ SHOWS = {
     "engines": ["slots free", "2/2", "[('0', [0], '0'), ('1', [0], '1')]", "'finished'", "1/1",
                 "long-job: done on local (engine e"],
     "what-if": ["4 nodes: done after", "8 nodes: done after", "research:prod"],
-    "restart-safe": ["t1 train: failed: LeftRunning: left running on engine ",
-                     "t3 report: cancelled: the scheduler shut down",
+    "restart-safe": ["t3 report: cancelled: the scheduler shut down",
                      "running · 2 engines · 2 sent and not ended (train, sweep) · started by ",
                      "took back 2 tasks an earlier kernel sent to this kept cluster",
                      "1 cell was waiting when the kernel stopped: report; %sched restore",
@@ -209,6 +208,23 @@ def test_saved_with_outputs_showing_how_each_task_ended(name):
     assert unfinished == [], "saved status lines must show how their tasks ended"
     saved = "\n".join(texts(nb))
     assert [s for s in SHOWS.get(name, []) if s not in saved] == []
+
+
+def test_lines_from_before_a_restart_are_saved_with_how_their_tasks_ended():
+    """The training cells' own lines, drawn by the kernel before the restart, show what the
+    kernel that took their tasks back saw: done (not "failed", nor "running" for ever)."""
+    nb = notebook("restart-safe")
+    lines = {cell.source.splitlines()[0]: texts(nbformat_cells(nb, cell))
+             for cell in nb.cells if cell.cell_type == "code"}
+    for name in ("train", "sweep"):
+        [line] = lines[f"%%sched --on engines --gpus 1 --name {name}"]
+        assert re.match(rf"\[sched\] t\d {name}: done on kept-\S+ \(engine taken-\d\) "
+                        r"\(in \d+(\.\d+)? s\)$", line), line
+
+
+def nbformat_cells(nb, cell):
+    """``nb`` with only ``cell`` (for :func:`texts`)."""
+    return type(nb)(cells=[cell])
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

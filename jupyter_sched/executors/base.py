@@ -51,16 +51,17 @@ class Work:
     pull: tuple[str, ...] | None = None  # explicit names to pull back (None: detect)
     parent: dict | None = None  # the submitting cell's parent header (output routing)
     output: Callable[[str, str], None] | None = None  # sink(stream_name, text)
+    line: str | None = None  # the display id of the status line that shows it, if any
 
     def with_output(self, output: Callable[[str, str], None]) -> Work:
         """A copy whose output goes to ``output`` (a gang's members share one ``Work``)."""
         return Work(self.fn, self.args, self.kwargs, self.code, self.namespace, self.push,
-                    self.pull, self.parent, output)
+                    self.pull, self.parent, output, self.line)
 
     def spent(self) -> Work:
         """A copy without what the task ran on, for the history (arguments may be large)."""
         return Work(None, (), {}, self.code, None, self.push, self.pull, self.parent,
-                    self.output)
+                    self.output, self.line)
 
     def describe(self) -> str:
         if self.code is not None:
@@ -68,6 +69,17 @@ class Work:
             return first[:60]
         name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
         return f"{name}(...)"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a task taken back from a kept cluster began, as the journal kept it: its start
+    (on this scheduler's clock: before it started, for a kernel that began later), what its
+    submission asked for, and the display id of its cell's status line."""
+
+    started: float | None = None
+    demand: dict[str, float] | None = None
+    line: str | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -105,6 +117,8 @@ class TaskRecord:
     error: BaseException | None = None
     traceback: str = ""
     output: Any = None  # the task's captured output (see executors.local.output.TaskOutput)
+    origin: Origin | None = None  # taken back from a kept cluster: where it began
+    origin: Origin | None = None  # taken back from a kept cluster: where it began
 
     @property
     def name(self) -> str:
@@ -271,5 +285,5 @@ def _physical(gpus: list[int], visible: str | None) -> list[str]:
     return [entries[i] if i < len(entries) else str(i) for i in gpus]
 
 
-__all__ = ["GANG_SECRET_ENV", "Executor", "ExecutorSettings", "Runtime", "TaskRecord", "Work",
-           "device_shares", "gang_secret", "task_env"]
+__all__ = ["GANG_SECRET_ENV", "Executor", "ExecutorSettings", "Origin", "Runtime", "TaskRecord",
+           "Work", "device_shares", "gang_secret", "task_env"]

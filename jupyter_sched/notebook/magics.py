@@ -49,7 +49,7 @@ from .cell_options import (
     parse_on,
 )
 from .commands import COMMANDS, Command, CommandContext, overview
-from .statusline import LiveLines, StatusLine, is_done, render_line
+from .statusline import LiveLines, StatusLine, is_done, new_display_id, render_line
 
 log = logging.getLogger(__name__)
 
@@ -146,13 +146,13 @@ class SchedMagics(Magics):
             return None
         if not cell.strip():
             raise UsageError("the cell is empty: nothing to schedule")
-        parent = current_parent()
+        parent, display_id = current_parent(), new_display_id()
         try:  # (the cell is transformed once, by submit)
             handle = self.scheduler.submit(code=cell, namespace=self.shell.user_ns,
-                                           parent=parent, **submit)
+                                           parent=parent, line=display_id, **submit)
         except (ValueError, TypeError) as err:
             raise UsageError(one_line(err)) from None
-        line_ = self.live.new(handle, parent)
+        line_ = self.live.new(handle, parent, display_id)
         try:
             self.scheduler.kept.keep_queued(handle, line, cell)
         except Exception as err:  # (the cell is queued: a journal that fails says so)

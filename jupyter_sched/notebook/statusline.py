@@ -10,6 +10,7 @@ frontend then shows, under each ``%%sched`` cell, how its task ended."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import threading
@@ -21,7 +22,8 @@ from typing import Any
 
 from IPython.display import display
 
-from ..model.tasks import TERMINAL
+from ..executors.base import LeftRunning
+from ..model.tasks import RUNNING, TERMINAL
 from ..views import display as d
 from .cell_options import one_line
 
@@ -69,6 +71,38 @@ def is_done(handle) -> bool:
         return getattr(handle, "state", "") in TERMINAL
 
 
+# what the last line a kernel draws says of a task it leaves running on a kept cluster
+RESTARTED = "this kernel restarted: `%sched connect` takes kept work back"
+
+
+def left_running(handle) -> bool:
+    """Whether ``handle``'s task was left running on a kept cluster as its scheduler stopped
+    (it goes on there; a later kernel takes it back)."""
+    try:
+        return (is_done(handle) and not handle.cancelled()
+                and isinstance(handle.exception(timeout=0), LeftRunning))
+    except Exception:
+        return False
+
+
+class _Left:
+    """A task left running on a kept cluster, as its line shows it: running where it was
+    when this kernel stopped (no clock runs on: the line is frozen)."""
+
+    state, ended, reason = RUNNING, None, ""
+
+    def __init__(self, handle) -> None:
+        self._handle = handle
+
+    def __getattr__(self, name: str):
+        return getattr(self._handle, name)
+
+
+def new_display_id() -> str:
+    """The display id of a new status line."""
+    return uuid.uuid4().hex
+
+
 def _members(handle) -> list:
     return list(getattr(handle, "members", None) or [handle])
 
@@ -90,11 +124,15 @@ def render_line(handles: list, now: float | None = None, note: str = "",
     (a ``task`` or ``gang`` one). Handles are read as task views (state, position, node,
     devices, times on the scheduler's clock)."""
     texts, htmls, views, errors = [], [], [], []
+    if any(left_running(h) for h in handles):  # (this kernel ends: frozen, saying so)
+        now, note = None, f"{note}; {RESTARTED}" if note else RESTARTED
     for handle in handles:
         view = handle
         if positions and getattr(handle, "id", None) in positions:
             view = _Positioned(handle, positions[handle.id])
         error = error_text(handle)
+        if left_running(handle):
+            view, error = _Left(handle), None
         bundle = d.status_line(view, now=now, error=error, note=note)
         texts.append(bundle["text/plain"])
         htmls.append(bundle["text/html"])
@@ -132,9 +170,32 @@ def interrupts_deferred():
 _ALL: weakref.WeakSet = weakref.WeakSet()  # every LiveLines, for settle_lines()
 
 
+@atexit.register
+def _leave_all() -> None:
+    """The kernel ends (a restart, say): every line still followed is drawn as it ends."""
+    for live in list(_ALL):
+        live.leave()
+
+
 def settle_lines(shell, handles: list | None = None) -> int:
     """:meth:`LiveLines.settle` on the status lines of ``shell``'s magics (0 when none)."""
     return sum(live.settle(handles) for live in list(_ALL) if live.shell is shell)
+
+
+def _sent_out(timeout: float = 2.0) -> None:
+    """Wait until the kernel's IOPub thread has sent what it was given (at the kernel's end it
+    stops next, and what it holds then is lost)."""
+    try:
+        from IPython import get_ipython
+
+        thread = getattr(getattr(get_ipython(), "kernel", None), "iopub_thread", None)
+        if thread is None or not callable(getattr(thread, "schedule", None)):
+            return
+        sent = threading.Event()
+        thread.schedule(sent.set)  # (its work is done in order: this comes after the lines)
+        sent.wait(timeout)
+    except Exception:  # (no kernel, or one of another make: nothing to wait for)
+        return
 
 
 class LiveLines:
@@ -170,9 +231,10 @@ class LiveLines:
         self.show(line)
         return line
 
-    def new(self, handle, parent: dict | None) -> StatusLine:
-        """The line for ``handle``, not shown yet (no I/O: safe to hold before an interrupt)."""
-        return StatusLine(uuid.uuid4().hex, _members(handle), parent)
+    def new(self, handle, parent: dict | None, display_id: str | None = None) -> StatusLine:
+        """The line for ``handle``, not shown yet (no I/O: safe to hold before an interrupt);
+        ``display_id``: the one its task was submitted with (a fresh one if None)."""
+        return StatusLine(display_id or new_display_id(), _members(handle), parent)
 
     def show(self, line: StatusLine) -> None:
         """Display ``line`` under the current cell and follow its task from now on."""
@@ -234,6 +296,32 @@ class LiveLines:
                 unsubscribe()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+
+    def leave(self) -> None:
+        """The kernel ends: its scheduler stops, and each line still followed is drawn once
+        more as its task ended; one left running on a kept cluster says that this kernel
+        restarted (:data:`RESTARTED`), no clock running on."""
+        with contextlib.suppress(Exception):
+            self._scheduler().shutdown()
+        with self._lock:
+            lines = list(self._lines.values())
+        for line in lines:
+            with contextlib.suppress(Exception):
+                self._draw(line, force=True)
+        if lines:
+            _sent_out()
+
+    def adopt(self, handle, display_id: str, parent: dict | None) -> StatusLine:
+        """Follow ``handle`` on the line an earlier kernel showed as ``display_id`` (a task
+        taken back from a kept cluster, under the cell that sent it): updated in place, never
+        shown again."""
+        line = StatusLine(display_id, _members(handle), parent)
+        line.last = ""  # (shown already, by that kernel)
+        with self._lock:
+            self._lines[display_id] = line
+            self._ensure_running()
+        self._wake.set()
+        return line
 
     # -- the thread -----------------------------------------------------------------------------
 

@@ -106,6 +106,9 @@ class TaskHandle(LightFuture):
 
     @property
     def demand(self) -> dict[str, float]:
+        origin = self._record.origin  # (taken back: what its submission asked for)
+        if origin is not None and origin.demand is not None:
+            return dict(origin.demand)
         return self._record.spec.demand.to_json()
 
     @property
@@ -194,7 +197,11 @@ class TaskHandle(LightFuture):
 
     @property
     def started(self) -> float | None:
-        return self._live.started
+        record = self._live
+        origin = record.origin  # (taken back: when it began, before this kernel took it)
+        if record.started is not None and origin is not None and origin.started is not None:
+            return min(origin.started, record.started)
+        return record.started
 
     @property
     def ended(self) -> float | None:

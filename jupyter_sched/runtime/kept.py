@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..executors.base import Origin
 from ..executors.ipp import kept as files
 from ..executors.ipp.kept import Journal, Left, Queued, Restored, Sent
 
@@ -59,6 +60,7 @@ class KeptWork:
         self._lock = threading.Lock()
         self._use: _InUse | None = None
         self._taken: list[TaskHandle] = []  # the handles of the work taken back, all along
+        self._lines: dict[str, str] = {}  # task taken back -> its cell's status line, shown before
 
     # -- what callers ask ------------------------------------------------------------------------
 
@@ -73,6 +75,13 @@ class KeptWork:
         bear the names they were sent with)."""
         with self._lock:
             return list(self._taken)
+
+    def earlier_line(self, task_id: str) -> str | None:
+        """The display id of the status line an earlier kernel showed under the cell of task
+        ``task_id``, taken back (None: none is known): this kernel updates it as the task goes
+        on, the same line in the notebook."""
+        with self._lock:
+            return self._lines.get(task_id)
 
     def waiting_cells(self) -> tuple[str | None, list[Queued]]:
         """(the kept cluster in use, the cells its journal said were waiting when the kernel
@@ -178,7 +187,8 @@ class KeptWork:
 
     def _take_back(self, loop: RuntimeLoop, use: _InUse, cluster: Any,
                    runs: list[Sent]) -> None:
-        """Follow ``runs`` to their end, each a task of its name on a node of their own."""
+        """Follow ``runs`` to their end, each a task of its name on a node of their own, which
+        shows what its submission asked for and its start (the journal's)."""
         from ..executors.ipp.kept.takeback import KEY, TakeBack, taken_back
 
         back = TakeBack(loop, cluster.connect_client_sync(), use.cluster_id, runs, use.journal)
@@ -193,8 +203,14 @@ class KeptWork:
                 handle = submit(name=run.name)
             except ValueError:  # (a name this scheduler refuses: its id instead)
                 handle = submit(name=f"taken-{run.id}")
+            origin = Origin(None if run.at is None else run.at - loop.clock.offset,
+                            run.needs, run.line)
+            loop.call(lambda _core, task=handle.id, origin=origin:
+                      loop.records.began(task, origin))
             with self._lock:
                 self._taken.append(handle)
+                if run.line is not None:
+                    self._lines[handle.id] = run.line
 
     def released(self, executor: Any, stopped: bool) -> None:
         """``executor`` is no longer used (``stopped``: its cluster was stopped too)."""

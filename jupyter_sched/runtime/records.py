@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core import events as ev
-from ..executors.base import Executor, LeftRunning, TaskRecord, device_shares
+from ..executors.base import Executor, LeftRunning, Origin, TaskRecord, device_shares
 from ..executors.local.output import Publisher, TaskOutput
 from ..model.tasks import ASSIGNED, CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL
 from .placed import Placed
@@ -78,6 +78,7 @@ class Records:
         self.queue_watch: dict[str, Callable[[str], None]] = {}
         self.closed = False  # the scheduler stopped: what still reports is a task left running
         self.forgotten: list[str] = []  # ended tasks let go here, for the core to let go too
+        self.origins: dict[str, Origin] = {}  # task -> where it began (taken back: few)
 
     # -- for executors (any thread) --------------------------------------------------------------
 
@@ -243,6 +244,14 @@ class Records:
                 executor.end_step()
             except Exception:
                 log.exception("%r could not end its step", executor)
+
+    def began(self, task_id: str, origin: Origin) -> None:
+        """Task ``task_id``, taken back from a kept cluster, began as ``origin`` says (its
+        handle and the views show its request and its start)."""
+        record = self.records.get(task_id)
+        if record is not None:
+            record.origin = origin
+            self.origins[task_id] = origin
 
     def enforced(self) -> dict[str, str | None]:
         """How each running task's fraction of a GPU is held, by id (those with a word)."""

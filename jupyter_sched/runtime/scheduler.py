@@ -305,19 +305,21 @@ class Scheduler(Configurable):
                time_limit: float | None = None, retries: int = 0, preemptible: bool = False,
                push: object = None, pull: object = None, parent: dict | None = None,
                kwargs: dict | None = None, batch: bool | None = None,
-               min_runtime: float = 0.0) -> TaskHandle | GangHandle:
+               min_runtime: float = 0.0, line: str | None = None) -> TaskHandle | GangHandle:
         """Submit a callable (``fn(*args, **kwargs)``) or cell source (``code=``).
 
         ``resources``: ``{"GPU": 0.5, "CPU": 2}`` or ``"GPU=0.5,CPU=2"``; ``gpu_memory``:
         ``"10GiB"`` per device instead of a GPU share; ``gang``: ``"ddp:4"``, ``"ddp:4:3"``
         or ``("ddp", 4[, 3])``; ``labels``: a node selector ``{"gpu.model": "A100"}``;
         ``batch=True``: batch work, which preemption may stop (re-queued) once it has run
-        ``min_runtime`` seconds (a task is interactive by default: never preempted).
+        ``min_runtime`` seconds (a task is interactive by default: never preempted); ``line``:
+        the display id of the status line that shows it (a kept cluster's journal keeps it, so
+        that a later kernel that takes the task back updates that line).
 
         Returns at once (the task runs in the background). A bad amount, unknown or closed
         queue, bad gang, or unknown node raises ``ValueError`` and queues nothing.
         """
-        work = submission.work(fn, args, kwargs, code, namespace, push, pull, parent)
+        work = submission.work(fn, args, kwargs, code, namespace, push, pull, parent, line)
         common = submission.common(self.default_queue, resources, gpu_memory, queue, priority,
                                    target, node, labels, time_limit, retries, preemptible,
                                    batch, min_runtime)

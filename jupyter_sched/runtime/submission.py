@@ -85,7 +85,7 @@ def task_spec(task_id: str, name: str, options: Mapping[str, Any]) -> TaskSpec:
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})  # shared by the many calls that have none
 
 
-def work(fn, args, kwargs, code, namespace, push, pull, parent) -> Work:
+def work(fn, args, kwargs, code, namespace, push, pull, parent, line=None) -> Work:
     """What a task runs: ``fn(*args, **kwargs)``, or ``code`` in ``namespace`` (the notebook's
     by default); output goes to the cell of ``parent`` (by default the calling code's)."""
     if (fn is None) == (code is None):
@@ -105,7 +105,7 @@ def work(fn, args, kwargs, code, namespace, push, pull, parent) -> Work:
     return Work(fn=fn, args=tuple(args), kwargs=dict(kwargs) if kwargs else _NO_KWARGS, code=code,
                 namespace=namespace, push=variable_names(push, "push"),
                 pull=variable_names(pull, "pull"),
-                parent=parent if parent is not None else current_parent())
+                parent=parent if parent is not None else current_parent(), line=line)
 
 
 def transform_cell(code: str) -> str:

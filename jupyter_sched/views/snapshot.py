@@ -10,11 +10,12 @@ docs/schema.md): plain numbers, GPU shares as floats, memory in bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..model.quantity import SCALE, to_float, units_to_shares
 from ..model.resources import MEMORY, Demand, resources_to_json
@@ -195,7 +196,8 @@ def _tries(task: Task) -> tuple[AttemptView, ...]:
 
 
 def task_view(task: Task, position: int | None = None,
-              enforced: Mapping[str, str | None] | None = None) -> TaskView:
+              enforced: Mapping[str, str | None] | None = None,
+              origins: Mapping[str, Any] | None = None) -> TaskView:
     spec = task.spec
     times = dict(task.times)
     allocation = task.allocation
@@ -205,7 +207,7 @@ def task_view(task: Task, position: int | None = None,
     ended = task.times[-1][1] if task.state in TERMINAL else None
     stopping = task.stopping_since if task.state == RUNNING else None
     state = task.state if task.state != ASSIGNED else QUEUED  # (sent ahead: still waiting)
-    return TaskView(
+    view = TaskView(
         id=task.id, name=spec.name, state=STOPPING if stopping is not None else state,
         reason=task.reason, queue=spec.queue,
         priority=spec.priority, demand=_demand_json(spec.demand), node=task.node,
@@ -220,23 +222,38 @@ def task_view(task: Task, position: int | None = None,
                   else task.attempt),  # (1: started once, or sent ahead to start once)
         tries=_tries(task) if task.attempt > 1 else (),
     )
+    origin = origins.get(task.id) if origins else None
+    return view if origin is None else _taken_back(view, origin)
+
+
+def _taken_back(view: TaskView, origin: Any) -> TaskView:
+    """A task taken back from a kept cluster as it began (an :class:`~jupyter_sched.executors.
+    base.Origin`): its request, and its start before this kernel took it back."""
+    changes: dict[str, Any] = {}
+    if origin.demand is not None:
+        changes["demand"] = dict(origin.demand)
+    if origin.started is not None and view.started is not None:
+        changes["started"] = min(origin.started, view.started)
+    return dataclasses.replace(view, **changes) if changes else view
 
 
 def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
          live: dict | None = None, now: float | None = None,
          holders: dict | None = None, notices: tuple = (),
-         enforced: Mapping[str, str | None] | None = None) -> Snapshot:
+         enforced: Mapping[str, str | None] | None = None,
+         origins: Mapping[str, Any] | None = None) -> Snapshot:
     """A bounded snapshot of ``core``. ``history``: terminal tasks, newest first (the runtime
     keeps them); ``live``: NVML readings by (node, device index); ``now``: the time it is
     taken, which the durations it shows run to (the core's last tick if None: the core
     knows no other time); ``holders``: {(node, device index): (others' leases as
     :class:`HolderView`, processes holding no lease as :class:`ProcessView`)}; ``notices``:
     what the user must be told; ``enforced``: how each running task's fraction of a GPU is
-    held, by task id."""
+    held, by task id; ``origins``: where the tasks taken back from a kept cluster began, by
+    task id (their request and start)."""
     live = live or {}
     holders = holders or {}
     nodes = tuple(_node_view(node, live, holders) for node in core.cluster.nodes.values())
-    running = tuple(task_view(t, None, enforced)
+    running = tuple(task_view(t, None, enforced, origins)
                     for t in itertools.islice(core.running.values(), max_rows))
     # each queue's first max_rows jobs are enough for the first max_rows rows of all
     positions = core.queue_position(max_rows)
@@ -261,7 +278,7 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     counts.update(core.ended)  # finished tasks may have been forgotten: count them all
     # newest first by when each ended (the runtime may learn of two ends in either order)
     ended = sorted(history or [], key=lambda t: (t.times[-1][1], t.seq), reverse=True)
-    done = tuple(task_view(t) for t in ended[:max_rows])
+    done = tuple(task_view(t, origins=origins) for t in ended[:max_rows])
     queues = tuple(_queue_view(q) for q in core.queues.queues.values() if q.name != "root")
     return Snapshot(core.now if now is None else max(now, core.now), nodes, running,
                     tuple(waiting), done, queues, counts, tuple(notices))

@@ -35,6 +35,10 @@ class Lines(Protocol):
 
     def settle(self, handles: list | None = None) -> int: ...
 
+    def add(self, handle: Any, parent: dict | None) -> Any: ...
+
+    def adopt(self, handle: Any, display_id: str, parent: dict | None) -> Any: ...
+
 
 class CommandContext(Protocol):
     """What a command may see of the magics that run it (``SchedMagics``): nothing else.

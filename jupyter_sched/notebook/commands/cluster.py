@@ -65,6 +65,9 @@ def connect(ctx: CommandContext, args: Namespace):
               "sent to this kept cluster (jupyter_sched.reattached() gives their handles):")
         for handle in taken:
             ctx.live.add(handle, current_parent())
+            earlier = kept.earlier_line(handle.id)
+            if earlier is not None:  # (the line under the cell it was sent from, too)
+                ctx.live.adopt(handle, earlier, current_parent())
     _, waiting = kept.waiting_cells()
     if waiting:
         print(waiting_text([_name(cell) for cell in waiting]))

@@ -3,7 +3,9 @@ each is written as.
 
 * :class:`Sent`: one run of a task (an attempt) was sent to an engine, as ipyparallel request
   ``request`` (in a bundle, as its part ``index``): a kernel killed from now on leaves it to
-  the cluster, and the next one takes it back;
+  the cluster, and the next one takes it back, with what it asked for (``needs``), when it was
+  sent (``at``) and the display id of its cell's status line (``line``), which that kernel
+  updates once it ended;
 * :class:`Ended`: that run ended (``how``: ``ok``, ``error``, ``engine lost``, ...), here or,
   taken back, in a later kernel;
 * :class:`Queued`: a ``%%sched`` cell waits while the kept cluster is in use, with its line and
@@ -95,6 +97,9 @@ class Sent(Entry):
     engine: int
     request: str
     index: int | None = None  # its place in a bundle's request (None: a request of its own)
+    line: str | None = None  # the display id of its cell's status line (None: none)
+    at: float | None = None  # when it was sent (``time.time()``): its start, for people
+    needs: dict | None = None  # what its submission asked for (``Demand.to_json()``)
 
 
 @dataclass(frozen=True)
@@ -133,13 +138,17 @@ def _names(kind: type[Entry]) -> tuple[str, ...]:
     """The fields of an entry's line after its kind and id."""
     return tuple(f.name for f in fields(kind) if f.name != "id")
 
-_TYPES = {"str": str, "int": int, "bool": bool}
+_TYPES: dict[str, Any] = {"str": str, "int": int, "bool": bool, "float": (int, float),
+                          "dict": dict}
 
 
 def _is(value: Any, annotation: str) -> bool:
     """Whether ``value`` is of the field's annotated type (``int | None``: an int)."""
     name = annotation.split("|")[0].strip()
     kind = _TYPES[name]
+    if kind is dict:  # (what a submission asked for: names and numbers)
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and _is(v, "float") for k, v in value.items())
     return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 

@@ -7,6 +7,8 @@ faults say how it ended. Without a journal (not a kept cluster), nothing is writ
 
 from __future__ import annotations
 
+import time
+
 from ..state import Run
 from .entries import Ended, Sent
 from .journal import Journal
@@ -27,8 +29,11 @@ class RunNotes:
         request = request or getattr(run.future, "msg_id", None)
         if not isinstance(request, str):
             return  # (nothing a later kernel could ask the controller about)
-        journal.append(Sent(journal.run(run.task, run.start.attempt), run.record.name,
-                            run.engine.eid, request, index))
+        record = run.record
+        line = record.work.line if record.gang is None else None  # (a gang's: all its members)
+        journal.append(Sent(journal.run(run.task, run.start.attempt), record.name,
+                            run.engine.eid, request, index, line=line,
+                            at=round(time.time(), 3), needs=record.spec.demand.to_json()))
 
     def ended(self, run: Run, how: str) -> None:
         """``run`` ended (``how``: its reply's status, ``error``, ``engine lost``)."""
