@@ -438,7 +438,8 @@ class RuntimeLoop:
         snap = snapshots.take(self.core, self.settings.max_rows,
                               list(self.records.history_tasks), live=live, now=now,
                               holders=holders, notices=tuple(self.notices()[-5:]),
-                              enforced=self.records.enforced())
+                              enforced=self.records.enforced(),
+                              durations=self.records.durations)
         self.shown.publish(snap, now, notify)
         return snap
 

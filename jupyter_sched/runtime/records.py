@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import events as ev
 from ..executors.base import Executor, LeftRunning, TaskRecord, device_shares
 from ..executors.local.output import TaskOutput
+from ..model.forecast import Durations, kind_of
 from ..model.tasks import ASSIGNED, CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class Records:
         self.queue_watch: dict[str, Callable[[str], None]] = {}
         self.closed = False  # the scheduler stopped: what still reports is a task left running
         self.forgotten: list[str] = []  # ended tasks let go here, for the core to let go too
+        self.durations = Durations()  # each kind's time, from its runs that ended done
 
     # -- for executors (any thread) --------------------------------------------------------------
 
@@ -251,6 +253,9 @@ class Records:
         del self.live[record.id]
         self.behind.pop(record.id, None)
         self.history_tasks.appendleft(task)
+        if task.state == DONE and task.started_at is not None:
+            self.durations.learn(kind_of(task.spec.family, task.spec.name),
+                                 task.times[-1][1] - task.started_at)
         record.work = record.work.spent()
         handle = self.handles.get(record.id)
         if handle is not None:
