@@ -122,6 +122,18 @@ def test_overrun_tasks_end_any_moment_and_places_and_slots_are_respected():
     assert got[0] == (None, "it fits nowhere as things are")  # b has no free engine slot
 
 
+def test_a_queue_at_its_cap_starts_one_more_only_as_one_of_its_own_ends():
+    res = node(4)
+    running = [Holding(0, res.acquire(gpus(1)), 6.0, queue="research"),
+               Holding(0, res.acquire(gpus(1)), 2.0)]
+    waiting = [Waiting(gpus(1), 1.0, queue="research"), Waiting(gpus(1), 1.0)]
+    got = expected_starts([Place(res)], running, waiting, caps={"research": 1})
+    assert got == [(6.0, ""), (0.0, "")]
+    unknown = [Holding(0, res.acquire(gpus(1)), None, "no run of `x` seen yet", queue="q")]
+    got = expected_starts([Place(res)], unknown, [Waiting(cpus(1), 1.0, queue="q")], {"q": 1})
+    assert got == [(None, "no run of `x` seen yet")]
+
+
 def test_shares_others_hold_are_taken_as_they_free_up_and_end_at_an_unknown_time():
     res = node(1)
     running = [running_on(res, gpus(1), 2.0)]

@@ -5,8 +5,9 @@ task is expected to end, and the waiting tasks are placed in their order as reso
 up, each on the first node that takes it (its devices chosen as the core chooses them: whole
 devices, or the best fit for a share). As in the core's cycle, a task that does not fit yet
 holds back the tasks of its class behind it (the same demand where the same nodes may take
-it), not those of other classes; nothing is placed ahead of its turn on a reservation
-(no backfill).
+it, in the same queue), not those of other classes; nothing is placed ahead of its turn on a
+reservation (no backfill). A queue with a cap on its running tasks (``max_running``) starts
+one more only as one of its own ends.
 
 What nobody can tell ends at an unknown time: a running task whose kind never ran before,
 shares other processes hold. A task that fits only once such a thing ends has no expected
@@ -19,7 +20,7 @@ plain numbers out, no clock.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .allocation import Allocation, NodeResources
@@ -78,6 +79,7 @@ class Holding:
     left: float | None
     why: str = ""
     slot: bool = False  # it holds an engine slot of its place
+    queue: str = ""  # the queue it counts in (for the queues' ``max_running``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,32 +91,40 @@ class Waiting:
     seconds: float | None
     why: str = ""
     places: tuple[int, ...] | None = None
+    queue: str = ""
 
 
 _NEVER = "it fits nowhere as things are"
 
 
 def expected_starts(places: Sequence[Place], running: Sequence[Holding],
-                    waiting: Sequence[Waiting]) -> list[tuple[float | None, str]]:
+                    waiting: Sequence[Waiting], caps: Mapping[str, int] | None = None
+                    ) -> list[tuple[float | None, str]]:
     """Each waiting task's expected start, in seconds from now, or None with why it is
-    unknown: ``(seconds, "")`` or ``(None, why)``, in the order of ``waiting``."""
+    unknown: ``(seconds, "")`` or ``(None, why)``, in the order of ``waiting``. ``caps``:
+    how many tasks of a queue may run at once, for the queues that have a cap."""
+    caps = caps or {}
+    using = {name: 0 for name in caps}  # tasks running in each capped queue
+    for h in running:
+        if h.queue in using:
+            using[h.queue] += 1
     nodes = [p.resources.copy() for p in places]
     slots = [p.slots for p in places]
     owed = [dict(p.owed) for p in places]
     everywhere = tuple(range(len(places)))
-    ends: list = []  # (time, seq, place, allocation or None, slot)
+    ends: list = []  # (time, seq, place, allocation, holds a slot, queue)
     unknown = [h.why for h in running if h.left is None and h.why]
     unknown += [p.held for p in places if p.held]
     for seq, h in enumerate(running):
         if h.left is not None:
-            ends.append((max(h.left, 0.0), seq, h.place, h.allocation, h.slot))
+            ends.append((max(h.left, 0.0), seq, h.place, h.allocation, h.slot, h.queue))
     heapq.heapify(ends)
     seq = len(running)
     out: list[tuple[float | None, str]] = [(None, "")] * len(waiting)
     # the classes: tasks of one demand and the same places, each a list of indices in order
     classes: dict[tuple, list[int]] = {}
     for i, w in enumerate(waiting):
-        classes.setdefault((w.demand, w.places), []).append(i)
+        classes.setdefault((w.demand, w.places, w.queue), []).append(i)
     # each class's next task: (its index, the class's key, where in the class it stands)
     heads = [(members[0], key, 0) for key, members in classes.items()]
     heapq.heapify(heads)
@@ -127,8 +137,11 @@ def expected_starts(places: Sequence[Place], running: Sequence[Holding],
             members = classes[key]
             w = waiting[i]
             demand, where_ = w.demand, everywhere if w.places is None else w.places
+            queue = w.queue if w.queue in using else None
             while True:  # this class's tasks, while each is the next in order and fits
                 allocation = None
+                if queue is not None and using[queue] >= caps[queue]:
+                    where_ = ()  # (its queue runs as many as it may: it waits for one to end)
                 for where in where_:
                     free = slots[where]
                     if free is None or free > 0:
@@ -143,10 +156,13 @@ def expected_starts(places: Sequence[Place], running: Sequence[Holding],
                     blocked.append((i, key, at))
                     break
                 out[i] = (now, "")
+                if queue is not None:
+                    using[queue] += 1
                 seconds = w.seconds
                 if seconds is not None:
                     seq += 1
-                    push(ends, (now + seconds, seq, where, allocation, slots[where] is not None))
+                    push(ends, (now + seconds, seq, where, allocation, slots[where] is not None,
+                                w.queue))
                 elif w.why:
                     unknown.append(w.why)
                 at += 1
@@ -167,10 +183,12 @@ def expected_starts(places: Sequence[Place], running: Sequence[Holding],
             break
         now = ends[0][0]
         while ends and ends[0][0] <= now:
-            _, _, where, allocation, slot = pop(ends)
+            _, _, where, allocation, slot, queue = pop(ends)
             _release(nodes[where], allocation, owed[where])
             if slot:
                 slots[where] += 1  # type: ignore[operator]
+            if queue in using:
+                using[queue] -= 1
         for item in blocked:
             push(heads, item)
         blocked = []

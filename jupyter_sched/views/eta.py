@@ -51,7 +51,7 @@ def starts(core: Core, waiting: Iterable[Task], durations: Durations | Mapping[s
         left = None if took is None else took - (now - (task.started_at or now))
         running.append(Holding(where, allocation, left,
                                "" if took is not None else unknown_kind(kind, task.id),
-                               slot=task.slot is not None))
+                               slot=task.slot is not None, queue=task.queue))
     shapes: dict[tuple, tuple[int, ...] | None] = {}
     wants = []
     for task in waiting:
@@ -64,8 +64,10 @@ def starts(core: Core, waiting: Iterable[Task], durations: Durations | Mapping[s
         kind = kind_of(spec.family, spec.name)
         took = durations.get(kind)
         wants.append(Waiting(spec.demand, took,
-                             "" if took is not None else unknown_kind(kind, task.id), where))
-    found = expected_starts(places, running, wants)
+                             "" if took is not None else unknown_kind(kind, task.id), where,
+                             task.queue))
+    caps = {q.name: q.max_running for q in core.queues.queues.values() if q.max_running}
+    found = expected_starts(places, running, wants, caps)
     return {task.id: at for task, at in zip(waiting, found, strict=True)}
 
 
