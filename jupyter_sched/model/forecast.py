@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .allocation import Allocation, NodeResources
+from .quantity import SCALE
 from .resources import GPU, Demand
 
 _KINDS = 1024  # kinds whose time is kept at most (the oldest learned is dropped)
@@ -182,17 +183,51 @@ def expected_starts(places: Sequence[Place], running: Sequence[Holding],
                     out[j] = (None, why)
             break
         now = ends[0][0]
+        freed: dict[int, tuple[int, int]] = {}  # places given back to: (top share, whole)
+        queues = False
         while ends and ends[0][0] <= now:
             _, _, where, allocation, slot, queue = pop(ends)
             _release(nodes[where], allocation, owed[where])
+            freed[where] = (0, 0)
             if slot:
                 slots[where] += 1  # type: ignore[operator]
             if queue in using:
                 using[queue] -= 1
+                queues = True
+        for where in freed:
+            devices = nodes[where].devices.get(GPU)
+            freed[where] = devices.top_and_whole() if devices is not None else (0, 0)
+        # a blocked class is tried again where something was given back, if it may fit there
+        # now (a quick look at amounts, the largest free share, whole devices free); a task
+        # of a capped queue, whenever a task of a capped queue ended
+        still = []
         for item in blocked:
-            push(heads, item)
-        blocked = []
+            w = waiting[item[0]]
+            if queues and w.queue in using:
+                push(heads, item)
+                continue
+            for where in everywhere if w.places is None else w.places:
+                top_whole = freed.get(where)
+                if top_whole is not None and _may_fit(nodes[where], w.demand, top_whole):
+                    push(heads, item)
+                    break
+            else:
+                still.append(item)
+        blocked = still
     return out
+
+
+def _may_fit(node: NodeResources, demand: Demand, top_whole: tuple[int, int]) -> bool:
+    """Whether ``demand`` may fit on ``node``, by what a look at its amounts tells (no device
+    is chosen): False only where it surely does not."""
+    available = node.available
+    for name, units in demand.amounts:
+        if available.get(name, 0) < units:
+            return False
+    units = demand.gpu_units
+    if units >= SCALE:
+        return top_whole[1] * SCALE >= units
+    return top_whole[0] >= units or demand.gpu_memory > 0
 
 
 def _release(node: NodeResources, allocation: Allocation, owed: dict[int, int]) -> None:
