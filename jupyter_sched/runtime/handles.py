@@ -192,6 +192,28 @@ class TaskHandle(LightFuture):
             return None
 
     @property
+    def expected_start(self) -> float | None:
+        """Seconds until it is expected to start, while queued: the latest snapshot's forecast
+        (views/eta.py), counted down since. None when that is unknown (``start_unknown``
+        says why), or the task is not queued or not among the snapshot's rows."""
+        snap, view = self._shown()
+        if view is None or view.expected_start is None:
+            return None
+        return max(0.0, view.expected_start - max(0.0, self._scheduler.now() - snap.time))
+
+    @property
+    def start_unknown(self) -> str:
+        """Why its expected start is unknown, in words ("" when known, or not queued)."""
+        return getattr(self._shown()[1], "start_unknown", "")
+
+    def _shown(self) -> tuple[Any, Any]:
+        """(The latest snapshot, its row for this task), while the task is queued."""
+        if self.state != "queued":
+            return None, None
+        snap = self._scheduler.snapshot()
+        return snap, next((v for v in snap.waiting if v.id == self.id), None)
+
+    @property
     def submitted(self) -> float | None:
         return self._live.submitted
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import events as ev
 from ..executors.base import Executor, LeftRunning, Origin, TaskRecord, device_shares
 from ..executors.local.output import Publisher, TaskOutput
+from ..model.forecast import Durations, kind_of
 from ..model.tasks import ASSIGNED, CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL
 from .placed import Placed
 
@@ -79,6 +80,7 @@ class Records:
         self.closed = False  # the scheduler stopped: what still reports is a task left running
         self.forgotten: list[str] = []  # ended tasks let go here, for the core to let go too
         self.origins: dict[str, Origin] = {}  # task -> where it began (taken back: few)
+        self.durations = Durations()  # each kind's time, from its runs that ended done
 
     # -- for executors (any thread) --------------------------------------------------------------
 
@@ -311,6 +313,9 @@ class Records:
         del self.live[record.id]
         self.behind.pop(record.id, None)
         self.history_tasks.appendleft(task)
+        if task.state == DONE and task.started_at is not None:
+            self.durations.learn(kind_of(task.spec.family, task.spec.name),
+                                 task.times[-1][1] - task.started_at)
         record.work = record.work.spent()
         handle = self.handles.get(record.id)
         if handle is not None:

@@ -39,6 +39,7 @@ from .format import (
     more_text,
     one_line,
     row_html,
+    start_text,
     state_html,
     table_html,
     table_text,
@@ -106,12 +107,13 @@ def to_json(value: Any) -> Any:
     return value
 
 
-_TASK_DEFAULTS = (("batch", False), ("enforced", None))
+_TASK_DEFAULTS = (("batch", False), ("enforced", None), ("start_unknown", ""))
 
 
 def _unsaid(data: dict) -> None:
-    """Leave out of a task's JSON what says nothing: ``batch`` and ``enforced`` at their
-    defaults, ``attempts`` of a task that started at most once, ``tries`` when there are none."""
+    """Leave out of a task's JSON what says nothing: ``batch``, ``enforced`` and
+    ``start_unknown`` at their defaults, ``attempts`` of a task that started at most once,
+    ``tries`` when there are none."""
     for key, default in _TASK_DEFAULTS:
         if data.get(key, default) == default:
             data.pop(key, None)
@@ -205,6 +207,8 @@ def status_line(view: Any, now: float | None = None, error: str | None = None,
         timing = f"for {format_duration(now - started)}"
     elif state in ("done", "failed", "cancelled") and started is not None and ended is not None:
         timing = f"in {format_duration(ended - started)}"
+    elif state == "queued":  # (seconds from ``now``: a handle counts down its snapshot's)
+        timing = start_text(view_attr(view, "expected_start"), view_attr(view, "start_unknown"))
     if timing:
         text += f" ({timing})"
     if note:
@@ -309,11 +313,19 @@ def _task_row(view: TaskView) -> tuple[str, ...]:
     if state == "queued" and view.position:
         state = f"queued #{view.position}"
     detail = (task_state_text(view).partition(" ")[2].lstrip(", :") if view.state != "queued"
-              else one_line(view.reason))
+              else _waiting_detail(view))
     if view.gang:
         detail = (detail + gang_text(view)).strip()
     return (view.id, one_line(view.name, 30), state, one_line(view.queue),
             format_resources(view.demand), one_line(detail, 80))
+
+
+def _waiting_detail(view: TaskView) -> str:
+    """A queued row's detail: when it is expected to start (as of the snapshot), and why it
+    waits."""
+    start = start_text(view.expected_start, view.start_unknown)
+    reason = one_line(view.reason)
+    return f"{start}; {reason}" if start and reason else start or reason
 
 
 _TASK_HEADER = ("id", "name", "state", "queue", "needs", "where / why")
@@ -327,7 +339,7 @@ def _task_rows_html(views: Iterable[TaskView]) -> list[str]:
             state += f" #{view.position}"
         detail = task_state_text(view).partition(" ")[2].lstrip(", :")
         if view.state == "queued":
-            detail = view.reason
+            detail = _waiting_detail(view)
         rows.append(row_html([
             escape(view.id), escape(view.name), state, escape(view.queue),
             escape(format_resources(view.demand)), escape(detail + gang_text(view)),

@@ -90,6 +90,20 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours} h {minutes} min"
 
 
+def start_text(seconds: float | None, unknown: str = "") -> str:
+    """A queued task's expected start: ``starts in ~3 min``, ``start unknown: why``; "" when
+    there is no estimate."""
+    if seconds is None:
+        return f"start unknown: {one_line(unknown)}" if unknown else ""
+    if seconds < 1:
+        return "expected to start now"
+    if seconds < 60:
+        return f"starts in ~{seconds:.0f} s"
+    if seconds < 3600:
+        return f"starts in ~{seconds / 60:.0f} min"
+    return f"starts in ~{seconds / 3600:.1f} h"
+
+
 def view_attr(view: Any, name: str, default: Any = None) -> Any:
     """Views and handles are read alike: a handle passes itself where a TaskView goes."""
     value = getattr(view, name, default)

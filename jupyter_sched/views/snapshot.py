@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..model.forecast import Durations
 from ..model.quantity import SCALE, to_float, units_to_shares
 from ..model.resources import MEMORY, Demand, resources_to_json
 from ..model.tasks import ASSIGNED, INFEASIBLE, QUEUED, RUNNING, STOPPING, TERMINAL
+from . import eta
 
 if TYPE_CHECKING:
     from ..core.state import Core
@@ -113,6 +115,10 @@ class TaskView:
     enforced: str | None = None  # how its fraction of a GPU is held: logical, mps, torch
     attempts: int = 0  # how many times it started (retries and preemptions start it again)
     tries: tuple[AttemptView, ...] = ()  # each start, when it started more than once
+    # queued: seconds from the snapshot's time until it is expected to start (views/eta.py),
+    # None when unknown (``start_unknown`` says why) or not estimated
+    expected_start: float | None = None
+    start_unknown: str = ""
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,8 @@ def _tries(task: Task) -> tuple[AttemptView, ...]:
 
 def task_view(task: Task, position: int | None = None,
               enforced: Mapping[str, str | None] | None = None,
-              origins: Mapping[str, Any] | None = None) -> TaskView:
+              origins: Mapping[str, Any] | None = None,
+              start: tuple[float | None, str] = (None, "")) -> TaskView:
     spec = task.spec
     times = dict(task.times)
     allocation = task.allocation
@@ -221,6 +228,7 @@ def task_view(task: Task, position: int | None = None,
         attempts=(sum(1 for state, _ in task.times if state == RUNNING) if task.attempt > 1
                   else task.attempt),  # (1: started once, or sent ahead to start once)
         tries=_tries(task) if task.attempt > 1 else (),
+        expected_start=start[0], start_unknown=start[1],
     )
     origin = origins.get(task.id) if origins else None
     return view if origin is None else _taken_back(view, origin)
@@ -241,7 +249,8 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
          live: dict | None = None, now: float | None = None,
          holders: dict | None = None, notices: tuple = (),
          enforced: Mapping[str, str | None] | None = None,
-         origins: Mapping[str, Any] | None = None) -> Snapshot:
+         origins: Mapping[str, Any] | None = None,
+         durations: Durations | None = None) -> Snapshot:
     """A bounded snapshot of ``core``. ``history``: terminal tasks, newest first (the runtime
     keeps them); ``live``: NVML readings by (node, device index); ``now``: the time it is
     taken, which the durations it shows run to (the core's last tick if None: the core
@@ -249,7 +258,8 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     :class:`HolderView`, processes holding no lease as :class:`ProcessView`)}; ``notices``:
     what the user must be told; ``enforced``: how each running task's fraction of a GPU is
     held, by task id; ``origins``: where the tasks taken back from a kept cluster began, by
-    task id (their request and start)."""
+    task id (their request and start); ``durations``: each kind's expected time, which
+    gives the queued tasks shown their expected start (none without it)."""
     live = live or {}
     holders = holders or {}
     nodes = tuple(_node_view(node, live, holders) for node in core.cluster.nodes.values())
@@ -258,8 +268,14 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     # each queue's first max_rows jobs are enough for the first max_rows rows of all
     positions = core.queue_position(max_rows)
     queued = sorted((core.tasks[i] for i in positions), key=lambda t: (positions[t.id], t.seq))
-    waiting = [task_view(t) for t in itertools.islice(core.books.assigned.values(), max_rows)]
-    waiting += [task_view(t, positions[t.id]) for t in queued[:max_rows - len(waiting)]]
+    when = core.now if now is None else max(now, core.now)
+    assigned = list(itertools.islice(core.books.assigned.values(), max_rows))
+    queued = queued[:max_rows - len(assigned)]
+    starts = ({} if durations is None
+              else eta.starts(core, assigned + queued, durations, when))
+    none = (None, "")
+    waiting = [task_view(t, None, None, start=starts.get(t.id, none)) for t in assigned]
+    waiting += [task_view(t, positions[t.id], None, start=starts.get(t.id, none)) for t in queued]
     for job in itertools.islice(core.books.held.values(), max(0, max_rows - len(waiting))):
         waiting += [task_view(t) for t in getattr(job, "members", (job,))]  # (held: after
     del waiting[max_rows:]                                               # those queued)
@@ -280,7 +296,7 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     ended = sorted(history or [], key=lambda t: (t.times[-1][1], t.seq), reverse=True)
     done = tuple(task_view(t, origins=origins) for t in ended[:max_rows])
     queues = tuple(_queue_view(q) for q in core.queues.queues.values() if q.name != "root")
-    return Snapshot(core.now if now is None else max(now, core.now), nodes, running,
+    return Snapshot(when, nodes, running,
                     tuple(waiting), done, queues, counts, tuple(notices))
 
 

@@ -74,6 +74,13 @@ export interface ITaskView {
   attempts?: number;
   /** Each start, oldest first, when it started more than once; else absent. */
   tries?: ITaskTry[];
+  /**
+   * Queued: in how many seconds it is expected to start, from the payload's `time`; null when
+   * unknown (`start_unknown` says why) or not queued; absent from old kernels.
+   */
+  expected_start?: number | null;
+  /** Why a queued task's expected start is unknown; absent when it is known or not queued. */
+  start_unknown?: string;
 }
 
 /** One start of a task that started more than once (docs/schema.md). */
