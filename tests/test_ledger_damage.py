@@ -7,7 +7,8 @@ Two kernels stream whole and half-GPU tasks on two declared GPUs while the ledge
 damaged, one way after another; a third kernel starts after the first damage and streams too.
 Every task writes down which device it held, how much, from when to when: computed offline
 from those records, no device is ever held beyond 1.0. Each kernel says what happened under
-its next ``%sched`` cell, and every kernel's GPU work goes on within 5 s of each damage.
+its next ``%sched`` cell, and every kernel's GPU work goes on within 10 s of each damage (well
+under 1 s on a quiet machine; the bound leaves room for a test run that keeps both cores busy).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from waiting import wait_for
 from jupyter_sched.host.ledger import Ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+RESUME = 10.0  # seconds within which every kernel's GPU work goes on after a damage
 
 WORK = '''
 import json, threading, time, jupyter_sched
@@ -164,8 +167,8 @@ def test_no_damage_to_the_ledger_lets_a_gpu_be_held_twice(monkeypatch, tmp_path)
                     wait_for_work(log, damaged, names)
                     resumed = {n: round(t - damaged, 2)
                                for n, t in first_starts(log, damaged).items()}
-                    assert all(t < 5.0 for t in resumed.values()), \
-                        f"GPU work went on more than 5 s after the damage: {resumed}"
+                    assert all(t < RESUME for t in resumed.values()), \
+                        f"GPU work went on more than {RESUME} s after the damage: {resumed}"
                 except AssertionError as err:
                     looks = {n: (k.value("[str(n) for n in jupyter_sched.get_scheduler()"
                                          ".notices()]"),
@@ -182,7 +185,7 @@ def test_no_damage_to_the_ledger_lets_a_gpu_be_held_twice(monkeypatch, tmp_path)
                 for k in (a, b):
                     # a kernel whose tasks pass their leases on writes nothing: it sees the
                     # damage when it next looks at the file (every 0.5 s while it holds)
-                    said = wait_for(lambda k=k: told_of_heal(k), 5.0,
+                    said = wait_for(lambda k=k: told_of_heal(k), RESUME,
                                     f"{damage.__name__}: a kernel told of the heal")
                     assert "GPU lease ledger" in said and "it was healed by" in said, \
                         (damage.__name__, said)

@@ -52,7 +52,7 @@ SHOWS = {
                             "'half-life 60 s': [1.0, 1.0, 0.65, 0.5]",
                             "queue 'interns' is closed"],
     "engines": ["slots free", "2/2", "[('0', [0], '0'), ('1', [0], '1')]", "'finished'", "1/1",
-                "long-job: done on local (engine e"],
+                "long-job: done after 2 attempts on local (engine e"],
     "what-if": ["4 nodes: done after", "8 nodes: done after", "research:prod"],
     "restart-safe": ["t3 report: cancelled: the scheduler shut down",
                      "running · 2 engines · 2 sent and not ended (train, sweep) · started by ",
