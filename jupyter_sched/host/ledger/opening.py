@@ -135,18 +135,28 @@ def _make(path: Path, mode: int) -> bool:
             workdir.rmdir()
 
 
-def _check_access(path: Path, name: Path) -> None:
-    """Refuse ``name`` (the ledger ``path`` or a file SQLite keeps beside it) if unusable:
-    looked at without following a link, and a link is refused."""
-    which = "it" if name == path else f"its file {name}"
+def _regular_file(path: Path, name: Path) -> os.stat_result | None:
+    """``name`` (the ledger ``path`` or a file beside it) looked at without following a link:
+    None when a file beside it is missing; a ledger that vanished, a link or anything but a
+    regular file is refused."""
     try:
         info = name.lstat()
     except FileNotFoundError:
         if name == path:
             raise LedgerError(f"the lease ledger {path} vanished while it was opened") from None
-        return
+        return None
     if not stat.S_ISREG(info.st_mode):
         raise LedgerError(_not_a_file(path, name, info))
+    return info
+
+
+def _check_access(path: Path, name: Path) -> None:
+    """Refuse ``name`` (the ledger ``path`` or a file SQLite keeps beside it) if unusable:
+    looked at without following a link, and a link is refused."""
+    which = "it" if name == path else f"its file {name}"
+    info = _regular_file(path, name)
+    if info is None:
+        return
     if not os.access(name, os.R_OK | os.W_OK):
         me = user_name(os.getuid())
         raise LedgerError(
@@ -223,14 +233,9 @@ def _check_trust(path: Path, name: Path, place: _Place) -> None:
     """Refuse ``name`` (the ledger ``path`` or a file beside it) unless it is a regular file
     (not a link) of this user's, or, in a group's directory, of a member's, in that group and
     readable and writable by it; never writable by others."""
-    try:
-        info = name.lstat()
-    except FileNotFoundError:
-        if name == path:
-            raise LedgerError(f"the lease ledger {path} vanished while it was opened") from None
+    info = _regular_file(path, name)
+    if info is None:
         return
-    if not stat.S_ISREG(info.st_mode):
-        raise LedgerError(_not_a_file(path, name, info))
     mode, owner = stat.filemode(info.st_mode), user_name(info.st_uid)
     group = group_name(place.info.st_gid)
     if not place.shared and info.st_uid != os.getuid():
