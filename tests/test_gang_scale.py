@@ -18,8 +18,8 @@ pytestmark = pytest.mark.timeout(120)
 MEMBERS = 30_000
 
 
-def test_cancelling_a_large_waiting_gang_ends_every_member_once_and_in_linear_time():
-    s = Scheduler(local_resources="GPU=1,CPU=2").start()
+def test_cancelling_a_large_waiting_gang_ends_every_member_once_and_in_linear_time(tmp_path):
+    s = Scheduler(local_resources="GPU=1,CPU=2", ledger_path=str(tmp_path / "leases.db")).start()
     try:
         # one GPU each, one GPU on the host: the gang waits (it cannot start until all fit)
         gang = s.submit(time.sleep, 1, resources={"GPU": 1}, gang=f"big:{MEMBERS}")
@@ -36,11 +36,12 @@ def test_cancelling_a_large_waiting_gang_ends_every_member_once_and_in_linear_ti
         s.shutdown()
 
 
-def test_members_ending_together_on_many_threads_settle_the_gang_once(caplog):
+def test_members_ending_together_on_many_threads_settle_the_gang_once(caplog, tmp_path):
     """Members end on several threads at once: the gang is settled exactly once, with no
     ``InvalidStateError`` from two threads both seeing the last member done (a done callback
-    that raises is logged by ``concurrent.futures``)."""
-    s = Scheduler(local_resources="GPU=8,CPU=16").start()
+    that raises is logged by ``concurrent.futures``). Its GPUs are its own (a ledger of its
+    own: no other scheduler of the test run holds a share of them)."""
+    s = Scheduler(local_resources="GPU=8,CPU=16", ledger_path=str(tmp_path / "leases.db")).start()
     try:
         for _ in range(30):
             gate = threading.Barrier(8)
