@@ -3,8 +3,8 @@ side by side (pytest-xdist), and the checks every test gets.
 
 * ``core``: a core checked after every step (tests/conftest_core.py has the event builders).
 * :func:`scheduler`, and the ``sched`` fixture built with it: a started scheduler whose core is
-  checked after every step, shut down after the test, with no invariant broken. The
-  ``clocked`` fixture is the same scheduler on the test's ``clock`` (a
+  checked after every step, shut down after the test, with no invariant broken. A test that
+  asks for ``clock`` too gets it on the test's clock (a
   :class:`~jupyter_sched.testing.TestClock`): its time moves only when the test moves it
   (``waiting.advance``), so a test asserts that something did *not* happen by moving past
   the moment it would have, never by sleeping.
@@ -101,8 +101,11 @@ def ledger_path(tmp_path_factory):
 def sched(request, ledger_path):
     """:func:`scheduler`'s scheduler, with a lease ledger of the test's own (``ledger_path``)
     and the settings of the test's or module's ``pytest.mark.scheduler(...)`` mark (the
-    arguments of :func:`scheduler`)."""
+    arguments of :func:`scheduler`); on the test's ``clock`` when the test asks for that
+    fixture too (move it with ``waiting.advance``)."""
     args, kwargs = _marked(request, ledger_path)
+    if "clock" in request.fixturenames:
+        kwargs["clock"] = request.getfixturevalue("clock")
     with scheduler(*args, **kwargs) as s:
         yield s
 
@@ -114,13 +117,6 @@ def clock():
 
     return TestClock()
 
-
-@pytest.fixture
-def clocked(request, ledger_path, clock):
-    """:func:`sched`'s scheduler on the test's ``clock``: move it with ``waiting.advance``."""
-    args, kwargs = _marked(request, ledger_path)
-    with scheduler(*args, clock=clock, **kwargs) as s:
-        yield s
 
 
 def _marked(request, ledger_path) -> tuple[tuple, dict]:

@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-from conftest_core import node, submit, task, validating
+from conftest_core import node, submit, task
 
 from jupyter_sched.core import events as ev
-from jupyter_sched.core.state import Core
 from jupyter_sched.core.transitions import DECISIONS
 from jupyter_sched.model.tasks import GangSpec
-
-
-@pytest.fixture
-def core():
-    c = validating(Core())
-    yield c
-    c.validate()
 
 
 def causes(out) -> list[tuple[str, str, str]]:

@@ -190,7 +190,7 @@ def test_a_released_task_is_said_to_have_started_however_soon_it_ends(sched):
 # -- time limits and shutdown -----------------------------------------------------------------
 
 
-def test_time_limit_stops_a_running_task_and_frees_its_gpu(clocked, clock):
+def test_time_limit_stops_a_running_task_and_frees_its_gpu(sched, clock):
     """The limit fires when the scheduler's clock passes it, and not a moment before."""
     from jupyter_sched.runtime.handles import TaskTimeout
 
@@ -198,16 +198,16 @@ def test_time_limit_stops_a_running_task_and_frees_its_gpu(clocked, clock):
         while True:
             time.sleep(0.005)
 
-    h = clocked.submit(spin, resources="GPU=1", time_limit=0.2)
+    h = sched.submit(spin, resources="GPU=1", time_limit=0.2)
     wait_for(lambda: h.state == "running")
-    advance(clocked, clock, 0.199)
-    assert h.state == "running" and gpu_shares(clocked.snapshot(fresh=True))[0] == 1.0
-    advance(clocked, clock, 0.002)
+    advance(sched, clock, 0.199)
+    assert h.state == "running" and gpu_shares(sched.snapshot(fresh=True))[0] == 1.0
+    advance(sched, clock, 0.002)
     with pytest.raises(TaskTimeout, match="time limit"):
         h.result(WAIT)
     assert h.state == "failed"
     assert h.duration == pytest.approx(0.201)
-    assert gpu_shares(clocked.snapshot(fresh=True)) == {0: 0.0, 1: 0.0}
+    assert gpu_shares(sched.snapshot(fresh=True)) == {0: 0.0, 1: 0.0}
 
 
 def test_a_clock_that_jumps_runs_out_an_hours_time_limit_at_once():
@@ -364,39 +364,39 @@ def test_observers_get_throttled_snapshots_and_a_last_one(sched):
     unsubscribe()
 
 
-def test_an_observer_gone_gets_no_snapshot_when_one_is_due(clocked, clock):
+def test_an_observer_gone_gets_no_snapshot_when_one_is_due(sched, clock):
     gone, kept = [], []
-    unsubscribe = clocked.subscribe(gone.append)
-    clocked.subscribe(kept.append)
-    advance(clocked, clock, clocked.update_interval)
+    unsubscribe = sched.subscribe(gone.append)
+    sched.subscribe(kept.append)
+    advance(sched, clock, sched.update_interval)
     assert gone and kept  # (one soon after subscribing)
     unsubscribe()
     count, before = len(gone), len(kept)
-    clocked.submit(lambda: None).result(WAIT)
-    advance(clocked, clock, clocked.update_interval)  # past when the next one is due
+    sched.submit(lambda: None).result(WAIT)
+    advance(sched, clock, sched.update_interval)  # past when the next one is due
     assert len(kept) > before, "the observer still subscribed got the snapshot due"
     assert len(gone) == count
 
 
-def test_runtime_thread_idles_without_polling(clocked, clock):
+def test_runtime_thread_idles_without_polling(sched, clock):
     """Nothing due: the runtime waits on its queue with no timeout."""
-    clocked.snapshot(fresh=True)
-    advance(clocked, clock, clocked.update_interval)  # the last publish goes out
-    assert clocked.inspect_core(lambda core: clocked._loop._due()) == (None, None)
+    sched.snapshot(fresh=True)
+    advance(sched, clock, sched.update_interval)  # the last publish goes out
+    assert sched.inspect_core(lambda core: sched._loop._due()) == (None, None)
 
 
-def test_a_snapshot_runs_durations_to_the_moment_it_is_taken(clocked, clock):
+def test_a_snapshot_runs_durations_to_the_moment_it_is_taken(sched, clock):
     """``%sched``, ``%sched queue`` and the renderer show how long a task has run from a
     snapshot's time: the time it is taken, not the scheduler's last event."""
     gate = threading.Event()
-    task = clocked.submit(gate.wait, WAIT, resources={"GPU": 0.5})
+    task = sched.submit(gate.wait, WAIT, resources={"GPU": 0.5})
     try:
         wait_for(lambda: task.started is not None)
-        advance(clocked, clock, 1.0)  # nothing happens meanwhile: no event
-        snapshot = clocked.snapshot(fresh=True)
+        advance(sched, clock, 1.0)  # nothing happens meanwhile: no event
+        snapshot = sched.snapshot(fresh=True)
         (view,) = snapshot.running
         assert snapshot.time - view.started == pytest.approx(1.0)
-        assert snapshot.time <= clocked.now()
+        assert snapshot.time <= sched.now()
         payload = queue_bundle(snapshot)["application/vnd.jupyter-sched.v1+json"]
         assert payload["time"] - payload["running"][0]["started"] == pytest.approx(1.0)
     finally:
