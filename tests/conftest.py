@@ -46,6 +46,15 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.fixture(autouse=True)
+def _a_ledger_of_its_own(monkeypatch, tmp_path_factory):
+    """The schedulers and kernels a test starts share a lease ledger of the test's own (unless
+    it names one): a scheduler an earlier test of the same worker left holding a share (its
+    task still in a call Python cannot interrupt) takes no GPU from this test's."""
+    monkeypatch.setenv("JUPYTER_SCHED_LEASES",
+                       str(tmp_path_factory.mktemp("leases", numbered=True) / "leases.db"))
+
+
 # -- a core and a scheduler ---------------------------------------------------------------------
 
 
@@ -183,10 +192,10 @@ def pytest_configure(config) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # (pytest-xdist's hooks)
 def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto``: two workers per CPU, at least two and at most eight: most tests wait for
-    processes (kernels, engines, a browser), not for a CPU."""
+    """``-n auto``: a worker per CPU, at least two and at most eight (two per CPU kept both
+    cores so busy that kernels' status lines and timers fell behind their tests' bounds)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(2, min(8, 2 * (cpus or 1)))
+    return max(2, min(8, cpus or 1))
 
 
 @pytest.hookimpl(optionalhook=True)
