@@ -231,9 +231,10 @@ def pytest_collection_modifyitems(config, items) -> None:
                                  item.module.__name__ not in starts))
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session) -> None:
-    """A worker writes the groups of what it collected, by node id, for the controller."""
+    """A worker writes the groups of what it collected, by node id, for the controller, before
+    it says its collection is done (pytest-xdist's own hook says so: this one runs first)."""
     folder = os.environ.get(_GROUPS)
     worker = getattr(session.config, "workerinput", {}).get("workerid")
     if folder and worker:
@@ -245,14 +246,21 @@ def pytest_collection_finish(session) -> None:
         os.replace(partial, os.path.join(folder, f"{worker}.json"))
 
 
-def _read_groups() -> dict[str, str]:
-    """The groups a worker wrote (every worker collected the same tests)."""
+def _read_groups(timeout: float = 60.0) -> dict[str, str]:
+    """The groups a worker wrote (every worker collected the same tests): written before the
+    worker says its collection is done, waited for a while should the file system lag."""
+    import time
+
     folder = os.environ.get(_GROUPS, "")
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.endswith(".json") and not name.startswith("."):
-            with open(os.path.join(folder, name)) as f:
-                return json.load(f)
-    raise RuntimeError(f"no worker wrote the groups of its tests to {folder!r}")
+    deadline = time.monotonic() + timeout
+    while True:
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if name.endswith(".json") and not name.startswith("."):
+                with open(os.path.join(folder, name)) as f:
+                    return json.load(f)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no worker wrote the groups of its tests to {folder!r}")
+        time.sleep(0.05)
 
 
 def _group(item) -> str | None:
