@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from waiting import wait_for
 
 from jupyter_sched.model.allocation import Allocation, NodeResources
 from jupyter_sched.model.forecast import (
@@ -190,10 +191,7 @@ def _other(gate: threading.Event) -> None:
 
 
 def _until_running(handle) -> None:
-    deadline = time.monotonic() + WAIT
-    while handle.state != RUNNING:
-        assert time.monotonic() < deadline, handle.state
-        time.sleep(0.01)
+    wait_for(lambda: handle.state == RUNNING, WAIT, f"{handle.id} running")
 
 
 def test_a_waiting_task_shows_when_it_is_expected_to_start():
