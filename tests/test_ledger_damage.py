@@ -142,9 +142,12 @@ def told(kernel: Kernel) -> str:
     return kernel.run("%sched queue").stderr
 
 
-def told_of_heal(kernel: Kernel) -> str:
-    """What the kernel says under its next cell, when it speaks of the ledger's heal."""
+def told_of_heal(kernel: Kernel, heard: list[str]) -> str:
+    """What the kernel says under its next cell, when it speaks of the ledger's heal (all it
+    said is kept in ``heard``: a failure shows it)."""
     said = told(kernel)
+    if said:
+        heard.append(said)
     return said if "healed by" in said else ""
 
 
@@ -185,8 +188,10 @@ def test_no_damage_to_the_ledger_lets_a_gpu_be_held_twice(monkeypatch, tmp_path)
                 for k in (a, b):
                     # a kernel whose tasks pass their leases on writes nothing: it sees the
                     # damage when it next looks at the file (every 0.5 s while it holds)
-                    said = wait_for(lambda k=k: told_of_heal(k), RESUME,
-                                    f"{damage.__name__}: a kernel told of the heal")
+                    heard: list[str] = []
+                    said = wait_for(lambda k=k, h=heard: told_of_heal(k, h), RESUME,
+                                    f"{damage.__name__}: a kernel told of the heal",
+                                    every=0.2, explain=lambda h=heard: h)
                     assert "GPU lease ledger" in said and "it was healed by" in said, \
                         (damage.__name__, said)
                 if c is None:  # a kernel started after the damage coordinates too

@@ -29,6 +29,7 @@ from jupyter_sched.host.ledger import Ledger, WaitSpec
 from jupyter_sched.host.ledger.errors import LedgerBusy
 from jupyter_sched.host.ledger.fairness import GpuDemand
 from jupyter_sched.host.ledger.holders import MISSING, HoldersDir, Liveness, Owner, token
+from jupyter_sched.host.ledger.keeper import DEEP_LOOK
 from jupyter_sched.host.ledger.stalls import lock_holder
 from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.testing import ledger_writer
@@ -370,6 +371,33 @@ def test_damaged_pages_are_moved_aside_and_the_ledger_is_made_again(path, peers)
         aside = [p.name for p in path.parent.iterdir() if ".damaged-" in p.name]
         assert aside and all(name.startswith("leases.db") for name in aside)
     assert "was healed" in " ".join(a("look"))
+
+
+def test_pages_damaged_under_this_processs_cached_copy_are_found_by_a_look(path):
+    """SQLite reads a page again only when another process's write makes it: pages damaged
+    in the file while this process has them cached are not read, and a ledger that only
+    this process writes stays damaged unless its looks check every page (every DEEP_LOOK s,
+    on the ledger's clock)."""
+    clock = [100.0]
+    with Ledger(path, label="a.ipynb", clock=lambda: clock[0]) as ledger:
+        lease = ledger.take(GPU, 5_000, task="ta")
+        with contextlib.closing(sqlite3.connect(path)) as db:  # (every page in the file)
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        assert ledger.look_after() == []  # (the first look checks every page: all whole)
+        assert [held.id for held in ledger.held()] == [lease.id]  # (now cached, as read)
+        with open(path, "r+b") as f:  # the header whole, the pages after it garbage
+            f.seek(100)
+            f.write(os.urandom(8192))
+        clock[0] += DEEP_LOOK / 2
+        assert ledger.look_after() == []  # (cached pages: the damage is not read yet)
+        clock[0] += DEEP_LOOK / 2
+        told = [healing.text(path) for healing in ledger.look_after()]
+        assert len(told) == 1 and "is damaged" in told[0] and "healed by this" in told[0], told
+        assert [held.id for held in ledger.held()] == [lease.id]
+        aside = [p.name for p in path.parent.iterdir() if p.name.startswith("leases.db.dam")]
+        assert len(aside) == 1, aside  # (the damaged file kept, for a person to look at)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA quick_check").fetchall() == [("ok",)]
 
 
 @pytest.mark.integration

@@ -8,10 +8,17 @@ LedgerConnection.reopen`: moved aside and made fresh where damaged); a ledger wh
 moved is *settled*: what someone removed of the schema is made again, and a ledger holding every
 live holder's leases (healed by another process, or nothing lost) is adopted, any other healed
 (:mod:`.healing`). What happened is kept for the user (:meth:`told`), each once.
+
+Pages damaged behind SQLite's back (a program writing into the file) are not seen by a
+connection that has them in its cache: it reads on, and writes only the pages it changes, as
+long as no other process's write makes it read the file again. :meth:`Keeper.look_after`
+therefore has SQLite check every page, through a connection of its own, every ``DEEP_LOOK``
+seconds (longer when a check is slow: at most ``DEEP_SHARE`` of a core goes to them).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,18 +34,26 @@ from .order import GRACE
 
 T = TypeVar("T")
 
+DEEP_LOOK = 2.0
+"""Seconds between :meth:`Keeper.look_after`'s checks of every page (at least)."""
+DEEP_SHARE = 0.005
+"""The most of one core those checks take: a check of 20 ms is made every 4 s."""
+
 
 class Keeper:
     """The ledger at ``file``, kept whole for this process (``mine``, ``liveness``: this
     process's record and the holders' liveness; ``forget``: called when the holders seen
-    alive are to be looked at again)."""
+    alive are to be looked at again; ``clock``: monotonic seconds, for the page checks)."""
 
     def __init__(self, file: LedgerConnection, mine: Callable[[], Mine],
-                 liveness: Callable[[], Liveness], forget: Callable[[], None]) -> None:
+                 liveness: Callable[[], Liveness], forget: Callable[[], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.file = file
         self._mine = mine
         self._liveness = liveness
         self._forget = forget
+        self._clock = clock
+        self._next_deep: float | None = None  # (the first look checks every page)
         self._healed: list[Healing] = []
 
     def told(self) -> list[Healing]:
@@ -89,12 +104,27 @@ class Keeper:
     def look_after(self) -> None:
         """Look at the ledger, and heal it when it needs it: its file deleted, replaced or
         damaged; this process's leases missing from it, or others of its there; healed by
-        another process since this one last looked."""
+        another process since this one last looked; its pages, every ``DEEP_LOOK`` s or so."""
         damage = self.file.check()
         if damage is not None:
             self.heal_file(damage)
+            return
+        damage = self._deep_look()
+        if damage is not None:
+            self.heal_file(damage, deep=True)
         else:
             self.run(self._check_mine)
+
+    def _deep_look(self) -> str | None:
+        """SQLite's check of every page, through a connection of its own (none of this
+        process's cached pages), when one is due: what is damaged, or None."""
+        now = self._clock()
+        if self._next_deep is not None and now < self._next_deep:
+            return None
+        damage = deep_damage(self.file.path)
+        took = self._clock() - now
+        self._next_deep = now + max(DEEP_LOOK, took / DEEP_SHARE)
+        return damage
 
     def rebuild(self) -> None:
         """Heal the ledger now, whatever is found (an error of the ledger in use, or one that

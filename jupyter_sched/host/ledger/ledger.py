@@ -76,14 +76,16 @@ class Ledger:
     ``timeout`` is how long a transaction waits for another process's lock (then
     :class:`LedgerBusy`). A holder seen alive is not checked again for ``recheck`` seconds,
     which keeps takes cheap; an ended holder's lease is taken back within that time by the next
-    take its device is short for. ``connect``: open (and make) the file now.
+    take its device is short for. ``connect``: open (and make) the file now. ``clock``
+    (seconds, monotonic) paces :meth:`look_after`'s looks at every page.
 
     Safe to share between threads; a forked child opens its own connection.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, owner: Owner | None = None,
                  label: str = "", shared: bool | None = None, timeout: float = 10.0,
-                 recheck: float = 1.0, connect: bool = True) -> None:
+                 recheck: float = 1.0, connect: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path).expanduser()
         self.label = label
         self._owner = owner
@@ -92,7 +94,7 @@ class Ledger:
         self._mine: Mine | None = None
         self._liveness: Liveness | None = None
         self._keeper = Keeper(self._file, lambda: self.mine, lambda: self.liveness,
-                              self._sweeper.forget)
+                              self._sweeper.forget, clock)
         if connect:  # (else on first use: a ledger that cannot be used yet)
             self._call(lambda: None)
 
@@ -416,8 +418,9 @@ class Ledger:
 
     def look_after(self) -> list[Healing]:
         """Look at the ledger and heal it when it needs it (its file deleted, replaced or
-        damaged; this process's leases missing from it, or others of its there; healed by
-        another process since this one last looked): what the user is to be told, each once.
+        damaged, its pages too, looked at every few seconds; this process's leases missing from
+        it, or others of its there; healed by another process since this one last looked):
+        what the user is to be told, each once.
         Raises :class:`LedgerBusy` / :class:`LedgerFull` while it cannot be done now."""
         self._keeper.look_after()
         return self._keeper.told()
