@@ -208,7 +208,7 @@ def test_stop_leaves_no_process_behind(kernel):
     run = kernel.run("%sched stop", timeout=120)
     ok(run)
     assert not run.stderr.strip(), run.stderr
-    assert "left the ipyparallel engines" in run.stdout
+    assert "which this kernel started: its engines and controller have ended" in run.stdout
     assert_gone(started, timeout=30)
     assert psutil.Process(kernel_pid).is_running()
     time.sleep(0.5)

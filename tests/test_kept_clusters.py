@@ -467,7 +467,11 @@ def test_the_keep_clusters_setting_keeps_what_start_cluster_starts(xdg):
             (executor.kept_id, True, 1)]
         assert sched.submit(code="6 * 7", target="engines").result(timeout=60) == 42
         processes = _processes(executor.kept_id)
-        assert sched.stop_cluster() == [executor.kept_id]
+        stopped = sched.stop_cluster()
+        assert [(s.name, s.kept, s.started_here, s.ended) for s in stopped] == [
+            (executor.kept_id, True, True, True)]
+        assert stopped[0].text() == (f"stopped kept cluster {executor.kept_id}: its engines "
+                                     "and controller have ended")
         assert_gone(processes, timeout=30)
         assert jupyter_sched.kept_clusters() == []
         # keep=False for one start overrides the setting: an ordinary cluster, not listed

@@ -303,8 +303,9 @@ def test_cells_on_engines_push_and_pull(kernel):
     assert "(engine " in run.status_lines()[-1] and ": done on " in run.status_lines()[-1]
     assert kernel.value("y") == 21  # assigned on the engine, pulled back
     run = kernel.run("%sched stop", timeout=120)
-    said = "left the ipyparallel engines (a cluster %sched start started is stopped)"
-    assert said in run.stdout.splitlines()
+    said = re.compile(r"stopped cluster \d+-\w+, which this kernel started: its engines and "
+                      r"controller have ended")
+    assert [line for line in run.stdout.splitlines() if said.fullmatch(line)], run.stdout
     assert "1/1" not in kernel.run("%sched nodes").texts()[0]
 
 

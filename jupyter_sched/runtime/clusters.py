@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..model.limits import MAX_ENGINES, check_int
@@ -21,6 +22,33 @@ if TYPE_CHECKING:
     from ..executors.base import ExecutorSettings
     from ..executors.ipp.executor import IppExecutor
     from .loop import RuntimeLoop
+
+
+@dataclass(frozen=True)
+class StoppedCluster:
+    """What :meth:`Scheduler.stop_cluster <.scheduler.Scheduler.stop_cluster>` did with one
+    cluster: ``name`` (its cluster id, else its profile or controller's address), whether it
+    was ``kept`` and ``started_here``; a cluster neither kept nor started here goes on
+    running."""
+
+    name: str
+    kept: bool
+    started_here: bool
+
+    @property
+    def ended(self) -> bool:
+        """Whether its controller and engines were stopped."""
+        return self.kept or self.started_here
+
+    def text(self) -> str:
+        """``stopped kept cluster 1700000000-abcd: its engines and controller have ended``."""
+        if self.kept:
+            return f"stopped kept cluster {self.name}: its engines and controller have ended"
+        if self.started_here:
+            return (f"stopped cluster {self.name}, which this kernel started: its engines and "
+                    "controller have ended")
+        return (f"stopped using cluster {self.name}: it goes on running (this kernel did not "
+                "start it)")
 
 
 class Clusters:
@@ -102,22 +130,22 @@ class Clusters:
         if loop is not None:
             loop.remove_executor(executor)
 
-    def stop(self) -> list[str]:
+    def stop(self) -> list[StoppedCluster]:
         """Stop using every engine executor: those that started their cluster stop it, kept
         or not, and a kept cluster connected to is stopped too (it is this user's); other
-        clusters connected to are left running. The ids of the kept clusters stopped."""
+        clusters connected to are left running. What became of each."""
         from ..executors.ipp import kept
 
-        stopped: list[str] = []
+        stopped: list[StoppedCluster] = []
         for executor in self.engines():
             kept_id = executor.kept_id
+            stopped.append(StoppedCluster(kept_id or executor.name, kept_id is not None,
+                                          executor.owns_cluster))
             self.kept.released(executor, stopped=True)
             executor.close(stop_kept=True)
-            if kept_id is not None:
-                stopped.append(kept_id)
-                if not executor.owns_cluster:
-                    with contextlib.suppress(kept.KeptError):
-                        kept.stop(kept_id)
+            if kept_id is not None and not executor.owns_cluster:
+                with contextlib.suppress(kept.KeptError):
+                    kept.stop(kept_id)
             self._drop(executor)
         return stopped
 
@@ -129,4 +157,4 @@ class Clusters:
                 executor.configure(settings)
 
 
-__all__ = ["Clusters"]
+__all__ = ["Clusters", "StoppedCluster"]

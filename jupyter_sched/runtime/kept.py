@@ -18,6 +18,7 @@ leaves the runtime loop's executors on the runtime thread (:meth:`.loop.RuntimeL
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -266,7 +267,8 @@ class KeptWork:
         import ipyparallel as ipp
 
         try:
-            return ipp.Cluster.from_file(cluster_file=record.cluster_file)
+            return ipp.Cluster.from_file(cluster_file=record.cluster_file,
+                                         log_level=logging.ERROR)  # (no raw dicts)
         except (OSError, ValueError):
             return None
 

@@ -46,7 +46,7 @@ from ..model.limits import MAX_RUNNING, check_int, check_name
 from ..model.resources import parse_resources
 from ..views import snapshot as snapshots
 from . import local_node, maps, submission
-from .clusters import Clusters
+from .clusters import Clusters, StoppedCluster
 from .control import USER, TaskControl
 from .handles import GangHandle, TaskHandle
 from .items import ItemHandle
@@ -468,9 +468,9 @@ class Scheduler(Configurable):
             raise TypeError(f"keep={keep!r}: give True or False")
         return self._clusters.start(engines, engines_per_gpu, launcher, add, keep, **kw)
 
-    def stop_cluster(self) -> list[str]:
+    def stop_cluster(self) -> list[StoppedCluster]:
         """Stop using every ipyparallel cluster (and stop those this scheduler started, and
-        kept clusters connected to); the ids of the kept clusters stopped."""
+        kept clusters connected to); what became of each (``.text()`` says it)."""
         return self._clusters.stop()
 
     @property

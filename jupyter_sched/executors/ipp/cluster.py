@@ -438,7 +438,8 @@ def _load_cluster(target: Any, cluster_id: str | None) -> Any:
                          "a profile name or a cluster id")
     for kwargs in attempts:
         try:
-            return ipp.Cluster.from_file(**{k: v for k, v in kwargs.items() if v is not None})
+            return ipp.Cluster.from_file(log_level=logging.ERROR,  # (its stops print no dicts)
+                                         **{k: v for k, v in kwargs.items() if v is not None})
         except FileNotFoundError:
             continue
     if cluster_id is not None:

@@ -263,6 +263,15 @@ class IppExecutor(Executor):
         """``kept cluster 1700000000-abcd``."""
         return f"kept cluster {self.kept_id}" if self.kept_id is not None else ""
 
+    @property
+    def name(self) -> str:
+        """The cluster's id, else its profile, else its controller's address (``""``: none
+        known)."""
+        cluster = self._cluster.cluster
+        name = getattr(cluster, "cluster_id", "") or getattr(cluster, "profile", "")
+        where = self.controller
+        return name or (f"at {where[1]}" if where and where[1] else "")
+
     def describe(self) -> str:
         """``cluster 1700000000-abcd (4 engines)``, as users know it."""
         cluster = self._cluster.cluster

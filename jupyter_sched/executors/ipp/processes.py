@@ -300,7 +300,8 @@ def _forget_cluster(cluster_file: str) -> None:
         with contextlib.suppress(Exception):
             import ipyparallel
 
-            ipyparallel.Cluster.from_file(cluster_file).stop_cluster_sync()
+            ipyparallel.Cluster.from_file(cluster_file=cluster_file,
+                                          log_level=logging.ERROR).stop_cluster_sync()
 
     worker = threading.Thread(target=stop, daemon=True)
     worker.start()

@@ -178,15 +178,14 @@ def stop(ctx: CommandContext, args: Namespace):
     it."""
     if args.cluster is not None:
         return _stop_kept(ctx, args.cluster)
-    engines = sum(n.slots for n in snapshot(ctx).nodes)
     try:
         stopped = ctx.scheduler.stop_cluster() or []
     except Exception as err:
         raise UsageError(f"stopping the cluster failed: {one_line(err)}") from None
-    print("left the ipyparallel engines (a cluster %sched start started is stopped)"
-          if engines or stopped else "no ipyparallel engines were in use")
-    for cluster_id in stopped:
-        print(f"stopped kept cluster {cluster_id}")
+    for cluster in stopped:
+        print(cluster.text())
+    if not stopped:
+        print("no ipyparallel engines were in use")
     return None
 
 
