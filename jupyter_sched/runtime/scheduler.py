@@ -12,9 +12,8 @@ they can in the caller's thread (:mod:`.submission`), then hand the rest to the 
 (:mod:`.loop`, which the scheduler has while it runs) and wait for its answer: the core, and
 every record of a task, is changed on that thread only.
 
-Executors see the loop, never the scheduler: they report back with its ``report``
-(thread-safe, it only enqueues), after setting the outcome with its ``complete``
-(:class:`~jupyter_sched.executors.base.Runtime`).
+Executors see the loop, never the scheduler: they report back with its ``report`` (thread-safe,
+it only enqueues), after setting the outcome with its ``complete`` (``executors.base.Runtime``).
 
 The core's clock is ``time.monotonic()`` from the scheduler's start; ``clock_offset`` turns it
 into wall-clock time (``wall(t)``) for display. Tests may give a clock of their own
@@ -56,7 +55,7 @@ from .lifecycle import LoopLife
 from .local_node import LOCAL
 from .loop import HISTORY, Clock, Debugging, LoopSettings, RuntimeLoop
 from .loop_inputs import LoopClock
-from .setting_rules import APPLIED, NUMBERS, WATCHED, Number, checked
+from .setting_rules import APPLIED, NUMBERS, WATCHED, Number, checked, refusals_said
 from .submitter import Submitter
 
 log = logging.getLogger(__name__)
@@ -72,6 +71,7 @@ def _shutdown_all() -> None:
 class Scheduler(Configurable):
     """Schedules tasks on this kernel's host (threads) and on ipyparallel engines."""
 
+    update_config = refusals_said(Configurable.update_config)  # (%config: no ERROR:root:)
     policy = Enum(POLICIES, default_value="binpack", help=(
         "Where tasks go first: 'binpack' fills a node before the next, 'spread' balances, "
         "'hybrid' packs below a utilisation threshold then spreads.")).tag(config=True)

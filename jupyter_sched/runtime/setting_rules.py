@@ -6,7 +6,9 @@ value is a ``TraitError`` naming the setting and what would be valid, and the ol
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -66,5 +68,21 @@ class Number(Float):  # type: ignore[type-arg]
         return super().validate(obj, value)
 
 
+def refusals_said(update: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """``update`` (a Configurable's ``update_config``: what ``%config Scheduler.x = y``
+    calls) saying a refused value in one line on stderr, the settings as they were, instead of
+    raising: IPython logs an error of ``%config`` as ``ERROR:root:...``, which reads as a
+    crash. Setting the attribute itself still raises."""
+
+    @functools.wraps(update)
+    def update_config(self: Any, config: Any) -> None:
+        try:
+            update(self, config)
+        except (TraitError, ValueError, TypeError) as err:
+            print(f"jupyter_sched: {err} (nothing was changed)", file=sys.stderr)
+
+    return update_config
+
+
 __all__ = ["APPLIED", "MAX_ROWS", "MIN_UPDATE_INTERVAL", "NUMBERS", "WATCHED", "Number",
-           "between", "checked"]
+           "between", "checked", "refusals_said"]
