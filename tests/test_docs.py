@@ -61,3 +61,24 @@ def test_the_readme_lists_every_example_notebook():
     listed = set(re.findall(r"\]\(notebooks/([\w-]+)\.ipynb\)", README))
     assert sorted(set(_shipped_notebooks()) - listed) == []
     assert sorted(listed - set(_shipped_notebooks())) == []
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_the_guides_mistakes_in_a_magic_read_as_the_guide_shows():
+    """Each mistake the guide shows, made in a real kernel: the one line it prints is the
+    guide's, word for word."""
+    from kernel_client import Kernel
+
+    block = GUIDE.split("A mistake in a magic is one line naming the value")[1]
+    lines = [line for line in block.split("```")[1].splitlines() if line.strip()]
+    shown = list(zip(lines[::2], lines[1::2], strict=True))
+    assert len(shown) >= 4 and all(magic.startswith("%") for magic, _ in shown), shown
+    kernel = Kernel()
+    try:
+        assert kernel.run("%load_ext jupyter_sched").error is None
+        for magic, said in shown:
+            run = kernel.run(magic + ("\n1" if magic.startswith("%%") else ""))
+            assert said in run.stderr.splitlines(), (magic, run.stderr)
+    finally:
+        kernel.close()
