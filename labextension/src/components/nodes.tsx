@@ -54,7 +54,7 @@ export function NodeCard(props: { node: INodeRow } & INodeActions): JSX.Element 
         </div>
       ) : null}
       {node.labelsText ? (
-        <div className="jp-sched-node-labels" title={node.labelsText}>
+        <div className="jp-sched-node-labels" title={node.labelsTitle || node.labelsText}>
           {node.labelsText}
         </div>
       ) : null}

@@ -17,7 +17,11 @@ export interface INodeRow {
   freeText: string;
   /** The same in parts ("CPU 2/4 free", …), each of which a view keeps on one line. */
   freeParts: string[];
+  /** Its labels in words: `GPU NVIDIA A100, 80GiB · team=vision`: the GPUs' model and (the
+   * smallest) memory from `gpu.*`, a declared node's "declared GPUs", others as `key=value`. */
   labelsText: string;
+  /** The labels as `--on` selects nodes by them (`--on gpu.model=NVIDIA A100`), for a tooltip. */
+  labelsTitle: string;
   running: number;
   gpus: IGpuBar[];
 }
@@ -32,6 +36,36 @@ function freeOf(node: INodeView, name: string): string | null {
   return `${name} ${amountText(name, free)}/${amountText(name, total)} free`;
 }
 
+/** Labels every node has, said elsewhere on its card (its kind) or not at all (its host). */
+const UNSAID = new Set(['kind', 'host']);
+
+/** A node's labels in words (see `INodeRow.labelsText`), in the order of the payload. */
+export function labelWords(labels: { [key: string]: string }): string[] {
+  const words: string[] = [];
+  const declared = labels['gpu.declared'] === 'true';
+  const model = labels['gpu.model'] ?? '';
+  const memory = labels['gpu.memory'] ?? '';
+  if (declared) {
+    words.push(memory ? `declared GPUs, ${memory}` : 'declared GPUs');
+  } else if (model || memory) {
+    words.push(`GPU ${[model, memory].filter(Boolean).join(', ')}`);
+  }
+  for (const [key, value] of Object.entries(labels)) {
+    if (!UNSAID.has(key) && !key.startsWith('gpu.')) {
+      words.push(`${key}=${value}`);
+    }
+  }
+  return words;
+}
+
+/** The labels as `--on KEY=VALUE` selects by them (every one, the host's too). */
+function labelsTitle(labels: { [key: string]: string }): string {
+  const pairs = Object.entries(labels).map(([key, value]) => `${key}=${value}`);
+  return pairs.length
+    ? `Labels (%%sched --on KEY=VALUE runs on nodes that have one): ${pairs.join(', ')}`
+    : '';
+}
+
 /**
  * A node's card. `running`: this kernel's running tasks, when the list is all of them, so
  * each GPU's line can say which of them hold it; otherwise (a `nodes` payload, a bounded
@@ -42,9 +76,7 @@ export function nodeRow(node: INodeView, running?: ReadonlyArray<ITaskView> | nu
   if (node.slots) {
     free.push(`slots ${node.free_slots}/${node.slots} free`);
   }
-  const labels = Object.entries(node.labels ?? {})
-    .filter(([key]) => key !== 'kind' && key !== 'host')
-    .map(([key, value]) => `${key}=${value}`);
+  const labels = labelWords(node.labels ?? {});
   const tasks = running ? tasksOn(node.name, running) : null;
   return {
     name: node.name,
@@ -53,7 +85,8 @@ export function nodeRow(node: INodeView, running?: ReadonlyArray<ITaskView> | nu
     stateText: node.drained ? 'drained' : 'ready',
     freeText: free.join(' · '),
     freeParts: free,
-    labelsText: labels.join(', '),
+    labelsText: labels.join(' · '),
+    labelsTitle: labelsTitle(node.labels ?? {}),
     running: node.running ?? 0,
     gpus: (node.devices ?? []).map(d => gpuBar(node.name, d, tasks))
   };

@@ -20,6 +20,31 @@ describe('node lines', () => {
     };
   }
 
+  it('say their labels in words, and how --on selects by them in the tooltip', () => {
+    const declared = nodeRow(
+      node({
+        labels: {
+          host: 'vm',
+          'gpu.model': 'declared GPU',
+          'gpu.declared': 'true',
+          kind: 'local',
+          team: 'vision'
+        }
+      })
+    );
+    expect(declared.labelsText).toBe('declared GPUs · team=vision');
+    expect(declared.labelsTitle).toContain('--on KEY=VALUE');
+    expect(declared.labelsTitle).toContain('gpu.declared=true, kind=local, team=vision');
+    const real = nodeRow(
+      node({
+        labels: { 'gpu.model': 'NVIDIA A100', 'gpu.memory': '80GiB', 'gpu.declared': 'false' }
+      })
+    );
+    expect(real.labelsText).toBe('GPU NVIDIA A100, 80GiB');
+    const none = nodeRow(node({ labels: { host: 'vm', kind: 'engines' } }));
+    expect(none.labelsText).toBe('');
+  });
+
   it('say what is free of each resource with its unit once', () => {
     const row = nodeRow(
       node({
