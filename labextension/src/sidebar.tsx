@@ -19,7 +19,7 @@ import { QueueTable } from './components/queues';
 import { TaskList } from './components/tasks';
 import { INoticeMark, INoticeRow, pendingNotices } from './model/notices';
 import { sidebarView } from './model/status';
-import { statusBarText } from './model/summary';
+import { elsewhereWords, statusBarText } from './model/summary';
 import { Command, ISnapshotData, SteerCommand } from './schema';
 import { layoutTimeline, Timeline } from './timeline';
 
@@ -223,7 +223,14 @@ export function SidebarView(props: ISidebarProps): JSX.Element {
             {props.sessionName}
           </div>
         ) : null}
-        {live ? <div className="jp-sched-summary">{statusBarText(snapshot)}</div> : null}
+        {live ? (
+          <div
+            className="jp-sched-summary"
+            title={`${statusBarText(snapshot)}.${elsewhereWords(snapshot.nodes)}`}
+          >
+            {statusBarText(snapshot)}
+          </div>
+        ) : null}
       </header>
       <NoticeBanner notices={notices} onDismiss={props.onDismissNotices} />
       {props.error ? (

@@ -140,8 +140,12 @@ describe('SchedulerStatus counts what others hold and marks notices', () => {
       'GPU 1.75/2 · 6 running · 2 queued · 1 held · 1 infeasible · others 0.5 · 1 unmanaged';
     expectShown(`⚠ ${figures}`);
     const button = item.node.querySelector('button') as HTMLButtonElement;
+    // "others" and "unmanaged" are said in words: who holds what, and what unmanaged means
+    const whom =
+      ' others 0.5: the GPU share other kernels on this host hold (bob (train.ipynb, pid 4242):' +
+      ' 0.5 of GPU 1). 1 unmanaged: a process on the GPUs that no scheduler started.';
     expect(button.title).toBe(
-      `Scheduler: ${figures}. 1 notice to read. Show the Scheduler sidebar`
+      `Scheduler: ${figures}.${whom} 1 notice to read. Show the Scheduler sidebar`
     );
     act(() => connection.dismissNotices());
     flush();

@@ -272,18 +272,30 @@ export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode |
   };
 }
 
-/** Over all nodes: the GPU share other kernels hold, and the unmanaged processes (by pid). */
+/** Over all nodes: the GPU share other kernels hold, the unmanaged processes (by pid), and who
+ * the others are in words (`bob (train.ipynb, pid 4242): 0.5 of GPU 1`, at most 5 of them; an
+ * ended holder's share says it counts until it is taken back). */
 export function heldElsewhere(nodes: ReadonlyArray<INodeView> | undefined): {
   others: number;
   unmanaged: number;
+  whom: string[];
 } {
   let others = 0;
   let unmanaged = 0;
+  const held = new Map<string, { who: string; parts: string[] }>();
   for (const node of nodes ?? []) {
     const pids = new Set<number>();
     for (const device of node.devices ?? []) {
       for (const other of listOf(device.others)) {
-        others += clampShare(Number(other.share));
+        const share = clampShare(Number(other.share));
+        others += share;
+        const user = oneLine(other.user) || 'another user';
+        const where = [holderLabel(other.label ?? ''), `pid ${other.pid}`].filter(Boolean);
+        const key = `${user}\u0000${other.pid}`;
+        const entry = held.get(key) ?? { who: `${user} (${where.join(', ')})`, parts: [] };
+        const ended = other.ended ? ', its process ended: it counts until taken back' : '';
+        entry.parts.push(`${formatNumber(share)} of GPU ${device.index}${ended}`);
+        held.set(key, entry);
       }
       for (const process of listOf(device.unmanaged)) {
         pids.add(process.pid); // one process on two GPUs is one process
@@ -291,5 +303,7 @@ export function heldElsewhere(nodes: ReadonlyArray<INodeView> | undefined): {
     }
     unmanaged += pids.size;
   }
-  return { others: tidy(others), unmanaged };
+  const all = [...held.values()].map(h => `${h.who}: ${h.parts.join(', ')}`);
+  const whom = all.length > 5 ? [...all.slice(0, 5), `and ${all.length - 5} more`] : all;
+  return { others: tidy(others), unmanaged, whom };
 }

@@ -43,6 +43,25 @@ export function statusBarText(
   return parts.join(' · ');
 }
 
+/**
+ * What `others` and `unmanaged` stand for, in words, for a tooltip: ` others 0.5: the GPU share
+ * other kernels on this host hold (bob (train.ipynb, pid 4242): 0.5 of GPU 1).` ("" when none).
+ */
+export function elsewhereWords(nodes: ReadonlyArray<INodeView> | undefined): string {
+  const elsewhere = heldElsewhere(nodes);
+  let words = '';
+  if (elsewhere.others > 0) {
+    words +=
+      ` others ${formatNumber(elsewhere.others)}: the GPU share other kernels on this host` +
+      ` hold (${elsewhere.whom.join('; ')}).`;
+  }
+  if (elsewhere.unmanaged > 0) {
+    const n = elsewhere.unmanaged;
+    words += ` ${n} unmanaged: ${n === 1 ? 'a process' : 'processes'} on the GPUs that no scheduler started.`;
+  }
+  return words;
+}
+
 export interface IStatusItemView {
   /** What the item shows: the status-bar text, after a ⚠ while a notice is not dismissed. */
   text: string;
@@ -69,6 +88,6 @@ export function statusItemView(
     marker: notices ? '⚠' : '',
     summary: text,
     notices,
-    title: `Scheduler: ${text}.${said} Show the Scheduler sidebar`
+    title: `Scheduler: ${text}.${elsewhereWords(status.nodes)}${said} Show the Scheduler sidebar`
   };
 }

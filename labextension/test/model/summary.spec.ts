@@ -1,4 +1,4 @@
-import { statusBarText, statusItemView } from '../../src/model/summary';
+import { elsewhereWords, statusBarText, statusItemView } from '../../src/model/summary';
 import { INodeView, INotice } from '../../src/schema';
 import { GiB, payload, sharedStatus, SINCE } from '../helpers';
 
@@ -112,9 +112,12 @@ describe('the status bar counts what others hold', () => {
       'GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged',
       2
     ]);
+    const whom =
+      ' others 0.5: the GPU share other kernels on this host hold (bob (a.ipynb, pid 9): 0.5 of' +
+      ' GPU 1). 1 unmanaged: a process on the GPUs that no scheduler started.';
     expect(view.title).toBe(
-      'Scheduler: GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged. 2 notices to ' +
-        'read. Show the Scheduler sidebar'
+      `Scheduler: GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged.${whom} 2 notices ` +
+        'to read. Show the Scheduler sidebar'
     );
     expect(statusItemView(status, { seq: 1, time: SINCE }).text).toBe(
       '⚠ GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged'
@@ -122,12 +125,34 @@ describe('the status bar counts what others hold', () => {
     const read = statusItemView(status, { seq: 2, time: SINCE + 5 });
     expect(read.text).toBe('GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged');
     expect(read.title).toBe(
-      'Scheduler: GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged. Show the ' +
-        'Scheduler sidebar'
+      `Scheduler: GPU 1.5/2 · 2 running · 1 queued · others 0.5 · 1 unmanaged.${whom} Show ` +
+        'the Scheduler sidebar'
     );
     expect(statusItemView({ gpu: { allocated: 0, total: 0 }, counts: {} }).text).toBe(
       '0 running · 0 queued'
     );
+  });
+
+  it('names at most five other holders in its tooltip, one line each with all they hold', () => {
+    const holder = NODE.devices[1].others![0];
+    const many = Array.from({ length: 7 }, (_, i) => ({ ...holder, pid: 100 + i, share: 0.1 }));
+    const both = { ...holder, pid: 100, share: 0.25, ended: true };
+    const nodes = [
+      {
+        ...NODE,
+        devices: [
+          { ...NODE.devices[0], others: [both] },
+          { ...NODE.devices[1], others: many }
+        ]
+      }
+    ];
+    const words = elsewhereWords(nodes);
+    expect(words).toContain(
+      'bob (a.ipynb, pid 100): 0.25 of GPU 0, its process ended: it counts until taken back, 0.1 of GPU 1;'
+    );
+    expect(words).toContain('pid 104): 0.1 of GPU 1; and 2 more).');
+    expect(words).not.toContain('pid 105');
+    expect(elsewhereWords([{ ...NODE, devices: [] }])).toBe('');
   });
 });
 
