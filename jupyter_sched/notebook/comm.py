@@ -1,12 +1,11 @@
 """The comm behind the JupyterLab sidebar: bounded snapshots out, a few checked commands in.
 
 Comm target ``jupyter_sched``; docs/comm.md is the contract. ``%load_ext jupyter_sched``
-registers the target and *announces* the extension with one comm whose open message carries a
-snapshot numbered 0; the kernel sends nothing more on it until a ``subscribe`` comes on it, so
-a client that ignores it (nbclient, a plain jupyter_client) costs nothing. A frontend opens
-comms of its own with a ``subscribe`` as the open data: it is answered before the open
-handler returns (the frontend tells a kernel with the extension from one without by that) and
-the comm's first snapshot, numbered 1, follows. Unloading the extension, or shutting down the
+registers the target; the kernel opens no comm itself (a client without the extension,
+nbclient say, would warn of an unknown target). A frontend opens comms of its own with a
+``subscribe`` as the open data: it is answered before the open handler returns (the frontend
+tells a kernel with the extension from one without by that) and the comm's first snapshot,
+numbered 1, follows. Unloading the extension, or shutting down the
 scheduler, closes them all and unregisters the target. The messages are in
 :mod:`.comm_messages`.
 
@@ -117,8 +116,11 @@ class CommHub:
     # -- life cycle -------------------------------------------------------------------------------
 
     def start(self, shell: Any) -> bool:
-        """Register the target and announce the extension to the frontend, in a kernel (True);
-        elsewhere, as in a terminal IPython, there is no frontend to talk to (False)."""
+        """Register the target, in a kernel (True); elsewhere, as in a terminal IPython, there
+        is no frontend to talk to (False). The frontend opens its comm: it tries when it
+        connects to the kernel, and again once a cell whose code names the extension has run.
+        The kernel opens none itself: every client of the kernel would get that comm_open,
+        and one without this extension (nbclient, nbconvert) warns of an unknown target."""
         if getattr(shell, "kernel", None) is None:
             return False
         import comm as comm_package  # ipykernel installs its own comm manager and comm class
@@ -126,16 +128,11 @@ class CommHub:
         try:
             self._manager = comm_package.get_comm_manager()
             self._manager.register_target(TARGET, self._on_open)
-            sched = self._scheduler()
-            data, _ = self._encode(sched, sched.snapshot(fresh=True), WINDOW)
-            announcement = {"v": VERSION, "kind": "snapshot", "seq": 0, "data": data}
-            peer = Peer(comm_package.create_comm(target_name=TARGET, data=announcement))
         except Exception:  # the magics work without the sidebar: say so, do not fail the load
             log.warning("jupyter_sched: the comm target %r could not be set up", TARGET,
                         exc_info=True)
             self.close()
             return False
-        self._attach(peer)
         return True
 
     def close(self) -> None:

@@ -239,13 +239,25 @@ export class SchedConnection {
   }
 
   private _onIopub(kernel: Kernel.IKernelConnection, msg: KM.IIOPubMessage): void {
-    if (kernel !== this._kernel || msg.header.msg_type !== 'status') {
+    if (kernel !== this._kernel) {
+      return;
+    }
+    const parent = msg.parent_header as Partial<KM.IHeader>;
+    if (msg.header.msg_type === 'execute_input') {
+      // code that names the extension (`%load_ext jupyter_sched`) may load it: try again as
+      // soon as it has run, however soon after the last try
+      const code = String((msg as KM.IExecuteInputMsg).content.code ?? '');
+      if (this._state === 'not-loaded' && parent.msg_id && code.includes('jupyter_sched')) {
+        this._hinted = parent.msg_id;
+      }
+      return;
+    }
+    if (msg.header.msg_type !== 'status') {
       return;
     }
     if ((msg as KM.IStatusMsg).content.execution_state !== 'idle') {
       return;
     }
-    const parent = msg.parent_header as Partial<KM.IHeader>;
     if (parent.msg_id && parent.msg_id === this._openMsgId) {
       // the kernel is done with our comm_open: a kernel with the extension has answered it
       this._openMsgId = null;
@@ -255,8 +267,9 @@ export class SchedConnection {
     } else if (
       parent.msg_type === 'execute_request' &&
       this._state === 'not-loaded' &&
-      Date.now() - this._lastAttempt >= RETRY_SPACING_MS
+      (parent.msg_id === this._hinted || Date.now() - this._lastAttempt >= RETRY_SPACING_MS)
     ) {
+      this._hinted = null;
       this._open();
     }
   }
@@ -268,7 +281,9 @@ export class SchedConnection {
     }
   }
 
-  /** The kernel opened a comm (on `%load_ext`): answer by opening our own, close its one. */
+  /** A kernel of an earlier version opened a comm on `%load_ext`: answer by opening our own,
+   * close its one. (Kernels now open none: a client without this extension, nbclient say,
+   * would warn of an unknown target; this extension opens its comm after the load instead.) */
   private _onKernelOpened = (comm: Kernel.IComm, msg: KM.ICommOpenMsg): void => {
     if (this._kernel && !this._kernel.isDisposed && this._state !== 'live') {
       const envelope = readEnvelope(msg.content.data);
@@ -452,6 +467,8 @@ export class SchedConnection {
   private _openMsgId: string | null = null;
   private _reopen = false;
   private _lastAttempt = 0;
+  /** The request whose code named the extension, while it is not loaded: tried after it. */
+  private _hinted: string | null = null;
   private _timer: ReturnType<typeof setTimeout> | null = null;
   private _pending = new Map<string, IPending>();
   /** Kernel id → the newest notice dismissed in it (which come later: model/notices.ts). */

@@ -98,7 +98,24 @@ describe('SchedConnection', () => {
     expect(connection.state).toBe('live');
   });
 
-  it('opens its own comm when the kernel announces itself, and closes the announcement', () => {
+  it('tries again at once after code that names the extension ran, however soon', () => {
+    const { connection, kernel } = connect();
+    kernel.last.onClose({});
+    kernel.idleAfter({ msg_id: kernel.last.openMsgId, msg_type: 'comm_open' });
+    expect(connection.state).toBe('not-loaded');
+    // within the spacing, a cell of other code brings no try; one that loads it does
+    kernel.executeInput('x1', 'print(1)');
+    kernel.idleAfter({ msg_id: 'x1', msg_type: 'execute_request' });
+    expect(kernel.comms).toHaveLength(1);
+    kernel.executeInput('x2', '%load_ext jupyter_sched');
+    expect(kernel.comms).toHaveLength(1); // (not while it runs: after)
+    kernel.idleAfter({ msg_id: 'x2', msg_type: 'execute_request' });
+    expect(kernel.comms).toHaveLength(2);
+    kernel.last.receive(snapshotMessage(1));
+    expect(connection.state).toBe('live');
+  });
+
+  it('opens its own comm when an older kernel announces itself, and closes that one', () => {
     const { connection, kernel } = connect();
     kernel.last.onClose({});
     expect(connection.state).toBe('not-loaded');

@@ -66,6 +66,14 @@ export class FakeKernel {
     this.status = status;
     this.statusChanged.emit(status);
   }
+  /** The code of request `msgId`, as the kernel echoes it before running it. */
+  executeInput(msgId: string, code: string) {
+    this.iopubMessage.emit({
+      header: { msg_type: 'execute_input' },
+      parent_header: { msg_id: msgId, msg_type: 'execute_request' },
+      content: { code, execution_count: 1 }
+    });
+  }
   /** An idle status whose parent is `parent` (what the kernel says after each request). */
   idleAfter(parent: { msg_id: string; msg_type: string }) {
     this.iopubMessage.emit({
