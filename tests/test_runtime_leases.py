@@ -563,3 +563,35 @@ def test_a_share_whose_holder_ended_is_shown_until_it_is_taken_back(sched, path)
     with Ledger(path) as ledger:
         assert len(ledger.sweep()) == 1
     assert wait_for(lambda: not others())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_task_waiting_out_a_remade_ledgers_grace_names_the_holders_back_so_far(sched, path):
+    """While a ledger made again waits for its holders to take back what they held, every
+    GPU counts as held; a waiting task's reason says until when, and names the holders that
+    have taken theirs back already (with what of which GPU)."""
+    import contextlib
+
+    from jupyter_sched.host.ledger.order import set_grace
+    from jupyter_sched.testing import ledger_writer
+
+    owner, child = other_holder()
+    try:
+        with Ledger(path, owner=owner) as ledger:
+            assert ledger.take(gpu_key(sched), 5000, task="t4")
+        with contextlib.closing(ledger_writer(path)) as db:
+            db.execute("BEGIN IMMEDIATE")
+            set_grace(db, 600)
+            db.execute("COMMIT")
+        h = sched.submit(lambda: None, resources={"GPU": 0.5}, name="after")
+        assert wait_for(lambda: "back so far" in (h.reason or ""), 20), h.reason
+        said = h.reason
+        assert "the host's lease ledger was made again" in said, said
+        assert (f"(back so far: 0.5 of GPU 0 is held by another kernel (pid {child.pid}, "
+                "notebook other.ipynb") in said, said
+        assert h.state == "queued"
+        h.cancel()
+    finally:
+        child.kill()
+        child.wait()

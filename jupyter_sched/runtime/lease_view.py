@@ -77,6 +77,17 @@ class LeaseView:
                        if lease.device in devices and lease.id not in mine]
         self.order = order
 
+    def _held_by_others(self, by_key: Mapping[str, int]
+                        ) -> tuple[dict[int, int], dict[int, list[Lease]]]:
+        """Units others hold of each GPU (by index), and their leases."""
+        units: dict[int, int] = {}
+        holders: dict[int, list[Lease]] = {}
+        for lease in self.others:
+            index = by_key[lease.device]
+            units[index] = units.get(index, 0) + lease.units
+            holders.setdefault(index, []).append(lease)
+        return units, holders
+
     def resend(self) -> None:
         """Tell the core again, even what it was told before (after a refusal)."""
         self._sent = None
@@ -86,12 +97,7 @@ class LeaseView:
         bytes of each GPU that processes outside every scheduler use), or None when it says
         what the core was last told."""
         by_key = {key: index for index, key in self.keys.items()}
-        units: dict[int, int] = {}
-        holders: dict[int, list[Lease]] = {}
-        for lease in self.others:
-            index = by_key[lease.device]
-            units[index] = units.get(index, 0) + lease.units
-            holders.setdefault(index, []).append(lease)
+        units, holders = self._held_by_others(by_key)
         parts = [held_text(units, holders)] if units else []
         reserved = self.order.ahead_of(token(), os.getuid())
         reserving: dict[int, int] = {}
@@ -113,8 +119,10 @@ class LeaseView:
         elif self.order.grace_until is not None and time.time() < self.order.grace_until:
             self.graced = True
             units = dict.fromkeys(self.keys, SCALE)
+            back = f" (back so far: {held_text(*self._held_by_others(by_key))})" \
+                if self.others else ""
             parts = [f"the host's lease ledger was made again: the kernels that held GPUs take "
-                     f"back what they hold until {clock(self.order.grace_until)}"]
+                     f"back what they hold until {clock(self.order.grace_until)}{back}"]
         place = self._place_text()
         if place and parts:
             parts.append(place)
