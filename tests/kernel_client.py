@@ -47,9 +47,10 @@ class Kernel:
         self.messages.setdefault(parent, []).append(msg)
         return msg
 
-    def run(self, code: str, timeout: float = 60) -> Run:
-        """Execute ``code`` and wait until the kernel is idle again."""
-        msg_id = self.kc.execute(code)
+    def run(self, code: str, timeout: float = 60, metadata: dict | None = None) -> Run:
+        """Execute ``code`` and wait until the kernel is idle again; ``metadata``: the execute
+        request's, as a frontend sends it (JupyterLab: ``{"cellId": ...}``)."""
+        msg_id = self.start(code, metadata)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             msg = self._pump(0.5)
@@ -59,9 +60,16 @@ class Kernel:
                 return Run(self, msg_id)
         raise TimeoutError(f"no idle after {timeout} s running {code!r}")
 
-    def start(self, code: str) -> str:
+    def start(self, code: str, metadata: dict | None = None) -> str:
         """Execute ``code`` without waiting; returns its msg_id."""
-        return self.kc.execute(code)
+        if not metadata:
+            return self.kc.execute(code)
+        # (KernelClient.execute sends no metadata: the request as it builds it, with some)
+        content = {"code": code, "silent": False, "store_history": True,
+                   "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}
+        msg = self.kc.session.msg("execute_request", content, metadata=metadata)
+        self.kc.shell_channel.send(msg)
+        return msg["header"]["msg_id"]
 
     def until(self, msg_id: str, predicate, timeout: float = 60) -> Run:
         """Read IOPub until ``predicate(Run)`` holds for the messages of ``msg_id``."""

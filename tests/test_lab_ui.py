@@ -12,8 +12,10 @@ JupyterLab's default width, the status bar and the renderer; task names full of 
 task that cannot run, with its reason; the sidebar at two widths in the light and the dark
 theme; cancelling from the sidebar, a waiting task and a running one (which stays stopping); a
 second notebook with its own kernel, switched to and from, closed and restarted; a kernel
-without the extension; and last, the page reloaded while a task runs, whose status line, loaded
-from the saved notebook, still follows it to its end.
+without the extension; the page reloaded while a task runs, whose status line, loaded from the
+saved notebook, still follows it to its end. Then notebooks of their own, each in a workspace of
+its own: waiting tasks run next, held and released from the sidebar; and tasks that ended, a
+failed one marked with its error under "Recently ended", and a task's name that shows its cell.
 
 Screenshots go to a folder the run prints (``JUPYTER_SCHED_UI_ARTIFACTS``, default
 ``$TMPDIR/jupyter_sched-ui``); with ``JUPYTER_SCHED_DOCS_IMAGES=1`` the sidebar's and the
@@ -437,7 +439,7 @@ def keep_for_docs(path: Path) -> None:
 # The sidebar's layout, read from the DOM: what sticks out of its card (or of the sidebar),
 # and every element whose text is cut short, with the tooltip that has it whole.
 LAYOUT = """sidebar => {
-    const CARDS = '.jp-sched-header, .jp-sched-node, .jp-sched-list-item, ' +
+    const CARDS = '.jp-sched-header, .jp-sched-node, .jp-sched-list-item, .jp-sched-ended, ' +
         '.jp-sched-queues-wrap, .jp-sched-timeline, .jp-sched-cancel-all, .jp-sched-more';
     const name = el => {
         const cls = (el.getAttribute('class') || '').trim().split(/\\s+/).join('.');
@@ -1000,3 +1002,97 @@ def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab
     kernel_says(r"done \| done \S+ \| done \S+")
     close_notebook(page, "steer.ipynb")
     lab.api(f"/api/sessions/{session_of(lab, 'steer.ipynb')['id']}", method="DELETE")
+
+
+ERROR_COLOUR = """() => {
+    const probe = document.createElement('div');
+    probe.style.color = 'var(--jp-error-color1)';
+    document.body.appendChild(probe);
+    const colour = getComputedStyle(probe).color;
+    probe.remove();
+    return colour;
+}"""
+
+
+def active_cell(page):
+    return notebook(page).locator(".jp-Cell.jp-mod-active")
+
+
+def test_ended_tasks_are_listed_and_a_task_shows_its_cell(page, lab, artifacts):
+    """A cell's task that fails after its retries shows under "Recently ended" marked failed
+    (the theme's error colour), with its error, its attempts and the time of day it ended; one
+    done says how long it took. A task's name, clicked in the sidebar, makes the cell that
+    submitted it the notebook's active cell: an ended one's, a running one's, and, with the
+    keyboard, another's. A task submitted from Python code has no cell: its name is text."""
+    import nbformat
+    from playwright.sync_api import expect
+
+    error = "ValueError: bad batch <b>7</b>"
+    cells = [
+        "get_ipython().config.Scheduler.host_leases = False\n%load_ext jupyter_sched\n"
+        "%sched local --gpus 1",
+        "import threading\nimport jupyter_sched\ngate = threading.Event()",
+        "%%sched --name flaky --retries 2 --out f\nraise ValueError('bad batch <b>7</b>')",
+        f"%%sched --gpus 1 --name holder --out h\ngate.wait({HOLD})",
+        "%%sched --name quick --out q\n1 + 1",
+        "p = jupyter_sched.get_scheduler().submit(print, 'from code', name='from-code')",
+        *(f"# a cell between, {i}" for i in range(12)),
+        "gate.set()",
+    ]
+    load, imports, flaky, holder, quick, code = range(6)
+    done = len(cells) - 1
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, lab.workdir / "notebooks" / "ended.ipynb")
+
+    page.goto(lab.lab_url("ended.ipynb", workspace="ended"))
+    wait_kernel_idle(page)
+    run_cells(page, load, imports, flaky, holder, quick, code)
+    show_scheduler(page)
+    expect_following(page, "ended.ipynb", r"^GPU 1/1 · 1 running · 0 queued$")
+    section = live_body(page).locator(".jp-sched-section[data-section='ended']")
+    failed = section.locator(".jp-sched-ended[data-state='failed']", has_text="flaky")
+    expect(failed).to_have_class(re.compile(r"\bjp-sched-ended-failed\b"))
+    outcome = failed.locator(".jp-sched-ended-outcome")
+    expect(outcome).to_have_text(f"failed after 3 attempts: {error}")
+    assert outcome.get_attribute("title").startswith(f"failed after 3 attempts: {error}\nended at ")
+    expect(failed.locator(".jp-sched-ended-at")).to_have_text(re.compile(r"^\d\d:\d\d:\d\d$"))
+    assert outcome.evaluate("el => getComputedStyle(el).color") == page.evaluate(ERROR_COLOUR)
+    assert section.locator("b, img").count() == 0  # the error's markup is text
+    quick_row = section.locator(".jp-sched-ended[data-state='done']", has_text="quick")
+    expect(quick_row.locator(".jp-sched-ended-outcome")).to_have_text(
+        re.compile(r"^done in [\d.]+ s on local$"))
+    assert "jp-sched-ended-failed" not in quick_row.get_attribute("class")
+    # from Python code: no cell to show, its name is text
+    from_code = section.locator(".jp-sched-ended", has_text="from-code")
+    expect(from_code).to_have_attribute("data-state", "done")
+    assert from_code.locator("button").count() == 0
+    snap(page, artifacts, "recently-ended", sidebar(page))
+
+    # a click on a name: its cell becomes the active one, from wherever the notebook was
+    notebook(page).locator(".jp-Cell").nth(done).locator(".jp-InputPrompt").click()
+    expect(active_cell(page)).to_contain_text("gate.set()")
+    jump = failed.locator("button.jp-sched-jump")
+    expect(jump).to_have_attribute("title", re.compile(r"^Show the cell of task t\d+ flaky"))
+    jump.click()
+    expect(active_cell(page)).to_contain_text("--name flaky")
+    expect(active_cell(page)).to_be_in_viewport()
+    assert notebook(page).locator(".jp-Cell.jp-mod-selected").count() <= 1
+    snap(page, artifacts, "jumped-to-cell")
+    running = live_body(page).locator(".jp-sched-task[data-state='running']", has_text="holder")
+    running.locator("button.jp-sched-jump").click()
+    expect(active_cell(page)).to_contain_text("--name holder")
+    # with the keyboard
+    quick_row.locator("button.jp-sched-jump").focus()
+    page.keyboard.press("Enter")
+    expect(active_cell(page)).to_contain_text("--name quick")
+    assert sidebar(page).locator(".jp-sched-error").count() == 0
+    check_fits(page)
+
+    run_cells(page, done)
+    expect_following(page, "ended.ipynb", r"^GPU 0/1 · 0 running · 0 queued$")
+    expect(section.locator(".jp-sched-ended[data-state='done']", has_text="holder")
+           ).to_have_count(1)
+    close_notebook(page, "ended.ipynb")
+    lab.api(f"/api/sessions/{session_of(lab, 'ended.ipynb')['id']}", method="DELETE")

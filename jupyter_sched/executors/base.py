@@ -52,16 +52,17 @@ class Work:
     parent: dict | None = None  # the submitting cell's parent header (output routing)
     output: Callable[[str, str], None] | None = None  # sink(stream_name, text)
     line: str | None = None  # the display id of the status line that shows it, if any
+    cell: str | None = None  # the id of the notebook cell that submitted it, when known
 
     def with_output(self, output: Callable[[str, str], None]) -> Work:
         """A copy whose output goes to ``output`` (a gang's members share one ``Work``)."""
         return Work(self.fn, self.args, self.kwargs, self.code, self.namespace, self.push,
-                    self.pull, self.parent, output, self.line)
+                    self.pull, self.parent, output, self.line, self.cell)
 
     def spent(self) -> Work:
         """A copy without what the task ran on, for the history (arguments may be large)."""
         return Work(None, (), {}, self.code, None, self.push, self.pull, self.parent,
-                    self.output, self.line)
+                    self.output, self.line, self.cell)
 
     def describe(self) -> str:
         if self.code is not None:

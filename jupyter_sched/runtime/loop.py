@@ -447,7 +447,7 @@ class RuntimeLoop:
                               list(self.records.history_tasks), live=live, now=now,
                               holders=holders, notices=tuple(self.notices()[-5:]),
                               enforced=self.records.enforced(),
-                              origins=self.records.origins,
+                              origins=self.records.origins, cells=self.records.cell_of,
                               durations=self.records.durations)
         self.shown.publish(snap, now, notify)
         return snap

@@ -260,6 +260,12 @@ class Records:
         return {task_id: record.enforced for task_id, record in self.live.items()
                 if record.enforced is not None}
 
+    def cell_of(self, task_id: str) -> str | None:
+        """The id of the notebook cell that submitted task ``task_id``, when known (a record
+        kept: live, or among the last ended)."""
+        record = self.records.get(task_id)
+        return record.work.cell if record is not None else None
+
     def slot_executor(self, node: str, slot: str) -> Executor | None:
         """The executor that registered ``slot`` of ``node``, if any."""
         return self.slot_executors.get((node, slot))

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..executors.base import Work
-from ..executors.local.output import current_parent
+from ..executors.local.output import current_cell, current_parent
 from ..model.limits import MAX_GANG_SIZE, check_int, check_seconds, check_whole
 from ..model.resources import Demand
 from ..model.tasks import GangSpec, TaskSpec
@@ -87,7 +87,9 @@ _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})  # shared by the many calls
 
 def work(fn, args, kwargs, code, namespace, push, pull, parent, line=None) -> Work:
     """What a task runs: ``fn(*args, **kwargs)``, or ``code`` in ``namespace`` (the notebook's
-    by default); output goes to the cell of ``parent`` (by default the calling code's)."""
+    by default); output goes to the cell of ``parent`` (by default the calling code's). Cell
+    source (``%%sched``) keeps the id of the notebook cell that submitted it, when the
+    frontend said which (a sidebar jumps to it); a callable keeps none."""
     if (fn is None) == (code is None):
         raise ValueError("submit a callable (fn) or cell source (code=), one of the two")
     if fn is not None and not callable(fn):
@@ -105,7 +107,8 @@ def work(fn, args, kwargs, code, namespace, push, pull, parent, line=None) -> Wo
     return Work(fn=fn, args=tuple(args), kwargs=dict(kwargs) if kwargs else _NO_KWARGS, code=code,
                 namespace=namespace, push=variable_names(push, "push"),
                 pull=variable_names(pull, "pull"),
-                parent=parent if parent is not None else current_parent(), line=line)
+                parent=parent if parent is not None else current_parent(), line=line,
+                cell=current_cell() if code is not None else None)
 
 
 def transform_cell(code: str) -> str:

@@ -107,13 +107,13 @@ def to_json(value: Any) -> Any:
     return value
 
 
-_TASK_DEFAULTS = (("batch", False), ("enforced", None), ("start_unknown", ""))
+_TASK_DEFAULTS = (("batch", False), ("enforced", None), ("start_unknown", ""), ("cell", None))
 
 
 def _unsaid(data: dict) -> None:
-    """Leave out of a task's JSON what says nothing: ``batch``, ``enforced`` and
-    ``start_unknown`` at their defaults, ``attempts`` of a task that started at most once,
-    ``tries`` when there are none."""
+    """Leave out of a task's JSON what says nothing: ``batch``, ``enforced``,
+    ``start_unknown`` and ``cell`` at their defaults, ``attempts`` of a task that started at
+    most once, ``tries`` when there are none."""
     for key, default in _TASK_DEFAULTS:
         if data.get(key, default) == default:
             data.pop(key, None)

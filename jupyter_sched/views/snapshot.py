@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +119,7 @@ class TaskView:
     # None when unknown (``start_unknown`` says why) or not estimated
     expected_start: float | None = None
     start_unknown: str = ""
+    cell: str | None = None  # the id of the notebook cell that submitted it, when known
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,8 @@ def _tries(task: Task) -> tuple[AttemptView, ...]:
 def task_view(task: Task, position: int | None = None,
               enforced: Mapping[str, str | None] | None = None,
               origins: Mapping[str, Any] | None = None,
-              start: tuple[float | None, str] = (None, "")) -> TaskView:
+              start: tuple[float | None, str] = (None, ""),
+              cell: str | None = None) -> TaskView:
     spec = task.spec
     times = dict(task.times)
     allocation = task.allocation
@@ -228,7 +230,7 @@ def task_view(task: Task, position: int | None = None,
         attempts=(sum(1 for state, _ in task.times if state == RUNNING) if task.attempt > 1
                   else task.attempt),  # (1: started once, or sent ahead to start once)
         tries=_tries(task) if task.attempt > 1 else (),
-        expected_start=start[0], start_unknown=start[1],
+        expected_start=start[0], start_unknown=start[1], cell=cell,
     )
     origin = origins.get(task.id) if origins else None
     return view if origin is None else _taken_back(view, origin)
@@ -250,7 +252,8 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
          holders: dict | None = None, notices: tuple = (),
          enforced: Mapping[str, str | None] | None = None,
          origins: Mapping[str, Any] | None = None,
-         durations: Durations | None = None) -> Snapshot:
+         durations: Durations | None = None,
+         cells: Callable[[str], str | None] | None = None) -> Snapshot:
     """A bounded snapshot of ``core``. ``history``: terminal tasks, newest first (the runtime
     keeps them); ``live``: NVML readings by (node, device index); ``now``: the time it is
     taken, which the durations it shows run to (the core's last tick if None: the core
@@ -259,11 +262,13 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     what the user must be told; ``enforced``: how each running task's fraction of a GPU is
     held, by task id; ``origins``: where the tasks taken back from a kept cluster began, by
     task id (their request and start); ``durations``: each kind's expected time, which
-    gives the queued tasks shown their expected start (none without it)."""
+    gives the queued tasks shown their expected start (none without it); ``cells``: the id
+    of the notebook cell that submitted a task, by task id (None when not known)."""
+    cell = cells or _no_cell
     live = live or {}
     holders = holders or {}
     nodes = tuple(_node_view(node, live, holders) for node in core.cluster.nodes.values())
-    running = tuple(task_view(t, None, enforced, origins)
+    running = tuple(task_view(t, None, enforced, origins, cell=cell(t.id))
                     for t in itertools.islice(core.running.values(), max_rows))
     # each queue's first max_rows jobs are enough for the first max_rows rows of all
     positions = core.queue_position(max_rows)
@@ -274,18 +279,21 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     starts = ({} if durations is None
               else eta.starts(core, assigned + queued, durations, when))
     none = (None, "")
-    waiting = [task_view(t, None, None, start=starts.get(t.id, none)) for t in assigned]
-    waiting += [task_view(t, positions[t.id], None, start=starts.get(t.id, none)) for t in queued]
+    waiting = [task_view(t, None, None, start=starts.get(t.id, none), cell=cell(t.id))
+               for t in assigned]
+    waiting += [task_view(t, positions[t.id], None, start=starts.get(t.id, none),
+                          cell=cell(t.id)) for t in queued]
     for job in itertools.islice(core.books.held.values(), max(0, max_rows - len(waiting))):
-        waiting += [task_view(t) for t in getattr(job, "members", (job,))]  # (held: after
-    del waiting[max_rows:]                                               # those queued)
+        waiting += [task_view(t, cell=cell(t.id))  # (held: after those queued)
+                    for t in getattr(job, "members", (job,))]
+    del waiting[max_rows:]
     for jobs in core.books.infeasible.values():
         if len(waiting) >= max_rows:
             break
         for job in jobs.view():
             for t in getattr(job, "members", (job,)):
                 if t.state == INFEASIBLE:
-                    waiting.append(task_view(t))
+                    waiting.append(task_view(t, cell=cell(t.id)))
             if len(waiting) >= max_rows:
                 del waiting[max_rows:]
                 break
@@ -294,10 +302,14 @@ def take(core: Core, max_rows: int = 200, history: list[Task] | None = None,
     counts.update(core.ended)  # finished tasks may have been forgotten: count them all
     # newest first by when each ended (the runtime may learn of two ends in either order)
     ended = sorted(history or [], key=lambda t: (t.times[-1][1], t.seq), reverse=True)
-    done = tuple(task_view(t, origins=origins) for t in ended[:max_rows])
+    done = tuple(task_view(t, origins=origins, cell=cell(t.id)) for t in ended[:max_rows])
     queues = tuple(_queue_view(q) for q in core.queues.queues.values() if q.name != "root")
     return Snapshot(when, nodes, running,
                     tuple(waiting), done, queues, counts, tuple(notices))
+
+
+def _no_cell(task_id: str) -> None:
+    return None
 
 
 def _node_view(node, live: dict, holders: dict) -> NodeView:

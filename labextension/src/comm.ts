@@ -136,6 +136,19 @@ export class SchedConnection {
     return this._snapshot.time + (Date.now() - this._receivedAt) / 1000;
   }
 
+  /**
+   * The wall clock (epoch seconds) when the last snapshot came, taken as its `time`'s: ended
+   * tasks get a time of day on this computer's clock. Null without a snapshot.
+   */
+  wallTime(): number | null {
+    return this._snapshot ? this._receivedAt / 1000 : null;
+  }
+
+  /** The id of the kernel followed, or null. */
+  get kernelId(): string | null {
+    return this._kernel?.id ?? null;
+  }
+
   /** Follow another session (null: none). Following the same one again does nothing. */
   follow(context: ISessionContext | null): void {
     if (context === this._context || this._disposed) {

@@ -12,13 +12,14 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { IConsoleTracker } from '@jupyterlab/console';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { SchedConnection } from './comm';
 import { followActiveKernel } from './follow';
+import { findCell, showCell } from './jump';
 import { createRendererFactory, RENDERER_RANK } from './renderer';
 import { schedulerIcon, SchedulerSidebar } from './sidebar';
 import { SchedulerStatus } from './statusbar';
@@ -61,7 +62,14 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
   ): void => {
     const settings = { ...Private.DEFAULTS };
     const connection = Private.connection();
-    const sidebar = new SchedulerSidebar({ connection, timelineWindow: settings.timelineWindow });
+    const onJump = notebooks
+      ? (cell: string) => Private.jump(app, notebooks, connection.kernelId, cell)
+      : undefined;
+    const sidebar = new SchedulerSidebar({
+      connection,
+      timelineWindow: settings.timelineWindow,
+      onJump
+    });
     app.shell.add(sidebar, settings.sidebarSide, { rank: SIDEBAR_RANK });
     restorer?.add(sidebar, sidebar.id);
 
@@ -149,6 +157,23 @@ namespace Private {
       window: DEFAULTS.timelineWindow
     });
     return shared;
+  }
+
+  /** Show the cell `cell` of the notebook of kernel `kernelId`, if it has that cell. */
+  export function jump(
+    app: JupyterFrontEnd,
+    notebooks: INotebookTracker,
+    kernelId: string | null,
+    cell: string
+  ): void {
+    const panels: NotebookPanel[] = [];
+    notebooks.forEach(panel => panels.push(panel));
+    const found = findCell(panels, kernelId, cell);
+    if (found) {
+      showCell(found, id => app.shell.activateById(id)).catch(reason =>
+        console.warn('jupyter_sched: could not show the cell', reason)
+      );
+    }
   }
 
   /** The settings, with values out of range brought back in (the schema says the same). */

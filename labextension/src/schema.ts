@@ -81,6 +81,11 @@ export interface ITaskView {
   expected_start?: number | null;
   /** Why a queued task's expected start is unknown; absent when it is known or not queued. */
   start_unknown?: string;
+  /**
+   * The id of the notebook cell that submitted it (a `%%sched` cell), which the sidebar jumps
+   * to; absent when not known: tasks from Python code, and from old kernels.
+   */
+  cell?: string;
 }
 
 /** One start of a task that started more than once (docs/schema.md). */

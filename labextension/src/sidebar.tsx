@@ -1,11 +1,13 @@
 /**
  * The Scheduler sidebar: the kernel's notices (a banner the user dismisses), the followed
  * kernel's nodes (a bar per GPU, with who holds it: this kernel, other kernels on the host,
- * processes holding no lease), its queue (running, queued with position and why it waits,
- * held, infeasible with reason; cancel per task and cancel all; a waiting task run next, held
- * or released), its queues and a timeline of GPU holdings. `SidebarView` draws from props
- * only; `SchedulerSidebar` is the widget that feeds it from a `SchedConnection` and sends the
- * commands its buttons ask for.
+ * processes holding no lease), its queue (running, queued with position, expected start and
+ * why it waits, held, infeasible with reason; cancel per task and cancel all; a waiting task
+ * run next, held or released), the tasks that ended lately (how, when), its queues and a
+ * timeline of GPU holdings. A task's name shows the cell that submitted it, when known.
+ * `SidebarView` draws from props only; `SchedulerSidebar` is the widget that feeds it from a
+ * `SchedConnection`, sends the commands its buttons ask for, and hands a jump to a cell to
+ * whoever shows cells (`onJump`).
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
@@ -16,6 +18,7 @@ import * as React from 'react';
 import { ConnectionState, SchedConnection } from './comm';
 import { NodeList } from './components/nodes';
 import { QueueTable } from './components/queues';
+import { EndedList } from './components/ended';
 import { TaskList } from './components/tasks';
 import { INoticeMark, INoticeRow, pendingNotices } from './model/notices';
 import { sidebarView } from './model/status';
@@ -48,6 +51,10 @@ export interface ISidebarProps {
   dismissed?: INoticeMark | null;
   /** Dismiss these notices, the ones on show. */
   onDismissNotices?: (shown: INoticeRow[]) => void;
+  /** The wall clock (epoch seconds) at the snapshot's `time`: ended tasks get a time of day. */
+  wallTime?: number | null;
+  /** Show the notebook cell with this id, which submitted a task; no jumps without it. */
+  onJump?: (cell: string) => void;
 }
 
 function StateLine(props: { state: ConnectionState }): JSX.Element {
@@ -131,10 +138,11 @@ export function NoticeBanner(props: {
 }
 
 function LiveView(props: ISidebarProps & { snapshot: ISnapshotData }): JSX.Element {
-  const { snapshot, onCommand } = props;
+  const { snapshot, onCommand, onJump } = props;
   const view = React.useMemo(
-    () => sidebarView(snapshot, { now: props.now ?? snapshot.time }),
-    [snapshot, props.now]
+    () =>
+      sidebarView(snapshot, { now: props.now ?? snapshot.time, wallTime: props.wallTime ?? null }),
+    [snapshot, props.now, props.wallTime]
   );
   const layout = React.useMemo(
     () =>
@@ -171,6 +179,7 @@ function LiveView(props: ISidebarProps & { snapshot: ISnapshotData }): JSX.Eleme
           empty="Nothing running."
           maxHeight={props.listHeight}
           onCancel={cancel}
+          onJump={onJump}
         />
       </Section>
       <Section title={`Waiting (${view.waiting.rows.length + view.waiting.more})`} name="waiting">
@@ -182,6 +191,7 @@ function LiveView(props: ISidebarProps & { snapshot: ISnapshotData }): JSX.Eleme
           maxHeight={props.listHeight}
           onCancel={cancel}
           onSteer={steer}
+          onJump={onJump}
         />
       </Section>
       {onCommand && view.cancellable > 0 ? (
@@ -194,6 +204,9 @@ function LiveView(props: ISidebarProps & { snapshot: ISnapshotData }): JSX.Eleme
           Cancel all
         </button>
       ) : null}
+      <Section title={`Recently ended (${view.ended.rows.length + view.ended.more})`} name="ended">
+        <EndedList rows={view.ended.rows} more={view.ended.more} onJump={onJump} />
+      </Section>
       <Section title="Queues" name="queues">
         <QueueTable queues={view.queues} onQueueState={setQueue} />
       </Section>
@@ -246,6 +259,8 @@ export function SidebarView(props: ISidebarProps): JSX.Element {
 export interface ISidebarOptions {
   connection: SchedConnection;
   timelineWindow: number;
+  /** Show the notebook cell with this id in the followed kernel's notebook. */
+  onJump?: (cell: string) => void;
 }
 
 /** Elapsed times tick this often while the sidebar shows running tasks. */
@@ -256,6 +271,7 @@ export class SchedulerSidebar extends ReactWidget {
     super();
     this._connection = options.connection;
     this._window = options.timelineWindow;
+    this._onJump = options.onJump;
     this.id = 'jupyter-sched-sidebar';
     this.addClass('jp-sched-sidebar');
     this.title.icon = schedulerIcon;
@@ -310,6 +326,8 @@ export class SchedulerSidebar extends ReactWidget {
         onCommand={this._onCommand}
         dismissed={c.dismissed}
         onDismissNotices={this._onDismissNotices}
+        wallTime={c.wallTime()}
+        onJump={this._onJump}
       />
     );
   }
@@ -352,5 +370,6 @@ export class SchedulerSidebar extends ReactWidget {
 
   private _connection: SchedConnection;
   private _window: number;
+  private _onJump: ((cell: string) => void) | undefined;
   private _ticker: ReturnType<typeof setInterval> | null = null;
 }

@@ -16,6 +16,7 @@ holds the proxies in place while it is open (:func:`install`, :func:`retain`, :f
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -65,18 +66,40 @@ def current_parent() -> dict | None:
     if output is not None:
         return output.parent
     shell = ipython_shell()
-    if shell is None:
-        return None
+    return None if shell is None else _header(_request(shell))
+
+
+def _request(shell: Any) -> Any:
+    """The request the kernel is executing (its header, metadata and content), as ipykernel
+    6+ keeps it per channel, else as the shell keeps it (``parent_header``: the message)."""
     kernel = getattr(shell, "kernel", None)
     getter = getattr(kernel, "get_parent", None)
     if getter is not None:
         try:
-            header = _header(getter("shell"))
+            message = getter("shell")
         except Exception:  # older or unusual kernels
-            header = None
-        if header:
-            return header
-    return _header(getattr(shell, "parent_header", None))
+            message = None
+        if _header(message):
+            return message
+    return getattr(shell, "parent_header", None)
+
+
+# a cell's id as nbformat 4.5 defines it (JupyterLab sends its model's, a UUID)
+_CELL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def current_cell() -> str | None:
+    """The id of the notebook cell the kernel is executing, as the frontend sent it in the
+    execute request's metadata (``cellId``: JupyterLab and Notebook 7 do); None in a task's
+    thread (its code runs for a cell that has ended), outside a kernel, or when the frontend
+    sent none or something that is no cell id."""
+    if threading.get_ident() in _routes:
+        return None
+    shell = ipython_shell()
+    message = _request(shell) if shell is not None else None
+    metadata = message.get("metadata") if isinstance(message, dict) else None
+    cell = metadata.get("cellId") if isinstance(metadata, dict) else None
+    return cell if isinstance(cell, str) and _CELL_ID.fullmatch(cell) else None
 
 
 class Publisher:

@@ -1,7 +1,8 @@
 /**
- * Tasks: a state with its icon, a task's text (its enforcement word with its own tooltip),
- * its elapsed time, its row in a list with Cancel (and the steering buttons of a waiting one),
- * and a windowed list of rows. Draws `ITaskRow`s (../model/tasks).
+ * Tasks: a state with its icon, a task's name (a button that shows its cell in the notebook
+ * when that is known), a task's text (its enforcement word with its own tooltip), its elapsed
+ * time, its row in a list with Cancel (and the steering buttons and expected start of a
+ * waiting one), and a windowed list of rows. Draws `ITaskRow`s (../model/tasks).
  *
  * Every string from the kernel is a React text node or an attribute value, never markup.
  */
@@ -25,9 +26,14 @@ const STATE_ICONS: { [state: string]: string } = {
   cancelled: '⊘'
 };
 
+/** A state's icon: ✓ done, ✗ failed, ▶ running, …; • for a state not known here. */
+export function stateIcon(state: string): string {
+  return Object.prototype.hasOwnProperty.call(STATE_ICONS, state) ? STATE_ICONS[state] : '•';
+}
+
 /** A state with its icon; the colour comes from `data-state` in the style sheet. */
 export function StateBadge(props: { state: string }): JSX.Element {
-  const icon = STATE_ICONS[props.state] ?? '•';
+  const icon = stateIcon(props.state);
   return (
     <span className="jp-sched-state" data-state={props.state}>
       <span className="jp-sched-state-icon" aria-hidden="true">
@@ -72,6 +78,37 @@ export function TaskText(props: { parts: ReadonlyArray<ITextPart> }): JSX.Elemen
   );
 }
 
+/**
+ * A task's name (`label`, whole in its tooltip `className`'s element). With the id of the cell
+ * that submitted it and `onJump`, the name is a button that shows that cell in its notebook
+ * (selected, scrolled to); with either unknown, it is text.
+ */
+export function TaskName(props: {
+  label: string;
+  cell: string | null;
+  className: string;
+  onJump?: (cell: string) => void;
+}): JSX.Element {
+  const { label, cell, onJump } = props;
+  return (
+    <span className={props.className} title={label}>
+      {cell !== null && onJump ? (
+        <button
+          type="button"
+          className="jp-sched-jump"
+          title={`Show the cell of task ${label} in its notebook`}
+          data-cell={cell}
+          onClick={() => onJump(cell)}
+        >
+          {label}
+        </button>
+      ) : (
+        label
+      )}
+    </span>
+  );
+}
+
 /** How long a task has run, waited or been stopping, if known; it follows the state's badge. */
 export function Elapsed(props: { task: ITaskRow }): JSX.Element | null {
   const { task } = props;
@@ -85,12 +122,14 @@ export function Elapsed(props: { task: ITaskRow }): JSX.Element | null {
 /**
  * One task in a list. Cancel is offered only to a task a cancel can still reach: not to one
  * that ended, nor to one already stopping (it holds its devices until its executor confirms).
- * A queued or held task may also be run next, held or released (`onSteer`).
+ * A queued or held task may also be run next, held or released (`onSteer`); a queued one
+ * says when it is expected to start. Its name shows its cell (`onJump`), when known.
  */
 export function TaskItem(props: {
   task: ITaskRow;
   onCancel?: (task: string) => void;
   onSteer?: (command: SteerCommand, task: string) => void;
+  onJump?: (cell: string) => void;
 }): JSX.Element {
   const { task, onCancel, onSteer } = props;
   const needs = task.needs !== '-' ? `needs ${task.needs}` : '';
@@ -102,9 +141,12 @@ export function TaskItem(props: {
       data-position={task.position ?? undefined}
     >
       <div className="jp-sched-task-line">
-        <span className="jp-sched-task-label" title={task.label}>
-          {task.label}
-        </span>
+        <TaskName
+          label={task.label}
+          cell={task.cell}
+          className="jp-sched-task-label"
+          onJump={props.onJump}
+        />
         {onCancel && task.cancellable ? (
           <button
             type="button"
@@ -123,6 +165,11 @@ export function TaskItem(props: {
           <span className="jp-sched-position">#{task.position}</span>
         ) : null}
         <Elapsed task={task} />
+        {task.startText ? (
+          <span className="jp-sched-start" title={task.startText}>
+            {task.startText}
+          </span>
+        ) : null}
         {needs ? (
           <span className="jp-sched-task-needs" title={needs}>
             {needs}
@@ -154,6 +201,8 @@ export interface ITaskListProps {
   maxHeight?: number;
   onCancel?: (task: string) => void;
   onSteer?: (command: SteerCommand, task: string) => void;
+  /** Show the cell that submitted a task (its id). */
+  onJump?: (cell: string) => void;
 }
 
 export function TaskList(props: ITaskListProps): JSX.Element {
@@ -169,7 +218,12 @@ export function TaskList(props: ITaskListProps): JSX.Element {
         label={props.label}
         itemKey={task => task.id}
         renderItem={task => (
-          <TaskItem task={task} onCancel={props.onCancel} onSteer={props.onSteer} />
+          <TaskItem
+            task={task}
+            onCancel={props.onCancel}
+            onSteer={props.onSteer}
+            onJump={props.onJump}
+          />
         )}
       />
       {props.more > 0 ? <div className="jp-sched-more">and {props.more} more</div> : null}

@@ -1,6 +1,7 @@
 /**
  * A status payload (or a comm snapshot) as the sidebar shows it: nodes, running and waiting
- * tasks, queues and notices, each list bounded. Pure: status → view; the renderer draws a
+ * tasks, the tasks that ended lately (a comm snapshot's `history`), queues and notices, each
+ * list bounded. Pure: status → view; the renderer draws a
  * `status` or `queue` payload from it too.
  *
  * Lists are bounded twice: the kernel sends the first rows of each kind with the totals in
@@ -8,7 +9,8 @@
  * there are, so a frontend stays fast even with an old or careless kernel.
  */
 
-import { IStatusPayload } from '../schema';
+import { IStatusPayload, ITaskView } from '../schema';
+import { endedRows, IEndedRow, MAX_ENDED } from './ended';
 import { INodeRow, nodeRow } from './nodes';
 import { INoticeMark, INoticeRow, pendingNotices } from './notices';
 import { IQueueRow, queueRow } from './queues';
@@ -36,6 +38,8 @@ export interface ISidebarView {
   nodes: INodeRow[];
   running: IBounded<ITaskRow>;
   waiting: IBounded<ITaskRow>;
+  /** The tasks that ended lately, the latest first: at most `MAX_ENDED`. */
+  ended: IBounded<IEndedRow>;
   queues: IQueueRow[];
   /** Tasks that cancel all would reach (running and waiting, not stopping, over all tasks). */
   cancellable: number;
@@ -49,11 +53,17 @@ export interface IViewOptions {
   maxRows?: number;
   /** The notices dismissed in this kernel so far. */
   dismissed?: INoticeMark | null;
+  /** The wall clock (epoch seconds) at the payload's `time`: ended tasks get a time of day. */
+  wallTime?: number | null;
 }
 
-export function sidebarView(status: IStatusPayload, options: IViewOptions = {}): ISidebarView {
+/** A status payload, or a comm snapshot with the tasks that ended lately. */
+export type SidebarPayload = IStatusPayload & { history?: ITaskView[] };
+
+export function sidebarView(status: SidebarPayload, options: IViewOptions = {}): ISidebarView {
   const now = options.now ?? status.time ?? null;
   const maxRows = options.maxRows ?? MAX_ROWS;
+  const time = typeof status.time === 'number' && Number.isFinite(status.time) ? status.time : null;
   const nodes = status.nodes ?? [];
   const order = nodes.map(n => n.name);
   const running = sortRunning(status.running ?? [], order);
@@ -77,7 +87,13 @@ export function sidebarView(status: IStatusPayload, options: IViewOptions = {}):
     statusText: statusBarText(status),
     nodes: nodes.map(node => nodeRow(node, allRunning)),
     running: { rows: taskRows(keptRunning.rows, now), more: keptRunning.more },
-    waiting: { rows: taskRows(keptWaiting.rows, now), more: keptWaiting.more },
+    waiting: { rows: taskRows(keptWaiting.rows, now, time), more: keptWaiting.more },
+    ended: endedRows(status.history, {
+      time,
+      wallTime: options.wallTime ?? null,
+      total: countOf(counts, 'done', 'failed', 'cancelled'),
+      maxRows: Math.min(maxRows, MAX_ENDED)
+    }),
     queues: (status.queues ?? []).map(queueRow),
     cancellable: Math.max(nRunning - stopping + nWaiting, listed),
     notices: pendingNotices(status.notices, options.dismissed ?? null)

@@ -6,7 +6,7 @@
 
 import { ITaskView, SteerCommand } from '../schema';
 import { compareIds, formatAmounts, formatDuration, oneLine } from './format';
-import { enforcedWord, enforcementMeaning, stateWords, whereWords } from './text';
+import { enforcedWord, enforcementMeaning, startWords, stateWords, whereWords } from './text';
 import { known } from './values';
 
 export interface ITaskRow {
@@ -50,6 +50,13 @@ export interface ITaskRow {
    */
   steer: SteerCommand[];
   gang: string | null;
+  /**
+   * A queued task's expected start, as the kernel says it ("starts in ~3 min", "start
+   * unknown: no run of `train` seen yet"), counted down to `now`; "" when there is none.
+   */
+  startText: string;
+  /** The id of the notebook cell that submitted it, to jump to; null when not known. */
+  cell: string | null;
 }
 
 export function taskLabel(task: Pick<ITaskView, 'id' | 'name'>): string {
@@ -205,16 +212,43 @@ function detailOf(state: string, stateParts: ITextPart[], reason: string): IText
   return state === 'queued' && reason ? textParts(reason) : withoutState(stateParts, state);
 }
 
+/**
+ * A queued task's expected start in words, counted down from the payload's `time` (when the
+ * kernel made its estimate) to `now`; "" for a task in another state or with none.
+ */
+export function startText(task: ITaskView, now: number | null, time: number | null): string {
+  if (task.state !== 'queued') {
+    return '';
+  }
+  const at = task.expected_start;
+  if (typeof at !== 'number' || !Number.isFinite(at)) {
+    return startWords(null, task.start_unknown);
+  }
+  const gone = now !== null && time !== null ? Math.max(0, now - time) : 0;
+  return startWords(Math.max(0, at - gone));
+}
+
+/** `task.cell` when it is a cell id the kernel could have sent; else null (no jump). */
+export function cellOf(task: ITaskView): string | null {
+  const cell = task.cell;
+  return typeof cell === 'string' && /^[A-Za-z0-9_-]{1,64}$/.test(cell) ? cell : null;
+}
+
+/**
+ * `now`: the scheduler's clock (elapsed times and expected starts run to it); `time`: the
+ * payload's, which expected starts are counted from.
+ */
 export function taskRow(
   task: ITaskView,
   now: number | null = null,
-  error?: string | null
+  error?: string | null,
+  time: number | null = null
 ): ITaskRow {
   const state = String(task.state);
   const stateParts = taskStateParts(task, error);
   const stateText = partsText(stateParts);
   const seconds = elapsed(task, now);
-  const time = seconds === null ? '' : formatDuration(seconds);
+  const took = seconds === null ? '' : formatDuration(seconds);
   const reason = oneLine(task.reason);
   const detailParts = detailOf(state, stateParts, reason);
   const enforced = enforcementOf(task);
@@ -236,16 +270,22 @@ export function taskRow(
     where: taskWhere(task),
     reason,
     elapsed: seconds,
-    elapsedText: time,
-    elapsedTitle: time ? elapsedTitle(task, time) : '',
+    elapsedText: took,
+    elapsedTitle: took ? elapsedTitle(task, took) : '',
     cancellable: CANCELLABLE.has(state),
     steer: [...(STEER[state] ?? [])],
-    gang: task.gang ?? null
+    gang: task.gang ?? null,
+    startText: startText(task, now, time),
+    cell: cellOf(task)
   };
 }
 
-export function taskRows(tasks: ReadonlyArray<ITaskView>, now: number | null): ITaskRow[] {
-  return tasks.map(t => taskRow(t, now));
+export function taskRows(
+  tasks: ReadonlyArray<ITaskView>,
+  now: number | null,
+  time: number | null = null
+): ITaskRow[] {
+  return tasks.map(t => taskRow(t, now, undefined, time));
 }
 
 // a task held or released keeps its place in the list (and its buttons their focus)

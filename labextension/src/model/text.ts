@@ -64,12 +64,21 @@ export function whereWords(task: ITaskView): string {
   return `${task.node}${engine}${devices ? `, ${devices}` : ''}`;
 }
 
+/** How many times a task started, when the kernel says (more than once); else 0. */
+export function attemptsOf(task: ITaskView): number {
+  const attempts = task.attempts;
+  return typeof attempts === 'number' && Number.isInteger(attempts) ? attempts : 0;
+}
+
 /** A task's state in words, as the kernel writes it; `error`: a failed task's error line. */
 export function stateWords(task: ITaskView, error?: string | null): string {
   const state = String(task.state);
   const reason = oneLine(task.reason);
   const where = whereWords(task);
   const on = where ? ` on ${where}` : '';
+  // a task that started more than once (retried, preempted) says how many times
+  const attempts = attemptsOf(task);
+  const after = attempts > 1 ? ` after ${attempts} attempts` : '';
   switch (state) {
     case 'queued': {
       // the reason, when there is one, says what others on the host hold
@@ -82,21 +91,53 @@ export function stateWords(task: ITaskView, error?: string | null): string {
     case 'held':
       return 'held: never started until released';
     case 'running':
-      return `running${on}`;
+      return `running${on}${attempts > 1 ? `, attempt ${attempts}` : ''}`;
     case 'stopping':
       // it holds its devices until its executor confirms
       return `stopping${on}${reason ? `: ${reason}` : ''}`;
     case 'failed': {
       const why = error ? oneLine(error) : reason;
-      return why ? `failed: ${why}` : 'failed';
+      return why ? `failed${after}: ${why}` : `failed${after}`;
     }
     case 'cancelled':
-      return reason ? `cancelled: ${reason}` : 'cancelled';
+      return reason ? `cancelled${after}: ${reason}` : `cancelled${after}`;
     case 'done':
-      return `done${on}`;
+      return `done${after}${on}`;
     default:
       return state;
   }
+}
+
+/**
+ * A queued task's expected start, as the kernel writes it (`start_text` of
+ * jupyter_sched/views/format.py): "starts in ~3 min", "start unknown: no run of `train` seen
+ * yet"; "" when there is no estimate. `seconds`: from now.
+ */
+export function startWords(seconds: number | null | undefined, unknown?: string | null): string {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) {
+    const why = oneLine(typeof unknown === 'string' ? unknown : '');
+    return why ? `start unknown: ${why}` : '';
+  }
+  if (seconds < 1) {
+    return 'expected to start now';
+  }
+  if (seconds < 60) {
+    return `starts in ~${pyRound(seconds)} s`;
+  }
+  if (seconds < 3600) {
+    return `starts in ~${pyRound(seconds / 60)} min`;
+  }
+  return `starts in ~${(seconds / 3600).toFixed(1)} h`;
+}
+
+/** `x` rounded as Python's `{:.0f}` does: halves to even (2.5 → 2, 3.5 → 4). */
+function pyRound(x: number): number {
+  const floor = Math.floor(x);
+  const rest = x - floor;
+  if (rest !== 0.5) {
+    return Math.round(x);
+  }
+  return floor % 2 === 0 ? floor : floor + 1;
 }
 
 /** A queue's running tasks: "2", or "2 of max 3" under a limit. */

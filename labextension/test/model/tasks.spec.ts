@@ -273,3 +273,33 @@ describe("the kernel's words for a task's state", () => {
     expect(taskRow(task('t4', { state: 'pending' })).stateText).toBe('pending');
   });
 });
+
+describe('expected starts and cells', () => {
+  it("count a queued task's expected start down from the payload's time", () => {
+    const queued = task('t5', { position: 1, expected_start: 200 });
+    expect(taskRow(queued, 100, null, 100).startText).toBe('starts in ~3 min');
+    expect(taskRow(queued, 250, null, 100).startText).toBe('starts in ~50 s');
+    expect(taskRow(queued, 400, null, 100).startText).toBe('expected to start now');
+    // no clock: as the kernel said it
+    expect(taskRow(queued).startText).toBe('starts in ~3 min');
+    const unknown = task('t6', {
+      expected_start: null,
+      start_unknown: 'no run of `train` seen yet'
+    });
+    expect(taskRow(unknown, 100, null, 100).startText).toBe(
+      'start unknown: no run of `train` seen yet'
+    );
+    // only a queued task says when it starts; an old kernel says nothing of it
+    const held = task('t7', { state: 'held', expected_start: 5 });
+    expect(taskRow(held, 100, null, 100).startText).toBe('');
+    expect(taskRow(task('t8'), 100, null, 100).startText).toBe('');
+  });
+
+  it('have a cell to jump to only when the kernel said which', () => {
+    expect(taskRow(task('t1', { cell: 'f00d-1' })).cell).toBe('f00d-1');
+    expect(taskRow(task('t2')).cell).toBeNull();
+    expect(taskRow(task('t3', { cell: '' })).cell).toBeNull();
+    expect(taskRow(task('t4', { cell: 7 as unknown as string })).cell).toBeNull();
+    expect(taskRow(task('t5', { cell: 'a b' })).cell).toBeNull();
+  });
+});
