@@ -421,7 +421,15 @@ def seconds(duration: str) -> float:
 
 
 def task_row(page, text: str):
-    return live_body(page).locator(".jp-sched-task", has_text=text)
+    """The sidebar's row of the task whose label (``t3 name``) has ``text`` (not a row that
+    only mentions it: a waiting task's expected start may name a running one)."""
+    return live_body(page).locator(".jp-sched-task").filter(
+        has=page.locator(".jp-sched-task-label", has_text=text))
+
+
+def steering_buttons(row):
+    """A task row's buttons that act on the task (its name's jump to its cell aside)."""
+    return row.locator("button:not(.jp-sched-jump)")
 
 
 def snap(page, artifacts: Path, name: str, element=None) -> Path:
@@ -751,7 +759,7 @@ def test_a_cancelled_running_task_shows_how_long_it_has_been_stopping(page, arti
     assert since < ran
     assert "stop asked" in state.get_attribute("title")
     expect(state).not_to_have_text(state.inner_text(), timeout=WAIT)  # it ticks
-    assert stopping.locator("button").count() == 0
+    assert steering_buttons(stopping).count() == 0
     assert task_row(page, "train-a").locator(".jp-sched-cancel").count() == 1
     expect_status(page, FIRST_CANCELLED)  # stopping counts as running: it holds its GPU
 
@@ -962,9 +970,9 @@ def test_a_waiting_task_is_run_next_held_and_released_from_the_sidebar(page, lab
     expect(first_row.locator(".jp-sched-task-detail")).to_have_text(fragmented)
     kernel_says(r"running \| queued 1 \| queued 2")
     # the running task is only cancelled; a waiting one is steered, by labelled buttons
-    assert task_row(page, "gpu-holder").locator("button").all_inner_texts() == ["Cancel"]
+    assert steering_buttons(task_row(page, "gpu-holder")).all_inner_texts() == ["Cancel"]
     run_next = second_row.locator("button.jp-sched-top")
-    assert second_row.locator("button").all_inner_texts() == ["Cancel", "Run next", "Hold"]
+    assert steering_buttons(second_row).all_inner_texts() == ["Cancel", "Run next", "Hold"]
     assert re.fullmatch(r"Run task t\d+ second-wait next", run_next.get_attribute("aria-label"))
     check_fits(page)
     snap(page, artifacts, "steer-waiting", sidebar(page))
