@@ -400,6 +400,27 @@ def test_pages_damaged_under_this_processs_cached_copy_are_found_by_a_look(path)
         assert db.execute("PRAGMA quick_check").fetchall() == [("ok",)]
 
 
+def test_a_page_check_that_cannot_open_the_file_now_moves_nothing_aside(path, monkeypatch):
+    """A routine check of the pages that SQLite cannot even open (no descriptor left, say) is
+    no word on the pages: the ledger in use is not moved aside and nobody is told of damage."""
+    from jupyter_sched.host.ledger import damage
+
+    real = damage.sqlite3.connect
+
+    def connect(database, *args, **kwargs):
+        if "mode=ro" in str(database):  # (the check's own connection)
+            raise sqlite3.OperationalError("unable to open database file")
+        return real(database, *args, **kwargs)
+
+    with Ledger(path, label="a.ipynb", clock=lambda: 100.0) as ledger:
+        lease = ledger.take(GPU, 5_000, task="ta")
+        monkeypatch.setattr(damage.sqlite3, "connect", connect)
+        assert ledger.look_after() == []
+        monkeypatch.undo()
+        assert [held.id for held in ledger.held()] == [lease.id]
+    assert not [p.name for p in path.parent.iterdir() if ".damaged-" in p.name]
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(60)
 def test_an_empty_ledger_copied_over_in_place_is_noticed_and_healed(path, peers, tmp_path):

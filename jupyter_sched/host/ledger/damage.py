@@ -160,8 +160,10 @@ def _is(fd: int, key: tuple[int, int]) -> bool:
     return (mine.st_dev, mine.st_ino) == key and stat.S_ISREG(mine.st_mode)
 
 
-def deep_damage(path: Path) -> str | None:
-    """:func:`damage_of`, and SQLite's own check of every page (after an SQLite error)."""
+def deep_damage(path: Path, pages_only: bool = False) -> str | None:
+    """:func:`damage_of`, and SQLite's own check of every page (after an SQLite error).
+    ``pages_only`` (a routine look, with no error seen): only what SQLite finds wrong in the
+    pages counts; a file it could not open or read now (no descriptors left, say) is no damage."""
     damage = damage_of(path, None)
     if damage is not None:
         return damage
@@ -172,7 +174,7 @@ def deep_damage(path: Path) -> str | None:
         finally:
             db.close()
     except sqlite3.OperationalError as err:
-        if "locked" in str(err) or "busy" in str(err):
+        if pages_only or "locked" in str(err) or "busy" in str(err):
             return None  # (another process writes: no word on the pages now)
         return "was deleted" if not os.path.lexists(path) else f"is damaged ({err})"
     except sqlite3.DatabaseError as err:

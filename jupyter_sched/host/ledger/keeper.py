@@ -121,7 +121,7 @@ class Keeper:
         now = self._clock()
         if self._next_deep is not None and now < self._next_deep:
             return None
-        damage = deep_damage(self.file.path)
+        damage = deep_damage(self.file.path, pages_only=True)
         took = self._clock() - now
         self._next_deep = now + max(DEEP_LOOK, took / DEEP_SHARE)
         return damage
