@@ -24,6 +24,7 @@ import { startNotifications } from './notify';
 import { createRendererFactory, RENDERER_RANK } from './renderer';
 import { schedulerIcon, SchedulerSidebar } from './sidebar';
 import { SchedulerStatus } from './statusbar';
+import { addTopItem } from './topbar';
 
 /** The command ids. */
 namespace CommandIDs {
@@ -100,6 +101,9 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
         isActive: () => item.isActive(),
         activeStateChanged: item.activeStateChanged
       });
+    } else {
+      // Notebook 7 has no status bar: the item goes beside the notebook's title
+      addTopItem(app.shell, connection, () => void app.commands.execute(CommandIDs.show));
     }
 
     followActiveKernel(connection, [notebooks, consoles], labShell);
