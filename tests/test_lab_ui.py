@@ -16,7 +16,8 @@ first is on show is notified), closed and restarted; a kernel without the extens
 reloaded while a task runs, whose status line, loaded from the saved notebook, still follows it
 to its end. Then notebooks of their own, each in a workspace of its own: waiting tasks run
 next, held and released from the sidebar; and tasks that ended, a failed one marked with its
-error under "Recently ended", and a task's name that shows its cell.
+error under "Recently ended", and a task's name that shows its cell; and, where Notebook 7
+is installed, its page, which has no status bar, with the figures beside the notebook's title.
 
 Screenshots go to a folder the run prints (``JUPYTER_SCHED_UI_ARTIFACTS``, default
 ``$TMPDIR/jupyter_sched-ui``); with ``JUPYTER_SCHED_DOCS_IMAGES=1`` the sidebar's and the
@@ -1155,3 +1156,49 @@ def test_ended_tasks_are_listed_and_a_task_shows_its_cell(page, lab, artifacts):
            ).to_have_count(1)
     close_notebook(page, "ended.ipynb")
     lab.api(f"/api/sessions/{session_of(lab, 'ended.ipynb')['id']}", method="DELETE")
+
+
+def test_notebook_7_shows_the_figures_beside_the_title(page, lab, artifacts):
+    """Notebook 7 has no status bar: the figures show in its top area, on the title's row after
+    it, and a click opens the Scheduler sidebar there. (Where Notebook 7 is installed: the
+    `notebook` package, in the test extra.)"""
+    import nbformat
+    from playwright.sync_api import expect
+
+    if not lab.notebook7:
+        pytest.skip("Notebook 7 is not installed (pip install -e '.[test]' installs it)")
+    cells = [
+        "get_ipython().config.Scheduler.host_leases = False\n%load_ext jupyter_sched\n"
+        "%sched local --gpus 2",
+        "import threading\ngate = threading.Event()",
+        f"%%sched --gpus 0.5 --name in-notebook-7 --out a\ngate.wait({HOLD})",
+        "gate.set()",
+    ]
+    load, imports, task, done = range(len(cells))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, lab.workdir / "notebooks" / "seven.ipynb")
+
+    page.goto(lab.notebook_url("seven.ipynb"))
+    notebook(page).wait_for()
+    assert page.locator(".jp-StatusBar").count() == 0
+    run_cells(page, load, imports, task)
+    item = page.locator("#top-panel .jp-sched-top")
+    figures = r"^GPU 0\.5/2 · 1 running · 0 queued$"
+    wait_text(item.locator(".jp-sched-statusbar-button"), figures)
+    title = page.locator("#jp-title").bounding_box()
+    box = item.bounding_box()
+    assert box["x"] >= title["x"] + title["width"], (box, title)
+    assert box["y"] < title["y"] + title["height"] and title["y"] < box["y"] + box["height"]
+    snap(page, artifacts, "notebook7-top")
+
+    item.locator(".jp-sched-statusbar-button").click()
+    wait_text(live_body(page).locator(".jp-sched-summary"), figures)
+    task_row(page, "in-notebook-7").wait_for()
+    snap(page, artifacts, "notebook7-sidebar")
+
+    run_cells(page, done)
+    wait_text(item.locator(".jp-sched-statusbar-button"), r"^GPU 0/2 · 0 running · 0 queued$")
+    expect(item).to_be_visible()
+    lab.api(f"/api/sessions/{session_of(lab, 'seven.ipynb')['id']}", method="DELETE")

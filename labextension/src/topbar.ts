@@ -1,8 +1,8 @@
 /**
  * The status-bar item where there is no status bar: Notebook 7 has none, so the item goes to
- * its top area, beside the notebook's title (Notebook 7's title is ranked 10 and its save
- * indicator 100 there). It shows and hides itself as it would in the status bar: only while
- * the followed kernel's scheduler answers.
+ * its top area, after the bar that holds the notebook's title (Notebook 7 ranks its logo 0 and
+ * that bar 900 there). It shows and hides itself as it would in the status bar: only while the
+ * followed kernel's scheduler answers.
  */
 
 import type { JupyterFrontEnd } from '@jupyterlab/application';
@@ -10,8 +10,8 @@ import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { SchedConnection } from './comm';
 import { SchedulerStatus } from './statusbar';
 
-/** After the title and its save indicator. */
-export const TOP_RANK = 200;
+/** After Notebook 7's top bar: its title, save indicator and kernel logo. */
+export const TOP_RANK = 1000;
 
 export function addTopItem(
   shell: JupyterFrontEnd.IShell,
