@@ -4,10 +4,12 @@
  * first after a change of kernel.
  */
 
+import { Notification } from '@jupyterlab/apputils';
+import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { INews } from '../src/model/news';
-import { NewsWatcher, WATCH_INTERVAL, Watched } from '../src/notify';
+import { NewsWatcher, startNotifications, WATCH_INTERVAL, Watched } from '../src/notify';
 import { FakeKernel, snapshotMessage } from './fakes';
 import { kernelSnapshot, task } from './helpers';
 import { FakePanel, FakeTracker } from './shell';
@@ -121,5 +123,63 @@ describe('NewsWatcher', () => {
     expect(panel.kernel.comms).toHaveLength(1);
     tracker.widgetAdded.emit(new Widget());
     expect(watcher.size).toBe(1);
+  });
+});
+
+describe('startNotifications', () => {
+  /** The settings of the plugin, as ISettingRegistry loads them. */
+  class FakeSettings {
+    notifications: boolean | undefined = undefined;
+    changed = new Signal<this, void>(this);
+    get(key: string) {
+      return { composite: key === 'notifications' ? this.notifications : undefined };
+    }
+  }
+
+  it('tells in a JupyterLab notification, with Show, following the setting live', async () => {
+    const settings = new FakeSettings();
+    const registry = { load: jest.fn(() => Promise.resolve(settings)) };
+    const shell = { activateById: jest.fn() };
+    const notebooks = Object.assign(new FakeTracker(), {
+      forEach: () => undefined
+    });
+    const emit = jest.spyOn(Notification, 'emit').mockReturnValue('n1');
+    const sidebar = jest.fn();
+    const started = startNotifications(
+      { shell } as any,
+      notebooks as any,
+      null,
+      registry as any,
+      'jupyter-sched:plugin',
+      sidebar
+    );
+    await Promise.resolve();
+    expect(registry.load).toHaveBeenCalledWith('jupyter-sched:plugin');
+    const a = new FakePanel('A.ipynb');
+    notebooks.add(a);
+    expect(a.kernel.comms).toHaveLength(1);
+    a.kernel.last.receive(snapshot(1, 19));
+    a.kernel.last.receive(snapshot(2, 26, [broken]));
+    expect(emit).toHaveBeenCalledTimes(1);
+    const [text, level, options] = emit.mock.calls[0];
+    expect([text, level, options?.autoClose]).toEqual([
+      'train-a failed in A.ipynb: ValueError: boom',
+      'error',
+      false
+    ]);
+    options?.actions?.[0].callback(new MouseEvent('click'));
+    expect(shell.activateById).toHaveBeenCalledWith(a.id);
+    expect(sidebar).not.toHaveBeenCalled();
+
+    settings.notifications = false;
+    settings.changed.emit();
+    a.kernel.last.receive(snapshot(3, 28, [{ ...broken, id: 't13' }, broken]));
+    expect(emit).toHaveBeenCalledTimes(1);
+    settings.notifications = true;
+    settings.changed.emit();
+    a.kernel.last.receive(snapshot(4, 30, [{ ...broken, id: 't14' }, broken]));
+    expect(emit).toHaveBeenCalledTimes(2);
+    started.dispose();
+    emit.mockRestore();
   });
 });
