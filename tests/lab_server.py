@@ -181,9 +181,9 @@ class LabServer:
             app = Path(lab_app_dir())
             (dirs["config"] / "jupyter_server_config.json").write_text(json.dumps({
                 "ServerApp": {"jpserver_extensions": {"notebook": True}},
-                "NotebookApp": {"schemas_dir": str(app / "schemas"),
-                                "themes_dir": str(app / "themes"),
-                                "app_settings_dir": str(install.venv / SETTINGS)}}))
+                "JupyterNotebookApp": {"schemas_dir": str(app / "schemas"),
+                                       "themes_dir": str(app / "themes"),
+                                       "app_settings_dir": str(install.venv / SETTINGS)}}))
         # the server's environment, which its kernels inherit
         self.env = env = _clean_env(
             PATH=f"{install.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
