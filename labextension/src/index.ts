@@ -102,7 +102,7 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
         activeStateChanged: item.activeStateChanged
       });
     } else {
-      // Notebook 7 has no status bar: the item goes beside the notebook's title
+      // Notebook 7 has no status bar: the item goes to the top area, on the title's row
       addTopItem(app.shell, connection, () => void app.commands.execute(CommandIDs.show));
     }
 
