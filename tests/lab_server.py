@@ -16,6 +16,7 @@ user's notebook would be, sharing that ledger.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import secrets
@@ -133,6 +134,14 @@ def install(workdir: Path) -> Install:
     return Install(venv, python, wheels[-1], "\n".join(log))
 
 
+def _notebook7() -> bool:
+    """Whether the Python running the tests has Notebook 7 (the ``notebook`` package, 7 on)."""
+    try:
+        return int(importlib.metadata.version("notebook").split(".")[0]) >= 7
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
+
+
 def lab_app_dir() -> str:
     """JupyterLab's application folder, in the Python running the tests."""
     from jupyterlab.commands import get_app_dir
@@ -164,6 +173,17 @@ class LabServer:
         dirs = {name: workdir / name for name in ("config", "data", "runtime", "ipython")}
         for path in dirs.values():
             path.mkdir(exist_ok=True)
+        # Notebook 7's pages (/notebooks/...) where it is installed: its server extension is
+        # enabled by a file in its own environment, which this server does not read; it finds
+        # its schemas where JupyterLab's are, and its settings are ours
+        self.notebook7 = _notebook7()
+        if self.notebook7:
+            app = Path(lab_app_dir())
+            (dirs["config"] / "jupyter_server_config.json").write_text(json.dumps({
+                "ServerApp": {"jpserver_extensions": {"notebook": True}},
+                "JupyterNotebookApp": {"schemas_dir": str(app / "schemas"),
+                                       "themes_dir": str(app / "themes"),
+                                       "app_settings_dir": str(install.venv / SETTINGS)}}))
         # the server's environment, which its kernels inherit
         self.env = env = _clean_env(
             PATH=f"{install.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -216,6 +236,10 @@ class LabServer:
         default one's) when given."""
         lab = f"{self.url}/lab/workspaces/{workspace}" if workspace else f"{self.url}/lab"
         return f"{lab}/tree/{path}?token={self.token}"
+
+    def notebook_url(self, path: str) -> str:
+        """The page of ``path`` in Notebook 7 (``notebook7`` says whether it is there)."""
+        return f"{self.url}/notebooks/{path}?token={self.token}"
 
     def stop(self) -> None:
         """Shut the kernels and the server down, politely first."""

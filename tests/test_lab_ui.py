@@ -6,16 +6,18 @@ Chromium through Playwright (never a downloaded browser). The tests run in file 
 page: first, another kernel that the page does not show (``lab_server.OtherKernel``) holds half
 a GPU of the host, and a notebook's sidebar and status bar show who holds it, its task for 2
 GPUs waits naming that kernel, and starts once that kernel is shut down; the ledger deleted
-under it, the kernel's notice shows until dismissed. Then a notebook declares 2 GPUs and runs
-tasks that hold shares and queue; the sidebar at
-JupyterLab's default width, the status bar and the renderer; task names full of markup and a
+under it, the kernel's notice shows until dismissed, and in a notification. Then a notebook
+declares 2 GPUs and runs tasks that hold shares and queue; the sidebar at JupyterLab's default
+width, the status bar and the renderer; task names full of markup and a
 task that cannot run, with its reason; the sidebar at two widths in the light and the dark
 theme; cancelling from the sidebar, a waiting task and a running one (which stays stopping); a
-second notebook with its own kernel, switched to and from, closed and restarted; a kernel
-without the extension; the page reloaded while a task runs, whose status line, loaded from the
-saved notebook, still follows it to its end. Then notebooks of their own, each in a workspace of
-its own: waiting tasks run next, held and released from the sidebar; and tasks that ended, a
-failed one marked with its error under "Recently ended", and a task's name that shows its cell.
+second notebook with its own kernel, switched to and from (a task failing there while the
+first is on show is notified), closed and restarted; a kernel without the extension; the page
+reloaded while a task runs, whose status line, loaded from the saved notebook, still follows it
+to its end. Then notebooks of their own, each in a workspace of its own: waiting tasks run
+next, held and released from the sidebar; and tasks that ended, a failed one marked with its
+error under "Recently ended", and a task's name that shows its cell; and, where Notebook 7
+is installed, its page, which has no status bar, with the figures beside the notebook's title.
 
 Screenshots go to a folder the run prints (``JUPYTER_SCHED_UI_ARTIFACTS``, default
 ``$TMPDIR/jupyter_sched-ui``); with ``JUPYTER_SCHED_DOCS_IMAGES=1`` the sidebar's and the
@@ -66,6 +68,10 @@ NOTEBOOKS = {
         "%load_ext jupyter_sched\n%sched local --gpus 3",
         "import time",
         f"%%sched --gpus 1 --name second-task\ntime.sleep({HOLD})",
+        # fails once the test creates the file RELEASE_FAILING next to the notebooks
+        "%%sched --name fails-later\nimport pathlib, time\nfor _ in range(1200):\n"
+        "    if pathlib.Path('release-fails-later').exists():\n        break\n"
+        f"    time.sleep(0.1)\nraise ValueError({XSS!r} + ' is not a learning rate')",
     ],
     "plain.ipynb": ["1 + 1"],
     # the task runs until the test creates the file RELEASE next to the notebooks (2 min at most)
@@ -88,6 +94,10 @@ NOTEBOOKS = {
 LOAD, IMPORTS, TRAIN_A, TRAIN_B, SWEEP, STATUS, MARKUP, BIG, STATUS_MARKUP, PRINT_W, \
     STATUS_STOPPING = range(11)
 
+# the cells of second.ipynb, and the file that makes its task fail
+SECOND_FAILS = 3
+RELEASE_FAILING = "release-fails-later"
+
 # the cells of shared.ipynb
 S_LOAD, S_IMPORTS, S_WIDE, S_QUEUE, S_STATUS, S_SET = range(6)
 
@@ -104,6 +114,7 @@ FIRST_MARKUP = r"^GPU 1/2 · 2 running · 2 queued · 1 infeasible$"
 FIRST_CANCELLED = r"^GPU 1/2 · 2 running · 1 queued · 1 infeasible$"
 FIRST_SHARED = r"^GPU 2/2 · 2 running · 1 queued · 1 infeasible · others 1$"
 SECOND = r"^GPU 2/3 · 1 running · 0 queued · others 1$"
+SECOND_FAILING = r"^GPU 2/3 · 2 running · 0 queued · others 1$"
 # once the first kernel restarted: its old process's halves of GPU 0 count as another
 # kernel's until the ledger finds that process gone
 FIRST_RESTARTED = r"^GPU ([12])/2 · 0 running · 0 queued · others \1$"
@@ -439,6 +450,12 @@ def snap(page, artifacts: Path, name: str, element=None) -> Path:
     return path
 
 
+def toast_in_place(page, toast) -> None:
+    """Until ``toast`` (a notification) has slid in whole, for a picture of it."""
+    page.wait_for_function("el => el.getBoundingClientRect().right <= window.innerWidth",
+                           arg=toast.element_handle(), timeout=WAIT)
+
+
 def keep_for_docs(path: Path) -> None:
     if os.environ.get("JUPYTER_SCHED_DOCS_IMAGES") == "1":
         shutil.copyfile(path, ROOT / "docs" / path.name)
@@ -615,7 +632,13 @@ def test_a_notice_shows_until_dismissed(page, lab, artifacts):
     assert str(lab.leases) in text
     expect_status(page, r"^⚠ GPU 2/2 · 1 running · 0 queued$")
     assert "notice" in page.locator(".jp-sched-statusbar-button").get_attribute("aria-label")
+    # and a notification, which shows however the sidebar is
+    toast = page.locator(".jp-Notification-Toast-warning .jp-toast-message",
+                         has_text="was deleted")
+    wait_text(toast, r"^shared\.ipynb: the host's GPU lease ledger .* was deleted")
     snap(page, artifacts, "notice", sidebar(page))
+    toast_in_place(page, toast)
+    snap(page, artifacts, "notice-notification")
     banner.locator("button.jp-sched-notices-dismiss").click()
     expect(banner).to_have_count(0)
     expect_status(page, r"^GPU 2/2 · 1 running · 0 queued$")
@@ -801,6 +824,35 @@ def test_switching_notebooks_switches_kernels(page, artifacts):
     assert body.locator(".jp-sched-task", has_text="second-task").count() == 0
     assert len({k["id"] for k in lab_kernels(page)}) >= 2
     snap(page, artifacts, "back-to-first")
+
+
+def test_a_task_failing_in_another_notebook_is_notified(page, lab, artifacts):
+    """A task of the second notebook fails while the first is on show: a notification says
+    which task, in which notebook, and its error (markup in it is text), until closed; its
+    Show button brings that notebook to the front."""
+    from playwright.sync_api import expect
+
+    release = lab.workdir / "notebooks" / RELEASE_FAILING
+    assert not release.exists()
+    switch_to(page, "second.ipynb")
+    run_cells(page, SECOND_FAILS)
+    expect_following(page, "second.ipynb", SECOND_FAILING)
+    switch_to(page, "first.ipynb")
+    expect_following(page, "first.ipynb", FIRST_SHARED)
+
+    release.touch()
+    toast = page.locator(".jp-Notification-Toast-error", has_text="fails-later")
+    wait_text(toast.locator(".jp-toast-message"),
+              rf"^fails-later failed in second\.ipynb: ValueError: {re.escape(XSS)} is not "
+              r"a learning rate$")
+    assert toast.locator("img").count() == 0 and page.dialogs == []
+    current_tab(page, "first.ipynb").wait_for()  # nothing moved
+    toast_in_place(page, toast)
+    snap(page, artifacts, "notification-failed")
+    toast.get_by_role("button", name="Show").click()
+    current_tab(page, "second.ipynb").wait_for()
+    expect(toast).to_have_count(0)
+    expect_following(page, "second.ipynb", SECOND)
 
 
 def lab_kernels(page) -> list[dict]:
@@ -1104,3 +1156,49 @@ def test_ended_tasks_are_listed_and_a_task_shows_its_cell(page, lab, artifacts):
            ).to_have_count(1)
     close_notebook(page, "ended.ipynb")
     lab.api(f"/api/sessions/{session_of(lab, 'ended.ipynb')['id']}", method="DELETE")
+
+
+def test_notebook_7_shows_the_figures_beside_the_title(page, lab, artifacts):
+    """Notebook 7 has no status bar: the figures show in its top area, on the title's row after
+    it, and a click opens the Scheduler sidebar there. (Where Notebook 7 is installed: the
+    `notebook` package, in the test extra.)"""
+    import nbformat
+    from playwright.sync_api import expect
+
+    if not lab.notebook7:
+        pytest.skip("Notebook 7 is not installed (pip install -e '.[test]' installs it)")
+    cells = [
+        "get_ipython().config.Scheduler.host_leases = False\n%load_ext jupyter_sched\n"
+        "%sched local --gpus 2",
+        "import threading\ngate = threading.Event()",
+        f"%%sched --gpus 0.5 --name in-notebook-7 --out a\ngate.wait({HOLD})",
+        "gate.set()",
+    ]
+    load, imports, task, done = range(len(cells))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, lab.workdir / "notebooks" / "seven.ipynb")
+
+    page.goto(lab.notebook_url("seven.ipynb"))
+    notebook(page).wait_for()
+    assert page.locator(".jp-StatusBar").count() == 0
+    run_cells(page, load, imports, task)
+    item = page.locator("#top-panel .jp-sched-top")
+    figures = r"^GPU 0\.5/2 · 1 running · 0 queued$"
+    wait_text(item.locator(".jp-sched-statusbar-button"), figures)
+    title = page.locator("#jp-title").bounding_box()
+    box = item.bounding_box()
+    assert box["x"] >= title["x"] + title["width"], (box, title)
+    assert box["y"] < title["y"] + title["height"] and title["y"] < box["y"] + box["height"]
+    snap(page, artifacts, "notebook7-top")
+
+    item.locator(".jp-sched-statusbar-button").click()
+    wait_text(live_body(page).locator(".jp-sched-summary"), figures)
+    task_row(page, "in-notebook-7").wait_for()
+    snap(page, artifacts, "notebook7-sidebar")
+
+    run_cells(page, done)
+    wait_text(item.locator(".jp-sched-statusbar-button"), r"^GPU 0/2 · 0 running · 0 queued$")
+    expect(item).to_be_visible()
+    lab.api(f"/api/sessions/{session_of(lab, 'seven.ipynb')['id']}", method="DELETE")

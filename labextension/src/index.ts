@@ -20,9 +20,11 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { SchedConnection } from './comm';
 import { followActiveKernel } from './follow';
 import { findCell, showCell } from './jump';
+import { startNotifications } from './notify';
 import { createRendererFactory, RENDERER_RANK } from './renderer';
 import { schedulerIcon, SchedulerSidebar } from './sidebar';
 import { SchedulerStatus } from './statusbar';
+import { addTopItem } from './topbar';
 
 /** The command ids. */
 namespace CommandIDs {
@@ -99,6 +101,9 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
         isActive: () => item.isActive(),
         activeStateChanged: item.activeStateChanged
       });
+    } else {
+      // Notebook 7 has no status bar: the item goes to the top area, on the title's row
+      addTopItem(app.shell, connection, () => void app.commands.execute(CommandIDs.show));
     }
 
     followActiveKernel(connection, [notebooks, consoles], labShell);
@@ -137,7 +142,25 @@ const rendererPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [sidebarPlugin, rendererPlugin];
+const notifyPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-sched:notify',
+  description: 'Notifications of tasks that end and notices, in notebooks not on show.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ILabShell, ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    notebooks: INotebookTracker,
+    labShell: ILabShell | null,
+    settingRegistry: ISettingRegistry | null
+  ): void => {
+    startNotifications(app, notebooks, labShell, settingRegistry, PLUGIN_ID, () => {
+      void app.commands.execute(CommandIDs.show);
+    });
+  }
+};
+
+export default [sidebarPlugin, rendererPlugin, notifyPlugin];
 
 namespace Private {
   export interface ISettings {
