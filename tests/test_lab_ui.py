@@ -705,6 +705,12 @@ def test_the_renderer_draws_the_status_in_the_notebook(page, artifacts):
     assert re.fullmatch(NODE_FREE, rendered.locator(".jp-sched-node-free").inner_text())
     assert rendered.locator(".jp-sched-declared").count() == 2
     assert rendered.locator("button").count() == 0  # a record: nothing is cancelled here
+    # every row is in the output's flow, each reason whole (wrapped, not cut with "…"), and no
+    # box scrolls inside the notebook's own scroll
+    assert rendered.evaluate("""el => [...el.querySelectorAll('.jp-sched-list')].every(
+        list => list.scrollHeight <= list.clientHeight + 1)""")
+    assert rendered.evaluate("""el => [...el.querySelectorAll('.jp-sched-task-detail')].every(
+        d => d.scrollWidth <= d.clientWidth + 1)""")
     keep_for_docs(snap(page, artifacts, "renderer", output))
 
 

@@ -117,12 +117,14 @@ function StatusView(props: { status: IStatusPayload; now: number | null }): JSX.
       <div className="jp-sched-summary">{statusBarText(props.status)}</div>
       <NodeList nodes={view.nodes} />
       <TaskList
+        flow
         tasks={view.running.rows}
         more={view.running.more}
         label="Running tasks"
         empty="Nothing running."
       />
       <TaskList
+        flow
         tasks={view.waiting.rows}
         more={view.waiting.more}
         label="Waiting tasks"
@@ -149,6 +151,7 @@ function KindView(props: { payload: Payload; now: number | null }): JSX.Element 
           {p.error ? <pre className="jp-sched-task-error">{p.error}</pre> : null}
           <Note note={p.note} />
           <TaskList
+            flow
             tasks={taskRows(tasks, now)}
             more={0}
             label={`Members of gang ${p.name}`}
@@ -170,12 +173,14 @@ function KindView(props: { payload: Payload; now: number | null }): JSX.Element 
         <>
           <div className="jp-sched-summary">{countsText(p.counts, LIVE_STATES) || 'No tasks.'}</div>
           <TaskList
+            flow
             tasks={view.running.rows}
             more={view.running.more}
             label="Running tasks"
             empty="Nothing running."
           />
           <TaskList
+            flow
             tasks={view.waiting.rows}
             more={view.waiting.more}
             label="Waiting tasks"
@@ -193,6 +198,7 @@ function KindView(props: { payload: Payload; now: number | null }): JSX.Element 
             {countsText(p.counts, ['done', 'failed', 'cancelled']) || 'No history.'}
           </div>
           <TaskList
+            flow
             tasks={rows}
             more={Math.max(0, total - rows.length)}
             label="Finished tasks"

@@ -199,6 +199,10 @@ export interface ITaskListProps {
   label: string;
   empty: string;
   maxHeight?: number;
+  /** Every row drawn in the page's flow, each as tall as its text, which wraps (in a
+   * notebook's output, a record: no scroll box inside the notebook's, no reason cut short);
+   * otherwise a windowed list of `maxHeight` at most whose rows are one line each. */
+  flow?: boolean;
   onCancel?: (task: string) => void;
   onSteer?: (command: SteerCommand, task: string) => void;
   /** Show the cell that submitted a task (its id). */
@@ -208,6 +212,31 @@ export interface ITaskListProps {
 export function TaskList(props: ITaskListProps): JSX.Element {
   if (!props.tasks.length && !props.more) {
     return <div className="jp-sched-empty">{props.empty}</div>;
+  }
+  const more = props.more > 0 ? <div className="jp-sched-more">and {props.more} more</div> : null;
+  if (props.flow) {
+    return (
+      <div className="jp-sched-tasks">
+        <div
+          className="jp-sched-list jp-mod-flow"
+          role="list"
+          aria-label={props.label}
+          data-count={props.tasks.length}
+        >
+          {props.tasks.map(task => (
+            <div key={task.id} role="listitem" className="jp-sched-list-item">
+              <TaskItem
+                task={task}
+                onCancel={props.onCancel}
+                onSteer={props.onSteer}
+                onJump={props.onJump}
+              />
+            </div>
+          ))}
+        </div>
+        {more}
+      </div>
+    );
   }
   return (
     <div className="jp-sched-tasks">
@@ -226,7 +255,7 @@ export function TaskList(props: ITaskListProps): JSX.Element {
           />
         )}
       />
-      {props.more > 0 ? <div className="jp-sched-more">and {props.more} more</div> : null}
+      {more}
     </div>
   );
 }

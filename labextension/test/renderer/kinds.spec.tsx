@@ -327,4 +327,21 @@ describe('what this renderer does not know', () => {
     unmount();
     quiet.mockRestore();
   });
+
+  it('draws every task of a long list in the flow, each reason whole (a record, not a window)', () => {
+    const reason =
+      'held by another kernel (pid 4242, notebook train.ipynb, task t1, since 12:03:04)';
+    const waiting = Array.from({ length: 60 }, (_, i) => task(`t${i + 10}`, { reason }));
+    const status = { ...payload('status'), waiting } as IStatusPayload;
+    const { container, unmount } = render(<PayloadView data={status} text="" />);
+    const list = container.querySelector(
+      '.jp-sched-list[aria-label="Waiting tasks"]'
+    ) as HTMLElement;
+    expect(list.classList.contains('jp-mod-flow')).toBe(true);
+    expect(list.style.height).toBe(''); // (no height of its own: no scroll box)
+    expect(list.querySelectorAll('.jp-sched-task')).toHaveLength(60);
+    const details = [...list.querySelectorAll('.jp-sched-task-detail')].map(d => d.textContent);
+    expect(details.every(text => text === reason)).toBe(true);
+    unmount();
+  });
 });
