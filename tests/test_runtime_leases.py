@@ -595,3 +595,49 @@ def test_a_task_waiting_out_a_remade_ledgers_grace_names_the_holders_back_so_far
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_this_notebooks_kept_engine_is_shown_as_the_users_own_not_as_others(sched, path,
+                                                                             monkeypatch):
+    """After a restart, before ``%sched connect``, a lease an engine of this notebook's kept
+    cluster holds (this user's process, labelled as this notebook's engines) is the user's own
+    work: shown so, and not counted among what others hold; another kernel's is."""
+    import socket
+
+    from jupyter_sched.host.ledger.holders import Owner
+    from jupyter_sched.views import display
+
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/kept.ipynb")
+    engine, child = other_holder()
+    other, second = other_holder()
+    try:
+        engine = Owner(engine.uid, engine.user, engine.pid, engine.started, engine.host,
+                       engine.pidns, f"engine for notebook kept.ipynb on {socket.gethostname()}")
+        with Ledger(path, owner=engine) as ledger:
+            assert ledger.take(gpu_key(sched), 5000, task="t2")
+        with Ledger(path, owner=other) as ledger:
+            assert ledger.take(gpu_key(sched), 2500, task="t9")
+
+        def holders():
+            devices = sched.snapshot(fresh=True).nodes[0].devices
+            return [(h.pid, h.yours) for d in devices for h in d.others]
+
+        assert wait_for(lambda: sorted(holders()) == sorted([(child.pid, True),
+                                                              (second.pid, False)])), holders()
+        snap = sched.snapshot(fresh=True)
+        summary = display.summary_text(snap)
+        assert "this notebook's kept engines hold 0.5 (%sched connect takes their work back)" \
+            in summary, summary
+        assert f"others hold 0.25: {other.user} (notebook other.ipynb, pid {second.pid}) 0.25" \
+            in summary, summary
+        said = display.nodes_text(snap)
+        assert "this notebook's kept engine (" in said and f"pid {child.pid}" in said, said
+        (node,) = display.to_json(snap.nodes)
+        flags = {h["pid"]: h.get("yours") for d in node["devices"] for h in d["others"]}
+        assert flags == {child.pid: True, second.pid: None}
+    finally:
+        for proc in (child, second):
+            proc.kill()
+            proc.wait()

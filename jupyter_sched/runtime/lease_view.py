@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 import psutil
 
 from ..core import events as ev
+from ..host.identity import kernel_label, notebook_path
 from ..host.ledger import Lease, fairness
 from ..host.ledger.holders import token
 from ..host.ledger.order import EMPTY, MAX_WAITS, Order, WaitSpec
@@ -164,12 +165,15 @@ class LeaseView:
         counts until a take or a sweep takes it back."""
         by_key = {key: index for index, key in self.keys.items()}
         out: dict[tuple[str, int], tuple[list, list]] = {}
+        # this notebook's engines (a kept cluster's, from before a restart) are this user's
+        engines = kernel_label(engine=True) if notebook_path() else None
         for lease in self.others:
             index = by_key.get(lease.device)
             if index is not None:
+                yours = lease.owner.label == engines and lease.owner.uid == os.getuid()
                 out.setdefault((self.node, index), ([], []))[0].append(HolderView(
                     lease.owner.user, lease.owner.label, lease.owner.pid,
-                    lease.units / SCALE, lease.taken, lease.task, not alive(lease)))
+                    lease.units / SCALE, lease.taken, lease.task, not alive(lease), yours))
         ours: set[int] | None = None
         for (node, index), reading in live.items():
             found = reading.get("processes") if node == self.node else None

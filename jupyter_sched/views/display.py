@@ -96,8 +96,9 @@ def to_json(value: Any) -> Any:
         value = asdict(value)
         for device in value["devices"]:
             for holder in device["others"]:
-                if not holder["ended"]:
-                    del holder["ended"]  # (said only of a holder that ended)
+                for flag in ("ended", "yours"):  # (said only of a holder they are true of)
+                    if not holder[flag]:
+                        del holder[flag]
     elif is_dataclass(value) and not isinstance(value, type):
         value = asdict(value)
     if isinstance(value, Mapping):
@@ -445,18 +446,24 @@ def others_text(snapshot: Snapshot) -> str:
     ``others hold 1.5: bob (train.ipynb, pid 4242) 1, bob (pid 31140; ended, not yet taken
     back) 0.5``; "" when none do."""
     held: dict[HolderView, float] = {}
+    yours = 0.0  # (this notebook's kept engines: this user's work, not others')
     for node in snapshot.nodes:
         for device in node.devices:
             for other in device.others:
                 key = dataclasses.replace(other, share=0.0, since=0.0, task="")
-                held[key] = held.get(key, 0.0) + other.share
+                if other.yours:
+                    yours += other.share
+                else:
+                    held[key] = held.get(key, 0.0) + other.share
+    kept = (f"this notebook's kept engines hold {format_number(round(yours, 4))} (%sched "
+            "connect takes their work back)") if yours else ""
     if not held:
-        return ""
+        return kept
     total = format_number(round(sum(held.values()), 4))
     who = [f"{holder_text(dataclasses.replace(h, since=-1.0))} {format_number(round(s, 4))}"
            for h, s in sorted(held.items(), key=lambda kv: -kv[1])]
     more = f" and {len(who) - 5} more" if len(who) > 5 else ""
-    return f"others hold {total}: {', '.join(who[:5])}{more}"
+    return " · ".join(filter(None, [f"others hold {total}: {', '.join(who[:5])}{more}", kept]))
 
 
 def status_bundle(snapshot: Snapshot, limit: int = LIMIT,

@@ -265,6 +265,8 @@ def holder_text(other: Any) -> str:
                                   _since(other.since)) if p)
     if getattr(other, "ended", False):
         where += "; ended, not yet taken back"
+    if getattr(other, "yours", False):  # (this notebook's kept engine: the user's own work)
+        return f"this notebook's kept engine ({where}; %sched connect takes its work back)"
     return f"{one_line(other.user, 32) or 'another user'} ({where})"
 
 

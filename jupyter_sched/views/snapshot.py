@@ -41,6 +41,8 @@ class HolderView:
     since: float              # when it took the share (epoch seconds, wall clock)
     task: str = ""
     ended: bool = False       # its process ended; the share counts until the lease is taken back
+    yours: bool = False       # this user's process working for this notebook: a kept cluster's
+    #                           engine, from before a restart (%sched connect takes it back)
 
 
 @dataclass(frozen=True)

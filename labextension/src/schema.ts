@@ -110,6 +110,9 @@ export interface IHolderView {
   since: number;
   /** Its task's id in that kernel (`t3`), or `""`. */
   task: string;
+  /** This user's process working for this notebook: its kept cluster's engine, from before a
+   * restart (`%sched connect` takes its work back). Absent otherwise. */
+  yours?: boolean;
   /** Its process ended; its share counts until its lease is taken back. Absent otherwise. */
   ended?: boolean;
 }

@@ -13,11 +13,12 @@ import { clampShare, listOf, tidy } from './values';
 export const MAX_HOLDERS = 6;
 
 /**
- * Who holds a GPU, one line each: this kernel's tasks (`mine`), another kernel's lease on the
+ * Who holds a GPU, one line each: this kernel's tasks (`mine`), this notebook's kept cluster's
+ * engines from before a restart (`kept`: the user's own work), another kernel's lease on the
  * same host (`other`), a process on it that holds no lease at all (`unmanaged`).
  */
 export interface IHolderRow {
-  kind: 'mine' | 'other' | 'unmanaged';
+  kind: 'mine' | 'kept' | 'other' | 'unmanaged';
   /** The holder's process, for other kernels and unmanaged processes; null for this kernel. */
   pid: number | null;
   /** The share held, or null for an unmanaged process (it holds none, it uses the GPU). */
@@ -32,7 +33,7 @@ export interface IHolderRow {
 
 /** A part of a GPU's bar: whose, and where, as shares of the GPU (0 to 1). */
 export interface IBarSegment {
-  kind: 'mine' | 'other' | 'reserved';
+  kind: 'mine' | 'kept' | 'other' | 'reserved';
   from: number;
   width: number;
   /** What it is, in words, for its tooltip. */
@@ -42,10 +43,12 @@ export interface IBarSegment {
 export interface IGpuBar {
   node: string;
   index: number;
-  /** Share allocated, 0 to 1: the sum of `mine`, `others` and `reserved`. */
+  /** Share allocated, 0 to 1: the sum of `mine`, `kept`, `others` and `reserved`. */
   share: number;
   /** Of it, what this kernel's tasks hold. */
   mine: number;
+  /** Of it, what this notebook's kept cluster's engines hold (from before a restart). */
+  kept: number;
   /** Of it, what other kernels on this host hold (their leases). */
   others: number;
   /** Of it, what is neither: reserved for other kernels' waits, or used outside the scheduler. */
@@ -90,7 +93,25 @@ function holderRow(
   return { kind, pid, share, shareText, text, title: `${shareText} ${text}\n${what}` };
 }
 
+/** This notebook's kept cluster's engine, from before a restart: the user's own work. */
+function keptRow(index: number, other: IHolderView): IHolderRow {
+  const share = clampShare(Number(other.share));
+  const since = formatClock(other.since);
+  const pid = Number.isFinite(other.pid) ? other.pid : null;
+  return holderRow(
+    'kept',
+    pid,
+    share,
+    ["this notebook's kept engine", pid !== null ? `pid ${pid}` : '', since && `since ${since}`],
+    `an engine of this notebook's kept cluster on GPU ${index}, from before a restart: ` +
+      'your work, which %sched connect takes back'
+  );
+}
+
 function otherRow(index: number, other: IHolderView): IHolderRow {
+  if (other.yours) {
+    return keptRow(index, other);
+  }
   const share = clampShare(Number(other.share));
   const user = oneLine(other.user) || 'another user';
   const since = formatClock(other.since);
@@ -178,16 +199,21 @@ export function tasksOn(node: string, running: ReadonlyArray<ITaskView>): ITasks
  */
 export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode | null): IGpuBar {
   const share = clampShare(Number(device.allocated));
-  const others = listOf(device.others);
+  const holders = listOf(device.others);
+  const others = holders.filter(o => !o.yours);
   const unmanaged = listOf(device.unmanaged);
-  const othersSum = others.reduce((sum, o) => sum + (clampShare(Number(o.share)) || 0), 0);
+  const sumOf = (list: IHolderView[]) =>
+    list.reduce((sum, o) => sum + (clampShare(Number(o.share)) || 0), 0);
+  const othersSum = sumOf(others);
+  const keptSum = sumOf(holders.filter(o => o.yours));
   const holding = tasks?.byDevice.get(device.index) ?? [];
   const held = tasks
     ? holding.reduce((sum, t) => sum + (Number(t.devices.GPU?.[String(device.index)]) || 0), 0)
-    : share - othersSum;
+    : share - othersSum - keptSum;
   const mine = tidy(Math.min(share, Math.max(0, held)));
-  const theirs = tidy(Math.min(share - mine, othersSum));
-  const reserved = tidy(share - mine - theirs);
+  const kept = tidy(Math.min(share - mine, keptSum));
+  const theirs = tidy(Math.min(share - mine - kept, othersSum));
+  const reserved = tidy(share - mine - kept - theirs);
 
   const parts = [`${formatNumber(share)} allocated`];
   if (device.memory) {
@@ -205,6 +231,9 @@ export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode |
   }
 
   const split = [`${formatNumber(mine)} this kernel`];
+  if (kept > 0) {
+    split.push(`${formatNumber(kept)} this notebook's kept engines`);
+  }
   if (theirs > 0) {
     split.push(`${formatNumber(theirs)} other kernels`);
   }
@@ -215,7 +244,7 @@ export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode |
     split.push(`${unmanaged.length} unmanaged process${unmanaged.length === 1 ? '' : 'es'}`);
   }
   const meterText =
-    theirs > 0 || reserved > 0 || unmanaged.length
+    kept > 0 || theirs > 0 || reserved > 0 || unmanaged.length
       ? `${formatNumber(share)} allocated: ${split.join(', ')}`
       : `${formatNumber(share)} allocated`;
 
@@ -223,9 +252,9 @@ export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode |
   if (mine > 0) {
     rows.push(mineRow(device.index, mine, holding));
   }
-  rows.push(...others.map(o => otherRow(device.index, o)));
+  rows.push(...holders.map(o => otherRow(device.index, o)));
   rows.push(...unmanaged.map(p => unmanagedRow(device.index, p)));
-  const kept = rows.slice(0, MAX_HOLDERS);
+  const shown = rows.slice(0, MAX_HOLDERS);
   const whom = others.slice(0, 3).map(o => {
     const user = oneLine(o.user) || 'another user';
     const where = [holderLabel(o.label ?? ''), `pid ${o.pid}`].filter(Boolean).join(', ');
@@ -236,14 +265,20 @@ export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode |
   const segments: IBarSegment[] = [
     { kind: 'mine', from: 0, width: mine, title: `${formatNumber(mine)} held by this kernel` },
     {
-      kind: 'other',
+      kind: 'kept',
       from: mine,
+      width: kept,
+      title: `${formatNumber(kept)} held by this notebook's kept cluster's engines, from before a restart (%sched connect takes their work back)`
+    },
+    {
+      kind: 'other',
+      from: mine + kept,
       width: theirs,
       title: `${formatNumber(theirs)} held by other kernels: ${whom.join('; ')}${more}`
     },
     {
       kind: 'reserved',
-      from: mine + theirs,
+      from: mine + kept + theirs,
       width: reserved,
       title: `${formatNumber(reserved)} reserved for other kernels' waits or used outside the scheduler`
     }
@@ -253,6 +288,7 @@ export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode |
     index: device.index,
     share,
     mine,
+    kept,
     others: theirs,
     reserved,
     label: `GPU ${device.index}`,
@@ -266,8 +302,8 @@ export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode |
     segments: segments
       .filter(part => part.width > 0)
       .map(part => ({ ...part, title: `${gpu}: ${part.title}` })),
-    holders: kept,
-    moreHolders: rows.length - kept.length,
+    holders: shown,
+    moreHolders: rows.length - shown.length,
     unmanaged: unmanaged.length
   };
 }
@@ -277,10 +313,13 @@ export function gpuBar(node: string, device: IDeviceView, tasks?: ITasksOnNode |
  * ended holder's share says it counts until it is taken back). */
 export function heldElsewhere(nodes: ReadonlyArray<INodeView> | undefined): {
   others: number;
+  /** What this notebook's kept cluster's engines hold (the user's own, from before a restart). */
+  kept: number;
   unmanaged: number;
   whom: string[];
 } {
   let others = 0;
+  let kept = 0;
   let unmanaged = 0;
   const held = new Map<string, { who: string; parts: string[] }>();
   for (const node of nodes ?? []) {
@@ -288,6 +327,10 @@ export function heldElsewhere(nodes: ReadonlyArray<INodeView> | undefined): {
     for (const device of node.devices ?? []) {
       for (const other of listOf(device.others)) {
         const share = clampShare(Number(other.share));
+        if (other.yours) {
+          kept += share;
+          continue;
+        }
         others += share;
         const user = oneLine(other.user) || 'another user';
         const where = [holderLabel(other.label ?? ''), `pid ${other.pid}`].filter(Boolean);
@@ -305,5 +348,5 @@ export function heldElsewhere(nodes: ReadonlyArray<INodeView> | undefined): {
   }
   const all = [...held.values()].map(h => `${h.who}: ${h.parts.join(', ')}`);
   const whom = all.length > 5 ? [...all.slice(0, 5), `and ${all.length - 5} more`] : all;
-  return { others: tidy(others), unmanaged, whom };
+  return { others: tidy(others), kept: tidy(kept), unmanaged, whom };
 }

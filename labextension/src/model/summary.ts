@@ -37,6 +37,9 @@ export function statusBarText(
   if (elsewhere.others > 0) {
     parts.push(`others ${formatNumber(elsewhere.others)}`);
   }
+  if (elsewhere.kept > 0) {
+    parts.push(`kept ${formatNumber(elsewhere.kept)}`);
+  }
   if (elsewhere.unmanaged > 0) {
     parts.push(`${elsewhere.unmanaged} unmanaged`);
   }
@@ -54,6 +57,11 @@ export function elsewhereWords(nodes: ReadonlyArray<INodeView> | undefined): str
     words +=
       ` others ${formatNumber(elsewhere.others)}: the GPU share other kernels on this host` +
       ` hold (${elsewhere.whom.join('; ')}).`;
+  }
+  if (elsewhere.kept > 0) {
+    words +=
+      ` kept ${formatNumber(elsewhere.kept)}: the GPU share this notebook's kept cluster's` +
+      ' engines hold, from before a restart (%sched connect takes their work back).';
   }
   if (elsewhere.unmanaged > 0) {
     const n = elsewhere.unmanaged;

@@ -69,6 +69,29 @@ describe('who else holds a GPU', () => {
     expect(gpu1.text).toBe('0.75 allocated · 16 GiB · declared');
   });
 
+  it("draws this notebook's kept engines as the user's own, not as other kernels'", () => {
+    const status = sharedStatus();
+    const node = status.nodes[0];
+    const [gpu0, gpu1] = node.devices;
+    const engine = { ...gpu1.others![0], user: 'ana', pid: 5151, task: 't2', yours: true };
+    const devices = [gpu0, { ...gpu1, allocated: 1, others: [...gpu1.others!, engine] }];
+    const [bar0, bar1] = sidebarView({ ...status, nodes: [{ ...node, devices }] }).nodes[0].gpus;
+    expect(bar0.kept).toBe(0);
+    expect([bar1.share, bar1.mine, bar1.kept, bar1.others]).toEqual([1, 0.25, 0.5, 0.25]);
+    const row = bar1.holders.find(h => h.pid === 5151)!;
+    expect([row.kind, `${row.shareText} ${row.text}`]).toEqual([
+      'kept',
+      "0.5 this notebook's kept engine · pid 5151 · since 12:03:04"
+    ]);
+    expect(row.title).toContain('%sched connect takes back');
+    expect(bar1.segments.map(part => [part.kind, part.from, part.width])).toEqual([
+      ['mine', 0, 0.25],
+      ['kept', 0.25, 0.5],
+      ['other', 0.75, 0.25]
+    ]);
+    expect(bar1.meterText).toContain("0.5 this notebook's kept engines");
+  });
+
   it("counts what is neither this kernel's nor another kernel's as reserved", () => {
     // 0.25 reserved for a wait ahead on the host: allocated, held by nobody yet
     const bar = gpuBar(

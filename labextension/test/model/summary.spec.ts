@@ -154,6 +154,18 @@ describe('the status bar counts what others hold', () => {
     expect(words).not.toContain('pid 105');
     expect(elsewhereWords([{ ...NODE, devices: [] }])).toBe('');
   });
+
+  it("counts this notebook's kept engines as kept, not others, and says what that is", () => {
+    const holder = NODE.devices[1].others![0];
+    const kept = { ...holder, pid: 5151, share: 0.5, yours: true };
+    const nodes = [{ ...NODE, devices: [{ ...NODE.devices[1], others: [kept], unmanaged: [] }] }];
+    expect(statusBarText({ gpu: { allocated: 1, total: 2 }, counts, nodes })).toBe(
+      'GPU 1/2 · 2 running · 1 queued · kept 0.5'
+    );
+    const words = elsewhereWords(nodes);
+    expect(words).toContain("kept 0.5: the GPU share this notebook's kept cluster's engines hold");
+    expect(words).not.toContain('others');
+  });
 });
 
 describe('a held task in the status bar', () => {
