@@ -103,6 +103,23 @@ def test_top_puts_a_task_first_with_the_least_priority_that_does(busy):
     assert busy.tasks["b"].spec.priority == 2
 
 
+def test_a_task_moved_first_while_held_goes_after_one_moved_first_later(busy):
+    """Run next on a held task says it will be first once released; another task moved
+    first after that is first then, not jumped over when the held one is released."""
+    step(busy, ev.Steer("a", "hold"), ev.Steer("a", "top"))
+    assert busy.tasks["a"].spec.priority == 1
+    step(busy, ev.Steer("c", "top"))  # the user puts c first, after a
+    assert busy.tasks["c"].spec.priority == 2
+    step(busy, ev.Steer("a", "release"))
+    assert positions(busy) == {"c": 1, "a": 2, "b": 3}
+    # and a task first already is raised above a held one that would go before it
+    step(busy, ev.Steer("b", "hold"), ev.Steer("b", "priority", priority=5))
+    step(busy, ev.Steer("c", "top"))
+    assert busy.tasks["c"].spec.priority == 6
+    step(busy, ev.Steer("b", "release"))
+    assert positions(busy)["c"] == 1
+
+
 def test_a_gang_moves_as_one():
     core = Core()
     step(core, gpus(2), task("long", 2.0), task("a"))

@@ -64,20 +64,43 @@ def steer(ledger: Books, event: ev.Steer) -> bool:
 
 def _top_priority(ledger: Books, job: Task | Gang) -> int:
     """The lowest priority that puts ``job`` first in its queue: its own when it is first
-    already, else one above the highest of the other waiting jobs there."""
+    already, else one above the highest of the other waiting jobs there, held ones included
+    (a job moved first while held, then released, does not go before one moved first after
+    it)."""
     first = job.members[0] if type(job) is Gang else job
     assert type(first) is Task
     spec = first.spec
-    if first.state == QUEUED and ledger.position(job) == 1:
+    if first.state == QUEUED and ledger.position(job) == 1 and not _held_above(ledger, first):
         return spec.priority
     highest = max((order.priority for order in ledger.orders.get(spec.queue, {}).values()
                    if len(order)), default=None)
+    held = _held_highest(ledger, first)
+    if held is not None and (highest is None or held > highest):
+        highest = held
     if highest is None or spec.priority > highest:
         return spec.priority
     if highest >= MAX_PRIORITY:
         raise ValueError(f"{first.id} cannot go before the tasks of priority {highest}, "
                          "the highest there is")
     return highest + 1
+
+
+def _held_highest(ledger: Books, task: Task) -> int | None:
+    """The highest priority of the other held jobs of ``task``'s queue (None: none)."""
+    highest = None
+    for held in ledger.held.values():
+        lead = held.members[0] if type(held) is Gang else held
+        assert type(lead) is Task
+        if lead is not task and lead.spec.queue == task.spec.queue and (
+                highest is None or lead.spec.priority > highest):
+            highest = lead.spec.priority
+    return highest
+
+
+def _held_above(ledger: Books, task: Task) -> bool:
+    """Whether a held job of ``task``'s queue would go before it once released."""
+    held = _held_highest(ledger, task)
+    return held is not None and held >= task.spec.priority
 
 
 def _reprioritize(ledger: Books, job: Task | Gang, priority: int) -> None:
