@@ -66,6 +66,29 @@ def rebuild_lock(path: Path, wait: float = 0.2) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def makers_lock(directory: Path, wait: float = 2.0) -> Iterator[None]:
+    """One process at a time makes a new ledger in ``directory`` (an advisory lock on the
+    directory itself: no file is made for it), held only from its look for a ledger there to
+    its link of the new one: :class:`LedgerBusy` after ``wait`` seconds of another's."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LedgerBusy(f"another process has held the lease ledger's directory "
+                                     f"{directory} locked for {wait:g} s while making a "
+                                     "ledger there") from None
+                time.sleep(0.005)
+        yield
+    finally:
+        os.close(fd)
+
+
 def trusted(info: os.stat_result) -> bool:
     """A file of this user's, or of a member of its group that others cannot write (in a
     group's ledger directory)."""
@@ -75,4 +98,4 @@ def trusted(info: os.stat_result) -> bool:
         in_group(os.getuid(), info.st_gid)
 
 
-__all__ = ["rebuild_lock", "trusted"]
+__all__ = ["makers_lock", "rebuild_lock", "trusted"]

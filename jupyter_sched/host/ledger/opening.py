@@ -21,6 +21,7 @@ from ..identity import user_name
 from . import schema
 from .damage import clear_companions
 from .errors import LedgerDamaged, LedgerError, error_of
+from .locking import makers_lock
 from .schema import APPLICATION_ID, FORMAT
 from .where import LEASES_ENV
 
@@ -90,6 +91,23 @@ def _prepare(path: Path, shared: bool | None) -> bool:
     return made
 
 
+def _link(draft: Path, path: Path, mode: int) -> bool:
+    """``draft`` linked into place at ``path``: whether it was (another process's is there)."""
+    try:
+        os.link(draft, path, follow_symlinks=False)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a filesystem without hard links: an empty file, filled on opening
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        except FileExistsError:
+            return False
+        os.fchmod(fd, mode)
+        os.close(fd)
+        return True
+
+
 def _make(path: Path, mode: int) -> bool:
     """A complete ledger at ``path``, or none: kernels that start together must never see a
     half-made file (switching a file to WAL while another process has it open fails).
@@ -112,21 +130,12 @@ def _make(path: Path, mode: int) -> bool:
             schema.create(db)
         finally:
             db.close()
-        if not os.path.lexists(path):  # (a -wal left by a ledger that was is no new one's)
-            clear_companions(path, orphans=True)
-        try:
-            os.link(draft, path, follow_symlinks=False)
-            return True
-        except FileExistsError:
-            return False
-        except OSError:  # a filesystem without hard links: an empty file, filled on opening
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-            except FileExistsError:
-                return False
-            os.fchmod(fd, mode)
-            os.close(fd)
-            return True
+        # the look, the clearing and the link one maker at a time: another maker's ledger,
+        # linked between this look and this clearing, would lose the -wal it has just made
+        with makers_lock(path.parent):
+            if not os.path.lexists(path):  # (a -wal left by a ledger that was is no new one's)
+                clear_companions(path, orphans=True)
+            return _link(draft, path, mode)
     finally:
         for name in (draft, *(Path(f"{draft}{end}") for end in ("-wal", "-shm", "-journal"))):
             with contextlib.suppress(FileNotFoundError):
