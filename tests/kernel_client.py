@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,6 +15,15 @@ import pytest
 jupyter_client = pytest.importorskip("jupyter_client")  # (a module importing this skips)
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def kernel_manager(**kwargs) -> tuple[object, str]:
+    """A KernelManager whose kernel talks over Unix sockets in a directory of its own (and
+    that directory): TCP ports are picked free, then bound by the kernel, and another process
+    can take one in between ("Address already in use"), which a busy test run does."""
+    sockets = tempfile.mkdtemp(prefix="jsched-kernel-")
+    return jupyter_client.KernelManager(transport="ipc", ip=os.path.join(sockets, "k"),
+                                        **kwargs), sockets
 
 
 class Kernel:
@@ -25,7 +36,7 @@ class Kernel:
         env.update(extra_env)
         # the "python3" kernel runs this interpreter (jupyter_client puts sys.executable for
         # the spec's "python")
-        self.km = jupyter_client.KernelManager(kernel_name="python3")
+        self.km, self._sockets = kernel_manager(kernel_name="python3")
         if prefix:
             self.km.kernel_spec.argv[:0] = list(prefix)
         self.km.start_kernel(env=env, cwd=str(ROOT))
@@ -37,6 +48,7 @@ class Kernel:
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        shutil.rmtree(self._sockets, ignore_errors=True)
 
     def _pump(self, timeout: float) -> dict | None:
         try:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from kernel_client import kernel_manager
 from test_comm_messages import BAD, CODE, command
 
 jupyter_client = pytest.importorskip("jupyter_client")
@@ -35,7 +37,7 @@ class Client:
     def __init__(self) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        self.km = jupyter_client.KernelManager(kernel_name="python3")
+        self.km, self._sockets = kernel_manager(kernel_name="python3")
         self.km.start_kernel(env=env, cwd=str(ROOT))
         self.kc = self.km.client()
         self.kc.start_channels()
@@ -49,6 +51,7 @@ class Client:
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        shutil.rmtree(self._sockets, ignore_errors=True)
 
     def pump(self, timeout: float = 0.1) -> None:
         try:

@@ -10,6 +10,7 @@ interpreters too, e.g. a virtual environment with another ipykernel.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -171,10 +172,11 @@ def _pythons() -> list[str]:
 @pytest.fixture(scope="module", params=_pythons(),
                 ids=lambda p: "kernel" if p == sys.executable else p)
 def kernel(request, tmp_path_factory):
-    jupyter_client = pytest.importorskip("jupyter_client")
+    pytest.importorskip("jupyter_client")
     from jupyter_client.kernelspec import KernelSpec
+    from kernel_client import kernel_manager
 
-    km = jupyter_client.KernelManager()
+    km, sockets = kernel_manager()
     km._kernel_spec = KernelSpec(
         argv=[request.param, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         display_name="test", language="python")
@@ -190,6 +192,7 @@ def kernel(request, tmp_path_factory):
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _run_cells(kc, cells: list[str]) -> tuple[list[str], list[dict]]:
