@@ -27,6 +27,7 @@ are also copied to docs/sidebar.png and docs/renderer.png.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -297,17 +298,22 @@ def close_notebook(page, name: str) -> None:
     notebook(page).locator(".jp-Cell").first.locator(".jp-InputPrompt").click()
     page.keyboard.press("Control+s")
     tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
-    tab.locator(".lm-TabBar-tabCloseIcon").click()
     # the status line of a running task is redrawn every second (its running time), which
-    # changes the notebook again, maybe before the save is done (a loaded machine): then
-    # JupyterLab asks before closing; save it, as the user would
+    # changes the notebook again, maybe before the save is seen (a loaded machine): the save
+    # is given a while, then the tab closed; JupyterLab may ask: save it, as the user would
+    with contextlib.suppress(AssertionError):
+        expect(tab).not_to_have_class(re.compile(r"\bjp-mod-dirty\b"), timeout=5000)
     ask = page.locator(".jp-Dialog", has_text=f'Save changes in "{name}"')
     deadline = time.monotonic() + WAIT / 1000
+    clicked = 0.0
     while tab.count() and time.monotonic() < deadline:
         if ask.count():
             # (its buttons: Cancel, Discard and Save; both of the last two are "accept")
             ask.get_by_role("button", name="Save", exact=True).click()
             expect(ask).to_have_count(0, timeout=WAIT)
+        elif time.monotonic() - clicked > 5.0:  # (again, should a click go unheeded)
+            tab.locator(".lm-TabBar-tabCloseIcon").click()
+            clicked = time.monotonic()
         page.wait_for_timeout(100)
     expect(tab).to_have_count(0, timeout=WAIT)
 
