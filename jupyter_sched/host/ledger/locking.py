@@ -9,7 +9,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..files import in_group
@@ -45,18 +45,12 @@ def rebuild_lock(path: Path, wait: float = 0.2) -> Iterator[None]:
             raise LedgerError(f"{lock}, the lease ledger's lock, belongs to user "
                               f"{user_name(info.st_uid)!r}, who is not trusted here; choose a "
                               f"ledger of your own with $JUPYTER_SCHED_LEASES")
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = lock_holder([lock])
-                    raise LedgerBusy(
-                        f"the lease ledger's rebuild lock {lock} is held by "
-                        f"{holder.text() if holder else 'another process'}") from None
-                time.sleep(0.005)
+        def held_by() -> str:
+            holder = lock_holder([lock])
+            return (f"the lease ledger's rebuild lock {lock} is held by "
+                    f"{holder.text() if holder else 'another process'}")
+
+        _flock(fd, wait, held_by)
         _mine.held.add(key)
         try:
             yield
@@ -73,20 +67,25 @@ def makers_lock(directory: Path, wait: float = 2.0) -> Iterator[None]:
     its link of the new one: :class:`LedgerBusy` after ``wait`` seconds of another's."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LedgerBusy(f"another process has held the lease ledger's directory "
-                                     f"{directory} locked for {wait:g} s while making a "
-                                     "ledger there") from None
-                time.sleep(0.005)
+        _flock(fd, wait, lambda: f"another process has held the lease ledger's directory "
+                                 f"{directory} locked for {wait:g} s while making a ledger there")
         yield
     finally:
         os.close(fd)
+
+
+def _flock(fd: int, wait: float, busy: Callable[[], str]) -> None:
+    """An exclusive flock on ``fd``, waited for at most ``wait`` seconds: then
+    :class:`LedgerBusy` saying ``busy()``."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LedgerBusy(busy()) from None
+            time.sleep(0.005)
 
 
 def trusted(info: os.stat_result) -> bool:
