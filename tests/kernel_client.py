@@ -3,11 +3,13 @@ IOPub messages grouped by the execution they belong to."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,19 @@ class Run:
         lines += [c["data"]["text/plain"] for c in self.updates
                   if c.get("transient", {}).get("display_id") == display_id]
         return lines
+
+
+@contextlib.contextmanager
+def loaded_kernel(setup: str, code: str = "") -> Iterator[Kernel]:
+    """A :class:`Kernel` with the extension loaded and ``setup`` run (``%sched local ...``),
+    then ``code``, with ``sched`` (the kernel's scheduler) and ``gate`` (an Event) defined;
+    closed after."""
+    k = Kernel()
+    try:
+        run = k.run(f"%load_ext jupyter_sched\n{setup}")
+        assert run.error is None and "UsageError" not in run.stderr, (run.error, run.stderr)
+        k.run("import threading\nimport jupyter_sched\n"
+              "sched = jupyter_sched.get_scheduler()\ngate = threading.Event()\n" + code)
+        yield k
+    finally:
+        k.close()

@@ -9,22 +9,15 @@ import pytest
 
 jupyter_client = pytest.importorskip("jupyter_client")
 
-from kernel_client import Kernel  # noqa: E402
+from kernel_client import loaded_kernel  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel()
-    try:
-        run = k.run("%load_ext jupyter_sched\n%sched local --gpus 1 --cpus 4 --mem 8GiB")
-        assert run.error is None and "UsageError" not in run.stderr, (run.error, run.stderr)
-        k.run("import threading\nimport jupyter_sched\n"
-              "sched = jupyter_sched.get_scheduler()\ngate = threading.Event()")
+    with loaded_kernel("%sched local --gpus 1 --cpus 4 --mem 8GiB") as k:
         yield k
-    finally:
-        k.close()
 
 
 def line_says(run, words: str):
