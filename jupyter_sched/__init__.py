@@ -57,6 +57,12 @@ def load_ipython_extension(ipython: Any) -> None:
     load(ipython)
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter Server extension (``api/sched/host``, ``api/sched/metrics``), enabled by
+    the install (``etc/jupyter/jupyter_server_config.d/jupyter_sched.json``)."""
+    return [{"module": "jupyter_sched.server"}]
+
+
 def unload_ipython_extension(ipython: Any) -> None:
     from .notebook.extension import unload_ipython_extension as unload
 

@@ -107,6 +107,31 @@ class FakeNvml(Nvml):
         return f"FakeNvml({[(d.name, d.memory_total) for d in self.devices]!r})"
 
 
+FAKE_NVML_ENV = "JUPYTER_SCHED_FAKE_NVML"
+"""A JSON object describing :func:`fake_nvml_from_env`'s devices and readings."""
+
+
+def fake_nvml_from_env() -> FakeNvml:
+    """A :class:`FakeNvml` as ``$JUPYTER_SCHED_FAKE_NVML`` describes it, for a process a test
+    starts (a Jupyter server with ``c.HostView.nvml =
+    "jupyter_sched.testing:fake_nvml_from_env"``)::
+
+        {"devices": [["A100", "80GiB"], ...], "utilization": {"0": 37},
+         "memory_used": {"0": 1073741824}, "processes": {"0": [[4242, "2GiB"]]}}
+    """
+    import json
+
+    spec = json.loads(os.environ.get(FAKE_NVML_ENV, "{}"))
+    nvml = FakeNvml([tuple(device) for device in spec.get("devices", [])])
+    for index, value in spec.get("utilization", {}).items():
+        nvml.set_utilization(int(index), value)
+    for index, value in spec.get("memory_used", {}).items():
+        nvml.set_memory_used(int(index), value)
+    for index, value in spec.get("processes", {}).items():
+        nvml.set_processes(int(index), [tuple(p) for p in value])
+    return nvml
+
+
 def ended_work(lines: int, session: str = "12345.0ended", at: float = 1.7e9
                ) -> Iterator[bytes]:
     """``lines`` lines of a kept cluster's journal (:mod:`.executors.ipp.kept`) about work
@@ -289,5 +314,5 @@ def step_wall_clock(seconds: float) -> None:
             module.boot_time = lambda boot=boot: boot() + seconds
 
 
-__all__ = ["FakeNvml", "TestClock", "ended_work", "ledger_writer", "old_ledger",
-           "step_wall_clock"]
+__all__ = ["FAKE_NVML_ENV", "FakeNvml", "TestClock", "ended_work", "fake_nvml_from_env",
+           "ledger_writer", "old_ledger", "step_wall_clock"]

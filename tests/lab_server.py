@@ -158,7 +158,8 @@ def free_port() -> int:
 class LabServer:
     """``python -m jupyterlab`` from ``install``'s environment, serving ``root``."""
 
-    def __init__(self, install: Install, root: Path, workdir: Path) -> None:
+    def __init__(self, install: Install, root: Path, workdir: Path,
+                 config: dict | None = None, env: dict[str, str] | None = None) -> None:
         self.install = install
         self.workdir = workdir
         self.port = free_port()
@@ -177,19 +178,22 @@ class LabServer:
         # enabled by a file in its own environment, which this server does not read; it finds
         # its schemas where JupyterLab's are, and its settings are ours
         self.notebook7 = _notebook7()
+        settings = dict(config or {})  # (more of the server's settings: `config`)
         if self.notebook7:
             app = Path(lab_app_dir())
-            (dirs["config"] / "jupyter_server_config.json").write_text(json.dumps({
+            settings.update({
                 "ServerApp": {"jpserver_extensions": {"notebook": True}},
                 "JupyterNotebookApp": {"schemas_dir": str(app / "schemas"),
                                        "themes_dir": str(app / "themes"),
-                                       "app_settings_dir": str(install.venv / SETTINGS)}}))
+                                       "app_settings_dir": str(install.venv / SETTINGS)}})
+        (dirs["config"] / "jupyter_server_config.json").write_text(json.dumps(settings))
         # the server's environment, which its kernels inherit
         self.env = env = _clean_env(
             PATH=f"{install.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             JUPYTER_CONFIG_DIR=str(dirs["config"]), JUPYTER_DATA_DIR=str(dirs["data"]),
             JUPYTER_RUNTIME_DIR=str(dirs["runtime"]), IPYTHONDIR=str(dirs["ipython"]),
-            JUPYTER_PLATFORM_DIRS="0", JUPYTER_SCHED_LEASES=f"{self.leases}{os.sep}")
+            JUPYTER_PLATFORM_DIRS="0", JUPYTER_SCHED_LEASES=f"{self.leases}{os.sep}",
+            **(env or {}))
         cmd = [str(install.python), "-m", "jupyterlab", "--no-browser",
                "--ServerApp.open_browser=False", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",

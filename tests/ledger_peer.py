@@ -1,6 +1,8 @@
 """Another process using a lease ledger, driven line by line from a test (JSON in, JSON out).
 
-    python tests/ledger_peer.py LEDGER [LABEL]
+    python tests/ledger_peer.py LEDGER [LABEL] [-f kernel-ID.json]
+
+(:class:`Peer` starts and drives it from a test.)
 
 Each line on stdin is ``[verb, *args]``; the answer is one JSON line: ``{"ok": value}`` or
 ``{"error": "Kind: text"}``. Verbs: ``take DEVICE UNITS [TASK]`` (the lease's id, or the
@@ -14,7 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+from pathlib import Path
+
+import psutil
 
 
 def main() -> None:
@@ -55,6 +62,54 @@ def main() -> None:
         except Exception as err:  # (told to the test, which decides)
             answer = {"error": f"{type(err).__name__}: {err}"}
         print(json.dumps(answer), flush=True)
+
+
+class Peer:
+    """This script run as another process using the ledger at ``path``, driven from a test
+    (``prefix``: run it under, e.g., ``unshare`` or ``runuser``; ``kernel``: the Jupyter
+    kernel id it holds for)."""
+
+    def __init__(self, path: Path, label: str = "peer.ipynb", prefix: tuple = (),
+                 timeout: float = 10.0, kernel: str = "") -> None:
+        env = {**os.environ, "PEER_TIMEOUT": str(timeout)}
+        # (a kernel's id is read from its connection file's name, as Jupyter starts kernels)
+        named = ["-f", f"kernel-{kernel}.json"] if kernel else []
+        self.process = subprocess.Popen([*prefix, sys.executable, __file__, str(path), label,
+                                         *named],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, env=env)
+        assert self._answer() == {"ok": "ready"}
+
+    def _answer(self) -> dict:
+        line = self.process.stdout.readline()
+        assert line, f"the peer ended (exit code {self.process.poll()})"
+        return json.loads(line)
+
+    def ask(self, verb: str, *args) -> dict:
+        self.process.stdin.write(json.dumps([verb, *args]) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def __call__(self, verb: str, *args):
+        answer = self.ask(verb, *args)
+        assert "ok" in answer, answer
+        return answer["ok"]
+
+    @property
+    def pid(self) -> int:
+        """The pid of the process that holds (in this namespace)."""
+        process = psutil.Process(self.process.pid)
+        children = process.children(recursive=True)
+        return children[-1].pid if children else process.pid
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(30)
 
 
 if __name__ == "__main__":

@@ -119,3 +119,23 @@ def test_model_and_core_import_only_the_standard_library_and_each_other(graph):
                 continue
             found.setdefault(module, []).append(imported)
     assert found == {}
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_the_server_extension_is_found_without_importing_jupyter_server():
+    # Jupyter Server asks the package for its extension points at every start (and
+    # `jupyter server extension list`): importing the package for that loads no server code
+    code = ("import sys, jupyter_sched; points = jupyter_sched._jupyter_server_extension_points(); "
+            "print(points, [m for m in ('jupyter_server', 'tornado', 'jupyter_sched.server') "
+            "if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "[{'module': 'jupyter_sched.server'}] []", done.stderr
+
+
+def test_the_server_extension_is_in_the_top_layer_and_never_imports_the_kernel_side(graph):
+    kernel_side = ("jupyter_sched.notebook", "jupyter_sched.runtime", "jupyter_sched.executors")
+    for module in sorted(m for m in graph.modules if m.startswith("jupyter_sched.server")):
+        imported = graph.find_modules_directly_imported_by(module)
+        assert not [m for m in imported if m.startswith(kernel_side)], module

@@ -10,10 +10,8 @@ pid namespaces are made with ``unshare`` as root (skipped elsewhere, with the re
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,8 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from ledger_peer import Peer
 
 from jupyter_sched.host.ledger import Ledger, WaitSpec
 from jupyter_sched.host.ledger.errors import LedgerBusy
@@ -35,52 +33,7 @@ from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.testing import ledger_writer
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER = Path(__file__).resolve().parent / "ledger_peer.py"
 GPU, OTHER = "GPU-11111111-aaaa", "GPU-22222222-bbbb"
-
-
-class Peer:
-    """Another process using the ledger at ``path`` (``prefix``: run it under, e.g.,
-    ``unshare``)."""
-
-    def __init__(self, path: Path, label: str = "peer.ipynb", prefix: tuple = (),
-                 timeout: float = 10.0) -> None:
-        env = {**os.environ, "PEER_TIMEOUT": str(timeout)}
-        self.process = subprocess.Popen([*prefix, sys.executable, str(PEER), str(path), label],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, env=env)
-        assert self._answer() == {"ok": "ready"}
-
-    def _answer(self) -> dict:
-        line = self.process.stdout.readline()
-        assert line, f"the peer ended (exit code {self.process.poll()})"
-        return json.loads(line)
-
-    def ask(self, verb: str, *args) -> dict:
-        self.process.stdin.write(json.dumps([verb, *args]) + "\n")
-        self.process.stdin.flush()
-        return self._answer()
-
-    def __call__(self, verb: str, *args):
-        answer = self.ask(verb, *args)
-        assert "ok" in answer, answer
-        return answer["ok"]
-
-    @property
-    def pid(self) -> int:
-        """The pid of the process that holds (in this namespace)."""
-        process = psutil.Process(self.process.pid)
-        children = process.children(recursive=True)
-        return children[-1].pid if children else process.pid
-
-    def kill(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)
-        self.process.wait(30)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(30)
 
 
 @pytest.fixture

@@ -366,6 +366,12 @@ class Ledger:
         self._call(lambda: self._in_transaction(
             lambda db: db.execute("UPDATE changes SET count = count")))
 
+    def stamp_active(self, stamps: Mapping[int, float]) -> None:
+        """When leases' devices were last seen at work, ``{lease id: time}`` (never back)."""
+        self._call(lambda: self._in_transaction(lambda db: db.executemany(
+            "UPDATE leases SET active = max(active, ?) WHERE id = ?",
+            [(float(t), int(i)) for i, t in stamps.items()])))
+
     def _in_transaction(self, fn: Callable[[sqlite3.Connection], None]) -> None:
         with self._writing(False) as (db, _):
             fn(db)
