@@ -14,14 +14,17 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { IRunningSessionManagers } from '@jupyterlab/running';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { SchedConnection } from './comm';
 import { followActiveKernel } from './follow';
+import { HostPoller } from './hostpoll';
 import { findCell, showCell } from './jump';
 import { startNotifications } from './notify';
 import { createRendererFactory, RENDERER_RANK } from './renderer';
+import { addLeasesSection } from './running';
 import { schedulerIcon, SchedulerSidebar } from './sidebar';
 import { SchedulerStatus } from './statusbar';
 import { addTopItem } from './topbar';
@@ -50,7 +53,8 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
     ILayoutRestorer,
     ISettingRegistry,
     IStatusBar,
-    ICommandPalette
+    ICommandPalette,
+    IRunningSessionManagers
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -60,18 +64,30 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null,
     settingRegistry: ISettingRegistry | null,
     statusBar: IStatusBar | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    running: IRunningSessionManagers | null
   ): void => {
     const settings = { ...Private.DEFAULTS };
     const connection = Private.connection();
     const onJump = notebooks
       ? (cell: string) => Private.jump(app, notebooks, connection.kernelId, cell)
       : undefined;
+    // the whole host, from the server (no kernel needed): the sidebar's "This host" and the
+    // Running panel's "GPU leases"
+    const host = new HostPoller(app.serviceManager.serverSettings);
     const sidebar = new SchedulerSidebar({
       connection,
       timelineWindow: settings.timelineWindow,
-      onJump
+      onJump,
+      host
     });
+    if (running) {
+      addLeasesSection(running, host, schedulerIcon, () =>
+        Array.from(app.shell.widgets('left')).some(
+          w => w.id === 'jp-running-sessions' && w.isVisible
+        )
+      );
+    }
     app.shell.add(sidebar, settings.sidebarSide, { rank: SIDEBAR_RANK });
     restorer?.add(sidebar, sidebar.id);
 

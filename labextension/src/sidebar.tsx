@@ -7,7 +7,9 @@
  * timeline of GPU holdings. A task's name shows the cell that submitted it, when known.
  * `SidebarView` draws from props only; `SchedulerSidebar` is the widget that feeds it from a
  * `SchedConnection`, sends the commands its buttons ask for, and hands a jump to a cell to
- * whoever shows cells (`onJump`).
+ * whoever shows cells (`onJump`). Under it, "This host" shows the whole host as the Jupyter
+ * server sees it (`HostPoller`), with no notebook open or a kernel that never loaded the
+ * extension.
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
@@ -16,10 +18,13 @@ import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { ConnectionState, SchedConnection } from './comm';
+import { HostView } from './components/host';
 import { NodeList } from './components/nodes';
 import { QueueTable } from './components/queues';
 import { EndedList } from './components/ended';
 import { TaskList } from './components/tasks';
+import { HostPoller } from './hostpoll';
+import { IHostViewModel } from './model/host';
 import { INoticeMark, INoticeRow, pendingNotices } from './model/notices';
 import { sidebarView } from './model/status';
 import { elsewhereWords, statusBarText } from './model/summary';
@@ -55,6 +60,8 @@ export interface ISidebarProps {
   wallTime?: number | null;
   /** Show the notebook cell with this id, which submitted a task; no jumps without it. */
   onJump?: (cell: string) => void;
+  /** The whole host as the server sees it; no "This host" section when undefined. */
+  host?: { view: IHostViewModel | null; error: string | null };
 }
 
 function StateLine(props: { state: ConnectionState }): JSX.Element {
@@ -252,6 +259,11 @@ export function SidebarView(props: ISidebarProps): JSX.Element {
         </p>
       ) : null}
       {live ? <LiveView {...props} snapshot={snapshot} /> : <StateLine state={state} />}
+      {props.host ? (
+        <Section title="This host" name="host">
+          <HostView view={props.host.view} error={props.host.error} />
+        </Section>
+      ) : null}
     </div>
   );
 }
@@ -261,6 +273,8 @@ export interface ISidebarOptions {
   timelineWindow: number;
   /** Show the notebook cell with this id in the followed kernel's notebook. */
   onJump?: (cell: string) => void;
+  /** The host view from the server, fetched while the sidebar is shown. */
+  host?: HostPoller;
 }
 
 /** Elapsed times tick this often while the sidebar shows running tasks. */
@@ -272,6 +286,8 @@ export class SchedulerSidebar extends ReactWidget {
     this._connection = options.connection;
     this._window = options.timelineWindow;
     this._onJump = options.onJump;
+    this._host = options.host ?? null;
+    this._host?.changed.connect(this._refresh, this);
     this.id = 'jupyter-sched-sidebar';
     this.addClass('jp-sched-sidebar');
     this.title.icon = schedulerIcon;
@@ -291,6 +307,8 @@ export class SchedulerSidebar extends ReactWidget {
   dispose(): void {
     this._stopTicking();
     this._connection.changed.disconnect(this._refresh, this);
+    this._host?.changed.disconnect(this._refresh, this);
+    this._host?.release(this);
     super.dispose();
   }
 
@@ -304,10 +322,12 @@ export class SchedulerSidebar extends ReactWidget {
         this.update();
       }
     }, TICK_MS);
+    this._host?.hold(this);
     this.update();
   }
 
   protected onBeforeHide(msg: Message): void {
+    this._host?.release(this);
     this._stopTicking();
     super.onBeforeHide(msg);
   }
@@ -328,6 +348,7 @@ export class SchedulerSidebar extends ReactWidget {
         onDismissNotices={this._onDismissNotices}
         wallTime={c.wallTime()}
         onJump={this._onJump}
+        host={this._host ? { view: this._host.view, error: this._host.error } : undefined}
       />
     );
   }
@@ -371,5 +392,6 @@ export class SchedulerSidebar extends ReactWidget {
   private _connection: SchedConnection;
   private _window: number;
   private _onJump: ((cell: string) => void) | undefined;
+  private _host: HostPoller | null;
   private _ticker: ReturnType<typeof setInterval> | null = null;
 }
