@@ -133,7 +133,9 @@ describe('This host in the sidebar', () => {
   it('shows the host with no notebook open, every string as text', () => {
     const view = hostView(readHost(payload())!);
     const { container, unmount } = render(
-      <SidebarView {...sidebarProps({ state: 'none', snapshot: null, host: { view, error: null } })} />
+      <SidebarView
+        {...sidebarProps({ state: 'none', snapshot: null, host: { view, error: null } })}
+      />
     );
     const section = container.querySelector('[data-section="host"]')!;
     expect(section.textContent).toContain('This host');
