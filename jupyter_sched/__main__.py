@@ -35,11 +35,12 @@ each reserves), and each user's fair-share standing::
       alice  421.7        1       421.7
 
 ``--path`` names another ledger; ``--watch [SECONDS]`` shows it again every SECONDS (1) until
-Ctrl-C. Looking changes no file: a missing ledger is said to be missing and none is made; an
-empty file, another program's, a link or a directory is refused and left as it was. Only
-``--sweep`` (take back the leases and waits of holders that have ended), ``--weight USER=W``
-(repeatable) and ``--half-life SECONDS`` write, each saying what it changed; the last two only
-for the owner of the ledger file.
+Ctrl-C. A lease whose GPUs have done no work for ``--idle-after`` seconds (900; the server
+extension's sampler watches them) reads ``yes, idle 25 min`` in the alive column. Looking changes
+no file: a missing ledger is said to be missing and none is made; an empty file, another program's,
+a link or a directory is refused and left as it was. Only ``--sweep`` (take back the leases and
+waits of holders that have ended), ``--weight USER=W`` (repeatable) and ``--half-life SECONDS``
+write, each saying what it changed; the last two only for the owner of the ledger file.
 
 ``--json`` prints one object (with ``--watch``, one per line)::
 
@@ -53,7 +54,8 @@ for the owner of the ledger file.
                  of a device is held (logical: nothing caps it, mps: NVIDIA MPS caps its
                  process, torch: a torch memory cap), null for a whole device or a holder that
                  did not say; active: when its devices were last seen at work (null: not
-                 watched); alive: false once its holder ended
+                 watched); alive: false once its holder ended; idle: seconds its devices
+                 have done no work, once that is --idle-after or more (else null)
     waits        [{position, id, user, uid, pid, label, kernel, task, waits_for, share, units,
                    count, devices, priority, since, reserves: [{device, share, units}]}], in the
                  host's order (position 1 goes first): count devices of units each, on any of
@@ -88,6 +90,7 @@ from pathlib import Path
 from . import __version__
 from .host.discovery import HostInfo, discover_host
 from .host.identity import user_name
+from .host.idle import IDLE_AFTER
 from .host.ledger import Lease, Ledger, LedgerError, default_ledger
 from .host.ledger.rows import clock
 from .host.ledger.text import (
@@ -174,6 +177,9 @@ def _parser() -> argparse.ArgumentParser:
     leases.add_argument("--half-life", metavar="SECONDS",
                         help="set after how long past GPU use counts half (0: only what is "
                         "held now counts); the ledger's owner only")
+    leases.add_argument("--idle-after", metavar="SECONDS", default=str(IDLE_AFTER),
+                        help="a lease whose GPUs did no work for this long reads idle "
+                        f"(default {IDLE_AFTER:g}, as the server extension's)")
     leases.set_defaults(run=_leases)
     return parser
 
@@ -205,12 +211,13 @@ def _leases(args: argparse.Namespace) -> int:
     every = None if args.watch is None else _seconds(args.watch, "--watch", low=0.05)
     weights = dict(_weight(spec) for spec in args.weight or ())
     half_life = None if args.half_life is None else _seconds(args.half_life, "--half-life")
+    idle_after = _seconds(args.idle_after, "--idle-after")
     try:
         path = _ledger_arg(args.path)
         changes = _write(path, args.sweep, weights, half_life)
         if every is not None:
-            return _watch(path, changes, every, args.json)
-        _show(look(path), changes, args.json)
+            return _watch(path, changes, every, args.json, idle_after)
+        _show(look(path, idle_after=idle_after), changes, args.json)
     except LedgerError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
@@ -297,14 +304,15 @@ def _write(path: Path, sweep: bool, weights: dict[str, float],
     return changes
 
 
-def _watch(path: Path, changes: _Changes, every: float, as_json: bool) -> int:
+def _watch(path: Path, changes: _Changes, every: float, as_json: bool,
+           idle_after: float = IDLE_AFTER) -> int:
     """Show the ledger every ``every`` seconds until Ctrl-C (exit status 0): on a terminal
     over the last picture, else one after the other (one JSON object a line)."""
     clear = not as_json and sys.stdout.isatty()
     first = True
     try:
         while True:
-            picture = look(path)
+            picture = look(path, idle_after=idle_after)
             if clear:
                 sys.stdout.write("\x1b[H\x1b[2J")
             elif not (first or as_json):

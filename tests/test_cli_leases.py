@@ -222,7 +222,7 @@ def test_the_picture_as_json(host):
         {"id": lease.id, "device": device, "share": units / 10_000, "units": units,
          "user": ME, "uid": me, "pid": pid, "label": label, "kernel": None, "task": task,
          "since": lease.since, "taken": lease.taken, "host": boot, "enforced": enforced,
-         "active": None, "alive": alive}
+         "active": None, "alive": alive, "idle": None}
         for lease, (device, units, pid, label, task, enforced, alive) in zip(held, [
             (GPU, 2_500, host.gone.pid, "gone.ipynb", "t9", None, False),
             (GPU, 5_000, host.a.pid, "train.ipynb", "t17", "mps", True),
@@ -289,6 +289,24 @@ def test_each_lease_says_how_its_share_is_held(tmp_path):
                                          ["GPU-11111111", "0.5", "torch"]]
     assert [(lease["task"], lease["enforced"]) for lease in data["leases"]] == [
         ("t1", None), ("t2", "torch")]
+
+
+def test_a_lease_whose_gpus_did_no_work_reads_idle(tmp_path):
+    """The server's sampler stamps ``active``; with ``--idle-after`` passed since then (and
+    since the lease was taken) the alive column says for how long, as the JSON does."""
+    path = tmp_path / "l.db"
+    with holder(path, "train.ipynb", [(GPU, 5_000, ""), (OTHER, 5_000, "")]):
+        with Ledger(path) as ledger:
+            first, _ = ledger.held()
+            ledger.stamp_active({first.id: first.taken})  # watched, never at work
+        assert [row[-1] for row in cells(leases("--path", str(path)).stdout.splitlines()[4:6])
+                ] == ["yes", "yes"]  # (not idle for the default 900 s yet)
+        proc = leases("--path", str(path), "--idle-after", "0")
+        data = json.loads(leases("--path", str(path), "--json", "--idle-after", "0").stdout)
+    assert [" ".join(row[8:]) for row in cells(proc.stdout.splitlines()[4:6])] == [
+        "yes, idle 1 min", "yes"]  # (the second was never watched)
+    assert data["leases"][0]["idle"] >= 0 and data["leases"][1]["idle"] is None
+    assert data["leases"][0]["active"] == first.taken
 
 
 def test_the_widest_leases_still_fit_100_columns():

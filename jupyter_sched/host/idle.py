@@ -26,6 +26,10 @@ from dataclasses import dataclass
 BUSY = 5
 """Utilisation in percent above which a device is at work (NVML's ``gpu`` rate)."""
 
+IDLE_AFTER = 900.0
+"""Seconds without work after which a lease reads idle, unless set otherwise (the server
+extension's ``HostView.idle_after``, ``jupyter-sched leases --idle-after``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -82,4 +86,4 @@ def replay(samples: Iterable[Sample], taken: float, active: float = 0.0) -> floa
     return active
 
 
-__all__ = ["BUSY", "Sample", "at_work", "idle_for", "idle_text", "replay", "stamp"]
+__all__ = ["BUSY", "IDLE_AFTER", "Sample", "at_work", "idle_for", "idle_text", "replay", "stamp"]

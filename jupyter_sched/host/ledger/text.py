@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...model.quantity import SCALE, format_units
+from ..idle import IDLE_AFTER, idle_for, idle_text
 from .errors import LedgerError
 from .fairness import Wait
 from .ledger import Ledger
@@ -45,12 +46,14 @@ SWEEP = "jupyter-sched leases --sweep"
 class Picture:
     """A ledger at one moment (``order.now``): its ``leases``, each with whether its holder
     runs, and the host's ``order`` (waits in order, reservations, standings, weights,
-    half-life). ``found``: False when no ledger is at ``path`` (then nothing is in it)."""
+    half-life). ``found``: False when no ledger is at ``path`` (then nothing is in it).
+    ``idle_after``: seconds without work after which a lease reads idle."""
 
     path: Path
     leases: list[tuple[Lease, bool]]
     order: Order
     found: bool = True
+    idle_after: float = IDLE_AFTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +69,10 @@ class Standing:
     standing: float
 
 
-def look(path: Path, timeout: float = 10.0) -> Picture:
+def look(path: Path, timeout: float = 10.0, idle_after: float = IDLE_AFTER) -> Picture:
     """The ledger at ``path`` as it is now, read without changing any file (a missing one is
-    a picture with ``found`` False). Raises :class:`~.leases.LedgerError` for a file that
-    cannot be read as a ledger.
+    a picture with ``found`` False); its leases read idle after ``idle_after`` seconds.
+    Raises :class:`~.leases.LedgerError` for a file that cannot be read as a ledger.
 
     A ledger no process had open is read as a file nobody writes (``immutable``:
     :mod:`.reading`); should a scheduler write it back meanwhile (its last connection
@@ -83,8 +86,8 @@ def look(path: Path, timeout: float = 10.0) -> Picture:
                 raise
             continue
         if _stamp(path) == before:
-            return picture
-    return _read(path, timeout)
+            return replace(picture, idle_after=idle_after)
+    return replace(_read(path, timeout), idle_after=idle_after)
 
 
 def _read(path: Path, timeout: float) -> Picture:
@@ -129,7 +132,8 @@ def format_picture(picture: Picture, sweep: str = SWEEP) -> str:
     if order.grace_until is not None and order.now < order.grace_until:
         parts.append(f"the ledger was made again: its holders re-take what they hold until "
                      f"{clock(order.grace_until)}, and new leases wait until then\n")
-    parts += ["leases", format_leases(picture.leases, order.now, sweep), "",
+    parts += ["leases", format_leases(picture.leases, order.now, sweep,
+                                        picture.idle_after), "",
               "waits, in the host's order", format_waits(order), "",
               f"fair share between users (the lowest standing first): "
               f"{half_life_text(order.half_life)}", format_standings(order)]
@@ -137,9 +141,10 @@ def format_picture(picture: Picture, sweep: str = SWEEP) -> str:
 
 
 def format_leases(leases: Sequence[tuple[Lease, bool]], now: float | None = None,
-                  sweep: str = SWEEP) -> str:
+                  sweep: str = SWEEP, idle_after: float = IDLE_AFTER) -> str:
     """Leases, how each share is held (``enforced``: ``-`` for a whole device, or a holder
-    that did not say) and whether each holder runs, as an aligned table (or a line saying
+    that did not say) and whether each holder runs (``yes, idle 25 min`` once its devices
+    have done no work for ``idle_after`` seconds), as an aligned table (or a line saying
     none). Too wide, it cuts users, labels and tasks to 10, then labels and tasks to 6, then
     devices to 10."""
     if not leases:
@@ -150,13 +155,20 @@ def format_leases(leases: Sequence[tuple[Lease, bool]], now: float | None = None
         owner = lease.owner
         table.append((short_device(lease.device), lease.share, lease.held or "-", owner.user,
                       str(owner.pid), owner.label or "-", lease.task or "-",
-                      when(lease.since, now), "yes" if alive else "no (ended)"))
+                      when(lease.since, now), _alive_text(lease, alive, now, idle_after)))
     lines = align_rows(table, WIDTH, shrink=((3, 5, 6), (5, 6), (0,)), least=(10, 6, 10))
     ended = sum(not alive for _, alive in leases)
     if ended:
         lines.append(f"  1 lease of an ended holder: `{sweep}` takes it back" if ended == 1
                      else f"  {ended} leases of ended holders: `{sweep}` takes them back")
     return "\n".join(lines)
+
+
+def _alive_text(lease: Lease, alive: bool, now: float, idle_after: float) -> str:
+    if not alive:
+        return "no (ended)"
+    idle = idle_for(now, lease.active, lease.taken, idle_after)
+    return "yes" if idle is None else f"yes, {idle_text(idle)}"
 
 
 def format_waits(order: Order) -> str:
@@ -254,7 +266,9 @@ def picture_json(picture: Picture) -> dict[str, object]:
         "ledger": str(picture.path),
         "found": picture.found,
         "time": order.now,
-        "leases": [lease_json(lease, alive) for lease, alive in picture.leases],
+        "leases": [{**lease_json(lease, alive), "idle": idle_for(
+            order.now, lease.active, lease.taken, picture.idle_after)}
+            for lease, alive in picture.leases],
         "waits": [wait_json(position, wait, order.reservations.get(wait.id, {}))
                   for position, wait in enumerate(order.waits, 1)],
         "users": [{"user": s.user, "uid": s.uid, "use": s.use, "weight": s.weight,
