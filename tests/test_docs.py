@@ -34,6 +34,20 @@ def test_every_setting_is_in_the_user_guide_with_its_default():
         assert ast.literal_eval(listed[name]) == trait.default_value, name
 
 
+HOST_VIEW_ROW = re.compile(r"^\| `HostView\.(\w+)` \| `([^`]*)` \| (.*) \|$", re.MULTILINE)
+
+
+def test_every_host_view_setting_is_in_the_user_guide_with_its_default():
+    from jupyter_sched.server.extension import HostView
+
+    listed = {name: default for name, default, _ in HOST_VIEW_ROW.findall(GUIDE)}
+    traits = HostView.class_traits(config=True)
+    assert sorted(listed) == sorted(traits), "docs/user-guide.md, 'The host view'"
+    for name, trait in traits.items():
+        assert ast.literal_eval(listed[name]) == trait.default_value, name
+        assert trait.help and trait.help[0].isupper(), name
+
+
 def test_every_setting_has_help():
     for name, trait in Scheduler.class_traits(config=True).items():
         assert trait.help and trait.help[0].isupper(), name
