@@ -155,6 +155,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextlib.contextmanager
+def chromium_page(chromium: str, args: list[str], timeout: float):
+    """A page of the system's Chromium at ``chromium`` (never a downloaded browser), 1440 by
+    900, each step waiting ``timeout`` ms at most; closed with the browser after."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=args)
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(timeout)
+        try:
+            yield page
+        finally:
+            context.close()
+            browser.close()
+
+
 class LabServer:
     """``python -m jupyterlab`` from ``install``'s environment, serving ``root``."""
 
@@ -192,8 +210,8 @@ class LabServer:
             PATH=f"{install.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             JUPYTER_CONFIG_DIR=str(dirs["config"]), JUPYTER_DATA_DIR=str(dirs["data"]),
             JUPYTER_RUNTIME_DIR=str(dirs["runtime"]), IPYTHONDIR=str(dirs["ipython"]),
-            JUPYTER_PLATFORM_DIRS="0", JUPYTER_SCHED_LEASES=f"{self.leases}{os.sep}",
-            **(env or {}))
+            JUPYTER_PLATFORM_DIRS="0",
+            **{"JUPYTER_SCHED_LEASES": f"{self.leases}{os.sep}", **(env or {})})
         cmd = [str(install.python), "-m", "jupyterlab", "--no-browser",
                "--ServerApp.open_browser=False", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",

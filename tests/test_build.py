@@ -34,6 +34,7 @@ tomllib = pytest.importorskip("tomllib")  # (Python 3.11+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTENSION = "share/jupyter/labextensions/jupyter-sched"
+SERVER_CONFIG = "etc/jupyter/jupyter_server_config.d/jupyter_sched.json"
 COMPILE = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
     "hooks"]["custom"]["compile"]
 FALLBACK = "the scheduling core is installed as plain Python"
@@ -294,6 +295,8 @@ def test_build_makes_a_wheel_with_the_compiled_core_and_the_extension(dists):
     data = f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.data/data/{EXTENSION}"
     for part in ("package.json", "static/style.js", "install.json"):
         assert f"{data}/{part}" in names, f"the wheel has no {EXTENSION}/{part}"
+    # the server extension is enabled by the install (api/sched/host, api/sched/metrics)
+    assert f"{data.removesuffix(EXTENSION)}{SERVER_CONFIG}" in names, names
     assert not any(n.startswith("jupyter_sched/labextension/") for n in names)
     extensions = {n for n in names if n.endswith((".so", ".pyd"))}
     if not _compiler_here():
@@ -318,7 +321,8 @@ def test_the_sdist_carries_the_built_extension_and_no_build_outputs(dists):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for path in ("jupyter_sched/labextension/package.json",
                  "jupyter_sched/labextension/static/style.js", "labextension/src/index.ts",
-                 "labextension/package-lock.json", "hatch_build.py", "PKG-INFO"):
+                 "labextension/package-lock.json", "hatch_build.py", "PKG-INFO",
+                 "jupyter-config/jupyter_server_config.d/jupyter_sched.json"):
         assert path in names, f"the sdist has no {path}"
     assert not [n for n in names if "node_modules" in n or n.endswith((".so", ".pyd"))]
 
@@ -335,6 +339,9 @@ def test_the_wheel_installs_in_a_clean_venv_and_jupyterlab_lists_the_extension(d
                                "jupyter labextension list", cwd=work, timeout=120).stdout)
     line = next((s for s in listed.splitlines() if "jupyter-sched" in s), "")
     assert re.search(r"jupyter-sched v\S+ enabled\s+OK", line), listed
+    servers = ANSI.sub("", _run([jupyter, "server", "extension", "list"],
+                                "jupyter server extension list", cwd=work, timeout=120).stdout)
+    assert re.search(r"jupyter_sched\s+enabled", servers), servers
     files = _core_files(python, work)
     assert all(str(work / "wheel-venv") in f for f in files), files
     if _compiler_here():

@@ -38,7 +38,7 @@ import urllib.error
 from pathlib import Path
 
 import pytest
-from lab_server import ROOT, LabServer, OtherKernel, Unavailable, install
+from lab_server import ROOT, LabServer, OtherKernel, Unavailable, chromium_page, install
 
 pytestmark = [pytest.mark.ui, pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -197,13 +197,7 @@ def lab(request):
 
 @pytest.fixture(scope="module")
 def browser_page(lab):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(WAIT)
+    with chromium_page(CHROMIUM, CHROMIUM_ARGS, WAIT) as page:
         page.dialogs = []  # every dialog the page opened (alert(1) would be one)
         page.console_errors = []
 
@@ -216,11 +210,7 @@ def browser_page(lab):
         page.on("dialog", on_dialog)
         page.on("console", lambda msg: msg.type == "error" and page.console_errors.append(
             msg.text))
-        try:
-            yield page
-        finally:
-            context.close()
-            browser.close()
+        yield page
 
 
 @pytest.fixture

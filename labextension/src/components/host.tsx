@@ -45,33 +45,31 @@ export function HostView(props: {
       ) : (
         <p className="jp-sched-message">No GPUs seen on this host.</p>
       )}
-      <table className="jp-sched-host-leases" aria-label="Leases on this host">
-        <tbody>
-          {view.leases.length ? (
-            view.leases.map(lease => (
-              <tr
-                key={lease.id}
-                className="jp-sched-host-lease"
-                data-lease={lease.id}
-                data-idle={lease.idle ? 'true' : 'false'}
-                data-ended={lease.ended ? 'true' : 'false'}
-              >
-                <td>{lease.device}</td>
-                <td>{lease.shareText}</td>
-                <td className="jp-sched-host-user">{lease.user}</td>
-                <td title={lease.kernel ?? ''}>{lease.notebook}</td>
-                <td>{lease.task}</td>
-                <td>{lease.sinceText}</td>
-                <td className="jp-sched-host-activity">{lease.activity}</td>
-              </tr>
-            ))
-          ) : (
-            <tr>
-              <td className="jp-sched-message">No leases: every GPU is free.</td>
-            </tr>
-          )}
-        </tbody>
-      </table>
+      {view.leases.length ? (
+        <ul className="jp-sched-host-leases" aria-label="Leases on this host">
+          {view.leases.map(lease => (
+            <li
+              key={lease.id}
+              className="jp-sched-host-lease"
+              data-lease={lease.id}
+              data-idle={lease.idle ? 'true' : 'false'}
+              data-ended={lease.ended ? 'true' : 'false'}
+              title={lease.kernel ? `kernel ${lease.kernel}` : undefined}
+            >
+              <div className="jp-sched-host-lease-line">
+                {lease.shareText} of {lease.device} · enforced {lease.enforced} ·{' '}
+                <span className="jp-sched-host-activity">{lease.activity}</span>
+              </div>
+              <div className="jp-sched-host-lease-line">
+                <span className="jp-sched-host-user">{lease.user}</span> · {lease.notebook} ·{' '}
+                {lease.task} · {lease.sinceText}
+              </div>
+            </li>
+          ))}
+        </ul>
+      ) : (
+        <p className="jp-sched-message">No leases: every GPU is free.</p>
+      )}
       {view.waits.length ? (
         <ol className="jp-sched-host-waits" aria-label="Waits, in the host's order">
           {view.waits.map(wait => (
