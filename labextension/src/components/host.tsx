@@ -47,25 +47,29 @@ export function HostView(props: {
       )}
       {view.leases.length ? (
         <ul className="jp-sched-host-leases" aria-label="Leases on this host">
-          {view.leases.map(lease => (
-            <li
-              key={lease.id}
-              className="jp-sched-host-lease"
-              data-lease={lease.id}
-              data-idle={lease.idle ? 'true' : 'false'}
-              data-ended={lease.ended ? 'true' : 'false'}
-              title={lease.kernel ? `kernel ${lease.kernel}` : undefined}
-            >
-              <div className="jp-sched-host-lease-line">
-                {lease.shareText} of {lease.device} · enforced {lease.enforced} ·{' '}
-                <span className="jp-sched-host-activity">{lease.activity}</span>
-              </div>
-              <div className="jp-sched-host-lease-line">
-                <span className="jp-sched-host-user">{lease.user}</span> · {lease.notebook} ·{' '}
-                {lease.task} · {lease.sinceText}
-              </div>
-            </li>
-          ))}
+          {view.leases.map(lease => {
+            // each line is cut to the sidebar's width; its tooltip has all of it
+            const first = `${lease.shareText} of ${lease.device} · enforced ${lease.enforced} · `;
+            const second = `${lease.user} · ${lease.notebook} · ${lease.task} · ${lease.sinceText}`;
+            return (
+              <li
+                key={lease.id}
+                className="jp-sched-host-lease"
+                data-lease={lease.id}
+                data-kernel={lease.kernel ?? undefined}
+                data-idle={lease.idle ? 'true' : 'false'}
+                data-ended={lease.ended ? 'true' : 'false'}
+              >
+                <div className="jp-sched-host-lease-line" title={first + lease.activity}>
+                  {first}
+                  <span className="jp-sched-host-activity">{lease.activity}</span>
+                </div>
+                <div className="jp-sched-host-lease-line" title={second}>
+                  {second}
+                </div>
+              </li>
+            );
+          })}
         </ul>
       ) : (
         <p className="jp-sched-message">No leases: every GPU is free.</p>
