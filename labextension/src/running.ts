@@ -54,16 +54,19 @@ const LOOK_MS = 1000;
 
 /**
  * Add the "GPU leases" section; `shown()` says whether the Running panel is on the screen
- * (the host view is fetched only then).
+ * (the host view is fetched only then). Returns what stops looking.
  */
 export function addLeasesSection(
   managers: IRunningSessionManagers,
   poller: HostPoller,
   icon: LabIcon,
   shown: () => boolean
-): void {
+): () => void {
   const holder = {};
-  setInterval(() => (shown() ? poller.hold(holder) : poller.release(holder)), LOOK_MS);
+  const looking = setInterval(
+    () => (shown() ? poller.hold(holder) : poller.release(holder)),
+    LOOK_MS
+  );
   managers.add({
     name: 'GPU leases',
     running: () => (poller.view?.leases ?? []).map(l => new LeaseItem(l, poller, icon)),
@@ -77,8 +80,12 @@ export function addLeasesSection(
     },
     refreshRunning: () => poller.refresh(),
     runningChanged: poller.changed,
-    shutdownAllLabel: 'Shut Down My GPU Kernels',
+    shutdownAllLabel: 'Shut Down Mine',
     shutdownAllConfirmationText:
       'Shut down every kernel of this server that holds a GPU lease? Their leases are given back.'
   });
+  return () => {
+    clearInterval(looking);
+    poller.release(holder);
+  };
 }

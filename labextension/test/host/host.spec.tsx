@@ -8,8 +8,8 @@ import * as React from 'react';
 
 import { HostPoller } from '../../src/hostpoll';
 import { hostView, readHost, shortDevice } from '../../src/model/host';
-import { leaseLabel } from '../../src/running';
-import { SidebarView } from '../../src/sidebar';
+import { addLeasesSection, leaseLabel } from '../../src/running';
+import { schedulerIcon, SidebarView } from '../../src/sidebar';
 import { expectOnlyText, HOSTILE, render, sidebarProps } from '../helpers';
 
 const GPU = 'GPU-8932f937-aaaa-bbbb-cccc-000000000000';
@@ -191,5 +191,53 @@ describe('HostPoller', () => {
     poller.release(who);
     await jest.advanceTimersByTimeAsync(5000);
     expect(fetch).toHaveBeenCalledTimes(3);
+  });
+});
+
+describe('GPU leases in the Running panel', () => {
+  beforeEach(() => jest.useFakeTimers());
+  afterEach(() => jest.useRealTimers());
+
+  it('offers to shut down only the kernels of this server, through the kernels API', async () => {
+    const requests: { url: string; method: string }[] = [];
+    const fetch = jest.fn(async (request: any) => {
+      requests.push({ url: request.url, method: request.method });
+      return request.method === 'DELETE'
+        ? new Response(null, { status: 204 })
+        : new Response(JSON.stringify(payload()), { status: 200 });
+    });
+    const settings = {
+      baseUrl: 'http://h/',
+      fetch,
+      Request,
+      Headers,
+      init: {},
+      token: '',
+      appendToken: false
+    } as any;
+    const poller = new HostPoller(settings, 1000);
+    await poller.refresh();
+    let manager: any = null;
+    const managers = { add: (m: any) => (manager = m) } as any;
+    let shown = true;
+    const stop = addLeasesSection(managers, poller, schedulerIcon, () => shown);
+    expect(manager.name).toBe('GPU leases');
+    const [other, own] = manager.running();
+    expect(other.shutdown).toBeUndefined();
+    expect(own.label()).toContain('bob');
+    await own.shutdown();
+    expect(requests.filter(r => r.method === 'DELETE')).toEqual([
+      { url: 'http://h/api/kernels/k-2', method: 'DELETE' }
+    ]);
+    // fetched while the panel is shown, not after
+    const before = fetch.mock.calls.length;
+    await jest.advanceTimersByTimeAsync(2500);
+    expect(fetch.mock.calls.length).toBeGreaterThan(before);
+    shown = false;
+    await jest.advanceTimersByTimeAsync(1100);
+    const after = fetch.mock.calls.length;
+    await jest.advanceTimersByTimeAsync(5000);
+    expect(fetch.mock.calls.length).toBe(after);
+    stop();
   });
 });
