@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+from ledger_peer import Peer
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyter_sched.host.ledger import Ledger, WaitSpec
@@ -97,3 +99,23 @@ def test_the_metrics_of_a_look(tmp_path):
     # a reading NVML does not give is left out, not reported as 0
     assert ("jupyter_sched_gpu_utilization_percent", (("gpu", B), ("name", "T4"))) not in samples
     assert samples[("jupyter_sched_gpu_held", (("gpu", B), ("name", "T4")))] == 0.0
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_two_processes_of_one_kernel_are_asked_whether_they_live_each(tmp_path):
+    # (a kernel's leases may be taken by the kernel and by a process that started it: the
+    # one that ended is named ended, the other not, though both hold for the same kernel)
+    path = tmp_path / "leases.db"
+    starter, kernel = Peer(path, "a.ipynb", kernel="k1"), Peer(path, "a.ipynb", kernel="k1")
+    look = HostLook(path, None, 900.0, recheck=0.0)
+    try:
+        assert isinstance(starter("take", "declared:h:0", 5_000, ""), int)
+        assert isinstance(kernel("take", "declared:h:0", 5_000, "t1"), int)
+        starter.kill()
+        alive = {row["task"]: row["alive"] for row in look.look()["leases"]}
+        assert alive == {"": False, "t1": True}
+    finally:
+        look.close()
+        starter.close()
+        kernel.close()

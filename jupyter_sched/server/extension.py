@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 from typing import Any
 
 import tornado.web
@@ -28,7 +27,7 @@ from traitlets.config import Configurable
 
 from ..host.ledger.where import default_ledger
 from ..host.nvml import Nvml, load_nvml
-from .look import HostLook
+from .look import HostLook, to_json
 from .metrics import metrics_text
 from .sampler import Sampler
 
@@ -84,7 +83,7 @@ class HostHandler(_Handler):
         kernels = set(self.kernel_manager.list_kernel_ids())
         for row in (*host["leases"], *host["waits"]):
             row["this_server"] = bool(row["kernel"]) and row["kernel"] in kernels
-        self.finish(json.dumps(host))
+        self.finish(to_json(host))
 
 
 class MetricsHandler(_Handler):
