@@ -119,3 +119,13 @@ def test_two_processes_of_one_kernel_are_asked_whether_they_live_each(tmp_path):
         look.close()
         starter.close()
         kernel.close()
+
+
+def test_a_file_that_is_no_ledger_is_said_and_the_gpus_still_shown(tmp_path):
+    path = tmp_path / "leases.db"
+    path.write_bytes(b"not a ledger at all" * 100)
+    look = HostLook(path, NVML, 900.0)
+    host = look.look()
+    look.close()
+    assert host["found"] is False and str(path) in host["error"]
+    assert [g["key"] for g in host["gpus"]] == [A, B]

@@ -166,9 +166,12 @@ class HostLook:
         """The JSON object of ``GET api/sched/host`` (docs/schema.md)."""
         now = self.clock()
         gpus = self.gpus()
-        read = self.read()
         base: dict[str, object] = {"version": FORMAT, "ledger": str(self.path), "time": now,
-                                   "idle_after": self.idle_after}
+                                   "idle_after": self.idle_after, "error": None}
+        try:
+            read = self.read()
+        except LedgerError as err:  # (a file it cannot read: said, with the GPUs it can)
+            read, base["error"] = None, str(err)
         if read is None:
             return {**base, "found": False, "gpus": gpus, "leases": [], "waits": [],
                     "users": [], "outside": self.outside(gpus, ()), "half_life": None,

@@ -24,9 +24,9 @@ export function HostView(props: {
   return (
     <div className="jp-sched-host">
       <div className="jp-sched-host-summary">{view.summary}</div>
-      {error ? (
+      {error || view.error ? (
         <p className="jp-sched-error" role="alert">
-          {error}
+          {error ?? view.error}
         </p>
       ) : null}
       {view.gpus.length ? (

@@ -47,6 +47,8 @@ export interface IHostData {
   version: number;
   time: number;
   found: boolean;
+  /** Why the ledger could not be read (null: it was, or there is none). */
+  error: string | null;
   idle_after: number;
   gpus: IHostGpu[];
   leases: IHostLease[];
@@ -75,6 +77,7 @@ export function readHost(json: unknown): IHostData | null {
     version: 1,
     time: num(o.time),
     found: o.found === true,
+    error: str(o.error) || null,
     idle_after: num(o.idle_after),
     gpus: list(o.gpus).map(g => ({
       key: str(g.key),
@@ -183,6 +186,7 @@ export interface IHostWaitRow {
 
 export interface IHostViewModel {
   found: boolean;
+  error: string | null;
   gpus: IHostGpuRow[];
   leases: IHostLeaseRow[];
   waits: IHostWaitRow[];
@@ -252,5 +256,5 @@ export function hostView(data: IHostData): IHostViewModel {
     `${leases.length} lease${leases.length === 1 ? '' : 's'}` +
     (idle ? ` (${idle} idle)` : '') +
     `, ${waits.length} waiting`;
-  return { found: data.found, gpus, leases, waits, users, outside, summary };
+  return { found: data.found, error: data.error, gpus, leases, waits, users, outside, summary };
 }

@@ -147,6 +147,18 @@ describe('This host in the sidebar', () => {
     unmount();
   });
 
+  it("says why the server could not read the host's ledger", () => {
+    const view = hostView(readHost(payload({ error: `cannot read ${HOSTILE}`, leases: [] }))!);
+    const { container, unmount } = render(
+      <SidebarView
+        {...sidebarProps({ state: 'none', snapshot: null, host: { view, error: null } })}
+      />
+    );
+    expect(container.querySelector('.jp-sched-error')!.textContent).toBe(`cannot read ${HOSTILE}`);
+    expectOnlyText(container);
+    unmount();
+  });
+
   it('says what went wrong when the server has no host view', () => {
     const { container, unmount } = render(
       <SidebarView
