@@ -1,5 +1,7 @@
 """The host view in a real JupyterLab and Chromium: with no notebook open, the Scheduler
-sidebar's "This host" shows another user's lease, and the Running panel's "GPU leases" lists it.
+sidebar's "This host" shows another user's lease, and the Running panel's "GPU leases" lists it
+with no button; then a task of a notebook of this server's user, cancelled from its lease's
+button there, stops, and its lease goes.
 
 The other user is real (``useradd``, as in tests/test_host_trust.py; skipped where the tests
 cannot make users): a process of theirs holds half a GPU in a group's ledger, which the server
@@ -19,7 +21,18 @@ from pathlib import Path
 import pytest
 from lab_server import LabServer, Unavailable, chromium_page, install
 from test_host_trust import GROUP_ENV, RealUsers, directory, why_no_real_users
-from test_lab_ui import CHROMIUM, CHROMIUM_ARGS, WAIT, _missing, run_command, say
+from test_lab_ui import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    WAIT,
+    _missing,
+    cell_output,
+    open_notebook,
+    run_cells,
+    run_command,
+    say,
+    wait_text,
+)
 
 from jupyter_sched.host.ledger import LEASES_ENV
 from jupyter_sched.testing import FAKE_NVML_ENV
@@ -30,6 +43,12 @@ GPU = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
 FAKE = {"devices": [["NVIDIA A100-SXM4-80GB", "80GiB", GPU],
                     ["NVIDIA A100-SXM4-80GB", "80GiB", "GPU-11111111-2222-3333-4444-555555555555"]],
         "utilization": {"0": 42, "1": 0}, "memory_used": {"0": 20 * 2**30, "1": 0}}
+# a notebook of this server's user whose task holds a lease until the test lets it end
+MINE = ["%load_ext jupyter_sched\n%sched local --gpus 1",
+        "import threading\ngate = threading.Event()",
+        "%%sched --gpus 0.5 --name held --out h\ngate.wait(600)",
+        "print(h.state)",
+        "gate.set()"]
 HOLD = """
 import json, sys
 from jupyter_sched.host.ledger import Ledger
@@ -84,6 +103,12 @@ def lab(request, ana_holds):
             pytest.skip(str(exc))
         root = workdir / "notebooks"
         root.mkdir()
+        import nbformat
+
+        nbformat.write(nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell(c) for c in MINE],
+            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}}), root / "mine.ipynb")
         server = LabServer(installed, root, workdir,
                            config={"HostView": {
                                "nvml": "jupyter_sched.testing:fake_nvml_from_env",
@@ -143,7 +168,7 @@ def test_the_running_panel_lists_the_gpu_leases(page, ana_holds, artifacts):
     panel = page.locator("#jp-running-sessions")
     # (an accordion in JupyterLab 4: the section's title, then its list)
     panel.locator(".lm-AccordionPanel-titleLabel", has_text="GPU leases").wait_for()
-    item = panel.locator(".jp-RunningSessions-item", has_text=ana)
+    item = panel.locator(".jp-sched-lease-item", has_text=ana)
     item.wait_for()
     label = item.inner_text()
     assert "0.5 of GPU-8932f937" in label and "ana-train.ipynb" in label, label
@@ -152,3 +177,24 @@ def test_the_running_panel_lists_the_gpu_leases(page, ana_holds, artifacts):
     panel.screenshot(path=str(artifacts / "host-view-running.png"))
     assert page.dialogs == []
 
+
+
+def test_a_task_of_ones_own_kernel_is_cancelled_from_the_running_panel(page, lab, artifacts):
+    open_notebook(page, "mine.ipynb")
+    run_cells(page, 0, 1, 2)
+    page.locator(".jp-SideBar [data-id='jp-running-sessions']").click()
+    panel = page.locator("#jp-running-sessions")
+    item = panel.locator(".jp-sched-lease-item", has_text="mine.ipynb")
+    item.wait_for()
+    button = item.locator(".jp-RunningSessions-itemShutdown")
+    assert "Cancel Task" in (button.get_attribute("title") or ""), button.get_attribute("title")
+    item.hover()  # (the button shows on hover, as the kernels' do)
+    panel.screenshot(path=str(artifacts / "host-view-running-mine.png"))
+    button.click()
+    # a task in a kernel thread blocked in a call stops when the call returns: stopping, then
+    # cancelled once the gate opens; its lease is then given back
+    run_cells(page, 3)
+    assert wait_text(cell_output(page, 3), r"^(stopping|cancelled)\s*$")
+    run_cells(page, 4, 3)
+    wait_text(cell_output(page, 3), r"^cancelled\s*$")
+    item.wait_for(state="detached")

@@ -15,6 +15,7 @@ import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { IRunningSessionManagers } from '@jupyterlab/running';
+import { Kernel } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
@@ -24,6 +25,7 @@ import { HostPoller } from './hostpoll';
 import { findCell, showCell } from './jump';
 import { startNotifications } from './notify';
 import { createRendererFactory, RENDERER_RANK } from './renderer';
+import { cancelTask } from './cancel';
 import { addLeasesSection } from './running';
 import { schedulerIcon, SchedulerSidebar } from './sidebar';
 import { SchedulerStatus } from './statusbar';
@@ -82,10 +84,31 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
       host
     });
     if (running) {
-      addLeasesSection(running, host, schedulerIcon, () =>
-        Array.from(app.shell.widgets('left')).some(
-          w => w.id === 'jp-running-sessions' && w.isVisible
-        )
+      // the page's connections to kernels (only those handle comms)
+      const kernels = () => {
+        const found: Kernel.IKernelConnection[] = [];
+        for (const tracker of [notebooks, consoles]) {
+          tracker?.forEach(widget => {
+            const kernel = widget.sessionContext.session?.kernel;
+            if (kernel) {
+              found.push(kernel);
+            }
+          });
+        }
+        return found;
+      };
+      addLeasesSection(
+        running,
+        host,
+        schedulerIcon,
+        () =>
+          Array.from(app.shell.widgets('left')).some(
+            w => w.id === 'jp-running-sessions' && w.isVisible
+          ),
+        {
+          cancelTask: (kernel, task) => cancelTask(kernels(), kernel, task),
+          shutdownKernel: kernel => host.shutdownKernel(kernel)
+        }
       );
     }
     app.shell.add(sidebar, settings.sidebarSide, { rank: SIDEBAR_RANK });

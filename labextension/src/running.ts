@@ -1,9 +1,11 @@
 /**
  * "GPU leases" in JupyterLab's Running panel: every lease of the host (the server extension's
- * host view), with a button to shut down the kernel that holds it where that kernel is one of
- * this server's, the user's own. Fetched while the Running panel is shown.
+ * host view). Where the kernel that holds it is one of this server's (the user's own), a
+ * button cancels the task that holds it (`cancel.ts`), or, for a whole kernel's lease, shuts
+ * the kernel down. Fetched while the Running panel is shown.
  */
 
+import { showErrorMessage } from '@jupyterlab/apputils';
 import { IRunningSessionManagers, IRunningSessions } from '@jupyterlab/running';
 import { LabIcon } from '@jupyterlab/ui-components';
 
@@ -18,22 +20,43 @@ export function leaseLabel(lease: IHostLeaseRow): { label: string; title: string
   const title =
     `${lease.user} holds ${lease.shareText} of ${lease.device} for ${lease.task} ` +
     `(${lease.notebook}, enforced: ${lease.enforced}) ${lease.sinceText}; ${lease.activity}` +
-    (lease.own ? '. A kernel of this server: shutting it down gives the lease back.' : '');
+    (lease.own
+      ? lease.taskId
+        ? `. A task of a kernel of this server: cancelling it gives the lease back.`
+        : '. A kernel of this server: shutting it down gives the lease back.'
+      : '');
   return { label, title };
+}
+
+/** What the buttons do: cancel a task of a kernel, shut a kernel down. */
+export interface ILeaseActions {
+  cancelTask(kernel: string, task: string): Promise<void>;
+  shutdownKernel(kernel: string): Promise<void>;
 }
 
 class LeaseItem implements IRunningSessions.IRunningItem {
   constructor(
     private _lease: IHostLeaseRow,
     private _poller: HostPoller,
-    private _icon: LabIcon
+    private _icon: LabIcon,
+    actions: ILeaseActions
   ) {
-    if (_lease.own && _lease.kernel) {
-      const kernel = _lease.kernel;
-      this.shutdown = () => this._poller.shutdownKernel(kernel);
+    const { kernel, taskId } = _lease;
+    if (_lease.own && kernel) {
+      this.action = taskId ? `Cancel Task ${taskId}` : 'Shut Down Kernel';
+      const act = taskId
+        ? () => actions.cancelTask(kernel, taskId)
+        : () => actions.shutdownKernel(kernel);
+      this.shutdown = () =>
+        act()
+          .catch(error => showErrorMessage(this.action, error))
+          .finally(() => this._poller.refresh());
     }
   }
 
+  /** What its button does, in words ('' for none). */
+  action = '';
+  className = 'jp-sched-lease-item';
   shutdown?: () => Promise<void>;
 
   icon(): LabIcon {
@@ -60,7 +83,8 @@ export function addLeasesSection(
   managers: IRunningSessionManagers,
   poller: HostPoller,
   icon: LabIcon,
-  shown: () => boolean
+  shown: () => boolean,
+  actions: ILeaseActions
 ): () => void {
   const holder = {};
   const looking = setInterval(
@@ -69,13 +93,15 @@ export function addLeasesSection(
   );
   managers.add({
     name: 'GPU leases',
-    running: () => (poller.view?.leases ?? []).map(l => new LeaseItem(l, poller, icon)),
+    running: () => (poller.view?.leases ?? []).map(l => new LeaseItem(l, poller, icon, actions)),
+    shutdownLabel: (item: IRunningSessions.IRunningItem) =>
+      item instanceof LeaseItem ? item.action : 'Shut Down',
     shutdownAll: async () => {
       const own = new Set(
         (poller.view?.leases ?? []).filter(l => l.own && l.kernel).map(l => l.kernel as string)
       );
       for (const kernel of own) {
-        await poller.shutdownKernel(kernel);
+        await actions.shutdownKernel(kernel);
       }
     },
     refreshRunning: () => poller.refresh(),

@@ -163,6 +163,8 @@ export interface IHostLeaseRow {
   user: string;
   notebook: string;
   task: string;
+  /** The task's id ('' for a whole kernel's lease). */
+  taskId: string;
   shareText: string;
   enforced: string;
   sinceText: string;
@@ -222,6 +224,7 @@ export function hostView(data: IHostData): IHostViewModel {
     user: l.user,
     notebook: l.label || '-',
     task: l.task || 'whole kernel',
+    taskId: l.task,
     shareText: share(l.share),
     enforced: l.enforced ?? '-',
     sinceText: `for ${ago(now - l.since)}`,

@@ -6,10 +6,12 @@
 
 import * as React from 'react';
 
+import { cancelTask } from '../../src/cancel';
 import { HostPoller } from '../../src/hostpoll';
 import { hostView, readHost, shortDevice } from '../../src/model/host';
 import { addLeasesSection, leaseLabel } from '../../src/running';
 import { schedulerIcon, SidebarView } from '../../src/sidebar';
+import { FakeKernel } from '../fakes';
 import { expectOnlyText, HOSTILE, render, sidebarProps } from '../helpers';
 
 const GPU = 'GPU-8932f937-aaaa-bbbb-cccc-000000000000';
@@ -210,7 +212,7 @@ describe('GPU leases in the Running panel', () => {
   beforeEach(() => jest.useFakeTimers());
   afterEach(() => jest.useRealTimers());
 
-  it('offers to shut down only the kernels of this server, through the kernels API', async () => {
+  it('offers to act only on the kernels of this server, through the kernels API', async () => {
     const requests: { url: string; method: string }[] = [];
     const fetch = jest.fn(async (request: any) => {
       requests.push({ url: request.url, method: request.method });
@@ -232,15 +234,33 @@ describe('GPU leases in the Running panel', () => {
     let manager: any = null;
     const managers = { add: (m: any) => (manager = m) } as any;
     let shown = true;
-    const stop = addLeasesSection(managers, poller, schedulerIcon, () => shown);
+    const cancelled: string[][] = [];
+    const actions = {
+      cancelTask: async (kernel: string, task: string) => {
+        cancelled.push([kernel, task]);
+      },
+      shutdownKernel: (kernel: string) => poller.shutdownKernel(kernel)
+    };
+    const stop = addLeasesSection(managers, poller, schedulerIcon, () => shown, actions);
     expect(manager.name).toBe('GPU leases');
     const [other, own] = manager.running();
     expect(other.shutdown).toBeUndefined();
     expect(own.label()).toContain('bob');
+    expect(manager.shutdownLabel(own)).toBe('Shut Down Kernel');
     await own.shutdown();
     expect(requests.filter(r => r.method === 'DELETE')).toEqual([
       { url: 'http://h/api/kernels/k-2', method: 'DELETE' }
     ]);
+    // a task of this server's kernel: its button cancels the task, not the kernel
+    const withTask = hostView(
+      readHost(
+        payload({
+          leases: [{ ...payload().leases[1], task: 't9', kernel: 'k-3', this_server: true }]
+        })
+      )!
+    ).leases[0];
+    expect(withTask.taskId).toBe('t9');
+    expect(leaseLabel(withTask).title).toContain('cancelling it gives the lease back');
     // fetched while the panel is shown, not after
     const before = fetch.mock.calls.length;
     await jest.advanceTimersByTimeAsync(2500);
@@ -251,5 +271,49 @@ describe('GPU leases in the Running panel', () => {
     await jest.advanceTimersByTimeAsync(5000);
     expect(fetch.mock.calls.length).toBe(after);
     stop();
+  });
+});
+
+describe('cancelTask', () => {
+  function manager(kernel: FakeKernel | null): any[] {
+    if (kernel) {
+      kernel.id = 'k-1';
+    }
+    return kernel ? [kernel] : [];
+  }
+
+  it('subscribes on a comm of its own, sends cancel and closes it at the reply', async () => {
+    const kernel = new FakeKernel();
+    const done = cancelTask(manager(kernel), 'k-1', 't7');
+    await Promise.resolve();
+    await Promise.resolve();
+    const comm = kernel.last;
+    expect(comm.opened[0]).toMatchObject({ kind: 'command', command: 'subscribe' });
+    expect(comm.sent).toEqual([
+      { v: 1, kind: 'command', id: 'cancel', command: 'cancel', task: 't7' }
+    ]);
+    comm.receive({ v: 1, kind: 'reply', id: 'cancel', ok: true, error: null, result: null });
+    await done;
+    expect(comm.isDisposed).toBe(true);
+    expect(kernel.isDisposed).toBe(false); // (the page's connection: it goes on)
+  });
+
+  it("says the kernel's refusal and a kernel that is not there", async () => {
+    const kernel = new FakeKernel();
+    const done = cancelTask(manager(kernel), 'k-1', 't7');
+    await Promise.resolve();
+    await Promise.resolve();
+    kernel.last.receive({
+      v: 1,
+      kind: 'reply',
+      id: 'cancel',
+      ok: false,
+      error: 'no task t7',
+      result: null
+    });
+    await expect(done).rejects.toThrow('no task t7');
+    await expect(cancelTask(manager(null), 'k-9', 't1')).rejects.toThrow(
+      'kernel k-9 is not open in this page'
+    );
   });
 });
