@@ -132,3 +132,11 @@ def test_leases_on_devices_that_cannot_be_read_are_not_watched(tmp_path):
         (row,) = look.look()["leases"]
         assert row["activity"] == "not watched" and row["idle"] is None
         look.close()
+
+
+def test_the_sampler_goes_on_past_a_file_that_is_no_ledger(tmp_path):
+    path = tmp_path / "leases.db"
+    path.write_bytes(b"not a ledger" * 100)
+    look = HostLook(path, _fake(), AFTER)
+    assert Sampler(look).sample() == 0
+    look.close()
