@@ -31,12 +31,12 @@ class Seen:
     running: bool = False
 
 
-def verdict(policy: HostPolicy, taken: float, active: float, running: bool,
+def verdict(policy: HostPolicy, taken: float, active: float | None, running: bool,
             busy: float, now: float) -> str:
     """:data:`KEEP`, :data:`WARN` or :data:`RECLAIM` for a lease taken at ``taken`` whose
-    devices were last at work at ``active`` (0: not watched), whose kernel last ran something at
-    ``busy`` (0: never) and runs something now when ``running``."""
-    if running or active <= 0:
+    devices were last at work at ``active`` (None: not watched; the ledger's 0), whose kernel
+    last ran something at ``busy`` (0: never) and runs something now when ``running``."""
+    if running or active is None:
         return KEEP
     idle = now - max(taken, active, busy)
     if policy.idle_reclaim_after is not None and idle >= policy.idle_reclaim_after:
@@ -46,19 +46,21 @@ def verdict(policy: HostPolicy, taken: float, active: float, running: bool,
     return KEEP
 
 
-def idle_for(taken: float, active: float, busy: float, now: float) -> float:
+def idle_for(taken: float, active: float | None, busy: float, now: float) -> float:
     """Seconds the lease has been idle at ``now`` (0 while not watched)."""
-    return 0.0 if active <= 0 else max(0.0, now - max(taken, active, busy))
+    return 0.0 if active is None else max(0.0, now - max(taken, active, busy))
 
 
 def replay(policy: HostPolicy, taken: float, trace: Iterable[Seen]) -> list[str]:
     """The verdict after each look of ``trace`` (in time order) at a lease taken at ``taken``:
     what the server's check would decide, look by look."""
-    active = busy = 0.0
+    active: float | None = None
+    busy = 0.0
     out = []
     for seen in trace:
         if seen.utilisation is not None:
-            active = max(active, taken) if active else taken  # (watched from the first look)
+            if active is None:
+                active = taken  # (watched from the first look)
             if seen.utilisation > BUSY_PERCENT:
                 active = seen.at
         if seen.running:

@@ -111,7 +111,7 @@ class IdleCheck:
         if running:
             self.busy = now
         taken = min(lease.taken for lease in mine)
-        active = max(lease.active for lease in mine)
+        active = max(lease.active for lease in mine) or None  # (0: nobody watches them)
         what = verdict(policy, taken, active, running, self.busy, now)
         idle = idle_for(taken, active, self.busy, now)
         if what == WARN and not self.warned:

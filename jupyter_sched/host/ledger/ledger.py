@@ -221,7 +221,7 @@ class Ledger:
         taken: list[tuple[Lease, ...] | Refusal] = []
         policy, counts = limits.held(db, self.policy)
         for task, shares, held in takes:
-            if refused := limits.refusal(policy, owner, counts, shares):
+            if (refused := limits.refusal(policy, owner, counts, shares)) is not None:
                 taken.append(refused)
                 continue
             short = short_of(shares, used, reserved)
