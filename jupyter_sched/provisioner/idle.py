@@ -83,7 +83,8 @@ class IdleCheck:
         return check
 
     def stop(self) -> None:
-        if self._task is not None:
+        """Stop looking (not from inside a reclaim: its shutdown ends the check anyway)."""
+        if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
 
     async def _run(self) -> None:
