@@ -18,7 +18,7 @@ from jupyter_sched.host.ledger import Ledger, WaitSpec
 from jupyter_sched.host.ledger.fairness import GpuDemand
 from jupyter_sched.host.ledger.holders import Owner
 from jupyter_sched.host.policy import HostPolicy, PolicyFile, parse_policy, policy_path
-from jupyter_sched.host.reclaim import KEEP, RECLAIM, WARN, Seen, replay, verdict
+from jupyter_sched.host.reclaim import KEEP, RECLAIM, WARN, IdleLook, replay, verdict
 
 GPU = "declared:test-host:0"
 
@@ -154,7 +154,7 @@ def test_with_no_idle_times_nothing_is_reclaimed():
 def test_idle_at_zero_utilisation_is_warned_then_given_back_at_the_set_times(warn, more, step,
                                                                              looks):
     policy = HostPolicy(idle_warn_after=warn, idle_reclaim_after=warn + more)
-    trace = [Seen(k * step, 0.0) for k in range(looks)]
+    trace = [IdleLook(k * step, 0.0) for k in range(looks)]
     verdicts = replay(policy, 0.0, trace)
     for seen, said in zip(trace, verdicts, strict=True):
         expected = RECLAIM if seen.at >= warn + more else WARN if seen.at >= warn else KEEP
@@ -174,7 +174,7 @@ def test_a_lease_at_work_is_never_touched_and_any_touch_follows_a_quiet_spell(st
     trace, now = [], 0.0
     for gap, used, running in steps:
         now += gap
-        trace.append(Seen(now, used, running))
+        trace.append(IdleLook(now, used, running))
     verdicts = replay(policy, 0.0, trace)
     last_work = 0.0
     for seen, said in zip(trace, verdicts, strict=True):
@@ -197,7 +197,7 @@ def test_busy_above_five_percent_or_running_is_never_touched(steps):
     trace, now = [], 0.0
     for gap, used, running in steps:
         now += gap
-        trace.append(Seen(now, used if used is not None else 0.0, used is None or running))
+        trace.append(IdleLook(now, used if used is not None else 0.0, used is None or running))
     assert set(replay(HostPolicy(idle_warn_after=1, idle_reclaim_after=1), 0.0, trace)) <= {KEEP}
 
 

@@ -240,7 +240,7 @@ async def one_sequence(rng: random.Random, look: Ledger) -> None:
             for item in lease.leases:
                 per_device[item.device] = per_device.get(item.device, 0) + item.units
         assert all(units <= SCALE for units in per_device.values()), per_device
-    for km, task in kernels:
+    for _, task in kernels:
         task.cancel()
     await asyncio.gather(*(task for _, task in kernels), return_exceptions=True)
     for km, _ in kernels:

@@ -22,7 +22,7 @@ KEEP, WARN, RECLAIM = "keep", "warn", "reclaim"
 
 
 @dataclass(frozen=True, slots=True)
-class Seen:
+class IdleLook:
     """One look at a lease at ``at`` (seconds): its devices' utilisation (None: not watched)
     and whether its kernel ran something (``running``)."""
 
@@ -51,7 +51,7 @@ def idle_for(taken: float, active: float | None, busy: float, now: float) -> flo
     return 0.0 if active is None else max(0.0, now - max(taken, active, busy))
 
 
-def replay(policy: HostPolicy, taken: float, trace: Iterable[Seen]) -> list[str]:
+def replay(policy: HostPolicy, taken: float, trace: Iterable[IdleLook]) -> list[str]:
     """The verdict after each look of ``trace`` (in time order) at a lease taken at ``taken``:
     what the server's check would decide, look by look."""
     active: float | None = None
@@ -69,4 +69,4 @@ def replay(policy: HostPolicy, taken: float, trace: Iterable[Seen]) -> list[str]
     return out
 
 
-__all__ = ["BUSY_PERCENT", "KEEP", "RECLAIM", "WARN", "Seen", "idle_for", "replay", "verdict"]
+__all__ = ["BUSY_PERCENT", "KEEP", "RECLAIM", "WARN", "IdleLook", "idle_for", "replay", "verdict"]

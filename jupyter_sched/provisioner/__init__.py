@@ -16,17 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..host.ledger import default_ledger
-from .room import LEASE_ENV, Room, WaitCancelled
+from .room import LEASE_ENV, WaitCancelled, WaitingRoom
 
 
 def waiting(ledger: str | Path = "") -> list[str]:
     """The ids of this server's kernels waiting for their GPU lease, first first."""
-    return Room.of(default_ledger(str(ledger))).waiting
+    return WaitingRoom.of(default_ledger(str(ledger))).waiting
 
 
 def cancel(kernel: str, ledger: str | Path = "") -> bool:
     """End ``kernel``'s wait for its GPU (its start then fails): whether it waited."""
-    return Room.of(default_ledger(str(ledger))).cancel(kernel)
+    return WaitingRoom.of(default_ledger(str(ledger))).cancel(kernel)
 
 
 __all__ = ["LEASE_ENV", "WaitCancelled", "cancel", "waiting"]

@@ -9,7 +9,7 @@ kernelspec install``)::
 
 Its life with a kernel (docs/architecture.md, "Kernels that lease their GPU"):
 
-* ``pre_launch`` waits in the host's order for the share (:class:`.room.Room`); the lease's
+* ``pre_launch`` waits in the host's order for the share (:class:`.room.WaitingRoom`); the lease's
   holder is the server process, its ``kernel`` column the kernel's id, its label the notebook.
   Then the kernel's environment gets ``CUDA_VISIBLE_DEVICES``, the share's enforcement (MPS's
   variables where an MPS daemon serves) and ``JUPYTER_SCHED_KERNEL_LEASE``.
@@ -37,7 +37,7 @@ from traitlets import Unicode
 from ..host.ledger import default_ledger
 from .gpus import parse_gpus
 from .idle import NOTICES_ENV, IdleCheck, notices_path
-from .room import KernelLease, Room, WaitCancelled
+from .room import KernelLease, WaitCancelled, WaitingRoom
 
 NAME = "jupyter-sched-provisioner"
 
@@ -60,8 +60,8 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
         """What the kernel holds now."""
         return self._held
 
-    def room(self) -> Room:
-        return Room.of(default_ledger(self.ledger_path))
+    def room(self) -> WaitingRoom:
+        return WaitingRoom.of(default_ledger(self.ledger_path))
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         units, count = parse_gpus(self.gpus, f"the kernelspec's gpus of provisioner {NAME}")

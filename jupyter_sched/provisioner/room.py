@@ -1,11 +1,11 @@
 """The kernels of one Jupyter server waiting for their GPU lease, in the host's order.
 
-One :class:`Room` per ledger in the server process (:meth:`Room.of`). Every provisioned kernel
-that starts asks it for its share (:meth:`Room.take`); the room records the waits of all of them
-in the ledger (the holder is the server process, each wait naming its kernel and notebook), and
-grants them in order: between processes, users and kernels by the ledger's host-wide order (a
-wait of another process ranked ahead reserves its room); within this server, first come first
-served. It looks at the ledger when a share is given back anywhere on the host (a datagram,
+One :class:`WaitingRoom` per ledger in the server process (:meth:`WaitingRoom.of`). Every
+provisioned kernel that starts asks it for its share (:meth:`WaitingRoom.take`); the room
+records the waits of all of them in the ledger (the holder is the server process, each wait
+naming its kernel and notebook), and grants them in order: between processes, users and
+kernels by the ledger's host-wide order (a wait of another process ranked ahead reserves its
+room); within this server, first come first served. It looks at the ledger when a share is given back anywhere on the host (a datagram,
 :mod:`..host.ledger.wakes`), and every :data:`LOOK` seconds besides (a lost wake costs time, not
 a start). A kernel shut down or cancelled while it waits leaves the order at once.
 
@@ -97,10 +97,10 @@ class _Want:
     said: str = ""
 
 
-class Room:
+class WaitingRoom:
     """The waits of this process's kernels for GPU leases in the ledger at ``path``."""
 
-    _rooms: dict[str, Room] = {}
+    _rooms: dict[str, WaitingRoom] = {}
     _lock = threading.Lock()
 
     def __init__(self, path: Path, host: HostInfo | None = None) -> None:
@@ -116,7 +116,7 @@ class Room:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
-    def of(cls, path: Path) -> Room:
+    def of(cls, path: Path) -> WaitingRoom:
         """This process's room for the ledger at ``path``."""
         key = f"{os.getpid()}:{Path(path).absolute()}"
         with cls._lock:
@@ -305,4 +305,4 @@ class Room:
         return mps_environment(units, 0, gpu.memory if gpu else None, mps)
 
 
-__all__ = ["LEASE_ENV", "LOOK", "KernelLease", "Room", "WaitCancelled"]
+__all__ = ["LEASE_ENV", "LOOK", "KernelLease", "WaitCancelled", "WaitingRoom"]
