@@ -7,10 +7,11 @@ naming its kernel and notebook), and grants them in order: between processes, us
 kernels by the ledger's host-wide order (a wait of another process ranked ahead reserves its
 room); within this server, first come first served. It looks at the ledger when a share is
 given back anywhere on the host (a datagram, :mod:`..host.ledger.wakes`), and every
-:data:`LOOK` seconds besides (a lost wake costs time, not a start). A kernel shut down or cancelled while it waits leaves the order at once.
+:data:`LOOK` seconds besides (a lost wake costs time, not a start). A kernel shut down or
+cancelled while it waits leaves the order at once.
 
-Ledger calls run in a worker thread (``asyncio.to_thread``): the server's event loop never waits
-for another process's lock.
+Ledger calls run in a worker thread (``asyncio.to_thread``): the server's event loop never
+waits for another process's lock.
 """
 
 from __future__ import annotations
