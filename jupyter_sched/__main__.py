@@ -57,7 +57,8 @@ for the owner of the ledger file.
     waits        [{position, id, user, uid, pid, label, kernel, task, waits_for, share, units,
                    count, devices, priority, since, reserves: [{device, share, units}]}], in the
                  host's order (position 1 goes first): count devices of units each, on any of
-                 devices; reserves: what it will start on as it frees up (empty: behind others)
+                 devices; reserves: what it will start on as it frees up (empty: behind others);
+                 limit: the host policy's limit its user is at (then it reserves nothing), or null
     users        [{user, uid, use, weight, standing}], the lowest standing first: use is the
                  decayed GPU-seconds (with half_life 0: the GPUs held now), standing use/weight;
                  uid is null for a user with a weight and no use yet

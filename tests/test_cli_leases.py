@@ -234,12 +234,13 @@ def test_the_picture_as_json(host):
          "share": 1.0,
          "units": 10_000, "count": 2, "devices": [GPU, OTHER], "priority": 0,
          "since": host.since, "reserves": [{"device": OTHER, "share": 1.0, "units": 10_000},
-                                           {"device": GPU, "share": 1.0, "units": 10_000}]},
+                                           {"device": GPU, "share": 1.0, "units": 10_000}],
+         "limit": None},
         {"position": 2, "id": second.id, "user": ME, "uid": me, "pid": host.a.pid,
          "label": "train.ipynb", "kernel": None, "task": "t18", "waits_for": "0.5 of a GPU",
          "share": 0.5,
          "units": 5_000, "count": 1, "devices": [GPU, OTHER], "priority": 0,
-         "since": host.since + 30, "reserves": []},
+         "since": host.since + 30, "reserves": [], "limit": None},
     ]
     assert data["users"] == [
         {"user": "nobody", "uid": None, "use": 0.0, "weight": 2.0, "standing": 0.0},

@@ -17,6 +17,7 @@ from test_host_trust import GROUP_ENV, directory, go_on, people  # noqa: F401 (a
 from jupyter_sched.host.ledger import Ledger, WaitSpec
 from jupyter_sched.host.ledger.fairness import GpuDemand
 from jupyter_sched.host.ledger.holders import Owner
+from jupyter_sched.host.ledger.text import format_waits, look, picture_json
 from jupyter_sched.host.policy import HostPolicy, PolicyFile, parse_policy, policy_path
 from jupyter_sched.host.reclaim import KEEP, RECLAIM, WARN, IdleLook, replay, verdict
 
@@ -126,6 +127,9 @@ def test_a_user_at_the_limit_reserves_nothing_for_their_waits(tmp_path):
     assert order.limited == {4242: "user capped holds 1 of at most 1 GPU shares on this host"}
     assert [w.user for w in order.waits] == ["capped"]
     assert other.take(GPU, 5_000)  # (the capped user's wait, ranked first, holds nothing back)
+    reason = "user capped holds 1 of at most 1 GPU shares on this host"
+    assert f"waits for the host policy: {reason}" in format_waits(order)
+    assert [w["limit"] for w in picture_json(look(path))["waits"]] == [reason]
     for ledger in (capped, other):
         ledger.close()
 
