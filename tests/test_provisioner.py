@@ -262,3 +262,36 @@ def test_random_starts_shutdowns_and_kills_never_overlap_and_leave_nothing(specs
                 assert look.held() == [] and look.view()[1].waits == []
 
     asyncio.run(scenario())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_kernel_shut_down_while_its_restart_waits_leaves_no_process_and_no_lease(specs):
+    async def scenario():
+        first, second = manager("one"), manager("one")
+        await first.start_kernel()
+        await second.start_kernel()
+        with ledger() as look:
+            os.kill(first.provisioner.process.pid, signal.SIGKILL)
+            await until(lambda: len(look.held()) == 1, what="the crashed kernel's lease back")
+            other = manager("two")  # (takes both GPUs as soon as they are free: first in line)
+            third = asyncio.create_task(other.start_kernel())
+            await until(lambda: look.view()[1].waits, what="the two-GPU kernel waiting")
+            restart = asyncio.create_task(first.restart_kernel(now=True))  # (after the crash)
+            await until(lambda: len(look.view()[1].waits) == 2, what="the restart waiting")
+            # the shutdown ends the restart's wait, and the restart fails (jupyter_client
+            # settles its one `ready` future twice then: its InvalidStateError, not ours)
+            outcomes = await asyncio.gather(first.shutdown_kernel(now=True), restart,
+                                            return_exceptions=True)
+            assert all(o is None or isinstance(o, (RuntimeError, asyncio.InvalidStateError))
+                       for o in outcomes), outcomes
+            assert isinstance(outcomes[1], Exception)
+            await second.shutdown_kernel(now=True)
+            await third
+            assert [lease.owner.kernel for lease in look.held()] == [other.kernel_id] * 2
+            assert first.provisioner is None or first.provisioner.process is None or \
+                first.provisioner.process.poll() is not None
+            await other.shutdown_kernel(now=True)
+            assert look.held() == [] and look.view()[1].waits == []
+
+    asyncio.run(scenario())

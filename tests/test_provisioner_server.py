@@ -6,10 +6,13 @@ place, and each waiting one starts when a kernel is shut down. The kernelspec is
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -60,6 +63,27 @@ class Starts:
         thread = threading.Thread(target=post, daemon=True)
         thread.start()
         self.threads.append(thread)
+
+
+def deleted(server: LabServer, kernel: str) -> bool:
+    try:
+        call(server, f"/api/kernels/{kernel}", "DELETE")
+    except urllib.error.HTTPError as err:
+        return err.code == 404
+    return True
+
+
+def kernel_pid(server: LabServer, kernel: str) -> int:
+    """The pid of the kernel process of ``kernel`` (its connection file names it)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"kernel-{kernel}.json".encode() in cmdline:
+                return int(entry.name)
+    raise AssertionError(f"no process of kernel {kernel}")
 
 
 def picture(server: LabServer) -> tuple[list, list]:
@@ -114,8 +138,17 @@ def test_six_kernels_at_half_on_two_gpus_four_start_two_wait_then_start_in_order
         assert sorted(lease.owner.kernel for lease in picture(server)[0]) == \
             sorted(starts.ids[k] for k in range(2, 6))
         assert picture(server)[1] == []
-        for k in range(2, 6):
-            call(server, f"/api/kernels/{starts.ids[k]}", "DELETE")
+        # kill -9: the lease is given back at once, and the restart the server makes after a
+        # crash takes one anew
+        crashed = starts.ids[2]
+        before = next(lease.id for lease in picture(server)[0] if lease.owner.kernel == crashed)
+        os.kill(kernel_pid(server, crashed), signal.SIGKILL)
+        wait_for(lambda: any(lease.owner.kernel == crashed and lease.id != before
+                             for lease in picture(server)[0]), 60,
+                 "the crashed kernel restarted with a lease of its own", explain=server.output)
+        assert "ended by itself: its GPU lease is given back" in server.output()
+        for k in range(2, 6):  # (a kernel still restarting answers 500: asked again)
+            wait_for(lambda k=k: deleted(server, starts.ids[k]), 60, f"kernel {k} shut down")
         assert picture(server) == ([], [])
     finally:
         server.stop()

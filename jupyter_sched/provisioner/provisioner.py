@@ -99,6 +99,8 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
         self._unwatch()
         await super().cleanup(restart=restart)
         if not restart:
+            # (shut down while a restart after a crash waits for its GPU: that wait ends too)
+            self.room().cancel(self.kernel_id or "")
             await self._give_back()
 
     # -- the kernel process -------------------------------------------------------------------
