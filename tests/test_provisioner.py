@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
+from waiting import wait_for
 
 import jupyter_sched.provisioner as provisioner
 from jupyter_sched.host.ledger import Ledger, default_ledger
@@ -295,3 +296,22 @@ def test_a_kernel_shut_down_while_its_restart_waits_leaves_no_process_and_no_lea
             assert look.held() == [] and look.view()[1].waits == []
 
     asyncio.run(scenario())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_the_synchronous_kernel_manager_of_jupyter_console_works_the_same(specs):
+    from jupyter_client import KernelManager
+
+    km = KernelManager(kernel_name="half")
+    km.start_kernel()
+    with ledger() as look:
+        try:
+            assert [lease.owner.kernel for lease in look.held()] == [km.kernel_id]
+            os.kill(km.provisioner.process.pid, signal.SIGKILL)
+            # (its event loop runs only inside its calls: the next look at the kernel sees it)
+            wait_for(lambda: not km.is_alive(), 10, "the killed kernel seen ended")
+            assert look.held() == []
+        finally:
+            km.shutdown_kernel(now=True)
+        assert look.held() == []
