@@ -39,6 +39,7 @@ def notices_path(connection_file: str, kernel: str) -> str:
     from jupyter_core.paths import jupyter_runtime_dir
 
     folder = os.path.dirname(connection_file) if connection_file else jupyter_runtime_dir()
+    os.makedirs(folder, mode=0o700, exist_ok=True)  # (as Jupyter makes its runtime folder)
     path = os.path.join(folder, f"kernel-{kernel or os.getpid()}.notices")
     return path if len(path.encode()) < 100 else ""
 

@@ -102,6 +102,9 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
             # (shut down while a restart after a crash waits for its GPU: that wait ends too)
             self.room().cancel(self.kernel_id or "")
             await self._give_back()
+            if self._notices:  # (the kernel's notice socket, left by its ended process)
+                with contextlib.suppress(OSError):
+                    os.unlink(self._notices)
 
     # -- the kernel process -------------------------------------------------------------------
 
