@@ -137,9 +137,11 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
 
     async def poll(self) -> int | None:
         status = await super().poll()
-        if status is not None and self._held is not None and self._pidfd is None \
+        if status is not None and self._held is not None \
                 and not getattr(self.parent, "shutting_down", False):
-            await self._give_back()  # (where no pidfd watches: the restarter's poll sees it)
+            # (where no pidfd watches, or its loop runs only inside calls: a synchronous
+            # kernel manager's; the restarter's poll, or the next look, sees it)
+            await self._give_back()
         return status
 
     async def _give_back(self) -> None:
