@@ -13,6 +13,7 @@ from kernel_client import Kernel
 from waiting import wait_for
 
 from jupyter_sched.host.ledger import Ledger, default_ledger
+from jupyter_sched.host.policy import policy_path
 from jupyter_sched.provisioner.idle import tell
 from jupyter_sched.runtime.kernel_lease import whole_kernel_lease
 
@@ -71,3 +72,33 @@ def test_what_the_server_tells_a_provisioned_kernel_shows_in_its_notebook(tmp_pa
     finally:
         k.close()
     assert not tell(str(tmp_path / "none.notices"), "x")  # (no socket: not told, no error)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_task_beyond_the_users_limit_waits_saying_so():
+    path = policy_path(default_ledger())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"max_shares_per_user": 1}))
+    path.chmod(0o644)
+    k = Kernel()
+    try:
+        run = k.run("%load_ext jupyter_sched\n%sched local --gpus 2\nimport threading\n"
+                    "import jupyter_sched\ngate = threading.Event()\n"
+                    "first = jupyter_sched.submit(gate.wait, resources={'GPU': 0.5})\n"
+                    "second = jupyter_sched.submit(lambda: 'ran', resources={'GPU': 0.5})")
+        assert run.error is None, run.error
+
+        def reason() -> str:
+            found = k.value("[t.reason for t in jupyter_sched.get_scheduler()"
+                            ".snapshot(fresh=True).waiting]")
+            return found[0] if found else ""
+
+        said = wait_for(lambda: "of at most 1 GPU shares" in reason() and reason(), 30,
+                        "the second task waiting for the limit")
+        assert "holds 1 of at most 1 GPU shares on this host" in said, said
+        assert k.value("second.done()") is False
+        k.run("gate.set()")
+        assert k.value("second.result(timeout=30)") == "ran"  # (once the first gave its back)
+    finally:
+        k.close()
