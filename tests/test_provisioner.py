@@ -27,7 +27,7 @@ from jupyter_sched.host.policy import policy_path
 from jupyter_sched.model.quantity import SCALE
 from jupyter_sched.provisioner.idle import IdleCheck
 from jupyter_sched.provisioner.kernelspec import kernel_json
-from jupyter_sched.provisioner.room import LEASE_ENV
+from jupyter_sched.provisioner.room import LEASE_ENV, WaitingRoom
 
 SLEEP = "/bin/sleep"
 
@@ -247,7 +247,8 @@ async def one_sequence(rng: random.Random, look: Ledger) -> None:
     for km, _ in kernels:
         if km.has_kernel:
             await km.shutdown_kernel(now=True)
-    await until(lambda: not look.held() and not look.view()[1].waits,
+    room = WaitingRoom.of(default_ledger())
+    await until(lambda: room.settled and not look.held() and not look.view()[1].waits,
                 what="no lease and no wait once every kernel is gone")
 
 

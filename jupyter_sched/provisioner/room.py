@@ -127,6 +127,12 @@ class WaitingRoom:
             return room
 
     @property
+    def settled(self) -> bool:
+        """Whether nothing waits and no grant is under way (a grant in flight for a start
+        cancelled meanwhile is given back before the room settles)."""
+        return not self._wants and (self._runner is None or self._runner.done())
+
+    @property
     def waiting(self) -> list[str]:
         """The kernels waiting, first first."""
         return [want.kernel for want in self._wants]
