@@ -24,7 +24,8 @@ from typing import Any
 
 NOTICES_ENV = "JUPYTER_SCHED_KERNEL_NOTICES"
 LEASE_ENV = "JUPYTER_SCHED_KERNEL_LEASE"
-STAMP = 10.0  # seconds between two stamps of the leases while a task runs
+STAMP = 2.0  # seconds between two stamps of the leases while a task runs (idle times are
+# minutes: a task is seen at work long before any of them runs out)
 
 _started: list[threading.Thread] = []
 
