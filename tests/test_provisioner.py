@@ -69,6 +69,11 @@ def ledger() -> Ledger:
     return Ledger(default_ledger())
 
 
+def nothing_held(look: Ledger) -> bool:
+    """No lease and no wait in the ledger."""
+    return not look.held() and not look.view()[1].waits
+
+
 def environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(item.decode().partition("=")[::2] for item in raw if item)
@@ -141,7 +146,7 @@ def test_kernels_wait_in_order_with_their_place_and_a_cancel_ends_a_wait(specs):
             await waiting[0]
             assert [lease.owner.kernel for lease in look.held()] == [second.kernel_id]
             await second.shutdown_kernel(now=True)
-            assert look.held() == [] and look.view()[1].waits == []
+            assert nothing_held(look)
 
     asyncio.run(scenario())
 
@@ -248,7 +253,7 @@ async def one_sequence(rng: random.Random, look: Ledger) -> None:
         if km.has_kernel:
             await km.shutdown_kernel(now=True)
     room = WaitingRoom.of(default_ledger())
-    await until(lambda: room.settled and not look.held() and not look.view()[1].waits,
+    await until(lambda: room.settled and nothing_held(look),
                 what="no lease and no wait once every kernel is gone")
 
 
@@ -261,7 +266,7 @@ def test_random_starts_shutdowns_and_kills_never_overlap_and_leave_nothing(specs
         with ledger() as look:
             for _ in range(SEQUENCES):
                 await one_sequence(rng, look)
-                assert look.held() == [] and look.view()[1].waits == []
+                assert nothing_held(look)
 
     asyncio.run(scenario())
 
@@ -294,7 +299,7 @@ def test_a_kernel_shut_down_while_its_restart_waits_leaves_no_process_and_no_lea
             assert first.provisioner is None or first.provisioner.process is None or \
                 first.provisioner.process.poll() is not None
             await other.shutdown_kernel(now=True)
-            assert look.held() == [] and look.view()[1].waits == []
+            assert nothing_held(look)
 
     asyncio.run(scenario())
 
