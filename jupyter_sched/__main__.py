@@ -59,7 +59,8 @@ write, each saying what it changed; the last two only for the owner of the ledge
     waits        [{position, id, user, uid, pid, label, kernel, task, waits_for, share, units,
                    count, devices, priority, since, reserves: [{device, share, units}]}], in the
                  host's order (position 1 goes first): count devices of units each, on any of
-                 devices; reserves: what it will start on as it frees up (empty: behind others)
+                 devices; reserves: what it will start on as it frees up (empty: behind others);
+                 limit: the host policy's limit its user is at (then it reserves nothing), or null
     users        [{user, uid, use, weight, standing}], the lowest standing first: use is the
                  decayed GPU-seconds (with half_life 0: the GPUs held now), standing use/weight;
                  uid is null for a user with a weight and no use yet
@@ -71,11 +72,17 @@ write, each saying what it changed; the last two only for the owner of the ledge
 
 Errors are one line on stderr (exit status 1; 2 for a usage error), naming the file and what to
 do.
+
+``jupyter-sched kernelspec install --gpus 0.5 --name NAME``, ``list`` and ``remove NAME``:
+kernelspecs whose kernels lease their GPU before they start (:mod:`.provisioner.kernelspec`).
+``jupyter-sched policy`` shows the host policy in effect beside the ledger, or what is wrong
+with its file.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -102,11 +109,13 @@ from .host.ledger.text import (
     picture_json,
 )
 from .host.ledger.text import align_rows as _align
+from .host.policy import PolicyFile
 from .model.quantity import format_bytes, format_units
 from .model.resources import resources_to_json
+from .provisioner.kernelspec import add_commands
 
 PROG = "jupyter-sched"
-_COMMANDS = ("info", "leases")
+_COMMANDS = ("info", "leases", "kernelspec", "policy")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,7 +190,24 @@ def _parser() -> argparse.ArgumentParser:
                         help="a lease whose GPUs did no work for this long reads idle "
                         f"(default {IDLE_AFTER:g}, as the server extension's)")
     leases.set_defaults(run=_leases)
+    add_commands(commands)
+    policy = commands.add_parser("policy", help="show the host policy in effect",
+                                 description="Show the host policy beside the ledger "
+                                 "(limits per user, idle times), or what is wrong with it.")
+    policy.add_argument("--path", help="the ledger file (default: this host's)")
+    policy.set_defaults(run=_policy)
     return parser
+
+
+def _policy(args: argparse.Namespace) -> int:
+    file = PolicyFile(_ledger_arg(args.path))
+    policy = file.current()
+    print(f"policy  {file.path}")
+    if file.error:
+        print(file.error, file=sys.stderr)
+        return 1
+    print(json.dumps(dataclasses.asdict(policy), indent=1, sort_keys=True))
+    return 0
 
 
 def _info(args: argparse.Namespace) -> int:

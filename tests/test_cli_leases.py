@@ -234,12 +234,13 @@ def test_the_picture_as_json(host):
          "share": 1.0,
          "units": 10_000, "count": 2, "devices": [GPU, OTHER], "priority": 0,
          "since": host.since, "reserves": [{"device": OTHER, "share": 1.0, "units": 10_000},
-                                           {"device": GPU, "share": 1.0, "units": 10_000}]},
+                                           {"device": GPU, "share": 1.0, "units": 10_000}],
+         "limit": None},
         {"position": 2, "id": second.id, "user": ME, "uid": me, "pid": host.a.pid,
          "label": "train.ipynb", "kernel": None, "task": "t18", "waits_for": "0.5 of a GPU",
          "share": 0.5,
          "units": 5_000, "count": 1, "devices": [GPU, OTHER], "priority": 0,
-         "since": host.since + 30, "reserves": []},
+         "since": host.since + 30, "reserves": [], "limit": None},
     ]
     assert data["users"] == [
         {"user": "nobody", "uid": None, "use": 0.0, "weight": 2.0, "standing": 0.0},
@@ -298,7 +299,7 @@ def test_a_lease_whose_gpus_did_no_work_reads_idle(tmp_path):
     with holder(path, "train.ipynb", [(GPU, 5_000, ""), (OTHER, 5_000, "")]):
         with Ledger(path) as ledger:
             first, _ = ledger.held()
-            ledger.stamp_active({first.id: first.taken})  # watched, never at work
+            ledger.mark_active([first.id], first.taken)  # watched, never at work
         assert [row[-1] for row in cells(leases("--path", str(path)).stdout.splitlines()[4:6])
                 ] == ["yes", "yes"]  # (not idle for the default 900 s yet)
         proc = leases("--path", str(path), "--idle-after", "0")

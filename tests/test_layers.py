@@ -139,3 +139,19 @@ def test_the_server_extension_is_in_the_top_layer_and_never_imports_the_kernel_s
     for module in sorted(m for m in graph.modules if m.startswith("jupyter_sched.server")):
         imported = graph.find_modules_directly_imported_by(module)
         assert not [m for m in imported if m.startswith(kernel_side)], module
+
+
+def test_the_provisioner_imports_only_the_host_layer_and_the_model(graph):
+    """The kernel provisioner runs in the Jupyter server, where no scheduler runs: of the
+    package it imports the host layer (leases, policy) and the model's quantities alone."""
+    allowed = ("jupyter_sched.provisioner", "jupyter_sched.host", "jupyter_sched.model")
+    found = {}
+    for module in sorted(graph.modules):
+        if not module.startswith("jupyter_sched.provisioner"):
+            continue
+        inside = [n for n in graph.find_modules_directly_imported_by(module)
+                  if n.startswith("jupyter_sched") and not n.startswith(allowed)
+                  and n != "jupyter_sched"]
+        if inside:
+            found[module] = sorted(inside)
+    assert found == {}

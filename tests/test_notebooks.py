@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 CHECKS = ROOT / "tests" / "notebook_checks"
 EXAMPLES = ("quickstart", "fractional-gpus", "gangs", "queues-and-fairness", "engines",
-            "what-if", "dashboard", "restart-safe")
+            "what-if", "dashboard", "restart-safe", "gpu-kernels")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(960)]
 
@@ -62,6 +62,14 @@ SHOWS = {
                      "{'train': 0.125, 'sweep': {'lr': 0.01, 'loss': 0.118}}",
                      "'report: a GPU was free again'", "stopped kept cluster ",
                      "pulled loss"],
+    "gpu-kernels": ['"provisioner_name": "jupyter-sched-provisioner"', "--gpus '1.5' is more",
+                    "probe  waits: 1st on this host, for 0.5 of a GPU",
+                    "kernel probe: waiting for a GPU: 1st on this host",
+                    "this kernel holds 0.5 of GPU 0 (logical) for the whole kernel",
+                    "a whole GPU: queued: outside this kernel's GPU lease",
+                    "probe  holds 0.5 of declared GPU 0",
+                    "user <you> holds 2 of at most 2 GPU shares on this host",
+                    "no leases, no waits"],
     "dashboard": ["Dashboard(children=", "cancel sent to <code>t5</code>",
                   "t4 report: done on local, GPU 0", "history: 4 done, 0 failed, 1 cancelled"],
 }

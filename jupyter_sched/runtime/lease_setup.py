@@ -12,6 +12,7 @@ from ..host.identity import kernel_label
 from ..host.ledger import default_ledger
 from ..host.live import GpuMonitor
 from ..host.outside import OutsideUse
+from .kernel_lease import whole_kernel_lease
 from .leases import NO_HOOKS, HostLeases, LeaseHooks
 
 
@@ -19,6 +20,11 @@ def ledger_status(leases: HostLeases | None, ledger_path: str,
                   takes: bool) -> tuple[Path, str]:
     """The host's lease ledger a kernel uses (``leases``: its leases while it runs; else the
     ledger it would use, and whether it ``takes`` leases), and one line on how it uses it."""
+    whole = whole_kernel_lease()
+    if leases is None and whole is not None:
+        return default_ledger(whole.ledger or ledger_path), (
+            f"this kernel holds {whole.text()} for the whole kernel (a provisioned kernel); "
+            f"its tasks take no lease of their own")
     if leases is None:
         return default_ledger(ledger_path), (
             "this kernel takes leases" if takes else
@@ -36,7 +42,7 @@ def open_host_leases(enabled: bool, path: str, count_other_processes: bool,
     ``path`` ("": the default), counting what processes outside every scheduler use of the
     GPUs when ``count_other_processes`` (from ``monitor``'s NVML); ``notice`` and ``hooks``
     are the runtime's (:class:`~.leases.LeaseHooks`)."""
-    if not enabled:
+    if not enabled or whole_kernel_lease() is not None:  # (its tasks run in the kernel's)
         return None
     nvml = monitor.nvml if count_other_processes and monitor is not None else None
     outside = OutsideUse(host, nvml) if nvml is not None else None

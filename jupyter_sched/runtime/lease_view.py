@@ -114,9 +114,10 @@ class LeaseView:
             parts.append(f"{format_bytes(used)} of GPU {index}'s memory ({format_units(share)} "
                          "of it) is used by processes outside the scheduler")
         self.graced = False
-        if self.blocked is not None:
+        limit = self.order.limited.get(os.getuid())  # (this user at the host policy's limit)
+        if self.blocked is not None or limit:
             units = dict.fromkeys(self.keys, SCALE)
-            parts = [self.blocked]
+            parts = [self.blocked or limit or ""]
         elif self.order.grace_until is not None and time.time() < self.order.grace_until:
             self.graced = True
             units = dict.fromkeys(self.keys, SCALE)

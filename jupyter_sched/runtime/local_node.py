@@ -9,6 +9,7 @@ from ..core import events as ev
 from ..host.live import GpuMonitor
 from ..model.resources import GPU
 from . import submission
+from .kernel_lease import whole_kernel_lease
 
 if TYPE_CHECKING:
     from ..host.discovery import HostInfo
@@ -19,8 +20,12 @@ LOCAL = "local"
 
 def added(host: HostInfo) -> list[ev.Event]:
     """The events that register the kernel's host as the ``local`` node."""
-    return [ev.NodeAdded(LOCAL, host.node_resources(), host.labels(), kind="local",
-                         threads=True)]
+    events: list[ev.Event] = [ev.NodeAdded(LOCAL, host.node_resources(), host.labels(),
+                                           kind="local", threads=True)]
+    whole = whole_kernel_lease()
+    if whole is not None and host.gpus:  # (a provisioned kernel: its lease is its room)
+        events.append(whole.outside(host, LOCAL))
+    return events
 
 
 def redeclare(loop: RuntimeLoop, host: HostInfo) -> None:

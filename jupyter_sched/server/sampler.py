@@ -77,7 +77,12 @@ class Sampler:
         if not found:
             return 0
         try:
-            self._writing().stamp_active(found)
+            writer = self._writing()
+            by_time: dict[float, list[int]] = {}
+            for lease_id, when in found.items():
+                by_time.setdefault(when, []).append(lease_id)
+            for when, ids in by_time.items():
+                writer.mark_active(ids, when)
         except (LedgerError, OSError) as err:  # (another user's ledger: read, never stamped)
             log.debug("jupyter_sched: cannot stamp the ledger's leases: %s", err)
             self.close()

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from ...model.quantity import SCALE
+from ..policy import PolicyFile
+from . import limits
 from . import order as lease_order
 from .connection import LedgerConnection
 from .errors import LedgerBusy, LedgerFull
@@ -91,6 +93,7 @@ class Ledger:
         self._owner = owner
         self._sweeper = Sweeper(lambda: self.liveness, recheck)
         self._file = LedgerConnection(self.path, shared, timeout)
+        self.policy = PolicyFile(self.path)  # the host policy beside it (:mod:`..policy`)
         self._mine: Mine | None = None
         self._liveness: Liveness | None = None
         self._keeper = Keeper(self._file, lambda: self.mine, lambda: self.liveness,
@@ -216,7 +219,11 @@ class Ledger:
         reserved = order.ahead_of(owner.holder, owner.uid)
         swept: set[str] = set()
         taken: list[tuple[Lease, ...] | Refusal] = []
+        policy, counts = limits.held(db, self.policy)
         for task, shares, held in takes:
+            if (refused := limits.refusal(policy, owner, counts, shares)) is not None:
+                taken.append(refused)
+                continue
             short = short_of(shares, used, reserved)
             if short is not None and short not in swept:  # ended holders' leases go first
                 swept.add(short)
@@ -231,6 +238,7 @@ class Ledger:
             change(new=leases)
             for device, units in shares.items():
                 used[device] += units
+            counts[owner.uid] = counts.get(owner.uid, 0) + len(shares)
             taken.append(leases)
         return taken
 
@@ -343,20 +351,14 @@ class Ledger:
     def set_half_life(self, seconds: float) -> None:
         """How fast past GPU use is forgotten in the order between users (0: only what is
         held now counts)."""
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not (
-                0 <= seconds < 1e9):
-            raise ValueError(f"half-life {seconds!r} must be a number of seconds, 0 or more")
+        lease_order.check_half_life(seconds)
         self._call(lambda: self._in_transaction(
             lambda db: lease_order.set_half_life(db, seconds)))
 
     def set_weight(self, user: str, weight: float) -> None:
         """``user``'s weight in the order between users (1 by default: 2 gets twice the GPU
         time of a user of weight 1 when both wait)."""
-        if not isinstance(user, str) or not user:
-            raise ValueError(f"user {user!r} must be a user name")
-        if (not isinstance(weight, (int, float)) or isinstance(weight, bool)
-                or not 0 < weight < 1e6):
-            raise ValueError(f"weight {weight!r} for user {user!r} must be a number above 0")
+        lease_order.check_weight(user, weight)
         self._call(lambda: self._in_transaction(
             lambda db: lease_order.set_weight(db, user, float(weight))))
 
@@ -366,15 +368,9 @@ class Ledger:
         self._call(lambda: self._in_transaction(
             lambda db: db.execute("UPDATE changes SET count = count")))
 
-    def stamp_active(self, stamps: Mapping[int, float]) -> None:
-        """When leases' devices were last seen at work, ``{lease id: time}`` (never back)."""
-        self._call(lambda: self._in_transaction(lambda db: db.executemany(
-            "UPDATE leases SET active = max(active, ?) WHERE id = ?",
-            [(float(t), int(i)) for i, t in stamps.items()])))
-
-    def _in_transaction(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+    def _in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._writing(False) as (db, _):
-            fn(db)
+            return fn(db)
 
     def _order(self, db: sqlite3.Connection, now: float,
                leases: list[Lease] | None = None) -> Order:
@@ -382,7 +378,14 @@ class Ledger:
         return lease_order.read(db, now, [(lease.owner.uid, lease.owner.user, lease.units,
                                            lease.taken, lease.owner.holder)
                                           for lease in leases],
-                                self._sweeper.alive)
+                                self._sweeper.alive, limits.limited(self.policy.current(), leases))
+
+    def mark_active(self, ids: Iterable[int], when: float) -> int:
+        """The devices of the leases of ``ids`` (anyone's) were seen at work at ``when`` (epoch
+        seconds; the ``active`` column idle reclaim reads, only moved forward): how many moved."""
+        ids = [int(i) for i in ids]
+        return self._call(lambda: self._in_transaction(
+            lambda db: limits.mark_active(db, ids, float(when))))
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -396,9 +399,7 @@ class Ledger:
         """Units of ``device`` no lease holds (an ended holder's lease still counts as held
         until a take or sweep takes it back)."""
         with self._reading() as db:
-            (used,) = db.execute("SELECT coalesce(sum(units), 0) FROM leases WHERE device = ?",
-                                 (device,)).fetchone()
-        return SCALE - int(used)
+            return SCALE - int(used_of(db, [device])[device])
 
     def version(self) -> int:
         """A number that changes whenever any process takes or gives a lease or records a

@@ -31,6 +31,8 @@ class WaitSpec:
     demand: GpuDemand
     priority: int
     since: float
+    kernel: str = ""  # the Jupyter kernel it is for ('': the process's own, when a kernel)
+    label: str = ""  # its notebook ('': the process's label)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Order:
     grace_until: float | None = None  # (epoch, as this process's clock reads it)
     owners: dict[int, Owner] = field(default_factory=dict)  # wait id -> who waits
     kernels: dict[str, float] = field(default_factory=dict)  # holder -> its GPU-seconds
+    limited: dict[int, str] = field(default_factory=dict)  # uid -> why its waits reserve nothing
 
     def waits_ahead(self, holder: str, uid: int) -> list[Wait]:
         """The waits of other processes ranked before ``holder``'s first wait (a process's
@@ -103,9 +106,11 @@ def boot_clock() -> float:
 
 def read(db: sqlite3.Connection, now: float,
          leases: Sequence[tuple[int, str, int, float, str]],
-         alive: Callable[[Owner], bool] | None = None) -> Order:
+         alive: Callable[[Owner], bool] | None = None,
+         limited: dict[int, str] | None = None) -> Order:
     """The order at ``now``; ``leases``: (uid, user, units, taken, holder) of every lease.
-    ``alive``: whether a waiting process lives (the waits of ended ones are left out)."""
+    ``alive``: whether a waiting process lives (the waits of ended ones are left out).
+    ``limited``: the users at their limit of the host policy (their waits reserve nothing)."""
     kernels = _kernel_standings(db, now, leases)
     rows = db.execute(f"SELECT {WAIT_COLUMNS} FROM waits").fetchall()
     left = grace_left(db)
@@ -134,8 +139,9 @@ def read(db: sqlite3.Connection, now: float,
     held: dict[str, int] = {}
     for device, units in db.execute("SELECT device, sum(units) FROM leases GROUP BY device"):
         held[device] = units
-    return Order(order, fairness.reserve(order, held), standings, users, weights, life, now,
-                 grace, owners, kernels)
+    limited = limited or {}
+    return Order(order, fairness.reserve([w for w in order if w.uid not in limited], held),
+                 standings, users, weights, life, now, grace, owners, kernels, limited)
 
 
 def _kernel_standings(db: sqlite3.Connection, now: float,
@@ -159,9 +165,9 @@ def replace_waits(db: sqlite3.Connection, owner: Owner, waits: Iterable[WaitSpec
     for wait in list(waits)[:MAX_WAITS]:
         demand = wait.demand
         rows.append((owner.uid, owner.user, owner.pid, owner.started, owner.host, owner.pidns,
-                     owner.label, wait.task, min(SCALE, max(1, demand.units)),
+                     wait.label or owner.label, wait.task, min(SCALE, max(1, demand.units)),
                      max(1, demand.count), "\n".join(demand.devices), int(wait.priority),
-                     float(wait.since), owner.holder, owner.ticks, owner.kernel))
+                     float(wait.since), owner.holder, owner.ticks, wait.kernel or owner.kernel))
     db.executemany(_INSERT_WAIT, rows)
 
 
@@ -209,6 +215,20 @@ def record_use(db: sqlite3.Connection,
     db.execute("DELETE FROM holder_use WHERE at < ?", (now - 20 * life,))
 
 
+def check_half_life(seconds: object) -> None:
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not (
+            0 <= seconds < 1e9):
+        raise ValueError(f"half-life {seconds!r} must be a number of seconds, 0 or more")
+
+
+def check_weight(user: object, weight: object) -> None:
+    if not isinstance(user, str) or not user:
+        raise ValueError(f"user {user!r} must be a user name")
+    if (not isinstance(weight, (int, float)) or isinstance(weight, bool)
+            or not 0 < weight < 1e6):
+        raise ValueError(f"weight {weight!r} for user {user!r} must be a number above 0")
+
+
 def set_half_life(db: sqlite3.Connection, seconds: float) -> None:
     db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('half_life', ?)",
                (repr(float(seconds)),))
@@ -221,6 +241,7 @@ def set_weight(db: sqlite3.Connection, user: str, weight: float) -> None:
         db.execute("INSERT OR REPLACE INTO weights (user, weight) VALUES (?, ?)", (user, weight))
 
 
-__all__ = ["EMPTY", "GRACE", "MAX_WAITS", "Order", "WaitSpec", "boot_clock", "grace_left", "read",
+__all__ = ["EMPTY", "GRACE", "MAX_WAITS", "Order", "WaitSpec", "boot_clock", "check_half_life",
+           "check_weight", "grace_left", "read",
            "record_use", "replace_waits", "set_grace", "set_half_life", "set_weight",
            "sweep_waits", "waiting_holders"]

@@ -73,6 +73,7 @@ class Refusal:
     holders: tuple[Lease, ...] = field(default=())
     reserved: tuple[Wait, ...] = field(default=())
     until: float | None = None
+    limit: str = ""  # the host policy's limit it is beyond ("user ana holds 2 of at most 2 ...")
 
     def __bool__(self) -> bool:
         return False
@@ -80,6 +81,8 @@ class Refusal:
     def describe(self, name: str | None = None) -> str:
         """The reason, naming the device ``name`` (e.g. ``"GPU 0"``) when given."""
         device = name or short_device(self.device)
+        if self.limit:
+            return self.limit
         if self.until is not None:
             return (f"the host's lease ledger was made again: its holders re-take what they "
                     f"hold until {clock(self.until)}, then {device} is leased again")

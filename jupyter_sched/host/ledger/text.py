@@ -181,7 +181,11 @@ def format_waits(order: Order) -> str:
         table.append((str(position), wait.user, str(wait.pid), wait.label or "-",
                       wait.task or "-", wait.demand.text(), when(wait.since, order.now),
                       reserves_text(order.reservations.get(wait.id, {}))))
-    return "\n".join(align_rows(table, WIDTH, shrink=((1, 3, 4), (7,))))
+    lines = align_rows(table, WIDTH, shrink=((1, 3, 4), (7,)))
+    # (a user at the host policy's limit: their waits reserve nothing, and wait for that)
+    lines += [f"  waits for the host policy: {order.limited[uid]}"
+              for uid in dict.fromkeys(w.uid for w in order.waits) if uid in order.limited]
+    return "\n".join(lines)
 
 
 def format_standings(order: Order) -> str:
@@ -269,7 +273,8 @@ def picture_json(picture: Picture) -> dict[str, object]:
         "leases": [{**lease_json(lease, alive), "idle": idle_for(
             order.now, lease.active, lease.taken, picture.idle_after)}
             for lease, alive in picture.leases],
-        "waits": [wait_json(position, wait, order.reservations.get(wait.id, {}))
+        "waits": [{**wait_json(position, wait, order.reservations.get(wait.id, {})),
+                   "limit": order.limited.get(wait.uid)}
                   for position, wait in enumerate(order.waits, 1)],
         "users": [{"user": s.user, "uid": s.uid, "use": s.use, "weight": s.weight,
                    "standing": s.standing} for s in standings(order)],
