@@ -41,7 +41,7 @@ from ..model.limits import MAX_DEVICES_PER_NODE, check_count, check_name, check_
 from ..model.quantity import SCALE, parse_bytes, to_float
 from ..model.resources import GPU, Demand, parse_resources
 from ..model.tasks import GangSpec, TaskSpec
-from .play import REMOVE, Player, Run, SimTask
+from .play import REMOVE, Player, SimRun, SimTask
 
 __all__ = ["SimTask", "Simulation"]
 
@@ -59,12 +59,12 @@ class Simulation:
                  hybrid_threshold: float = 0.8,
                  stop_delay: float | tuple[float, float] = 0.0,
                  pipeline: float = 0.0, fair_share_half_life: float = 0.0) -> None:
-        self.core = Core(policy=policy, reservation_after=reservation_after,
-                         preemption=preemption, hybrid_threshold=hybrid_threshold,
-                         pipeline=pipeline, fair_share_half_life=fair_share_half_life)
+        core = Core(policy=policy, reservation_after=reservation_after,
+                    preemption=preemption, hybrid_threshold=hybrid_threshold,
+                    pipeline=pipeline, fair_share_half_life=fair_share_half_life)
         self.stop_delay = _delay_range(stop_delay)
         self.rng = random.Random(seed)
-        self._play = Player(self.core, self.rng, self.stop_delay)
+        self._play = Player(core, self.rng, self.stop_delay)
         self.tasks: dict[str, SimTask] = self._play.tasks
         self.trace: list[tuple[float, ev.Instruction]] = self._play.trace
         self.refused: list[tuple[float, Any, str]] = self._play.refused
@@ -74,16 +74,25 @@ class Simulation:
         self._queues = {"default"}
 
     @property
+    def core(self) -> Core:
+        """The scheduling core the simulation plays on."""
+        return self._play.core
+
+    @core.setter
+    def core(self, core: Core) -> None:  # (tests watch what it is handed)
+        self._play.core = core
+
+    @property
     def now(self) -> float:
         """The virtual clock: the time of the events played last."""
         return self._play.now
 
     @property
-    def _runs(self) -> dict[str, Run]:
+    def _runs(self) -> dict[str, SimRun]:
         return self._play.runs  # (the runs on now)
 
     @property
-    def _done_runs(self) -> list[Run]:
+    def _done_runs(self) -> list[SimRun]:
         return self._play.done_runs
 
     # -- building the scenario -------------------------------------------------------------
@@ -265,7 +274,7 @@ class Simulation:
 
     def run(self, until: float | None = None) -> None:
         """Play events in time order until nothing can change (or the clock passes ``until``)."""
-        with _full_collections_deferred():
+        with _collector_paused():
             self._play.run(until)
         self._play.close_runs(list(self._play.runs))
 
@@ -292,21 +301,18 @@ class Simulation:
 
 
 @contextlib.contextmanager
-def _full_collections_deferred() -> Iterator[None]:
-    """The garbage collector's full collections wait while a simulation plays (young objects
-    are still collected): each walks every object of a heap that grows with the run and
-    finds next to nothing (what the simulation made, it keeps). At 1,000 nodes x 20,000 tasks
-    they took about a third of the CPU time (benchmarks/results/design.md)."""
-    young, middle, old = gc.get_threshold()
-    gc.set_threshold(young, middle, _NEVER)
+def _collector_paused() -> Iterator[None]:
+    """The garbage collector waits while a simulation plays: what the simulation makes, it
+    keeps (a run of 20,000 tasks on 1,000 nodes left no garbage in cycles), yet each
+    collection walked the young objects, and each full one the whole heap, a third of the CPU
+    time in all (benchmarks/results/design.md). It runs as before once the run is over."""
+    paused = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        if gc.get_threshold() == (young, middle, _NEVER):  # (unless someone set it since)
-            gc.set_threshold(young, middle, old)
-
-
-_NEVER = 1 << 30  # (full collections after this many of the middle generation's)
+        if paused:
+            gc.enable()
 
 
 def _delay_range(value: float | tuple[float, float]) -> tuple[float, float]:
