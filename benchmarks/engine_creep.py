@@ -12,6 +12,11 @@ after the last: how much of a change is the machine's. Memory: Python's allocati
 (tracemalloc) held after a further batch of ``--first`` is waited and its handles dropped,
 made during that batch (the scheduler keeps the last 1,000 ended tasks' records: what a task
 leaves must be given back as later ones end).
+
+One run on a shared 2-core machine (load 5.7-8.5; benchmarks/results/design.md, "Per-task cost
+as tasks pass through"): 730/s for the first 2,000, 286/s for 100,000 after 100,000 (0.39x,
+goal not met); raw direct views 442/s and 506/s. What costs is the number in flight, not the
+tasks that passed through; the garbage collector is the first suspect (not settled).
 """
 
 from __future__ import annotations
