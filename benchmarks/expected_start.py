@@ -8,7 +8,7 @@ of 7; the goal is 50 ms), and what it adds to a snapshot of 200 rows (``views.sn
 with and without the kinds' times). Whether the model it uses (``model/allocation.py``) was
 compiled is printed: it is in a wheel built with mypyc.
 
-**Error.** A workload run on the real core with the project's simulator (``sim.py``): one node
+**Error.** A workload run on the real core with the project's simulator (``sim/``): one node
 of 4 GPUs and 32 CPUs; tasks arrive at random (Poisson, about 1.2 times what the GPUs can
 take, for two hours), a kind each: ``train`` (1 GPU, 600 s on average), ``finetune`` (0.5 GPU,
 240 s), ``eval`` (0.25 GPU, 60 s), ``prep`` (4 CPUs, 30 s); each run's time is drawn from a

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from jupyter_sched.core import events as ev
@@ -624,3 +626,33 @@ def test_stop_delays_drawn_from_a_range_follow_the_seed():
 
     assert play(1) == play(1)
     assert len({tuple(play(seed)) for seed in range(4)}) > 1
+
+
+def test_the_garbage_collector_waits_while_a_run_plays_and_runs_as_before_after():
+    seen = []
+
+    class Watch:  # (asks the collector whether it is on, from inside the run)
+        def __init__(self, core):
+            self.core = core
+
+        def __getattr__(self, name):
+            return getattr(self.core, name)
+
+        def handle(self, *events):
+            seen.append(gc.isenabled())
+            return self.core.handle(*events)
+
+    sim = Simulation()
+    sim.add_node("n", {"GPU": 1})
+    sim.submit(duration=1, resources={"GPU": 1})
+    sim.core = Watch(sim.core)
+    assert gc.isenabled()
+    sim.run(until=0.5)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()  # (whoever paused it keeps it paused)
+    try:
+        sim.run()
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+    assert sim.makespan == 1.0

@@ -140,6 +140,8 @@ def _say_why_not_placed(core: Books, job: Task | Gang,
     reason = ""
     if 0 < units < SCALE:
         for node in core.cluster.nodes.values():
+            if node.resources.available.get(GPU, 0) < units:
+                continue  # (its free shares add up to less: their sum is its available GPU)
             devs = node.resources.devices.get(GPU)
             if devs is None or not node_passes(node, spec):
                 continue

@@ -25,70 +25,25 @@ the simulator reports it (``SlotCapped``) as a real engine would; a task submitt
 
 from __future__ import annotations
 
-import heapq
+import contextlib
+import gc
 import itertools
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .core import events as ev
-from .core.state import Core, Refused
-from .model.allocation import NodeResources
-from .model.cluster import SlotSpec
-from .model.devices import DeviceSet
-from .model.limits import MAX_DEVICES_PER_NODE, check_count, check_name, check_seconds
-from .model.quantity import SCALE, parse_bytes, to_float, units_to_shares
-from .model.resources import GPU, Demand, parse_resources
-from .model.tasks import RUNNING, TERMINAL, GangSpec, TaskSpec
+from ..core import events as ev
+from ..core.state import Core
+from ..model.allocation import NodeResources
+from ..model.cluster import SlotSpec
+from ..model.devices import DeviceSet
+from ..model.limits import MAX_DEVICES_PER_NODE, check_count, check_name, check_seconds
+from ..model.quantity import SCALE, parse_bytes, to_float
+from ..model.resources import GPU, Demand, parse_resources
+from ..model.tasks import GangSpec, TaskSpec
+from .play import REMOVE, Player, SimRun, SimTask
 
-
-class SimTask:
-    """A simulated task: a view of the core's task plus where and when it ran."""
-
-    def __init__(self, sim: Simulation, task_id: str, name: str, duration: float,
-                 fails: int = 0, cuda: bool = True) -> None:
-        self._sim = sim
-        self.id = task_id
-        self.name = name
-        self.duration = duration
-        self.fails = fails
-        self.cuda = cuda  # whether it uses CUDA (and so fixes an MPS engine's cap)
-        self.start: float | None = None
-        self.end: float | None = None
-        self.node: str | None = None
-        self.devices: dict[str, dict[int, float]] = {}
-        self.rank: int | None = None
-        self.runs = 0
-        self.submitted = 0.0
-        self.refused = ""  # why the core refused its submission, if it did
-        self.failed = 0    # attempts that reached their end and failed
-
-    @property
-    def _core_task(self):
-        return self._sim.core.tasks.get(self.id)
-
-    @property
-    def state(self) -> str:
-        task = self._core_task
-        return "pending" if task is None else task.state
-
-    @property
-    def reason(self) -> str:
-        task = self._core_task
-        return self.refused if task is None else task.reason
-
-    def __repr__(self) -> str:
-        return f"<SimTask {self.id} {self.name!r} {self.state} node={self.node}>"
-
-
-@dataclass
-class _Run:
-    task: str
-    attempt: int
-    start: float
-    end: float | None
-    amounts: Mapping[str, int]
+__all__ = ["SimTask", "Simulation"]
 
 
 class Simulation:
@@ -104,27 +59,41 @@ class Simulation:
                  hybrid_threshold: float = 0.8,
                  stop_delay: float | tuple[float, float] = 0.0,
                  pipeline: float = 0.0, fair_share_half_life: float = 0.0) -> None:
-        self.core = Core(policy=policy, reservation_after=reservation_after,
-                         preemption=preemption, hybrid_threshold=hybrid_threshold,
-                         pipeline=pipeline, fair_share_half_life=fair_share_half_life)
+        core = Core(policy=policy, reservation_after=reservation_after,
+                    preemption=preemption, hybrid_threshold=hybrid_threshold,
+                    pipeline=pipeline, fair_share_half_life=fair_share_half_life)
         self.stop_delay = _delay_range(stop_delay)
         self.rng = random.Random(seed)
-        self.now = 0.0
-        self.tasks: dict[str, SimTask] = {}
-        self.trace: list[tuple[float, ev.Instruction]] = []
-        self.refused: list[tuple[float, Any, str]] = []
-        self._heap: list[tuple[float, int, Any]] = []
-        self._order = itertools.count()
+        self._play = Player(core, self.rng, self.stop_delay)
+        self.tasks: dict[str, SimTask] = self._play.tasks
+        self.trace: list[tuple[float, ev.Instruction]] = self._play.trace
+        self.refused: list[tuple[float, Any, str]] = self._play.refused
+        self.caps: dict[tuple[str, str], int] = self._play.caps  # (node, slot) -> its cap
         self._ids = itertools.count(1)
-        self._live: dict[str, tuple[int, str]] = {}  # what the executor runs: (attempt, node)
-        self._runs: dict[str, _Run] = {}
-        self._parked: dict[str, ev.Start] = {}  # task -> a Start sent ahead to run after it
-        self._done_runs: list[_Run] = []
         self._node_life: dict[str, list] = {}  # name -> [added, removed|None, totals]
         self._queues = {"default"}
-        self._ticks: set[float] = set()
-        self._mps: set[str] = set()  # nodes whose engines MPS serves
-        self.caps: dict[tuple[str, str], int] = {}  # (node, slot) -> the cap its engine fixed
+
+    @property
+    def core(self) -> Core:
+        """The scheduling core the simulation plays on."""
+        return self._play.core
+
+    @core.setter
+    def core(self, core: Core) -> None:  # (tests watch what it is handed)
+        self._play.core = core
+
+    @property
+    def now(self) -> float:
+        """The virtual clock: the time of the events played last."""
+        return self._play.now
+
+    @property
+    def _runs(self) -> dict[str, SimRun]:
+        return self._play.runs  # (the runs on now)
+
+    @property
+    def _done_runs(self) -> list[SimRun]:
+        return self._play.done_runs
 
     # -- building the scenario -------------------------------------------------------------
 
@@ -132,7 +101,7 @@ class Simulation:
         when = self.now if at is None else check_seconds(at, "at")
         if when < self.now:
             raise ValueError(f"at={at!r} is in the past; the clock is at {self.now:g}")
-        heapq.heappush(self._heap, (when, next(self._order), event))
+        self._play.push(when, event)
         return when
 
     def add_node(
@@ -183,7 +152,7 @@ class Simulation:
                                          slots=slots))
         self._node_life[name] = [when, None, totals]
         if mps:
-            self._mps.add(name)
+            self._play.mps.add(name)
 
     def remove_node(self, name: str, at: float = 0.0) -> None:
         """The node is lost at ``at``: what runs there fails (and is retried if it may)."""
@@ -196,7 +165,7 @@ class Simulation:
         if check_seconds(at, "at") < life[0]:
             raise ValueError(f"node {name!r} is removed at {at!r}, before it is added "
                              f"(at {life[0]:g})")
-        life[1] = self._at(at, ("remove", name))
+        life[1] = self._at(at, (REMOVE, name))
 
     def add_queue(self, name: str, weight: int = 1, capability: Mapping | None = None,
                   priority: int = 0, state: str = "open", *, guarantee: Mapping | None = None,
@@ -271,8 +240,10 @@ class Simulation:
                             preemptible if batch is None else batch,
                             family if family is not None else name or "sim", min_runtime)
             spec.check()
-            made.append((spec, SimTask(self, task_id, member_name, duration, fails, cuda)))
-        self._at(at, ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel"))
+            made.append((spec, SimTask(self.core, task_id, member_name, duration, fails,
+                                       cuda)))
+        submission = ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel")
+        self._at(at, ev.named(submission))  # (named now: not again each time it is played)
         for _, task in made:
             task.submitted = at
             self.tasks[task.id] = task
@@ -303,158 +274,9 @@ class Simulation:
 
     def run(self, until: float | None = None) -> None:
         """Play events in time order until nothing can change (or the clock passes ``until``)."""
-        heap = self._heap
-        core = self.core
-        while heap:
-            when = heap[0][0]
-            if until is not None and when > until:
-                break
-            self.now = when
-            batch: list[Any] = [ev.Tick(when, cause=f"tick-{when:g}")]
-            touched: set[str] = set()
-            while heap and heap[0][0] == when:
-                _, _, item = heapq.heappop(heap)
-                event = self._to_event(item, touched)
-                if event is not None:
-                    batch.append(event)
-            try:
-                out = core.handle(*batch)
-            except Refused as refusal:
-                out = refusal.take()
-                self._note_refused(refusal)
-            for instruction in out:
-                self._carry_out(instruction)
-            self._close_runs(touched)
-            deadline = core.next_deadline()
-            if deadline is not None and deadline > when and deadline not in self._ticks:
-                self._ticks.add(deadline)  # a time limit ends then: the core must hear of it
-                self._at(deadline, ("tick",))
-        self._close_runs(set(self._runs))
-
-    def _to_event(self, item: Any, touched: set[str]) -> Any:
-        """The event a scheduled item is now, named as a shell names it (its cause), or
-        None."""
-        if not isinstance(item, tuple):
-            return ev.named(item)
-        kind, payload = item[0], item[1:]
-        if kind == "remove":
-            name = payload[0]
-            node = self.core.cluster.nodes.get(name)
-            if node is not None:
-                touched.update(node.tasks)
-            for task_id, (_, on) in list(self._live.items()):
-                if on == name:
-                    del self._live[task_id]  # its executor died with the node
-            for before, start in list(self._parked.items()):
-                if start.node == name:
-                    del self._parked[before]
-            for key in [key for key in self.caps if key[0] == name]:
-                del self.caps[key]  # (its engines died with it)
-            return ev.NodeRemoved(name, cause=f"node-removed-{name}")
-        if kind == "tick":
-            self._ticks.discard(self.now)
-            return None
-        if kind == "cap":  # (not once its node is gone: its engines went with it)
-            name, slot, cap = payload
-            return ev.SlotCapped(name, slot, cap, cause=f"slot-capped-{name}-{slot}") \
-                if (name, slot) in self.caps else None
-        task_id, attempt = payload
-        touched.add(task_id)
-        running = self._live.get(task_id, (None,))[0] == attempt
-        if kind == "finish":
-            if not running:
-                return None  # stopped or lost before it would have finished
-            self._leave(task_id)
-            task = self.tasks[task_id]
-            if task.failed < task.fails:
-                task.failed += 1
-                return ev.Failed(task_id, f"attempt {attempt} failed", attempt=attempt,
-                                 cause=f"failed-{task_id}-{attempt}")
-            return ev.Finished(task_id, attempt=attempt, cause=f"finished-{task_id}-{attempt}")
-        if running:  # "stopped": the stop takes effect now
-            self._leave(task_id)
-        for before, start in list(self._parked.items()):
-            if start.task == task_id and start.attempt == attempt:
-                del self._parked[before]  # aborted before its engine began it: the one
-                behind = self._parked.pop(task_id, None)  # behind it comes after `before`
-                if behind is not None:
-                    self._parked[before] = behind
-        # (late, if the attempt already ended)
-        return ev.Stopped(task_id, attempt=attempt, cause=f"stopped-{task_id}-{attempt}")
-
-    def _note_refused(self, refusal: Refused) -> None:
-        for event, error in refusal.refused:
-            self.refused.append((self.now, event, str(error)))
-            for spec in getattr(event, "tasks", ()):
-                self.tasks[spec.id].refused = str(error)
-
-    def _carry_out(self, instruction: ev.Instruction) -> None:
-        self.trace.append((self.now, instruction))
-        if isinstance(instruction, ev.Start):
-            after = instruction.after
-            if after is not None and (after in self._live or any(
-                    start.task == after for start in self._parked.values())):
-                self._parked[after] = instruction  # the engine's queue: next
-                return
-            self._begin(instruction)
-        elif not isinstance(instruction, ev.Explain):  # Stop or Preempt: the simulated
-            low, high = self.stop_delay                   # executor stops it after its delay
-            delay = low if low == high else self.rng.uniform(low, high)
-            self._at(self.now + delay, ("stopped", instruction.task, instruction.attempt))
-
-    def _leave(self, task_id: str) -> None:
-        """The executor's run of ``task_id`` ended: the task sent ahead behind it begins."""
-        del self._live[task_id]
-        start = self._parked.pop(task_id, None)
-        if start is not None:
-            self._begin(start, dict(self._runs[task_id].amounts))
-
-    def _begin(self, instruction: ev.Start, amounts: dict | None = None) -> None:
-        """The executor begins a run (``amounts``: what it holds, when the core's task does not
-        hold it yet: an assigned task, taking over the run before it)."""
-        task = self.tasks[instruction.task]
-        task.start, task.end = self.now, None
-        task.node = instruction.node
-        task.rank = instruction.rank
-        task.devices = units_to_shares(instruction.devices)
-        task.runs += 1
-        attempt = instruction.attempt
-        self._live[task.id] = (attempt, instruction.node)
-        self._close_runs({task.id})  # the run before it (a retry, a preemption) ended
-        if amounts is None:
-            amounts = dict(self.core.tasks[task.id].allocation.amounts)
-        self._runs[task.id] = _Run(task.id, attempt, self.now, None, amounts)
-        self._at(self.now + task.duration, ("finish", task.id, attempt))
-        self._fix_cap(instruction, task)
-
-    def _fix_cap(self, instruction: ev.Start, task: SimTask) -> None:
-        """An MPS engine's first task with a GPU share that uses CUDA fixes its cap: reported
-        to the core now, as a real engine would."""
-        slot = instruction.slot
-        if slot is None or instruction.node not in self._mps or not task.cuda:
-            return
-        key = (instruction.node, slot)
-        gpus = instruction.devices.get(GPU)
-        if key in self.caps or not gpus:
-            return
-        cap = next(iter(gpus.values()))  # (SCALE for whole GPUs: uncapped)
-        self.caps[key] = cap
-        self._at(self.now, ("cap", instruction.node, slot, cap))
-
-    def _close_runs(self, task_ids) -> None:
-        """End the open runs, among ``task_ids``, that the core no longer runs."""
-        for task_id in list(task_ids):
-            run = self._runs.get(task_id)
-            core_task = self.core.tasks.get(task_id)
-            if run is None or core_task is None:
-                continue
-            if core_task.state == RUNNING and core_task.attempt == run.attempt:
-                continue
-            run.end = self.now
-            self._done_runs.append(run)
-            del self._runs[task_id]
-            if core_task.state in TERMINAL:
-                self.tasks[task_id].end = self.now
+        with _collector_paused():
+            self._play.run(until)
+        self._play.close_runs(list(self._play.runs))
 
     # -- results ------------------------------------------------------------------------------
 
@@ -476,6 +298,21 @@ class Simulation:
             if stop > added:
                 have += (stop - added) * totals.get(resource, 0)
         return used / have if have else 0.0
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The garbage collector waits while a simulation plays: what the simulation makes, it
+    keeps (a run of 20,000 tasks on 1,000 nodes left no garbage in cycles), yet each
+    collection walked the young objects, and each full one the whole heap, a third of the CPU
+    time in all (benchmarks/results/design.md). It runs as before once the run is over."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _delay_range(value: float | tuple[float, float]) -> tuple[float, float]:
