@@ -35,6 +35,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Unicode
 
 from ..host.ledger import default_ledger
+from ..host.starts import StartCancelled
 from .gpus import parse_gpus
 from .idle import NOTICES_ENV, IdleCheck, notices_path
 from .room import KernelLease, WaitCancelled, WaitingRoom
@@ -74,7 +75,8 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
                     kernel, f"notebook {os.path.basename(notebook)}" if notebook else "",
                     units, count, lambda text: self.log.warning("kernel %s: %s", kernel, text))
             except WaitCancelled as err:
-                raise RuntimeError(str(err)) from None
+                raise StartCancelled(f"the start of kernel {kernel} was cancelled: {err}") \
+                    from None
             self.log.info("kernel %s holds %s", kernel, ", ".join(
                 lease.describe() for lease in self._held.leases))
         env.update(self._held.env())
