@@ -74,9 +74,9 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
                 self._held = await self.room().take(
                     kernel, f"notebook {os.path.basename(notebook)}" if notebook else "",
                     units, count, lambda text: self.log.warning("kernel %s: %s", kernel, text))
-            except WaitCancelled as err:
-                raise StartCancelled(f"the start of kernel {kernel} was cancelled: {err}") \
-                    from None
+            except WaitCancelled:
+                raise StartCancelled(f"the start of kernel {kernel} was cancelled: it was shut "
+                                     "down while it waited for a GPU") from None
             self.log.info("kernel %s holds %s", kernel, ", ".join(
                 lease.describe() for lease in self._held.leases))
         env.update(self._held.env())
