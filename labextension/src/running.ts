@@ -97,9 +97,11 @@ export function addLeasesSection(
   const probe = new ToolbarButton({ className: 'jp-sched-leases-probe' });
   probe.node.style.display = 'none';
   const showMine = () => {
-    const button = probe.node.parentElement?.querySelector<HTMLElement>(
+    // (its class is on the inner button; the toolbar item around it is what goes)
+    const inner = probe.node.parentElement?.querySelector<HTMLElement>(
       '.jp-RunningSessions-shutdownAll'
     );
+    const button = inner?.closest<HTMLElement>('.jp-Toolbar-item') ?? inner;
     if (button) {
       button.style.display = ownKernels(poller.view?.leases ?? []).length ? '' : 'none';
     }
