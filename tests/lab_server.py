@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -378,3 +379,47 @@ class OtherKernel:
             self.client.stop_channels()
         if self.manager.has_kernel:
             self.manager.shutdown_kernel(now=False)
+
+
+@contextlib.contextmanager
+def serving(request, prefix: str, notebooks: dict[str, list[str]], kernelspec: dict,
+            **options):
+    """A :class:`LabServer` of a wheel of this checkout (the test skipped where none can be
+    built) serving a folder with ``notebooks`` (name -> cells, each of ``kernelspec``);
+    ``options`` go to :class:`LabServer`. Its output is printed when a test of the session
+    failed; everything is removed after."""
+    import nbformat
+    import pytest
+
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        try:
+            installed = install(workdir)
+        except Unavailable as exc:
+            pytest.skip(str(exc))
+        root = workdir / "notebooks"
+        root.mkdir()
+        for name, cells in notebooks.items():
+            nbformat.write(nbformat.v4.new_notebook(
+                cells=[nbformat.v4.new_code_cell(c) for c in cells],
+                metadata={"kernelspec": kernelspec}), root / name)
+        server = LabServer(installed, root, workdir, **options)
+        try:
+            server.wait_ready()
+            yield server
+        finally:
+            server.stop()
+            if request.session.testsfailed:
+                print(server.output())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def artifact_folder(name: str) -> Path:
+    """An empty folder ``name`` for screenshots under test_lab_ui.py's
+    (``JUPYTER_SCHED_UI_ARTIFACTS``, else ``jupyter_sched-ui`` in the temporary folder)."""
+    folder = Path(os.environ.get("JUPYTER_SCHED_UI_ARTIFACTS")
+                  or Path(tempfile.gettempdir()) / "jupyter_sched-ui") / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder

@@ -13,13 +13,10 @@ test_lab_ui.py's.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
-from lab_server import LabServer, Unavailable, chromium_page, install
+from lab_server import artifact_folder, chromium_page, serving
 from test_host_trust import GROUP_ENV, RealUsers, directory, why_no_real_users
 from test_lab_ui import (
     CHROMIUM,
@@ -63,11 +60,7 @@ sys.stdin.readline()
 @pytest.fixture(scope="module")
 def artifacts() -> Path:
     """A folder of its own under test_lab_ui.py's (which that module empties as it starts)."""
-    folder = Path(os.environ.get("JUPYTER_SCHED_UI_ARTIFACTS")
-                  or Path(tempfile.gettempdir()) / "jupyter_sched-ui") / "host-view"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return folder
+    return artifact_folder("host-view")
 
 
 @pytest.fixture(scope="module")
@@ -95,35 +88,13 @@ def ana_holds():
 @pytest.fixture(scope="module")
 def lab(request, ana_holds):
     path, group, _ = ana_holds
-    workdir = Path(tempfile.mkdtemp(prefix="jupyter_sched-host-lab-"))
-    try:
-        try:
-            installed = install(workdir)
-        except Unavailable as exc:
-            pytest.skip(str(exc))
-        root = workdir / "notebooks"
-        root.mkdir()
-        import nbformat
-
-        nbformat.write(nbformat.v4.new_notebook(
-            cells=[nbformat.v4.new_code_cell(c) for c in MINE],
-            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                     "language": "python"}}), root / "mine.ipynb")
-        server = LabServer(installed, root, workdir,
-                           config={"HostView": {
-                               "nvml": "jupyter_sched.testing:fake_nvml_from_env",
-                               "sample_every": 1.0}},
-                           env={LEASES_ENV: str(path), GROUP_ENV: group,
-                                FAKE_NVML_ENV: json.dumps(FAKE)})
-        try:
-            server.wait_ready()
-            yield server
-        finally:
-            server.stop()
-            if request.session.testsfailed:
-                print(server.output())
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with serving(request, "jupyter_sched-host-lab-", {"mine.ipynb": MINE},
+                 {"name": "python3", "display_name": "Python 3", "language": "python"},
+                 config={"HostView": {"nvml": "jupyter_sched.testing:fake_nvml_from_env",
+                                      "sample_every": 1.0}},
+                 env={LEASES_ENV: str(path), GROUP_ENV: group,
+                      FAKE_NVML_ENV: json.dumps(FAKE)}) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

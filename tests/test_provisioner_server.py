@@ -18,9 +18,13 @@ from pathlib import Path
 
 import pytest
 from lab_server import Install, LabServer
+from ledger_peer import Peer
 from waiting import wait_for
 
+from jupyter_sched.host.discovery import discover_host
 from jupyter_sched.host.ledger import Ledger
+from jupyter_sched.host.ledger.where import device_key, ledger_path
+from jupyter_sched.model.quantity import SCALE
 
 
 def start_server(tmp_path: Path, monkeypatch) -> LabServer:
@@ -54,11 +58,15 @@ class Starts:
     def __init__(self, server: LabServer) -> None:
         self.server = server
         self.ids: dict[int, str] = {}
+        self.refused: dict[int, tuple[int, str]] = {}  # k -> (status, message) of a failed start
         self.threads: list[threading.Thread] = []
 
     def start(self, k: int) -> None:
         def post() -> None:
-            self.ids[k] = call(self.server, "/api/kernels", "POST", {"name": "half"})["id"]
+            try:
+                self.ids[k] = call(self.server, "/api/kernels", "POST", {"name": "half"})["id"]
+            except urllib.error.HTTPError as err:
+                self.refused[k] = (err.code, json.loads(err.read() or b"{}").get("message", ""))
 
         thread = threading.Thread(target=post, daemon=True)
         thread.start()
@@ -151,4 +159,48 @@ def test_six_kernels_at_half_on_two_gpus_four_start_two_wait_then_start_in_order
             wait_for(lambda k=k: deleted(server, starts.ids[k]), 60, f"kernel {k} shut down")
         assert picture(server) == ([], [])
     finally:
+        server.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_shutting_down_a_kernel_waiting_for_its_gpu_cancels_its_wait(tmp_path, monkeypatch):
+    server = start_server(tmp_path, monkeypatch)
+    host = discover_host()  # (the two GPUs the server declares)
+    path = ledger_path("", {"JUPYTER_SCHED_LEASES": f"{server.leases}{os.sep}"})
+    peers = [Peer(path, f"other{k}.ipynb") for k in range(2)]
+    try:
+        held = [peer("take", device_key(gpu, host.key), SCALE, "train")
+                for peer, gpu in zip(peers, host.gpus, strict=True)]
+        assert all(isinstance(lease, int) for lease in held), held
+        starts = Starts(server)
+        for k in range(3):  # three kernels wait behind the two holders, in this order
+            starts.start(k)
+            wait_for(lambda k=k: len(picture(server)[1]) == k + 1, 120,
+                     f"kernel {k} waiting", explain=server.output)
+        order = [wait.kernel for wait in picture(server)[1]]
+        assert len(set(order)) == 3
+        waits = call(server, "/api/sched/host")["waits"]  # (this server's, before it lists them)
+        assert [(w["kernel"], w["this_server"]) for w in waits] == [(k, True) for k in order]
+        call(server, f"/api/kernels/{order[1]}", "DELETE")  # (204: answered at once)
+        wait_for(lambda: 1 in starts.refused, 60, "the cancelled start to answer")
+        status, message = starts.refused[1]
+        assert status == 409 and "was cancelled" in message and order[1] in message, message
+        assert [wait.kernel for wait in picture(server)[1]] == [order[0], order[2]]
+        assert server.leftover_kernels() == []  # (no kernel process was ever started)
+        assert [wait["kernel"] for wait in call(server, "/api/sched/host")["waits"]] == [
+            order[0], order[2]]
+        peers[0]("give", held[0])  # the two others start, in their order, on the GPU freed
+        wait_for(lambda: sorted(starts.ids) == [0, 2], 60, "the two others started")
+        assert sorted(lease.owner.kernel for lease in picture(server)[0]
+                      if lease.owner.kernel) == sorted([order[0], order[2]])
+        for k in (0, 2):
+            call(server, f"/api/kernels/{starts.ids[k]}", "DELETE")
+        peers[1]("give", held[1])
+        assert picture(server) == ([], [])
+        for thread in starts.threads:
+            thread.join(60)
+    finally:
+        for peer in peers:
+            peer.close()
         server.stop()

@@ -35,6 +35,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Unicode
 
 from ..host.ledger import default_ledger
+from ..host.starts import StartCancelled
 from .gpus import parse_gpus
 from .idle import NOTICES_ENV, IdleCheck, notices_path
 from .room import KernelLease, WaitCancelled, WaitingRoom
@@ -73,8 +74,9 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
                 self._held = await self.room().take(
                     kernel, f"notebook {os.path.basename(notebook)}" if notebook else "",
                     units, count, lambda text: self.log.warning("kernel %s: %s", kernel, text))
-            except WaitCancelled as err:
-                raise RuntimeError(str(err)) from None
+            except WaitCancelled:
+                raise StartCancelled(f"the start of kernel {kernel} was cancelled: it was shut "
+                                     "down while it waited for a GPU") from None
             self.log.info("kernel %s holds %s", kernel, ", ".join(
                 lease.describe() for lease in self._held.leases))
         env.update(self._held.env())

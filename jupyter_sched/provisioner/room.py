@@ -33,6 +33,7 @@ from ..host.ledger import Lease, Ledger, Refusal, WaitSpec, device_key
 from ..host.ledger.fairness import GpuDemand, ordinal
 from ..host.ledger.holders import Owner
 from ..host.mps import detect_mps, mps_environment
+from ..host.starts import register
 from ..model.quantity import SCALE
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class WaitingRoom:
             room = cls._rooms.get(key)
             if room is None:
                 room = cls._rooms[key] = cls(Path(path))
+                register(room)  # (a kernel shut down while it waits: the server asks)
             return room
 
     @property

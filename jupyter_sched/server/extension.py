@@ -8,6 +8,9 @@ traitlets of :class:`HostView`, e.g. in ``jupyter_server_config.py``::
     c.HostView.idle_after = 1800      # seconds without work before a lease reads idle
     c.HostView.sample_every = 30      # seconds between looks at the leased GPUs (0: none)
 
+It also makes a shutdown of a kernel whose start waits for its GPU end that wait
+(:mod:`.starts`).
+
 Both endpoints answer with no kernel running, to an authenticated user the server's
 authorizer allows to read the resource ``sched``.
 """
@@ -27,9 +30,11 @@ from traitlets.config import Configurable
 
 from ..host.ledger.where import default_ledger
 from ..host.nvml import Nvml, load_nvml
+from ..host.starts import waiting_starts
 from .look import HostLook, to_json
 from .metrics import metrics_text
 from .sampler import Sampler
+from .starts import cancel_waits_on_shutdown
 
 RESOURCE = "sched"
 """The resource name a Jupyter Server authorizer is asked about (action ``read``)."""
@@ -80,7 +85,8 @@ class HostHandler(_Handler):
     @authorized(resource=RESOURCE)
     async def get(self) -> None:
         host = await self._looked()
-        kernels = set(self.kernel_manager.list_kernel_ids())
+        # (a kernel whose start waits for its GPU is this server's too, before Jupyter lists it)
+        kernels = set(self.kernel_manager.list_kernel_ids()) | waiting_starts()
         for row in (*host["leases"], *host["waits"]):
             row["this_server"] = bool(row["kernel"]) and row["kernel"] in kernels
         self.finish(to_json(host))
@@ -105,6 +111,7 @@ def load(serverapp: Any) -> None:
     base = web_app.settings.get("base_url", "/").rstrip("/")
     web_app.add_handlers(".*$", [(f"{base}/api/sched/host", HostHandler),
                                  (f"{base}/api/sched/metrics", MetricsHandler)])
+    cancel_waits_on_shutdown(serverapp.kernel_manager)
     if settings.sample_every > 0:
         sampler = Sampler(look)
 

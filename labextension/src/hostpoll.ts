@@ -8,7 +8,7 @@
 import { ServerConnection } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { hostView, IHostViewModel, readHost } from './model/host';
+import { hostView, IHostData, IHostViewModel, readHost } from './model/host';
 
 /** How often the host view is fetched while shown. */
 export const HOST_POLL_MS = 5000;
@@ -26,6 +26,11 @@ export class HostPoller {
 
   get view(): IHostViewModel | null {
     return this._view;
+  }
+
+  /** The last host view read, as the server sent it. */
+  get data(): IHostData | null {
+    return this._data;
   }
 
   get error(): string | null {
@@ -62,6 +67,7 @@ export class HostPoller {
         const data = readHost(await response.json());
         this._error = data ? null : 'The server sent a host view of another version.';
         this._view = data ? hostView(data) : this._view;
+        this._data = data ?? this._data;
       }
     } catch (error) {
       this._error = `Cannot reach the server: ${String(error)}`;
@@ -93,6 +99,7 @@ export class HostPoller {
   private _settings: ServerConnection.ISettings;
   private _every: number;
   private _view: IHostViewModel | null = null;
+  private _data: IHostData | null = null;
   private _error: string | null = null;
   private _holders = new Set<object>();
   private _timer: ReturnType<typeof setInterval> | null = null;

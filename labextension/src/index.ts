@@ -30,6 +30,7 @@ import { addLeasesSection } from './running';
 import { schedulerIcon, SchedulerSidebar } from './sidebar';
 import { SchedulerStatus } from './statusbar';
 import { addTopItem } from './topbar';
+import { startWaitNotices } from './waitnotice';
 
 /** The command ids. */
 namespace CommandIDs {
@@ -183,7 +184,9 @@ const rendererPlugin: JupyterFrontEndPlugin<void> = {
 
 const notifyPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-sched:notify',
-  description: 'Notifications of tasks that end and notices, in notebooks not on show.',
+  description:
+    'Notifications of tasks that end and notices, in notebooks not on show, and of ' +
+    "notebooks' kernels waiting for their GPU.",
   autoStart: true,
   requires: [INotebookTracker],
   optional: [ILabShell, ISettingRegistry],
@@ -196,6 +199,7 @@ const notifyPlugin: JupyterFrontEndPlugin<void> = {
     startNotifications(app, notebooks, labShell, settingRegistry, PLUGIN_ID, () => {
       void app.commands.execute(CommandIDs.show);
     });
+    startWaitNotices(new HostPoller(app.serviceManager.serverSettings), notebooks);
   }
 };
 

@@ -7,7 +7,7 @@
 
 import { showErrorMessage } from '@jupyterlab/apputils';
 import { IRunningSessionManagers, IRunningSessions } from '@jupyterlab/running';
-import { LabIcon } from '@jupyterlab/ui-components';
+import { LabIcon, ToolbarButton } from '@jupyterlab/ui-components';
 
 import { HostPoller } from './hostpoll';
 import { IHostLeaseRow } from './model/host';
@@ -26,6 +26,11 @@ export function leaseLabel(lease: IHostLeaseRow): { label: string; title: string
         : '. A kernel of this server: shutting it down gives the lease back.'
       : '');
   return { label, title };
+}
+
+/** The kernels "Shut Down Mine" shuts down: this server's, holding a lease; none, no button. */
+export function ownKernels(leases: readonly IHostLeaseRow[]): string[] {
+  return [...new Set(leases.filter(l => l.own && l.kernel).map(l => l.kernel as string))];
 }
 
 /** What the buttons do: cancel a task of a kernel, shut a kernel down. */
@@ -87,31 +92,49 @@ export function addLeasesSection(
   actions: ILeaseActions
 ): () => void {
   const holder = {};
-  const looking = setInterval(
-    () => (shown() ? poller.hold(holder) : poller.release(holder)),
-    LOOK_MS
-  );
+  // (the section's own "Shut Down Mine" button shows only while one of the leases is the
+  // user's: a hidden button of ours finds it in the section's toolbar)
+  const probe = new ToolbarButton({ className: 'jp-sched-leases-probe' });
+  probe.node.style.display = 'none';
+  const showMine = () => {
+    // (its class is on the inner button; the toolbar item around it is what goes)
+    const inner = probe.node.parentElement?.querySelector<HTMLElement>(
+      '.jp-RunningSessions-shutdownAll'
+    );
+    const button = inner?.closest<HTMLElement>('.jp-Toolbar-item') ?? inner;
+    if (button) {
+      button.style.display = ownKernels(poller.view?.leases ?? []).length ? '' : 'none';
+    }
+  };
+  poller.changed.connect(showMine);
+  const looking = setInterval(() => {
+    if (shown()) {
+      poller.hold(holder);
+      showMine();
+    } else {
+      poller.release(holder);
+    }
+  }, LOOK_MS);
   managers.add({
     name: 'GPU leases',
     running: () => (poller.view?.leases ?? []).map(l => new LeaseItem(l, poller, icon, actions)),
     shutdownLabel: (item: IRunningSessions.IRunningItem) =>
       item instanceof LeaseItem ? item.action : 'Shut Down',
     shutdownAll: async () => {
-      const own = new Set(
-        (poller.view?.leases ?? []).filter(l => l.own && l.kernel).map(l => l.kernel as string)
-      );
-      for (const kernel of own) {
+      for (const kernel of ownKernels(poller.view?.leases ?? [])) {
         await actions.shutdownKernel(kernel);
       }
     },
     refreshRunning: () => poller.refresh(),
     runningChanged: poller.changed,
     shutdownAllLabel: 'Shut Down Mine',
+    toolbarButtons: [probe],
     shutdownAllConfirmationText:
       'Shut down every kernel of this server that holds a GPU lease? Their leases are given back.'
   });
   return () => {
     clearInterval(looking);
+    poller.changed.disconnect(showMine);
     poller.release(holder);
   };
 }

@@ -37,6 +37,10 @@ export interface IHostWait {
   position: number;
   user: string;
   label: string;
+  /** The kernel whose start waits (a provisioned kernel's), else null. */
+  kernel: string | null;
+  /** That kernel is one of this Jupyter server's. */
+  this_server: boolean;
   task: string;
   waits_for: string;
   since: number;
@@ -107,6 +111,8 @@ export function readHost(json: unknown): IHostData | null {
       position: num(w.position),
       user: str(w.user),
       label: str(w.label),
+      kernel: str(w.kernel) || null,
+      this_server: w.this_server === true,
       task: str(w.task),
       waits_for: str(w.waits_for),
       since: num(w.since),
@@ -134,7 +140,7 @@ export function shortDevice(key: string): string {
   return key.startsWith('GPU-') ? key.slice(0, 12) : key;
 }
 
-function share(value: number): string {
+export function share(value: number): string {
   return String(Math.round(value * 1000) / 1000);
 }
 
