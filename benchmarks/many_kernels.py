@@ -89,7 +89,7 @@ def cpu_percent(kernels: list[Kernel], seconds: float) -> list[float]:
     t0 = time.monotonic()
     time.sleep(seconds)
     took = time.monotonic() - t0
-    return [100.0 * (k.cpu() - b) / took for k, b in zip(kernels, before)]
+    return [100.0 * (k.cpu() - b) / took for k, b in zip(kernels, before, strict=True)]
 
 
 def most_at_once(intervals: list[tuple[float, float]]) -> int:

@@ -63,15 +63,16 @@ from .ledger_care import ERRORS, LedgerCare
 log = logging.getLogger(__name__)
 
 POLL = 0.05  # seconds between reads of the version while work waits and no wake can come
-LOOK = 2.0  # seconds between reads of the version while work waits and wakes come (a fallback)
+LOOK = 10.0  # seconds between reads of the version while work waits and wakes come (a fallback)
 SWEEP = 3.0  # seconds between sweeps for dead holders while work waits for a GPU
 READ = 0.02  # seconds between reads of the version while steps follow each other
 ALIVE_RECHECK = 1.0  # seconds the views trust whether another lease's holder lives
 LABEL = 1.0  # seconds a lease passed on may still name the task before in the ledger
 CHECK = 0.5  # seconds between looks at the ledger (deleted, replaced, damaged?) while it holds
-CHECK_WAITING = 1.0  # ... while GPU work only waits (a look costs ~40 µs: damage is seen soon)
+CHECK_WAITING = 5.0  # ... while GPU work only waits (holders look every CHECK; a heal wakes it)
 CHECK_IDLE = 5.0  # ... otherwise (records waits it no longer has, a grace)
-ORDER = 5.0  # seconds between reads of the host's order while waits change nothing written
+ORDER = 5.0  # seconds between reads of the host's order while waits change nothing written...
+ORDER_WAITING = 15.0  # ... when this kernel holds no lease (its own wait's place: the views')
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
 
 
@@ -405,7 +406,9 @@ class HostLeases:
             if (self.view.written or self.view.order.waits) and now >= self._next_order:
                 # while anyone waits, places move with use (shares decay, leases age) though
                 # nothing is written: read the order again
-                self._next_order = now + ORDER
+                # (a holder passes leases on by the order: it reads it soon; a kernel that only
+                # waits is woken by what changes, and reads it for its place)
+                self._next_order = now + (ORDER if self._by_task else ORDER_WAITING)
                 version = None
             if version == self._version:
                 return None
@@ -465,5 +468,5 @@ def _shape(shares: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str]
     return tuple(sorted(shares))
 
 
-__all__ = ["CHECK", "ERRORS", "LOOK", "MAX_WAITS", "NO_HOOKS", "POLL", "READ", "SWEEP",
-           "HostLeases", "LeaseHooks", "held_text"]
+__all__ = ["CHECK", "ERRORS", "LOOK", "MAX_WAITS", "NO_HOOKS", "ORDER_WAITING", "POLL", "READ",
+           "SWEEP", "HostLeases", "LeaseHooks", "held_text"]
