@@ -27,7 +27,9 @@ Measured on a shared 2-core machine, two rounds (benchmarks/results/design.md, "
 the core's speed"): at 1,000 nodes, steady, from 17,815 to 34,320 placements per CPU second
 (``Core.handle`` alone 51,800-59,100 in the same runs), all at once from 2,556 to 13,100; at 100
 nodes from 20,555 to 41,775 and from 7,225 to 16,662; on the machine quiet, 20,819 to 36,727 at
-1,000 nodes (``Core.handle`` alone 64,300-65,000). The goal of 50,000 is not met.
+1,000 nodes (``Core.handle`` alone 64,300-65,000). Then, with what waits read from the node
+index ("Work that waits, read from the index"), all at once at 1,000 nodes from 11,600-14,000 to
+22,500-26,500 (load 4-6). The goal of 50,000 is not met.
 """
 
 from __future__ import annotations

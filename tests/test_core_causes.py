@@ -96,3 +96,19 @@ def test_the_decisions_kept_are_the_last_few_and_reading_them_changes_nothing(co
     assert kept[-1][4] == f"priority-user-a-{DECISIONS + 3}"
     kept.clear()  # a copy: the core keeps its own
     assert len(core.decisions("a")) == DECISIONS
+
+
+def test_a_fragmented_share_names_the_first_such_node_in_the_clusters_order(core):
+    # n0 full; n1 fragmented (0.45 + 0.45 free); the rest fragmented less (0.4 + 0.4), which
+    # the node index files first: named is n1, the first in order, few such nodes or many
+    for nodes in (4, 40):
+        core.handle(*(node(f"m{nodes}-{i}") for i in range(nodes)))
+        fill = []
+        for i in range(nodes):
+            share = 1.0 if i == 0 else 0.55 if i == 1 else 0.6
+            fill += [task(f"f{nodes}-{i}-{k}", share, node=f"m{nodes}-{i}") for k in range(2)]
+        core.handle(*(submit(spec) for spec in fill[2:] + fill[:2]))
+        core.handle(submit(task(f"big{nodes}", 0.8)))
+        assert core.tasks[f"big{nodes}"].reason == (
+            f"fragmented: 0.45 + 0.45 free on m{nodes}-1, no device has 0.8")
+        core.handle(*(ev.NodeRemoved(f"m{nodes}-{i}") for i in range(nodes)))

@@ -167,10 +167,17 @@ def _report(event: ev.Finished | ev.Stopped) -> str | None:
     return None
 
 
-# the events of every task's life, in their common shape: one look each, giving the cause
-# (None: look again, field by field, as for the other events)
+def _tick(event: ev.Tick) -> str | None:
+    now, cause = event.now, event.cause
+    if (type(now) is float or type(now) is int) and type(cause) is str:
+        return cause
+    return None
+
+
+# the events of every task's life and the clock's, in their common shape: one look each,
+# giving the cause (None: look again, field by field, as for the other events)
 _COMMON: dict[type, Callable] = {ev.Submit: _one_task, ev.Finished: _report,
-                                 ev.Stopped: _report}
+                                 ev.Stopped: _report, ev.Tick: _tick}
 
 
 def check(event: ev.Event) -> str:

@@ -304,8 +304,8 @@ class Session(Placer):
         spec = specs[0]
         strategy = job.spec.strategy if isinstance(job, Gang) else "pack"
         nodes: Iterable[Node] = self._reservable(spec)
-        if len(specs) > 1 or strategy == "strict-pack":
-            nodes = list(nodes)  # walked once per member
+        if len(specs) > 1:
+            nodes = _Replay(iter(nodes))  # walked once per member, each as far as it needs
         # strict-pack holds every member on one node; the others go member by member
         plans = ([n] for n in nodes) if strategy == "strict-pack" else [nodes]
         for plan in plans:
@@ -372,3 +372,25 @@ def cancel_unplaced(core: Books, gang: Gang, placed: int) -> None:
         if member.state == QUEUED:
             fire(core, member, GANG_SHORT, reason)
 
+
+
+class _Replay:
+    """A lazy walk of nodes that can be walked again from its start: each walk goes over what
+    earlier ones saw, then on along the source (a gang's members each walk the nodes from the
+    freest, and most stop near the start: the rest of the cluster is never read)."""
+
+    def __init__(self, source: Iterator[Node]) -> None:
+        self._source = source
+        self._seen: list[Node] = []
+
+    def __iter__(self) -> Iterator[Node]:
+        seen = self._seen
+        i = 0
+        while True:
+            if i == len(seen):
+                node = next(self._source, None)
+                if node is None:
+                    return
+                seen.append(node)
+            yield seen[i]
+            i += 1

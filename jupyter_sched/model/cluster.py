@@ -33,9 +33,9 @@ from .quantity import SCALE
 from .resources import CPU, GPU, Demand, gpu_memory_share
 from .specs import SlotSpec as SlotSpec
 
-# the share index key is (largest free share) * _TIE + (total free share): _TIE must exceed the
-# most free share a node can have, so the largest share always decides first
-_TIE: Final = MAX_DEVICES_PER_NODE * SCALE + 1
+# the share index key is (largest free share) * SHARE_TIE + (total free share): SHARE_TIE must
+# exceed the most free share a node can have, so the largest share always decides first
+SHARE_TIE: Final = MAX_DEVICES_PER_NODE * SCALE + 1
 
 LOCAL: Final = "local"
 ENGINES: Final = "engines"
@@ -396,7 +396,7 @@ class Cluster:
             top, whole = devs.top_and_whole()
             # (the sum of the free shares is the available GPU: NodeResources keeps them
             # equal, and validate() checks it)
-            share = top * _TIE + available.get(GPU, 0)
+            share = top * SHARE_TIE + available.get(GPU, 0)
         if share == old_share and whole == old_whole and cpu == old_cpu:
             return
         name = node.name
@@ -421,7 +421,7 @@ class Cluster:
         if devs is None or not devs.free:
             return (0, 0, res.available.get(CPU, 0))
         top, whole = devs.top_and_whole()
-        return (top * _TIE + sum(devs.free.values()), whole, res.available.get(CPU, 0))
+        return (top * SHARE_TIE + sum(devs.free.values()), whole, res.available.get(CPU, 0))
 
     def _index(self, node: Node, keys: tuple[int, int, int]) -> None:
         for index, key in zip(self._indexes(), keys, strict=True):
@@ -436,7 +436,7 @@ class Cluster:
         gpu = demand.gpu_units
         keys = node.keys
         if demand.gpu_memory or 0 < gpu < SCALE:
-            return keys[0] >= max(gpu, 1) * _TIE
+            return keys[0] >= max(gpu, 1) * SHARE_TIE
         if gpu:
             return keys[1] >= gpu // SCALE
         return keys[2] >= demand.cpu_units
@@ -447,7 +447,7 @@ class Cluster:
         nodes = self.nodes
         gpu = demand.gpu_units
         if demand.gpu_memory or 0 < gpu < SCALE:
-            return self.walk(self.by_gpu_share, max(gpu, 1) * _TIE, descending)
+            return self.walk(self.by_gpu_share, max(gpu, 1) * SHARE_TIE, descending)
         if gpu:
             return self.walk(self.by_whole_gpus, gpu // SCALE, descending)
         if demand.cpu_units:

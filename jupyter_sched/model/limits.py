@@ -14,7 +14,7 @@ from typing import Final
 
 MAX_DEVICES_PER_NODE: Final = 4_096
 """Devices of one resource on one node. The node index keys a node by its free GPU share
-(``cluster._TIE``), which needs the sum of a node's free shares to stay below a bound."""
+(``cluster.SHARE_TIE``), which needs the sum of a node's free shares to stay below a bound."""
 
 MAX_GANG_SIZE: Final = 100_000
 """Members of one gang. Each member is a task the core walks once per event that touches the

@@ -17,11 +17,12 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ...model.cluster import Node, demand_share
+from ...model.cluster import SHARE_TIE, Cluster, Node, demand_share
 from ...model.quantity import SCALE, format_units
 from ...model.queues import CLOSED, Queue
 from ...model.resources import GPU
@@ -44,6 +45,7 @@ QUEUE_WAITS = "waits for its queue: "  # the reason of a job its queue does not 
 FRAGMENTED = "fragmented:"  # the reason of a share no device has, though a node's free add up
 NO_ENGINE = "no engine capped at"  # the reason of a share no free engine's MPS cap takes
 _REDONE = (FRAGMENTED, NO_ENGINE)  # the reasons each cycle that fails the job says again
+_FEW = 32  # fragmented nodes few enough to pick the first of by their order, not by a walk
 
 
 def run(session: Session) -> None:
@@ -139,24 +141,19 @@ def _say_why_not_placed(core: Books, job: Task | Gang,
     units = spec.demand.gpu_units if not spec.demand.gpu_memory else 0
     reason = ""
     if 0 < units < SCALE:
-        for node in core.cluster.nodes.values():
-            if node.resources.available.get(GPU, 0) < units:
-                continue  # (its free shares add up to less: their sum is its available GPU)
-            devs = node.resources.devices.get(GPU)
-            if devs is None or not node_passes(node, spec):
-                continue
-            shares = sorted((s for s in devs.free.values() if 0 < s < units), reverse=True)
-            if sum(shares) >= units and max(devs.free.values(), default=0) < units:
-                used, total = [], 0
-                for share in shares:  # the fewest that add up to it
-                    used.append(share)
-                    total += share
-                    if total >= units:
-                        break
-                free = " + ".join(format_units(s) for s in used)
-                reason = (f"{FRAGMENTED} {free} free on {node.name}, no device has "
-                          f"{format_units(units)}")
-                break
+        node = _first_fragmented(core.cluster, spec, units)
+        if node is not None:
+            shares = sorted((s for s in node.resources.devices[GPU].free.values() if s > 0),
+                            reverse=True)
+            used, total = [], 0
+            for share in shares:  # the fewest that add up to it
+                used.append(share)
+                total += share
+                if total >= units:
+                    break
+            free = " + ".join(format_units(s) for s in used)
+            reason = (f"{FRAGMENTED} {free} free on {node.name}, no device has "
+                      f"{format_units(units)}")
     if not reason and core.cluster.capped:
         reason = _no_engine(core, spec)
     capped = reason.startswith(NO_ENGINE)
@@ -167,6 +164,48 @@ def _say_why_not_placed(core: Books, job: Task | Gang,
             core.cap_waits[member.id] = demand_share(spec.demand)
         else:
             core.cap_waits.pop(member.id, None)
+
+
+def _first_fragmented(cluster: Cluster, spec: TaskSpec, units: int) -> Node | None:
+    """The first node (in the cluster's order) that ``spec`` may use whose free shares add up
+    to ``units`` though no device there has that much: no device has ``units`` free (its
+    largest free share is below it) and all of them together do (its available GPU, the sum
+    of its free shares, is at least ``units``). Read from the share index, whose key is
+    (largest free share, available GPU): only the buckets of such keys are looked at, so a
+    cluster with no such node costs a look at its keys, not at its nodes; with many, the
+    nodes are walked in order and the first is soon found."""
+    index = cluster.by_gpu_share
+    keys = index.keys
+    buckets = index.buckets
+    tie = SHARE_TIE
+    found: list[str] = []
+    count = 0
+    for i in range(bisect.bisect_left(keys, units * tie)):  # the largest free share below
+        key = keys[i]
+        if key % tie >= units:  # ... and the shares add up to it
+            bucket = buckets[key]
+            count += len(bucket)
+            if count > _FEW:
+                break
+            found.extend(bucket)
+    if not count:
+        return None
+    nodes = cluster.nodes
+    if count > _FEW:  # many: the first in order is near the start
+        least = units * tie
+        for node in nodes.values():
+            key = node.keys[0]
+            if key < least and key % tie >= units and GPU in node.resources.devices \
+                    and node_passes(node, spec):
+                return node
+        return None
+    best: Node | None = None
+    for name in found:
+        node = nodes[name]
+        if (best is None or node.order < best.order) and GPU in node.resources.devices \
+                and node_passes(node, spec):
+            best = node
+    return best
 
 
 def _no_engine(core: Books, spec: TaskSpec) -> str:
