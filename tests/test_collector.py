@@ -75,6 +75,8 @@ def test_released_as_the_thread_closes(thresholds):
     assert not held.held and gc.get_threshold() == thresholds
     held.release()  # (twice: nothing more)
     assert gc.get_threshold() == thresholds
+    held.submitted(1_000)  # (a submission the closed loop refuses: nobody would release it)
+    assert not held.held and gc.get_threshold() == thresholds
 
 
 def test_a_count_that_holds_nothing_is_refused():

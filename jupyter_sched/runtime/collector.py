@@ -44,6 +44,7 @@ class FullCollections:
         self._live = 0  # taken, not ended
         self._kept: tuple[int, ...] | None = None  # the thresholds as they were, while held
         self._since = 0.0
+        self._closed = False  # (released as the thread closed: nobody would put them back)
 
     @property
     def held(self) -> bool:
@@ -69,7 +70,7 @@ class FullCollections:
     def _decide(self) -> None:
         in_flight = self._queued + self._live
         if self._kept is None:
-            if in_flight >= self.hold_at:
+            if in_flight >= self.hold_at and not self._closed:
                 kept = gc.get_threshold()
                 gc.set_threshold(kept[0], kept[1], _OUT_OF_REACH)
                 self._kept, self._since = kept, self._clock()
@@ -80,6 +81,7 @@ class FullCollections:
         """The thresholds as they were (unless changed by someone else while held)."""
         with self._lock:
             self._queued = self._live = 0
+            self._closed = True
             self._put_back()
 
     def _put_back(self) -> None:
