@@ -16,7 +16,10 @@ leaves must be given back as later ones end).
 One run on a shared 2-core machine (load 5.7-8.5; benchmarks/results/design.md, "Per-task cost
 as tasks pass through"): 730/s for the first 2,000, 286/s for 100,000 after 100,000 (0.39x,
 goal not met); raw direct views 442/s and 506/s. What costs is the number in flight, not the
-tasks that passed through; the garbage collector is the first suspect (not settled).
+tasks that passed through. With the full collections held while many are in flight
+(runtime/collector.py), ``--through 30000 --last 30000`` ran at 0.49x and 0.71x against 0.30x
+and 0.39x with the hold off, alternating, load 3.7-7.0 (design.md, "Full collections and the
+tasks in flight"): better, not yet the goal.
 """
 
 from __future__ import annotations

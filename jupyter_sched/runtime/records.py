@@ -20,6 +20,7 @@ from ..executors.base import Executor, LeftRunning, Origin, TaskRecord, device_s
 from ..executors.local.output import Publisher, TaskOutput
 from ..model.forecast import Durations, kind_of
 from ..model.tasks import ASSIGNED, CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL
+from .collector import FullCollections
 from .placed import Placed
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class Records:
         self.forgotten: list[str] = []  # ended tasks let go here, for the core to let go too
         self.origins: dict[str, Origin] = {}  # task -> where it began (taken back: few)
         self.durations = Durations()  # each kind's time, from its runs that ended done
+        self.collections = FullCollections()  # (they wait while many tasks are in flight)
 
     # -- for executors (any thread) --------------------------------------------------------------
 
@@ -314,6 +316,7 @@ class Records:
                 ended.append((task.seq, record, task))
         for _, record, task in sorted(ended, key=lambda e: e[0]):
             self._ended(record, task)
+        self.collections.step(len(self.live))
 
     def _ended(self, record: TaskRecord, task: Any) -> None:
         del self.live[record.id]
@@ -364,9 +367,11 @@ class Records:
                 log.exception("telling that %s left the queue failed", task_id)
 
     def add(self, records: Iterable[TaskRecord], handles: Iterable[TaskHandle]) -> None:
+        before = len(self.live)
         for record in records:
             self.records[record.id] = record
             self.live[record.id] = record
+        self.collections.taken(len(self.live) - before)
         for handle in handles:
             self.handles[handle.id] = handle
 
@@ -404,6 +409,7 @@ class Records:
         counts: dict[str, int] = {}
         left = set(left)
         self.closed = True
+        self.collections.release()
         for record in list(self.live.values()):
             counts[record.state] = counts.get(record.state, 0) + 1
             handle = self.handles.get(record.id)

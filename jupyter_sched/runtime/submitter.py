@@ -46,6 +46,7 @@ class Submitter:
                                 gang_id=specs[0].id if gang else None)
             records.append(record)
             handles.append(TaskHandle(self._owner, record))
+        loop.records.collections.submitted(len(records))  # (before the request: it may end)
         loop.request([ev.Submit(tuple(specs), gang)], records=records, handles=handles)
         return handles
 
