@@ -116,6 +116,8 @@ class WaitingRoom:
         self._runner: asyncio.Task | None = None
         self._woken: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._recorded: set[str] = set()  # the kernels whose waits the ledger has now
+        self._rounds: list[asyncio.Future] = []  # told when the runner's next look is done
 
     @classmethod
     def of(cls, path: Path) -> WaitingRoom:
@@ -158,7 +160,20 @@ class WaitingRoom:
             return await asyncio.shield(want.future)
         except BaseException:
             self._drop(want)
+            await self._unrecorded(kernel)
             raise
+
+    async def _unrecorded(self, kernel: str) -> None:
+        """Until the ledger no longer has ``kernel``'s wait (a start that fails says so once
+        its wait has left the host's order), at most :data:`LOOK` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LOOK
+        while kernel in self._recorded and self._runner is not None and \
+                not self._runner.done() and loop.time() < deadline:
+            round_done = loop.create_future()
+            self._rounds.append(round_done)
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(round_done), deadline - loop.time())
 
     def cancel(self, kernel: str) -> bool:
         """End ``kernel``'s wait (its start raises :class:`WaitCancelled`): whether it
@@ -213,6 +228,12 @@ class WaitingRoom:
                 except Exception as err:  # (a ledger that cannot be used now: say so, go on)
                     log.warning("the GPU lease ledger %s: %s", self.path, err)
                     got, places = {}, {}
+                else:
+                    self._recorded = {want.kernel for want in wants if want not in got}
+                rounds, self._rounds = self._rounds, []
+                for round_done in rounds:
+                    if not round_done.done():
+                        round_done.set_result(None)
                 recorded = bool(set(wants) - set(got))
                 for want in wants:
                     if want in got:
@@ -232,6 +253,7 @@ class WaitingRoom:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(woken.wait(), LOOK)
         finally:
+            self._recorded = set()
             self.ledger.mine.wakes.unlisten(self._wake)
 
     # -- inside the worker thread ------------------------------------------------------------
