@@ -22,7 +22,7 @@ from conftest_ipp import scheduler_with_engines
 from jupyter_sched.runtime.collector import HOLD_AT
 from jupyter_sched.runtime.scheduler import Scheduler
 
-# (the thread method: a trace function on makes the signal method take it for a debugger)
+# (timed out by a thread: a test stuck under its trace function ends its worker, stacks shown)
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300, method="thread")]
 
 WINDOW = 500  # tasks counted at a time
