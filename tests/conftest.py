@@ -207,12 +207,46 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class Groups(LoadScopeScheduling):
+        """Also after a worker crashed: its test is not run again (it was reported failed),
+        and every worker is given more or told to finish whenever a test completes (a worker
+        keeps its last test until either comes, and one that joined to replace the crashed
+        one otherwise waited forever: pytest-xdist's own scheduler asks only the worker whose
+        test completed)."""
+
         groups: dict[str, str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:
                 self.groups = _read_groups()
             return self.groups.get(nodeid, nodeid)
+
+        def remove_node(self, node):
+            workload = self.assigned_work.get(node, {})
+            crashed = next((nodeid for unit in workload.values()
+                            for nodeid, done in unit.items() if not done), None)
+            if crashed is None:
+                return super().remove_node(node)
+            workload[self._split_scope(crashed)][crashed] = True  # (reported as failed)
+            if self._pending_of(workload):
+                super().remove_node(node)  # (the rest of its work goes back in the queue)
+            else:
+                self.assigned_work.pop(node)
+                for other in self.nodes:
+                    self._reschedule(other)
+            return crashed
+
+        def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+            super().mark_test_complete(node, item_index, duration)
+            for other in self.nodes:
+                if other is not node:
+                    self._reschedule(other)
+
+        def schedule(self) -> None:
+            late = self.collection is not None
+            super().schedule()
+            if late:  # (a worker that replaced a crashed one: two units, as the first had)
+                for node in self.nodes:
+                    self._reschedule(node)
 
     return Groups(config, log)
 
