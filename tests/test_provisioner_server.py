@@ -186,6 +186,7 @@ def test_shutting_down_a_kernel_waiting_for_its_gpu_cancels_its_wait(tmp_path, m
         wait_for(lambda: 1 in starts.refused, 60, "the cancelled start to answer")
         status, message = starts.refused[1]
         assert status == 409 and "was cancelled" in message and order[1] in message, message
+        assert "it was shut down while it waited for a GPU" in message, message
         assert [wait.kernel for wait in picture(server)[1]] == [order[0], order[2]]
         assert server.leftover_kernels() == []  # (no kernel process was ever started)
         assert [wait["kernel"] for wait in call(server, "/api/sched/host")["waits"]] == [

@@ -19,7 +19,7 @@ class WaitingStarts(Protocol):
     @property
     def waiting(self) -> list[str]: ...
 
-    def cancel(self, kernel: str) -> bool: ...
+    def cancel(self, kernel: str, why: str) -> bool: ...
 
 
 _rooms: list[WaitingStarts] = []
@@ -40,9 +40,14 @@ def waiting_starts() -> set[str]:
     return {kernel for room in list(_rooms) for kernel in room.waiting}
 
 
-def cancel_start(kernel: str) -> bool:
-    """End the wait of ``kernel``'s start, wherever it waits: whether it waited."""
-    return any([room.cancel(kernel) for room in list(_rooms)])
+SHUT_DOWN = "it was shut down while it waited for a GPU"
 
 
-__all__ = ["StartCancelled", "WaitingStarts", "cancel_start", "register", "waiting_starts"]
+def cancel_start(kernel: str, why: str = SHUT_DOWN) -> bool:
+    """End the wait of ``kernel``'s start, wherever it waits, saying ``why``: whether it
+    waited."""
+    return any([room.cancel(kernel, why) for room in list(_rooms)])
+
+
+__all__ = ["SHUT_DOWN", "StartCancelled", "WaitingStarts", "cancel_start", "register",
+           "waiting_starts"]

@@ -35,7 +35,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Unicode
 
 from ..host.ledger import default_ledger
-from ..host.starts import StartCancelled
+from ..host.starts import SHUT_DOWN, StartCancelled
 from .gpus import parse_gpus
 from .idle import NOTICES_ENV, IdleCheck, notices_path
 from .room import KernelLease, WaitCancelled, WaitingRoom
@@ -74,9 +74,9 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
                 self._held = await self.room().take(
                     kernel, f"notebook {os.path.basename(notebook)}" if notebook else "",
                     units, count, lambda text: self.log.warning("kernel %s: %s", kernel, text))
-            except WaitCancelled:
-                raise StartCancelled(f"the start of kernel {kernel} was cancelled: it was shut "
-                                     "down while it waited for a GPU") from None
+            except WaitCancelled as err:
+                raise StartCancelled(f"the start of kernel {kernel} was cancelled: {err.why}") \
+                    from None
             self.log.info("kernel %s holds %s", kernel, ", ".join(
                 lease.describe() for lease in self._held.leases))
         env.update(self._held.env())
@@ -102,7 +102,7 @@ class SchedProvisioner(LocalProvisioner):  # type: ignore[misc]
         await super().cleanup(restart=restart)
         if not restart:
             # (shut down while a restart after a crash waits for its GPU: that wait ends too)
-            self.room().cancel(self.kernel_id or "")
+            self.room().cancel(self.kernel_id or "", SHUT_DOWN)
             await self._give_back()
             if self._notices:  # (the kernel's notice socket, left by its ended process)
                 with contextlib.suppress(OSError):

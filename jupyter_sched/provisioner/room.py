@@ -45,8 +45,16 @@ LEASE_ENV = "JUPYTER_SCHED_KERNEL_LEASE"
 """What a provisioned kernel holds, as JSON in its environment (:meth:`KernelLease.env`)."""
 
 
+CANCELLED = "it stopped waiting for a GPU before it got one"  # (a cancel's default why)
+
+
 class WaitCancelled(Exception):
-    """A kernel's wait for its GPU ended before it got one (shut down, or cancelled)."""
+    """A kernel's wait for its GPU ended before it got one (shut down, or cancelled); ``why``
+    says which."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 @dataclass
@@ -175,14 +183,13 @@ class WaitingRoom:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(round_done), deadline - loop.time())
 
-    def cancel(self, kernel: str) -> bool:
-        """End ``kernel``'s wait (its start raises :class:`WaitCancelled`): whether it
-        waited. Call on the room's event loop."""
+    def cancel(self, kernel: str, why: str = CANCELLED) -> bool:
+        """End ``kernel``'s wait (its start raises :class:`WaitCancelled` with ``why``):
+        whether it waited. Call on the room's event loop."""
         for want in list(self._wants):
             if want.kernel == kernel:
                 if not want.future.done():
-                    want.future.set_exception(WaitCancelled(
-                        f"kernel {kernel} stopped waiting for a GPU before it got one"))
+                    want.future.set_exception(WaitCancelled(why))
                 self._drop(want)
                 return True
         return False
