@@ -177,7 +177,7 @@ SHARED = {
 # Modules that take minutes go first, so that no worker starts one when the rest are nearly
 # done; then the rest of the modules whose tests start processes, then the others.
 FIRST = ("test_build", "test_lab_ui", "test_notebooks", "test_labextension", "test_fair_share",
-         "test_ledger_damage", "test_ledger_on_hosts")
+         "test_provisioner", "test_ledger_damage", "test_flat_cost", "test_ledger_on_hosts")
 
 _GROUPS = "JUPYTER_SCHED_TEST_GROUPS"  # the folder the workers write their groups to
 _GROUP = pytest.StashKey[str]()
