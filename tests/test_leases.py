@@ -259,6 +259,21 @@ def test_version_moves_with_every_take_and_give(ledger, path):
     assert ledger.version() == start + 2
 
 
+def test_a_ledger_made_again_never_repeats_the_versions_of_the_one_before(ledger, path):
+    """A process compares the version it read last with the version now: a ledger made again
+    (deleted, truncated, healed) counts from a number of its own, not from where the old one
+    did, so no version read from the old file comes back."""
+    ledger.take(GPU, 1)
+    seen = {ledger.version()}
+    for _ in range(3):
+        path.write_bytes(b"")  # (truncated: made again at the next look)
+        ledger.look_after()
+        ledger.take(GPU, 1)
+        now = ledger.version()
+        assert all(abs(now - before) > 1_000 for before in seen), (now, seen)
+        seen.add(now)
+
+
 def test_give_mine_gives_back_this_process_leases_only(ledger, path):
     mine = [ledger.take(GPU, 1_000), ledger.take(OTHER, 1_000)]
     pid, started = live_other_process()

@@ -215,9 +215,14 @@ def restore(db: sqlite3.Connection) -> list[str]:
 
 
 def new_generation(db: sqlite3.Connection) -> str:
-    """A new generation for the ledger's content (inside a transaction)."""
+    """A new generation for the ledger's content (inside a transaction), whose count of
+    changes starts anew at a random number: a process compares the count it last read with
+    the count now to know whether to read again, and a ledger made again or healed, whose
+    count started from 0 or came with a copy, went through the numbers the old file had had
+    (a kernel that waited then saw nothing change for seconds while shares changed hands)."""
     value = secrets.token_hex(8)
     db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('generation', ?)", (value,))
+    db.execute("UPDATE changes SET count = ?", (2**40 + secrets.randbelow(2**52),))
     return value
 
 
