@@ -109,10 +109,15 @@ def hand_edit(path: Path) -> None:
 DAMAGE = [truncate, garbage, delete, symlink, chmod, pages, copy_in_place, hand_edit]
 
 
+def records(log: Path) -> list[dict]:
+    """The tasks' records written so far (a line being written, not yet whole, is left)."""
+    text = log.read_text() if log.exists() else ""
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
+
+
 def ran(log: Path, since: float) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for line in (log.read_text().splitlines() if log.exists() else ()):
-        record = json.loads(line)
+    for record in records(log):
         if record["start"] >= since:
             counts[record["kernel"]] = counts.get(record["kernel"], 0) + 1
     return counts
@@ -131,8 +136,7 @@ def wait_for_work(log: Path, since: float, names: str, timeout: float = 60.0) ->
 def first_starts(log: Path, since: float) -> dict[str, float]:
     """Each kernel's first task started at or after ``since``: when its start was."""
     first: dict[str, float] = {}
-    for line in log.read_text().splitlines():
-        record = json.loads(line)
+    for record in records(log):
         if record["start"] >= since:
             first[record["kernel"]] = min(first.get(record["kernel"], 1e18), record["start"])
     return first

@@ -71,8 +71,10 @@ LABEL = 1.0  # seconds a lease passed on may still name the task before in the l
 CHECK = 0.5  # seconds between looks at the ledger (deleted, replaced, damaged?) while it holds
 CHECK_WAITING = 5.0  # ... while GPU work only waits (holders look every CHECK; a heal wakes it)
 CHECK_IDLE = 5.0  # ... otherwise (records waits it no longer has, a grace)
-ORDER = 5.0  # seconds between reads of the host's order while waits change nothing written...
+ORDER = 1.0  # seconds between reads of the host's order while waits change nothing written...
 ORDER_WAITING = 15.0  # ... when this kernel holds no lease (its own wait's place: the views')
+HEALING = 10.0  # seconds after a heal during which a kernel that only waits reads it every ORDER
+# (after a heal, its wait was seen missing from the host's order until it read the order again)
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
 
 
@@ -133,6 +135,7 @@ class HostLeases:
         self._next_read = 0.0
         self._next_check = 0.0
         self._next_order = 0.0
+        self._healing_until = 0.0  # (read the order every ORDER until then: :meth:`_reread`)
         self._alive_seen: dict[int, tuple[bool, float]] = {}  # lease id -> (alive, when seen)
         self._listening = False
         self.set_host(host)
@@ -150,8 +153,11 @@ class HostLeases:
                    notice, hooks)
 
     def _reread(self) -> None:
-        """Read what others hold again at the next step (and tell the core)."""
+        """Read what others hold again at the next step (and tell the core); after a heal,
+        the host's order too, often for a while."""
         self._version = None
+        self._healing_until = self._now + HEALING
+        self._next_order = 0.0
 
     def set_host(self, host: HostInfo) -> None:
         """The local GPUs were (re)declared or discovered: their device keys change."""
@@ -378,6 +384,7 @@ class HostLeases:
         self._version = None  # (read at the next step, which this wakes)
         if healed:
             self._next_check = 0.0  # (looked at, and the heal said, at the next step)
+            self._next_order = 0.0  # (and the order read: what is held was made again)
         self._hooks.wake()
 
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
@@ -408,7 +415,8 @@ class HostLeases:
                 # nothing is written: read the order again
                 # (a holder passes leases on by the order: it reads it soon; a kernel that only
                 # waits is woken by what changes, and reads it for its place)
-                self._next_order = now + (ORDER if self._by_task else ORDER_WAITING)
+                self._next_order = now + (ORDER if self._by_task or now < self._healing_until
+                                          else ORDER_WAITING)
                 version = None
             if version == self._version:
                 return None
