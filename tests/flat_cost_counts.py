@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import json
 import sys
 import threading
+import time
 
 from conftest_ipp import scheduler_with_engines
 
@@ -160,7 +162,39 @@ def growing() -> dict:
     return {"early": early, "late": late}
 
 
-SCENARIOS = {f.__name__: f for f in (passing_through, in_flight, on_engines, growing)}
+def brief(x):
+    time.sleep(0.002)  # (two engines run 1,000 a second at most: the rest wait in flight)
+    return x
+
+
+def full_collections() -> dict:
+    """How many tasks were in flight at each full collection that started while 10,000 brief
+    engine tasks were submitted and waited; the most in flight; the third threshold after."""
+    live_at_full: list[int] = []
+    most = [0]
+    with scheduler_with_engines(engines=2) as (sched, _):
+        live = sched._loop.records.live
+
+        def seen(phase: str, info: dict) -> None:
+            if phase == "start":
+                most[0] = max(most[0], len(live))
+                if info["generation"] == 2:
+                    live_at_full.append(len(live))
+
+        sched.wait(submitted(sched, 200, "engines"))
+        gc.collect()  # (from a heap just walked: none is owed at the start)
+        gc.callbacks.append(seen)
+        try:
+            handles = [sched.submit(brief, i, target="engines") for i in range(10_000)]
+            sched.wait(handles)
+        finally:
+            gc.callbacks.remove(seen)
+        assert [h.result() for h in handles[:3]] == [0, 1, 2]
+    return {"live_at_full": live_at_full, "most": most[0], "threshold": gc.get_threshold()[2]}
+
+
+SCENARIOS = {f.__name__: f for f in (passing_through, in_flight, on_engines, growing,
+                                     full_collections)}
 
 if __name__ == "__main__":
     print(json.dumps(SCENARIOS[sys.argv[1]]()))
