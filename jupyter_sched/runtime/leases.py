@@ -384,7 +384,6 @@ class HostLeases:
         self._version = None  # (read at the next step, which this wakes)
         if healed:
             self._next_check = 0.0  # (looked at, and the heal said, at the next step)
-            self._next_order = 0.0  # (and the order read: what is held was made again)
         self._hooks.wake()
 
     def poll(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
