@@ -78,6 +78,21 @@ class LeaseView:
                        if lease.device in devices and lease.id not in mine]
         self.order = order
 
+    def may_keep(self, devices: set[str]) -> bool:
+        """Whether this kernel may keep a share of ``devices`` a moment for its next task
+        (:mod:`.lingering`), by the order as last read: another process waits for one of them,
+        and none of those waits ranks ahead of this kernel there."""
+        me = token()
+        if self.blocked is not None or not any(
+                w.holder != me and devices.intersection(w.demand.devices)
+                for w in self.order.waits):
+            return False
+        return not devices.intersection(self.reserved_ahead())
+
+    def reserved_ahead(self) -> dict[str, int]:
+        """Units of each device that the waits ranked ahead of this kernel reserve."""
+        return self.order.ahead_of(token(), os.getuid())
+
     def _held_by_others(self, by_key: Mapping[str, int]
                         ) -> tuple[dict[int, int], dict[int, list[Lease]]]:
         """Units others hold of each GPU (by index), and their leases."""
@@ -100,7 +115,7 @@ class LeaseView:
         by_key = {key: index for index, key in self.keys.items()}
         units, holders = self._held_by_others(by_key)
         parts = [held_text(units, holders)] if units else []
-        reserved = self.order.ahead_of(token(), os.getuid())
+        reserved = self.reserved_ahead()
         reserving: dict[int, int] = {}
         for key, share in reserved.items():
             index = by_key.get(key)

@@ -43,10 +43,9 @@ does that knowingly.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..core import events as ev
@@ -57,8 +56,10 @@ from ..host.outside import OutsideUse
 from ..model.quantity import SCALE
 from ..model.resources import GPU
 from ..model.tasks import Task
+from .lease_hooks import NO_HOOKS, LeaseHooks
 from .lease_view import LeaseView, held_text
 from .ledger_care import ERRORS, LedgerCare
+from .lingering import LINGER, Lingering, Shape, shape_of
 
 log = logging.getLogger(__name__)
 
@@ -76,33 +77,6 @@ ORDER_WAITING = 15.0  # ... when this kernel holds no lease (its own wait's plac
 HEALING = 10.0  # seconds after a heal during which a kernel that only waits reads it every ORDER
 # (after a heal, its wait was seen missing from the host's order until it read the order again)
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
-
-
-def _no_wake() -> None:
-    return None
-
-
-def _no_successor(task: str) -> tuple[str, int] | None:
-    return None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LeaseHooks:
-    """What the host's leases ask of the runtime that uses them (the defaults: a runtime with
-    none of these, as in the tests of the leases alone).
-
-    ``wake()`` wakes the runtime thread (another process gave a share back; any thread);
-    ``successor(task)`` is the task sent ahead behind ``task`` on its slot, with its attempt
-    (the runtime's records keep who runs after whom): it takes the task's leases over as it
-    ends; ``own_pids()`` are the pids of this scheduler's engines here that hold their tasks'
-    leases themselves."""
-
-    wake: Callable[[], None] = _no_wake
-    successor: Callable[[str], tuple[str, int] | None] = _no_successor
-    own_pids: Callable[[], set[int]] = set
-
-
-NO_HOOKS = LeaseHooks()
 
 
 class HostLeases:
@@ -126,6 +100,8 @@ class HostLeases:
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
         self._hooks = hooks
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
+        self.lingering = Lingering()  # leases of ended tasks kept for the next like start
+        self._linger = LINGER  # (0 once the scheduler gives everything back)
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
         self.care = LedgerCare(ledger, self.view, self._reread,
                                notice or (lambda text: log.warning("%s", text)))
@@ -198,20 +174,28 @@ class HostLeases:
                      if (leases := self._release(start.task, start.attempt))]
         spare: dict[tuple, list[tuple[Lease, ...]]] = {}
         for leases in released:
-            spare.setdefault(_shape((lease.device, lease.units, lease.held) for lease in leases),
+            spare.setdefault(shape_of((lease.device, lease.units, lease.held) for lease in leases),
                              []).append(leases)
         takes = []
         for start in starts:
             shares = self.shares(start)
             if shares:
                 held = (enforcement or {}).get(start.task) or ""
-                same = spare.get(_shape((device, units, held if units < SCALE else "")
-                                        for device, units in shares.items()))
-                if same:
-                    self._hand_over(start.task, start.attempt, same.pop())
+                shape = shape_of((device, units, held if units < SCALE else "")
+                               for device, units in shares.items())
+                same = spare.get(shape)
+                kept = same.pop() if same else self.lingering.take(shape)
+                if kept:
+                    self._hand_over(start.task, start.attempt, kept)
                 else:
                     takes.append((start, shares, held))
-        gives = [lease.id for group in spare.values() for leases in group for lease in leases]
+        # a take on a device must not be refused by a lease kept there for a like start
+        taking = {device for _, shares, _ in takes for device in shares}
+        gives = [lease.id for leases in self.lingering.let_go(now, taking) for lease in leases]
+        for shape, group in spare.items():
+            for leases in group:
+                if not self._kept(shape, leases, taking):
+                    gives += [lease.id for lease in leases]
         gives += self.care.pending
         due = self.label_due is not None and now >= self.label_due
         waits = self.view.wanted if self.view.due() else None
@@ -249,6 +233,17 @@ class HostLeases:
                 self._by_task[start.task] = (start.attempt, got)
         return refused
 
+    def _kept(self, shape: Shape, leases: tuple[Lease, ...],
+              taking: Collection[str] = ()) -> bool:
+        """Keep ``leases`` of an ended task ``LINGER`` seconds for this kernel's next start of
+        their ``shape`` when the host's order allows (:mod:`.lingering`); whether they were."""
+        devices = {lease.device for lease in leases}
+        if self._linger <= 0 or devices.intersection(taking) or not self.view.may_keep(devices) or \
+                self._hooks.own_pids():  # (engines that lease for themselves: never refused)
+            return False
+        self.lingering.keep(shape, leases, self._now + self._linger)
+        return True
+
     def _hand_over(self, task: str, attempt: int, leases: tuple[Lease, ...]) -> None:
         """``task`` holds ``leases`` from now on; the ledger learns it within ``LABEL``
         seconds."""
@@ -279,10 +274,11 @@ class HostLeases:
         """Give back the leases of ``task`` (of any attempt but ``attempt``, when given); the
         task sent ahead behind it, if any, takes them over instead. While the ledger cannot
         be written they are kept, and given back as soon as it can."""
-        ids = [lease.id for lease in self._release(task, attempt)]
-        if not ids:
+        leases = self._release(task, attempt)
+        if not leases or self._kept(shape_of((lease.device, lease.units, lease.held)
+                                           for lease in leases), leases):
             return
-        self.care.add(ids)
+        self.care.add([lease.id for lease in leases])
         if self.view.blocked is not None:
             return
         self._give_pending()
@@ -323,6 +319,9 @@ class HostLeases:
         of this process too (``give_mine``: none is left behind by an earlier scheduler), and
         its waits end. Returns the tasks whose leases are kept."""
         self._listen(False)  # (nothing of this scheduler waits any more: its socket goes)
+        self._linger = 0.0
+        for leases in self.lingering.let_go():
+            self.care.add([lease.id for lease in leases])
         kept = [task for task in keep if task in self._by_task]
         for task in list(self._by_task):
             if task not in kept:
@@ -348,7 +347,8 @@ class HostLeases:
     def busy(self) -> bool:
         """This kernel holds leases, records waits or has leases to give back: the ledger is
         looked after meanwhile."""
-        return bool(self._by_task or self.view.written or self.view.blocked or self.care.pending)
+        return bool(self._by_task or self.view.written or self.view.blocked or self.care.pending
+                    or self.lingering)
 
     def look_due(self, now: float) -> float | None:
         """When the runtime must call :meth:`poll` though no GPU work waits: to look at the
@@ -360,6 +360,9 @@ class HostLeases:
         grace = self.view.order.grace_until
         if grace is not None and self.view.graced:
             due.append(now + max(0.0, grace - time.time()))
+        kept = self.lingering.due()
+        if kept is not None:
+            due.append(kept)
         return min(due) if due else None
 
     @property
@@ -393,6 +396,12 @@ class HostLeases:
         (a burst of steps reads it once), but at once after a refusal or a sweep."""
         self._now = now
         self._listen(waiting)
+        held = self._read(now, waiting)
+        if self.lingering:  # (by the order just read)
+            self._let_go(now)
+        return held
+
+    def _read(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
         try:
             if (waiting or self.busy or self.view.graced) and now >= self._next_check:
                 holding = self._by_task or self.care.pending or self.view.blocked
@@ -425,12 +434,23 @@ class HostLeases:
             self.care.failed(err)
             return self.view.event({})
 
+    def _let_go(self, now: float) -> None:
+        """Give back the leases kept past their time, or on a device that a wait now ranked
+        ahead of this kernel reserves."""
+        ahead = () if self.view.blocked is not None else self.view.reserved_ahead()
+        ids = [lease.id for leases in self.lingering.let_go(now, ahead) for lease in leases]
+        if ids:
+            self.care.add(ids)
+            if self.view.blocked is None:
+                self._give_pending()
+
     def held_elsewhere(self) -> ev.HeldElsewhere | None:
         """The ``HeldElsewhere`` event for what other processes hold and reserve (None when it
         says what the core was last told)."""
         every, order = self.ledger.view()
         self.care.told(self.ledger.healed())  # (healed by this read: said now)
         mine = {lease.id for _, leases in self._by_task.values() for lease in leases}
+        mine.update(lease.id for lease in self.lingering.leases())  # (kept: ours, and free)
         own = self._hooks.own_pids()
         if own:  # (their tasks are this scheduler's, counted as such by the core)
             mine.update(lease.id for lease in every if lease.owner.pid in own)
@@ -469,10 +489,6 @@ class HostLeases:
     @property
     def waits_due(self) -> bool:
         return self.view.due()
-
-def _shape(shares: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str], ...]:
-    """Leases as a start needs them: ``(device, units, held)`` each, in one order."""
-    return tuple(sorted(shares))
 
 
 __all__ = ["CHECK", "ERRORS", "LOOK", "MAX_WAITS", "NO_HOOKS", "ORDER_WAITING", "POLL", "READ",

@@ -1,0 +1,36 @@
+"""What the host's leases ask of the runtime that uses them (:mod:`.leases`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+
+def _no_wake() -> None:
+    return None
+
+
+def _no_successor(task: str) -> tuple[str, int] | None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseHooks:
+    """What the host's leases ask of the runtime that uses them (the defaults: a runtime with
+    none of these, as in the tests of the leases alone).
+
+    ``wake()`` wakes the runtime thread (another process gave a share back; any thread);
+    ``successor(task)`` is the task sent ahead behind ``task`` on its slot, with its attempt
+    (the runtime's records keep who runs after whom): it takes the task's leases over as it
+    ends; ``own_pids()`` are the pids of this scheduler's engines here that hold their tasks'
+    leases themselves."""
+
+    wake: Callable[[], None] = _no_wake
+    successor: Callable[[str], tuple[str, int] | None] = _no_successor
+    own_pids: Callable[[], set[int]] = set
+
+
+NO_HOOKS = LeaseHooks()
+
+
+__all__ = ["NO_HOOKS", "LeaseHooks"]

@@ -1,0 +1,161 @@
+"""A kernel keeps the lease of an ended task a moment for its next task of the same shape, but
+only while another process waits for that GPU behind it in the host's order: with nobody
+waiting it gives back at once, and a wait ranked ahead gets the share. What is kept is still a
+lease in the ledger (never promised twice), goes back after ``LINGER`` seconds of the step
+clock, and never turns away a start of another shape. Driven by the step clock the runtime
+passes in, not by sleeping."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import psutil
+import pytest
+
+from jupyter_sched.core import events as ev
+from jupyter_sched.host.discovery import GpuInfo, HostInfo
+from jupyter_sched.host.ledger import Ledger, device_key
+from jupyter_sched.host.ledger.fairness import GpuDemand
+from jupyter_sched.host.ledger.holders import Owner
+from jupyter_sched.host.ledger.order import WaitSpec
+from jupyter_sched.runtime import leases as runtime_leases
+from jupyter_sched.runtime.lingering import LINGER, Lingering
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.integration]
+
+HOST = HostInfo("h", "boot", 4, 0, (GpuInfo(0, None, "", "declared", None, declared=True),))
+KEY = device_key(HOST.gpus[0], HOST.key)
+
+
+@pytest.fixture
+def neighbour(ledger_path):
+    """Another live process's view of the ledger (a child of this test, of this user)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    me = Owner.current()
+    owner = Owner(me.uid, me.user, child.pid, psutil.Process(child.pid).create_time(), me.host,
+                  me.pidns, "notebook other.ipynb")
+    try:
+        with Ledger(ledger_path, owner=owner) as ledger:
+            yield ledger
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.fixture
+def leases(ledger_path):
+    leases = runtime_leases.HostLeases(Ledger(ledger_path), HOST, "local")
+    leases.exchanges = []
+    real = leases.ledger.exchange
+    leases.ledger.exchange = lambda *a, **k: leases.exchanges.append(a) or real(*a, **k)
+    yield leases
+    leases.give_all(whole_process=False)
+
+
+def start(task, units=5_000):
+    return ev.Start(task, "local", None, {"GPU": {0: units}}, attempt=1)
+
+
+def waits_for(ledger, priority):
+    """``ledger``'s process waits for half of GPU 0, at ``priority`` (below 0: ranked behind
+    a demand of the kernel's arriving now; above: ahead of it)."""
+    ledger.set_waits([WaitSpec("n1", GpuDemand(5_000, 1, (KEY,)), priority, 0.0)])
+
+
+def read(leases, now):
+    """A step after another process wrote: it reads the ledger again (what others hold, and
+    the host's order); what the core is told others hold and reserve, by GPU."""
+    event = leases.poll(now, waiting=False)
+    if event is None:  # (the same as the core was told last)
+        leases.view.resend()
+        event = leases.view.event({})
+    return event
+
+
+def held(ledger):
+    return sorted((lease.task, lease.units) for lease in ledger.held())
+
+
+def test_a_lease_is_kept_for_the_next_like_start_while_a_wait_behind_waits(leases, neighbour):
+    assert leases.settle([], [start("a")], 0.0) == {}
+    (lease,) = leases.ledger.held()
+    waits_for(neighbour, priority=-1)
+    read(leases, 0.5)
+    written = len(leases.exchanges)
+    assert leases.settle(["a"], [], 1.0) == {}
+    assert len(leases.exchanges) == written and leases.lingering  # kept: nothing written
+    waits_for(neighbour, priority=-1)  # (written again: read again)
+    assert read(leases, 1.05).device_shares == {"GPU": {}}  # not held by others: the core's
+    assert [x.id for x in neighbour.held()] == [lease.id]  # still a lease: never free twice
+    assert leases.look_due(1.0) <= 1.0 + LINGER  # the runtime wakes to give it back
+    assert leases.settle([], [start("b")], 1.0 + LINGER / 2) == {}  # b takes it over
+    assert len(leases.exchanges) == written and leases.tasks() == ["b"]
+    assert not leases.lingering
+    # kept again, and given back once its time is up (a step at that time)
+    assert leases.settle(["b"], [], 2.0) == {}
+    leases.poll(2.0 + LINGER / 2, waiting=False)
+    assert held(neighbour) == [("a", 5_000)]
+    leases.poll(2.0 + LINGER, waiting=False)
+    assert held(neighbour) == [] and not leases.lingering
+    assert neighbour.take(KEY, 5_000, task="n1").units == 5_000  # the waiter's now
+
+
+def test_with_nobody_waiting_or_a_wait_ranked_ahead_the_lease_goes_back_at_once(leases,
+                                                                               neighbour):
+    assert leases.settle([], [start("a")], 0.0) == {}
+    assert leases.settle(["a"], [], 1.0) == {}  # nobody else waits: giving back costs nothing
+    assert held(neighbour) == [] and not leases.lingering
+    assert leases.settle([], [start("b")], 2.0) == {}
+    waits_for(neighbour, priority=1)  # ranked ahead: the share is its due
+    read(leases, 2.5)
+    assert leases.settle(["b"], [], 3.0) == {}
+    assert held(neighbour) == [] and not leases.lingering
+
+
+def test_a_kept_lease_goes_back_when_a_wait_ahead_comes_or_the_scheduler_ends(leases,
+                                                                             neighbour):
+    assert leases.settle([], [start("a"), start("b")], 0.0) == {}
+    waits_for(neighbour, priority=-1)
+    read(leases, 0.5)
+    assert leases.settle(["a"], [], 1.0) == {}
+    assert held(neighbour) == [("a", 5_000), ("b", 5_000)]
+    waits_for(neighbour, priority=1)  # now ahead of this kernel
+    assert read(leases, 1.1).device_shares == {"GPU": {0: 5_000}}  # reserved for it
+    assert held(neighbour) == [("b", 5_000)] and not leases.lingering
+    waits_for(neighbour, priority=-1)
+    read(leases, 1.2)
+    assert leases.settle(["b"], [], 1.3) == {} and leases.lingering
+    leases.give_all(whole_process=False)
+    assert held(neighbour) == [] and not leases.lingering
+
+
+def test_a_start_of_another_shape_is_never_turned_away_by_a_kept_lease(leases, neighbour):
+    assert leases.settle([], [start("a")], 0.0) == {}
+    waits_for(neighbour, priority=-1)
+    read(leases, 0.5)
+    assert leases.settle(["a"], [], 1.0) == {} and leases.lingering
+    written = len(leases.exchanges)
+    assert leases.settle([], [start("w", 10_000)], 1.1) == {}  # a whole GPU
+    assert len(leases.exchanges) == written + 1  # the kept one given back in the same write
+    assert held(neighbour) == [("w", 10_000)] and not leases.lingering
+    # and one that ends as a whole GPU starts in the same step is given, not kept
+    assert leases.settle(["w"], [start("c", 2_500)], 2.0) == {}
+    assert held(neighbour) == [("c", 2_500)] and not leases.lingering
+
+
+def test_lingering_keeps_groups_by_shape_until_their_time():
+    a, b, c, d = (types.SimpleNamespace(device=device) for device in (KEY, KEY, KEY, "other"))
+    kept = Lingering()
+    shape = ((KEY, 5_000, "logical"),)
+    kept.keep(shape, (a,), 1.0)
+    kept.keep(shape, (b,), 2.0)
+    kept.keep(((KEY, 2_500, "logical"),), (c,), 3.0)
+    kept.keep((("other", 2_500, "logical"),), (d,), 3.0)
+    assert kept.due() == 1.0 and kept.take(((KEY, 5_000, "mps"),)) is None
+    assert kept.leases() == [a, b, c, d]
+    assert kept.let_go(1.5) == [(a,)]
+    assert kept.let_go(1.5, devices={"other"}) == [(d,)]
+    assert kept.take(shape) == (b,) and kept.take(shape) is None
+    assert kept.let_go() == [(c,)] and not kept and kept.due() is None
