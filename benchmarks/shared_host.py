@@ -18,8 +18,8 @@ ledger in a fresh directory, as two notebooks of one user on a GPU box would.
 
 Measured (benchmarks/results/design.md, "Between two batches"), on a 2-core machine: beside
 the backlogged neighbour 3,425-3,511 tasks/s before a kernel kept its shares between batches
-(each batch waited for the neighbour's 1 s tasks to end), 8,642-8,838 after (alone
-9,755-10,195).
+(each batch waited for the neighbour's 1 s tasks to end), 8,621-8,838 after (alone
+9,347-10,195).
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def neighbour(ledger: Path, seconds: float, busy: bool) -> subprocess.Popen:
                               "busy" if busy else "idle"], env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
-    time.sleep(2.0 if busy else 0.2)  # its backlog fills the GPUs
+    # its backlog fills the GPUs; its tasks start in waves, every ``seconds`` from its start:
+    # what comes next arrives half-way through one, not as one ends
+    time.sleep(2.0 + seconds / 2 if busy else 0.2)
     return child
 
 

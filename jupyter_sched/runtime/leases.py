@@ -59,7 +59,7 @@ from ..model.tasks import Task
 from .lease_hooks import NO_HOOKS, LeaseHooks
 from .lease_view import LeaseView, held_text
 from .ledger_care import ERRORS, LedgerCare
-from .lingering import LINGER, Lingering, Shape, shape_of
+from .lingering import LINGER, Lingering, shape_of
 
 log = logging.getLogger(__name__)
 
@@ -184,17 +184,18 @@ class HostLeases:
                 shape = shape_of((device, units, held if units < SCALE else "")
                                for device, units in shares.items())
                 same = spare.get(shape)
-                kept = same.pop() if same else self.lingering.take(shape)
-                if kept:
-                    self._hand_over(start.task, start.attempt, kept)
+                if same:
+                    self._hand_over(start.task, start.attempt, same.pop())
                 else:
                     takes.append((start, shares, held))
-        # a take on a device must not be refused by a lease kept there for a like start
+        # a lease kept on a device a start takes from goes back in the same exchange: nobody
+        # else takes it between, and the ledger checks the host's order as it is now (a pass
+        # would go by this kernel's reading of it, up to ORDER seconds old)
         taking = {device for _, shares, _ in takes for device in shares}
         gives = [lease.id for leases in self.lingering.let_go(now, taking) for lease in leases]
-        for shape, group in spare.items():
+        for group in spare.values():
             for leases in group:
-                if not self._kept(shape, leases, taking):
+                if not self._kept(leases, taking):
                     gives += [lease.id for lease in leases]
         gives += self.care.pending
         due = self.label_due is not None and now >= self.label_due
@@ -233,15 +234,14 @@ class HostLeases:
                 self._by_task[start.task] = (start.attempt, got)
         return refused
 
-    def _kept(self, shape: Shape, leases: tuple[Lease, ...],
-              taking: Collection[str] = ()) -> bool:
-        """Keep ``leases`` of an ended task ``LINGER`` seconds for this kernel's next start of
-        their ``shape`` when the host's order allows (:mod:`.lingering`); whether they were."""
+    def _kept(self, leases: tuple[Lease, ...], taking: Collection[str] = ()) -> bool:
+        """Keep ``leases`` of an ended task ``LINGER`` seconds for this kernel's next start on
+        their devices when the host's order allows (:mod:`.lingering`); whether they were."""
         devices = {lease.device for lease in leases}
         if self._linger <= 0 or devices.intersection(taking) or not self.view.may_keep(devices) or \
                 self._hooks.own_pids():  # (engines that lease for themselves: never refused)
             return False
-        self.lingering.keep(shape, leases, self._now + self._linger)
+        self.lingering.keep(leases, self._now + self._linger)
         return True
 
     def _hand_over(self, task: str, attempt: int, leases: tuple[Lease, ...]) -> None:
@@ -275,8 +275,7 @@ class HostLeases:
         task sent ahead behind it, if any, takes them over instead. While the ledger cannot
         be written they are kept, and given back as soon as it can."""
         leases = self._release(task, attempt)
-        if not leases or self._kept(shape_of((lease.device, lease.units, lease.held)
-                                           for lease in leases), leases):
+        if not leases or self._kept(leases):
             return
         self.care.add([lease.id for lease in leases])
         if self.view.blocked is not None:
