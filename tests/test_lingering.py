@@ -13,6 +13,7 @@ import types
 
 import psutil
 import pytest
+from waiting import advance
 
 from jupyter_sched.core import events as ev
 from jupyter_sched.host.discovery import GpuInfo, HostInfo
@@ -24,6 +25,8 @@ from jupyter_sched.runtime import leases as runtime_leases
 from jupyter_sched.runtime.lingering import LINGER, Lingering
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.integration]
+
+WAIT = 10
 
 HOST = HostInfo("h", "boot", 4, 0, (GpuInfo(0, None, "", "declared", None, declared=True),))
 KEY = device_key(HOST.gpus[0], HOST.key)
@@ -47,6 +50,7 @@ def neighbour(ledger_path):
 @pytest.fixture
 def leases(ledger_path):
     leases = runtime_leases.HostLeases(Ledger(ledger_path), HOST, "local")
+    leases.between_batches = True  # (none of its GPU work waits, as the runtime says)
     leases.exchanges = []
     real = leases.ledger.exchange
     leases.ledger.exchange = lambda *a, **k: leases.exchanges.append(a) or real(*a, **k)
@@ -120,7 +124,16 @@ def test_a_wait_ranked_ahead_this_kernel_has_not_read_yet_gets_the_kept_share(le
 
 def test_with_nobody_waiting_or_a_wait_ranked_ahead_the_lease_goes_back_at_once(leases,
                                                                                neighbour):
+    waits_for(neighbour, priority=-1)
     assert leases.settle([], [start("a")], 0.0) == {}
+    read(leases, 0.5)
+    leases.between_batches = False  # its GPU work waits: what did not start has its reason
+    assert leases.settle(["a"], [], 1.0) == {}
+    assert held(neighbour) == [] and not leases.lingering
+    leases.between_batches = True
+    neighbour.set_waits([])
+    read(leases, 1.5)
+    assert leases.settle([], [start("a")], 1.5) == {}
     assert leases.settle(["a"], [], 1.0) == {}  # nobody else waits: giving back costs nothing
     assert held(neighbour) == [] and not leases.lingering
     assert leases.settle([], [start("b")], 2.0) == {}
@@ -171,3 +184,26 @@ def test_lingering_keeps_groups_until_their_time_or_a_device_is_wanted():
     assert kept.let_go(1.5) == [(a,)] and kept.due() == 2.0
     assert kept.let_go(1.5, devices={"other"}) == [(d,)]
     assert kept.let_go() == [(b, c)] and not kept and kept.due() is None
+
+
+@pytest.mark.scheduler("GPU=1,CPU=4")
+def test_a_scheduler_keeps_its_share_between_two_batches_until_its_clock_says(sched, clock,
+                                                                            neighbour):
+    """The runtime says when none of its GPU work waits, and wakes to give a kept share back
+    when its time is up (on the scheduler's clock, moved by the test)."""
+    gpu = GpuInfo(0, None, "", "declared", None, declared=True)
+    key = device_key(gpu, sched.local_host.key)
+    neighbour.set_waits([WaitSpec("n1", GpuDemand(5_000, 1, (key,)), -1, 0.0)])
+    advance(sched, clock, 1.0)  # (the version is read at most every READ of its clock)
+    first = sched.submit(lambda: "first", resources={"GPU": 0.5})
+    assert first.result(WAIT) == "first"
+    sched.inspect_core(lambda core: None)  # (a step after the one that saw it end)
+    assert held(neighbour) == [(first.id, 5_000)]  # kept for the next batch
+    second = sched.submit(lambda: "second", resources={"GPU": 0.5})
+    assert second.result(WAIT) == "second"
+    sched.inspect_core(lambda core: None)
+    assert held(neighbour) == [(second.id, 5_000)]  # taken anew, and kept again
+    advance(sched, clock, LINGER / 2)
+    assert held(neighbour) == [(second.id, 5_000)]
+    advance(sched, clock, LINGER / 2)
+    assert held(neighbour) == []

@@ -100,7 +100,8 @@ class HostLeases:
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
         self._hooks = hooks
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
-        self.lingering = Lingering()  # leases of ended tasks kept for the next like start
+        self.lingering = Lingering()  # leases of ended tasks kept for the next batch
+        self.between_batches = False  # no GPU work of this kernel waits (the runtime says)
         self._linger = LINGER  # (0 once the scheduler gives everything back)
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
         self.care = LedgerCare(ledger, self.view, self._reread,
@@ -236,9 +237,12 @@ class HostLeases:
 
     def _kept(self, leases: tuple[Lease, ...], taking: Collection[str] = ()) -> bool:
         """Keep ``leases`` of an ended task ``LINGER`` seconds for this kernel's next start on
-        their devices when the host's order allows (:mod:`.lingering`); whether they were."""
+        their devices, between two batches (none of its GPU work waits: work that waits and
+        did not start has its reason), when the host's order allows (:mod:`.lingering`);
+        whether they were."""
         devices = {lease.device for lease in leases}
-        if self._linger <= 0 or devices.intersection(taking) or not self.view.may_keep(devices) or \
+        if not self.between_batches or self._linger <= 0 or devices.intersection(taking) or \
+                not self.view.may_keep(devices) or \
                 self._hooks.own_pids():  # (engines that lease for themselves: never refused)
             return False
         self.lingering.keep(leases, self._now + self._linger)

@@ -2,11 +2,12 @@
 
 A kernel that gives its share back between two batches of GPU work (a loop of ``map`` calls, a
 cell run again) loses it to a waiting neighbour, and its next batch then waits for the
-neighbour's task to end, a second or an hour. So a lease whose task ended, that no start of the
-same step takes over, is kept ``LINGER`` seconds for this kernel's next start on its device,
-but only while another process waits for that device and none of those waits is ranked ahead
-of this kernel in the host's order (:meth:`~.lease_view.LeaseView.may_keep`): nobody waiting,
-giving back costs nothing; a wait ahead, the share is its due. What is kept is still this
+neighbour's task to end, a second or an hour. So between two batches (none of the kernel's
+GPU work waits: work that waits and did not start has its reason) a lease whose task ended is
+kept ``LINGER`` seconds for this kernel's next start on its device, but only while another
+process waits for that device and none of those waits is ranked ahead of this kernel in the
+host's order (:meth:`~.lease_view.LeaseView.may_keep`): nobody waiting, giving back costs
+nothing; a wait ahead, the share is its due. What is kept is still this
 kernel's lease in the ledger, so no share is ever promised twice. The next start on its device
 gives it back and takes its own share in one exchange: nobody else takes the share between,
 and the ledger checks the host's order as it is then (a wait ranked ahead that came meanwhile
