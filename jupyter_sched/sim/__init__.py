@@ -72,6 +72,9 @@ class Simulation:
         self._ids = itertools.count(1)
         self._node_life: dict[str, list] = {}  # name -> [added, removed|None, totals]
         self._queues = {"default"}
+        # one Demand for each shape asked for: the core's look-ups by demand (its classes)
+        # then find the very object and compare no fields
+        self._demands: dict[Demand, Demand] = {}
 
     @property
     def core(self) -> Core:
@@ -220,6 +223,7 @@ class Simulation:
         if not isinstance(cuda, bool):
             raise ValueError(f"cuda={cuda!r} must be True or False")
         demand = Demand.parse(resources if resources is not None else {}, gpu_memory)
+        demand = self._demands.setdefault(demand, demand)
         if queue not in self._queues:
             raise ValueError(f"queue {queue!r} does not exist; known queues: "
                              f"{', '.join(sorted(self._queues))}")
