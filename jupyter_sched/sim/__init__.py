@@ -104,7 +104,8 @@ class Simulation:
         when = self.now if at is None else check_seconds(at, "at")
         if when < self.now:
             raise ValueError(f"at={at!r} is in the past; the clock is at {self.now:g}")
-        self._play.push(when, event)
+        # (an event is named now, as a shell names it: not again each time it is played)
+        self._play.push(when, event if isinstance(event, tuple) else ev.named(event))
         return when
 
     def add_node(
@@ -247,7 +248,7 @@ class Simulation:
             made.append((spec, SimTask(self.core, task_id, member_name, duration, fails,
                                        cuda)))
         submission = ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel")
-        self._at(at, ev.named(submission))  # (named now: not again each time it is played)
+        self._at(at, submission)
         for _, task in made:
             task.submitted = at
             self.tasks[task.id] = task

@@ -169,7 +169,7 @@ class Player:
             if until is not None and when > until:
                 break
             self.now = when
-            batch: list[object] = [tick(when, f"tick-{when:g}")]
+            batch: list[object] = [tick(when, "tick-%g" % when)]  # (as f"{when:g}", faster)
             touched: list[str] = []
             items = due[when]
             k = 0
@@ -197,7 +197,7 @@ class Player:
     def to_event(self, item: object, touched: list[str]) -> object:
         """The event a scheduled item is now, named as a shell names it (its cause), or
         None."""
-        if not isinstance(item, tuple):  # (a submission comes named: played as it is)
+        if not isinstance(item, tuple):  # (named as it was scheduled: played as it is)
             return item if getattr(item, "cause", "") else ev.named(item)  # type: ignore
         kind: str = item[0]
         if kind == FINISH:  # (the most of them: one a run)
@@ -281,8 +281,9 @@ class Player:
     def leave(self, task_id: str) -> None:
         """The executor's run of ``task_id`` ended: the task sent ahead behind it begins."""
         del self.live[task_id]
-        start = self.parked.pop(task_id, None)
-        if start is not None:
+        parked = self.parked
+        if parked and task_id in parked:  # (most often none is)
+            start = parked.pop(task_id)
             self.begin(start, self.runs[task_id].amounts)
 
     def begin(self, instruction: Start, amounts: dict[str, int] | None) -> None:
