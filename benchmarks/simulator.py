@@ -29,7 +29,12 @@ the core's speed"): at 1,000 nodes, steady, from 17,815 to 34,320 placements per
 nodes from 20,555 to 41,775 and from 7,225 to 16,662; on the machine quiet, 20,819 to 36,727 at
 1,000 nodes (``Core.handle`` alone 64,300-65,000). Then, with what waits read from the node
 index ("Work that waits, read from the index"), all at once at 1,000 nodes from 11,600-14,000 to
-22,500-26,500 (load 4-6). The goal of 50,000 is not met.
+22,500-26,500 (load 4-6). Then, with the simulator's events built and checked without
+interpreted calls ("The simulator's own work per event, and the core's per event"): at 1,000
+nodes, steady, from 31,600-37,100 to 42,500-44,800 (``Core.handle`` alone 57,500-67,000), all
+at once from 24,600-25,400 to 27,700-29,000; at 100 nodes from 41,900-45,200 to 53,900-58,200
+(load 0.7-1.1); 122,400 instructions a placement at 1,000 nodes, steady, became 97,400. The goal
+of 50,000 is not met (0.85-0.90x).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ and still serves work. The same holds whether the core's modules are compiled or
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 
 import pytest
@@ -127,3 +128,23 @@ def test_every_event_and_every_field_has_a_kind():
     assert set(FIELDS) == set(events)
     for cls in events:
         assert [name for name, _ in FIELDS[cls]] == list(cls.__dataclass_fields__), cls
+
+
+def test_a_spec_is_checked_once_and_a_changed_copy_again():
+    spec = TaskSpec("b", Demand.of({"GPU": U}))
+    assert not spec.checked
+    spec.check()
+    assert spec.checked  # (the core, handed it, reads this and checks it no more)
+    core = fresh()
+    core.handle(ev.Submit((spec,)))
+    assert core.tasks["b"].state == "running"
+    bad = dataclasses.replace(spec, id="c", retries=-1)
+    assert not bad.checked
+    with pytest.raises(Refused, match="retries"):
+        core.handle(ev.Submit((bad,)))
+    gang = GangSpec("g", 2)
+    gang.check()
+    assert gang.checked and not dataclasses.replace(gang, size=0).checked
+    with pytest.raises(Refused, match="size"):
+        core.handle(ev.Submit((TaskSpec("d"), TaskSpec("e")), dataclasses.replace(gang, size=0)))
+    core.validate()

@@ -53,7 +53,9 @@ class JobSet:
         self._jobs[job.seq] = job
 
     def discard(self, job: Task | Gang) -> None:
-        self._jobs.pop(job.seq, None)
+        jobs = self._jobs
+        if job.seq in jobs:  # (not dict.pop: a method called by name, compiled or not)
+            del jobs[job.seq]
 
     def first(self) -> Task | Gang:
         return next(iter(self._jobs.values()))
@@ -216,7 +218,8 @@ class Books:
         slot_id = task.slot
         if node is not None and allocation is not None:
             slot = node.slots.get(slot_id) if slot_id is not None else None
-            node.tasks.pop(task.id, None)
+            if task.id in node.tasks:  # (dict.pop(): a call by name; this: two look-ups)
+                del node.tasks[task.id]
             if slot is not None and slot.ahead:
                 successor = self.tasks[slot.ahead[0]]
                 slot.task = None
@@ -234,7 +237,8 @@ class Books:
                     del self.preemptible_on[node.name]
         if allocation is not None:
             self.queues.queues[task.queue].end_use(allocation.amounts)
-        self.running.pop(task.id, None)
+        if task.id in self.running:
+            del self.running[task.id]
         task.allocation = None
         if successor is not None:
             successor.allocation = allocation  # (``adopt`` takes it from here)
@@ -420,7 +424,8 @@ class Books:
             return
         job = task.gang or task
         if task.state == PENDING:
-            self.pending.pop(job.seq, None)
+            if job.seq in self.pending:
+                del self.pending[job.seq]
         elif task.state == INFEASIBLE:
             key = job_key(job)
             jobs = self.infeasible.get(key)

@@ -151,44 +151,11 @@ _PLAN = {cls: tuple((name, _EXACT.get(kind, ()), _TESTS.get(kind, _no), kind)
          for cls, fields in FIELDS.items()}
 
 
-def _one_task(event: ev.Submit) -> str | None:
-    tasks, cause = event.tasks, event.cause
-    if (type(tasks) is tuple and len(tasks) == 1 and type(tasks[0]) is TaskSpec
-            and event.gang is None and type(event.on_closed) is str and type(cause) is str):
-        return cause
-    return None
-
-
-def _report(event: ev.Finished | ev.Stopped) -> str | None:
-    cause = event.cause
-    if type(event.task) is str and (event.attempt is None or type(event.attempt) is int) \
-            and type(cause) is str:
-        return cause
-    return None
-
-
-def _tick(event: ev.Tick) -> str | None:
-    now, cause = event.now, event.cause
-    if (type(now) is float or type(now) is int) and type(cause) is str:
-        return cause
-    return None
-
-
-# the events of every task's life and the clock's, in their common shape: one look each,
-# giving the cause (None: look again, field by field, as for the other events)
-_COMMON: dict[type, Callable] = {ev.Submit: _one_task, ev.Finished: _report,
-                                 ev.Stopped: _report, ev.Tick: _tick}
-
-
 def check(event: ev.Event) -> str:
     """Refuse ``event`` (ValueError) unless each field is of its kind (:data:`FIELDS`); its
-    ``cause``, then (a string: the core reads it without a look of its own). On every event
-    the core handles: kept lean."""
-    common = _COMMON.get(type(event))
-    if common is not None:
-        cause = common(event)
-        if cause is not None:
-            return cause
+    ``cause``, then (a string: the core reads it without a look of its own). ``Core.handle``
+    first sees the events of every task's life and the clock's in their common shape in one
+    look (``state._at_once``, compiled), and asks here for the others."""
     for name, exact, test, kind in _PLAN[type(event)]:
         value = getattr(event, name)
         if type(value) in exact or test(value):

@@ -8,7 +8,7 @@ Each handler checks its event against the books before it changes anything (a ba
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from ..model.queues import OPEN
 from ..model.tasks import ASSIGNED, PENDING, RUNNING, TERMINAL, Gang, Task, TaskSpec
@@ -30,7 +30,7 @@ def submit(books: Books, event: ev.Submit) -> bool:
     queue = books.queues.check_submit(specs[0].queue, open_only=event.on_closed == "refuse")
     gang_spec = event.gang
     if gang_spec is not None:
-        gang_spec.check()
+        _check(gang_spec)
         if len(specs) != gang_spec.size:
             raise ValueError(f"gang {gang_spec.name!r} has size {gang_spec.size} but "
                              f"{len(specs)} members were given")
@@ -60,7 +60,7 @@ def submit(books: Books, event: ev.Submit) -> bool:
 def _check_specs(books: Books, specs: tuple[TaskSpec, ...]) -> None:
     if len(specs) == 1:  # a single task (the common case): no set of ids to build
         spec = specs[0]
-        spec.check()
+        _check(spec)
         if spec.id in books.tasks:
             raise ValueError(f"task id {spec.id!r} is already in use")
         if spec.node is not None and spec.node not in books.cluster.nodes:
@@ -69,7 +69,7 @@ def _check_specs(books: Books, specs: tuple[TaskSpec, ...]) -> None:
         return
     ids = set()
     for spec in specs:
-        spec.check()
+        _check(spec)
         if spec.id in books.tasks or spec.id in ids:
             raise ValueError(f"task id {spec.id!r} is already in use")
         ids.add(spec.id)
@@ -78,6 +78,14 @@ def _check_specs(books: Books, specs: tuple[TaskSpec, ...]) -> None:
         if spec.node is not None and spec.node not in books.cluster.nodes:
             known = ", ".join(books.cluster.nodes) or "none yet"
             raise ValueError(f"node {spec.node!r} is not registered; known nodes: {known}")
+
+
+def _check(spec: Any) -> None:
+    """``spec.check()``, unless it passed already (``TaskSpec.checked``, ``GangSpec.checked``:
+    read as ``Any``, as it is, so that no call into the interpreter is made for a spec checked
+    before)."""
+    if spec.checked is not True:
+        spec.check()
 
 
 def _new_task(books: Books, spec: TaskSpec) -> Task:

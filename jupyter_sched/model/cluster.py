@@ -23,7 +23,7 @@ every node.
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
@@ -334,14 +334,14 @@ class BucketIndex:
     def open(self, key: int) -> dict[str, None]:
         """A new, empty bucket for ``key``."""
         bucket = self.buckets[key] = {}
-        bisect.insort(self.keys, key)
+        insort(self.keys, key)
         return bucket
 
     def drop(self, key: int) -> None:
         """Remove ``key``'s bucket, which is empty."""
         del self.buckets[key]
         keys = self.keys
-        del keys[bisect.bisect_left(keys, key)]
+        del keys[bisect_left(keys, key)]
 
 
 class Cluster:
@@ -464,7 +464,7 @@ class Cluster:
         nodes = self.nodes
         keys = index.keys
         buckets = index.buckets
-        start = bisect.bisect_left(keys, least)
+        start = bisect_left(keys, least)
         order = range(len(keys) - 1, start - 1, -1) if descending else range(start, len(keys))
         for i in order:
             for name in buckets[keys[i]]:

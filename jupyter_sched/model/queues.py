@@ -233,9 +233,14 @@ class Queue:
         """A running task of this queue ended: what it held leaves ``allocated``."""
         q: Queue | None = self
         self.running -= 1
-        pairs = allocated.items()
         while q is not None and q.parent is not None:
-            _subtract(q.allocated, pairs)
+            target = q.allocated
+            for name, units in allocated.items():  # (_subtract's, over a dict: no generic
+                value = target[name] - units         # iterator, on every task's end)
+                if value:
+                    target[name] = value
+                else:
+                    del target[name]
             q = q.parent
 
     def __repr__(self) -> str:

@@ -47,8 +47,14 @@ class TaskSpec:
     family: str = ""
     # a preemptible task runs at least this many seconds before it may be preempted
     min_runtime: float = 0.0
+    # whether check() passed: the fields are frozen and of immutable kinds, so a spec once
+    # found valid stays so, and the core, which checks every spec it is handed, reads this
+    # first (a simulation's specs are checked as they are made, then played)
+    checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     def check(self) -> None:
+        if self.checked:
+            return
         if (type(self.id) is str and type(self.name) is str  # the common case, in one look
                 and len(self.id) <= MAX_NAME_LENGTH >= len(self.name) and self.target in TARGETS
                 and type(self.priority) is int and -MAX_PRIORITY <= self.priority <= MAX_PRIORITY
@@ -57,7 +63,8 @@ class TaskSpec:
                 and type(self.demand) is Demand and type(self.queue) is str
                 and type(self.preemptible) is bool and self.node is None and self.selector == ()
                 and self.min_runtime == 0.0):
-            return  # (once per task, on the core's hot path)
+            object.__setattr__(self, "checked", True)  # (the common case, in one look)
+            return
         if not (isinstance(self.id, str) and isinstance(self.name, str)
                 and len(self.id) <= MAX_NAME_LENGTH >= len(self.name)):
             check_name(self.id, "task id")  # (checked at once above: once per task, hot)
@@ -84,6 +91,7 @@ class TaskSpec:
                 for pair in self.selector):
             raise ValueError(f"selector {self.selector!r} must be a tuple of (label, value) "
                              "pairs of strings")
+        object.__setattr__(self, "checked", True)
 
     @property
     def constraint_key(self) -> tuple:
@@ -100,12 +108,15 @@ class GangSpec:
     size: int
     min: int | None = None
     strategy: str = "pack"
+    checked: bool = field(default=False, init=False, repr=False, compare=False)  # (TaskSpec's)
 
     @property
     def min_members(self) -> int:
         return self.size if self.min is None else self.min
 
     def check(self) -> None:
+        if self.checked:
+            return
         check_name(self.name, "gang name")
         check_int(self.size, f"gang {self.name!r}: size", 1, MAX_GANG_SIZE)
         if self.min is not None and type(self.min) is not int:
@@ -118,6 +129,7 @@ class GangSpec:
             raise ValueError(
                 f"gang strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}"
             )
+        object.__setattr__(self, "checked", True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,9 @@ class Simulation:
         self._ids = itertools.count(1)
         self._node_life: dict[str, list] = {}  # name -> [added, removed|None, totals]
         self._queues = {"default"}
+        # one Demand for each shape asked for: the core's look-ups by demand (its classes)
+        # then find the very object and compare no fields
+        self._demands: dict[Demand, Demand] = {}
 
     @property
     def core(self) -> Core:
@@ -101,7 +104,8 @@ class Simulation:
         when = self.now if at is None else check_seconds(at, "at")
         if when < self.now:
             raise ValueError(f"at={at!r} is in the past; the clock is at {self.now:g}")
-        self._play.push(when, event)
+        # (an event is named now, as a shell names it: not again each time it is played)
+        self._play.push(when, event if isinstance(event, tuple) else ev.named(event))
         return when
 
     def add_node(
@@ -220,6 +224,7 @@ class Simulation:
         if not isinstance(cuda, bool):
             raise ValueError(f"cuda={cuda!r} must be True or False")
         demand = Demand.parse(resources if resources is not None else {}, gpu_memory)
+        demand = self._demands.setdefault(demand, demand)
         if queue not in self._queues:
             raise ValueError(f"queue {queue!r} does not exist; known queues: "
                              f"{', '.join(sorted(self._queues))}")
@@ -243,7 +248,7 @@ class Simulation:
             made.append((spec, SimTask(self.core, task_id, member_name, duration, fails,
                                        cuda)))
         submission = ev.Submit(tuple(s for s, _ in made), gang_spec, on_closed="cancel")
-        self._at(at, ev.named(submission))  # (named now: not again each time it is played)
+        self._at(at, submission)
         for _, task in made:
             task.submitted = at
             self.tasks[task.id] = task

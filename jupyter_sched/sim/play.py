@@ -8,8 +8,8 @@ checks what a scenario asks for, then hands this part values it made itself.
 
 from __future__ import annotations
 
-import heapq
 import random
+from heapq import heappop, heappush
 from typing import Final, Protocol
 
 from ..core import events as ev
@@ -26,6 +26,30 @@ STOPPED: Final = "stopped"  # (STOPPED, task, attempt): a Stop or Preempt took e
 REMOVE: Final = "remove"    # (REMOVE, node): the node is lost
 TICK: Final = "tick"        # (TICK,): a time limit ends: the core must hear of it
 CAP: Final = "cap"          # (CAP, node, slot, cap): an MPS engine fixed its cap
+
+# the events made on every batch (a Tick) and on most runs' ends (a Finished), built as their
+# frozen dataclasses' own __init__ builds them (object.__setattr__, field by field) without
+# an interpreted call each: every field is given (tests/test_sim_play.py compares them with
+# the events their constructors make)
+_TICK: Final = ev.Tick
+_FINISHED: Final = ev.Finished
+_NEW: Final = object.__new__
+_SET: Final = object.__setattr__
+
+
+def tick(now: float, cause: str) -> ev.Tick:
+    event: ev.Tick = _NEW(_TICK)
+    _SET(event, "now", now)
+    _SET(event, "cause", cause)
+    return event
+
+
+def finished(task: str, attempt: int, cause: str) -> ev.Finished:
+    event: ev.Finished = _NEW(_FINISHED)
+    _SET(event, "task", task)
+    _SET(event, "attempt", attempt)
+    _SET(event, "cause", cause)
+    return event
 
 
 class Rules(Protocol):
@@ -132,7 +156,7 @@ class Player:
         items = self.due.get(when)
         if items is None:
             self.due[when] = [item]
-            heapq.heappush(self.times, when)
+            heappush(self.times, when)
         else:
             items.append(item)
 
@@ -145,7 +169,9 @@ class Player:
             if until is not None and when > until:
                 break
             self.now = when
-            batch: list[object] = [ev.Tick(when, cause=f"tick-{when:g}")]
+            # (as f"{when:g}": compiled, that is a call of str.format by name, a third slower)
+            cause = "tick-%g" % when  # noqa: UP031
+            batch: list[object] = [tick(when, cause)]
             touched: list[str] = []
             items = due[when]
             k = 0
@@ -155,7 +181,7 @@ class Player:
                 if event is not None:
                     batch.append(event)
             del due[when]
-            heapq.heappop(times)
+            heappop(times)
             try:
                 out = core.handle(*batch)  # type: ignore[arg-type]
             except Refused as refusal:
@@ -173,8 +199,8 @@ class Player:
     def to_event(self, item: object, touched: list[str]) -> object:
         """The event a scheduled item is now, named as a shell names it (its cause), or
         None."""
-        if not isinstance(item, tuple):
-            return ev.named(item)  # type: ignore[arg-type]
+        if not isinstance(item, tuple):  # (named as it was scheduled: played as it is)
+            return item if getattr(item, "cause", "") else ev.named(item)  # type: ignore
         kind: str = item[0]
         if kind == FINISH:  # (the most of them: one a run)
             return self.finish(item[1], item[2], touched)
@@ -202,7 +228,7 @@ class Player:
             task.failed += 1
             return ev.Failed(task_id, f"attempt {attempt} failed", attempt=attempt,
                              cause=f"failed-{task_id}-{attempt}")
-        return ev.Finished(task_id, attempt=attempt, cause=f"finished-{task_id}-{attempt}")
+        return finished(task_id, attempt, f"finished-{task_id}-{attempt}")
 
     def stopped(self, task_id: str, attempt: int, touched: list[str]) -> object:
         """A Stop or Preempt takes effect now (late, if the attempt already ended)."""
@@ -257,8 +283,9 @@ class Player:
     def leave(self, task_id: str) -> None:
         """The executor's run of ``task_id`` ended: the task sent ahead behind it begins."""
         del self.live[task_id]
-        start = self.parked.pop(task_id, None)
-        if start is not None:
+        parked = self.parked
+        if parked and task_id in parked:  # (most often none is)
+            start = parked.pop(task_id)
             self.begin(start, self.runs[task_id].amounts)
 
     def begin(self, instruction: Start, amounts: dict[str, int] | None) -> None:
