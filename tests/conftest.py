@@ -399,3 +399,26 @@ def _settle(sched) -> None:
     if left:
         logging.getLogger("jupyter_sched.tests").warning(
             "%d tasks left by %s were cancelled", left, sched)
+
+
+@pytest.fixture
+def neighbour(ledger_path):
+    """Another live process's use of the test's ledger: a ``Ledger`` as a child of the test
+    (of this user, alive while the test runs) would have it."""
+    import subprocess
+
+    import psutil
+
+    from jupyter_sched.host.ledger import Ledger
+    from jupyter_sched.host.ledger.holders import Owner
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    me = Owner.current()
+    owner = Owner(me.uid, me.user, child.pid, psutil.Process(child.pid).create_time(), me.host,
+                  me.pidns, "notebook other.ipynb")
+    try:
+        with Ledger(ledger_path, owner=owner) as ledger:
+            yield ledger
+    finally:
+        child.kill()
+        child.wait()

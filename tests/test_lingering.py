@@ -7,11 +7,8 @@ turns away a start. Driven by the step clock the runtime passes in, not by sleep
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import types
 
-import psutil
 import pytest
 from waiting import advance
 
@@ -19,7 +16,6 @@ from jupyter_sched.core import events as ev
 from jupyter_sched.host.discovery import GpuInfo, HostInfo
 from jupyter_sched.host.ledger import Ledger, device_key
 from jupyter_sched.host.ledger.fairness import GpuDemand
-from jupyter_sched.host.ledger.holders import Owner
 from jupyter_sched.host.ledger.order import WaitSpec
 from jupyter_sched.runtime import leases as runtime_leases
 from jupyter_sched.runtime.lingering import LINGER, Lingering
@@ -30,21 +26,6 @@ WAIT = 10
 
 HOST = HostInfo("h", "boot", 4, 0, (GpuInfo(0, None, "", "declared", None, declared=True),))
 KEY = device_key(HOST.gpus[0], HOST.key)
-
-
-@pytest.fixture
-def neighbour(ledger_path):
-    """Another live process's view of the ledger (a child of this test, of this user)."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    me = Owner.current()
-    owner = Owner(me.uid, me.user, child.pid, psutil.Process(child.pid).create_time(), me.host,
-                  me.pidns, "notebook other.ipynb")
-    try:
-        with Ledger(ledger_path, owner=owner) as ledger:
-            yield ledger
-    finally:
-        child.kill()
-        child.wait()
 
 
 @pytest.fixture

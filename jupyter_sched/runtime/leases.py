@@ -11,18 +11,14 @@ runtime thread:
   just before carrying it out, all or nothing; the leases of attempts that ended and those of
   a step's starts are given and taken in one transaction (``settle``: a burst of short tasks
   pays at most one commit a step, not two a task; a lease a start needs as it is passes to
-  it, and the ledger learns the lease's new task within ``LABEL`` seconds). A
-  refusal is a race with another kernel that took its share after the last read: the attempt
-  is reported ``Failed(unstarted=True)``, and the core re-queues it without spending a retry,
-  next to the fresh holdings;
-* gives a task's leases back when its attempt ends (every terminal or stopped report), and
-  all of them at shutdown;
-* while work waits for a GPU, wakes every ``POLL`` seconds to read the version, and sweeps
-  the ledger every ``SWEEP`` seconds, so the lease of a holder that died frees up;
-* with ``count_other_processes``, also counts as held elsewhere the device memory that NVML
-  says processes outside every scheduler use (:class:`OutsideUse`), read every ``SWEEP``
-  seconds while work waits.
-
+  it, and the ledger learns the lease's new task within ``LABEL`` seconds). A refusal is a
+  race with another kernel that took its share after the last read: the attempt is reported
+  ``Failed(unstarted=True)``, and the core re-queues it without a retry, by fresh holdings;
+* gives a task's leases back when its attempt ends, and all of them at shutdown;
+* while work waits for a GPU, is woken when a share is given back (or reads the version
+  every ``LOOK``/``POLL`` seconds), and sweeps the ledger every ``SWEEP`` seconds;
+* with ``count_other_processes``, counts as held elsewhere the memory that NVML says processes
+  outside every scheduler use (:class:`OutsideUse`), read every ``SWEEP`` s while work waits;
 * records the demands that wait only for what others hold (or reserve) as the host's waits,
   and counts what waits ranked ahead of this kernel reserve as held elsewhere
   (:mod:`jupyter_sched.host.ledger.fairness`): a busy kernel does not starve the others;
@@ -366,6 +362,10 @@ class HostLeases:
         kept = self.lingering.due()
         if kept is not None:
             due.append(kept)
+        if self._version is None and self.view.written:
+            # its own waits were just written: what others gave back before it waited woke
+            # nobody, so it reads what they hold now, not at its next wake
+            due.append(now)
         return min(due) if due else None
 
     @property
@@ -421,15 +421,17 @@ class HostLeases:
                 return None
             self._next_read = now + READ
             version = self.ledger.version()
-            if (self.view.written or self.view.order.waits) and now >= self._next_order:
+            if self._by_task and self._next_order > now + ORDER:
+                self._next_order = now + ORDER  # (it holds now: it reads it as holders do)
+            order = (self.view.written or self.view.order.waits) and now >= self._next_order
+            if order:
                 # while anyone waits, places move with use (shares decay, leases age) though
                 # nothing is written: read the order again
                 # (a holder passes leases on by the order: it reads it soon; a kernel that only
                 # waits is woken by what changes, and reads it for its place)
                 self._next_order = now + (ORDER if self._by_task or now < self._healing_until
                                           else ORDER_WAITING)
-                version = None
-            if version == self._version:
+            elif version == self._version:
                 return None
             self._version = version
             return self.held_elsewhere()
