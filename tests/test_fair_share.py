@@ -4,16 +4,15 @@ Each user (made with ``useradd`` by the test) runs a scheduler of their own, as 
 would, on the same two declared GPUs through one ledger in a setgid group directory, each with
 a backlog of half-GPU tasks of 1 s for 60 s, both backlogs arriving at one time, given to the
 kernels as they come up. Every task writes down when it ran: each user's GPU-seconds come from
-those records, counted from the first task either user ran on that ledger. (The host's order
-serves the user furthest behind in use, all of the room it can use, until it is not: a user
-whose backlog came 8 s late was then served alone for about 8 s, the other for 8 s, and so on
-for the whole minute, so a 60 s window cut one of those turns and saw 39-61% with equal
-weights. Arriving together, the users still take turns of about 15 s, all four shares at a
-time: 49.6-51.6% and 66.1-72.4% in three runs.) Equal weights split the GPU time between
-40% and 60%; weights 2:1 give the heavier user between 60% and 76% (66.7% is the goal; with
-both cores busy and more, the runs gave 65-73%: a user's kernel starved of CPU takes a share
-given back later, and the other's passes its own on meanwhile). The two cases run side by
-side, each with a ledger of its own.
+those records, counted from the first task either user ran on that ledger. The host's order
+serves the user furthest behind in use, all of the room it can use, until it is not: the
+users take turns. A holder that read the order late made those turns 8-16 s long, and a 60 s
+window cut one of them (39-61% with equal weights, 52-74% with 2:1); now about a second
+(50.4% and 50.4%, 65.7% and 66.5%). Equal weights split the GPU time between 40% and 60%;
+weights 2:1 give the heavier user between 60% and 76% (66.7% is the goal; with both cores
+busy and more, the runs gave 65-73%: a user's kernel starved of CPU takes a share given back
+later, and the other's passes its own on meanwhile). The two cases run side by side, each
+with a ledger of its own.
 """
 
 from __future__ import annotations

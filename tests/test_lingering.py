@@ -30,8 +30,11 @@ KEY = device_key(HOST.gpus[0], HOST.key)
 
 @pytest.fixture
 def leases(ledger_path):
-    leases = runtime_leases.HostLeases(Ledger(ledger_path), HOST, "local")
-    leases.between_batches = True  # (none of its GPU work waits, as the runtime says)
+    waits = []  # (whether any of its GPU work waits, as the runtime says: none)
+    leases = runtime_leases.HostLeases(Ledger(ledger_path), HOST, "local",
+                                       hooks=runtime_leases.LeaseHooks(
+                                           gpu_work_waits=lambda: bool(waits)))
+    leases.work_waits = waits
     leases.exchanges = []
     real = leases.ledger.exchange
     leases.ledger.exchange = lambda *a, **k: leases.exchanges.append(a) or real(*a, **k)
@@ -108,10 +111,10 @@ def test_with_nobody_waiting_or_a_wait_ranked_ahead_the_lease_goes_back_at_once(
     waits_for(neighbour, priority=-1)
     assert leases.settle([], [start("a")], 0.0) == {}
     read(leases, 0.5)
-    leases.between_batches = False  # its GPU work waits: what did not start has its reason
+    leases.work_waits.append("b")  # its GPU work waits: what did not start has its reason
     assert leases.settle(["a"], [], 1.0) == {}
     assert held(neighbour) == [] and not leases.lingering
-    leases.between_batches = True
+    leases.work_waits.clear()
     neighbour.set_waits([])
     read(leases, 1.5)
     assert leases.settle([], [start("a")], 1.5) == {}

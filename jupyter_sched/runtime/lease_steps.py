@@ -66,9 +66,6 @@ class LeaseSteps:
                 if p.start.after is None and p.start.devices.get(GPU) and not p.leases_itself
                 and p.error is None]
         starts = [p.start for p in ours]
-        # between two batches (none of its GPU work waits) a share that ends may be kept a
-        # moment for the next (:mod:`.lingering`)
-        leases.between_batches = not any(q.waiting.get(GPU) for q in core.queues.leaves())
         # what waits for others, for the host's order
         if core.books.elsewhere or leases.view.wanted:
             leases.want_waits(core.waiting_elsewhere(leases.node, host_leases.MAX_WAITS))

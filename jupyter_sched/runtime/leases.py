@@ -97,7 +97,6 @@ class HostLeases:
         self._hooks = hooks
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
         self.lingering = Lingering()  # leases of ended tasks kept for the next batch
-        self.between_batches = False  # no GPU work of this kernel waits (the runtime says)
         self._linger = LINGER  # (0 once the scheduler gives everything back)
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
         self.care = LedgerCare(ledger, self.view, self._reread,
@@ -237,8 +236,8 @@ class HostLeases:
         did not start has its reason), when the host's order allows (:mod:`.lingering`);
         whether they were."""
         devices = {lease.device for lease in leases}
-        if not self.between_batches or self._linger <= 0 or devices.intersection(taking) or \
-                not self.view.may_keep(devices) or \
+        if self._linger <= 0 or devices.intersection(taking) or \
+                not self.view.may_keep(devices) or self._hooks.gpu_work_waits() or \
                 self._hooks.own_pids():  # (engines that lease for themselves: never refused)
             return False
         self.lingering.keep(leases, self._now + self._linger)

@@ -108,7 +108,7 @@ class RuntimeLoop:
         self.local_host: HostInfo | None = host
         self.gpu_work_waits = False
         hooks = LeaseHooks(wake=self.wake, successor=self._successor,
-                           own_pids=self._lease_holders)
+                           own_pids=self._lease_holders, gpu_work_waits=self._waits_for_gpu)
         self.leases = leases(self.notice, hooks)  # the host's lease ledger, None without
         self.lease_steps = LeaseSteps(self.leases, core, self.report, self.notice)
         self.local = local(self)
