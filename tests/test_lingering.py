@@ -160,10 +160,12 @@ def test_a_start_of_another_shape_is_never_turned_away_by_a_kept_lease(leases, n
 
 def test_lingering_keeps_groups_until_their_time_or_a_device_is_wanted():
     a, b, c, d = (types.SimpleNamespace(device=device) for device in (KEY, KEY, KEY, "other"))
-    kept = Lingering()
-    kept.keep((a,), 1.0)
-    kept.keep((b, c), 2.0)
-    kept.keep((d,), 3.0)
+    order = types.SimpleNamespace(blocked=None, may_keep=lambda devices: True,
+                                  reserved_ahead=dict)  # (the host's order allows)
+    kept = Lingering(order, runtime_leases.LeaseHooks())
+    assert kept.keep((a,), 1.0 - LINGER) and kept.keep((b, c), 2.0 - LINGER)
+    assert kept.keep((d,), 3.0 - LINGER)
+    assert not kept.keep((a,), 0.0, taking={KEY})  # (a start takes from its device)
     assert kept.due() == 1.0 and kept.leases() == [a, b, c, d]
     assert kept.let_go(1.5) == [(a,)] and kept.due() == 2.0
     assert kept.let_go(1.5, devices={"other"}) == [(d,)]

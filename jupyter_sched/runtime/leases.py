@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..core import events as ev
@@ -55,7 +55,7 @@ from ..model.tasks import Task
 from .lease_hooks import NO_HOOKS, LeaseHooks
 from .lease_view import LeaseView, held_text
 from .ledger_care import ERRORS, LedgerCare
-from .lingering import LINGER, Lingering, shape_of
+from .lingering import Lingering, shape_of
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,30 @@ ORDER_WAITING = 15.0  # ... when this kernel holds no lease (its own wait's plac
 HEALING = 10.0  # seconds after a heal during which a kernel that only waits reads it every ORDER
 # (after a heal, its wait was seen missing from the host's order until it read the order again)
 WAIT = 0.1  # seconds a call waits at most for another process's lock on the ledger
+
+
+class SeenAlive:
+    """Whether the holders of others' leases live, each looked at once in ``ALIVE_RECHECK``
+    seconds at most (the views ask on every look)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._seen: dict[int, tuple[bool, float]] = {}  # lease id -> (alive, when seen)
+
+    def alive(self, lease: Lease) -> bool:
+        now = time.monotonic()
+        known = self._seen.get(lease.id)
+        if known is None or now - known[1] > ALIVE_RECHECK:
+            try:
+                known = (self._ledger.alive(lease), now)
+            except ERRORS:
+                known = (True, now)  # (cannot tell: shown as held)
+            self._seen[lease.id] = known
+        return known[0]
+
+    def forget_all_but(self, ids: Iterable[int]) -> None:
+        for lease_id in set(self._seen) - set(ids):
+            del self._seen[lease_id]
 
 
 class HostLeases:
@@ -96,8 +120,7 @@ class HostLeases:
         self._by_task: dict[str, tuple[int, tuple[Lease, ...]]] = {}
         self._hooks = hooks
         self._unlabelled: dict[str, tuple[Lease, ...]] = {}  # passed on, the ledger not told
-        self.lingering = Lingering()  # leases of ended tasks kept for the next batch
-        self._linger = LINGER  # (0 once the scheduler gives everything back)
+        self.lingering = Lingering(self.view, hooks)  # ended tasks' leases, for the next batch
         self.label_due: float | None = None  # when the ledger is to learn of them at the latest
         self.care = LedgerCare(ledger, self.view, self._reread,
                                notice or (lambda text: log.warning("%s", text)))
@@ -108,7 +131,7 @@ class HostLeases:
         self._next_check = 0.0
         self._next_order = 0.0
         self._healing_until = 0.0  # (read the order every ORDER until then: :meth:`_reread`)
-        self._alive_seen: dict[int, tuple[bool, float]] = {}  # lease id -> (alive, when seen)
+        self._alive = SeenAlive(ledger)  # (whether others' holders live, for the views)
         self._listening = False
         self.set_host(host)
 
@@ -191,7 +214,7 @@ class HostLeases:
         gives = [lease.id for leases in self.lingering.let_go(now, taking) for lease in leases]
         for group in spare.values():
             for leases in group:
-                if not self._kept(leases, taking):
+                if not self.lingering.keep(leases, now, taking):
                     gives += [lease.id for lease in leases]
         gives += self.care.pending
         due = self.label_due is not None and now >= self.label_due
@@ -230,19 +253,6 @@ class HostLeases:
                 self._by_task[start.task] = (start.attempt, got)
         return refused
 
-    def _kept(self, leases: tuple[Lease, ...], taking: Collection[str] = ()) -> bool:
-        """Keep ``leases`` of an ended task ``LINGER`` seconds for this kernel's next start on
-        their devices, between two batches (none of its GPU work waits: work that waits and
-        did not start has its reason), when the host's order allows (:mod:`.lingering`);
-        whether they were."""
-        devices = {lease.device for lease in leases}
-        if self._linger <= 0 or devices.intersection(taking) or \
-                not self.view.may_keep(devices) or self._hooks.gpu_work_waits() or \
-                self._hooks.own_pids():  # (engines that lease for themselves: never refused)
-            return False
-        self.lingering.keep(leases, self._now + self._linger)
-        return True
-
     def _hand_over(self, task: str, attempt: int, leases: tuple[Lease, ...]) -> None:
         """``task`` holds ``leases`` from now on; the ledger learns it within ``LABEL``
         seconds."""
@@ -274,7 +284,7 @@ class HostLeases:
         task sent ahead behind it, if any, takes them over instead. While the ledger cannot
         be written they are kept, and given back as soon as it can."""
         leases = self._release(task, attempt)
-        if not leases or self._kept(leases):
+        if not leases or self.lingering.keep(leases, self._now):
             return
         self.care.add([lease.id for lease in leases])
         if self.view.blocked is not None:
@@ -317,8 +327,7 @@ class HostLeases:
         of this process too (``give_mine``: none is left behind by an earlier scheduler), and
         its waits end. Returns the tasks whose leases are kept."""
         self._listen(False)  # (nothing of this scheduler waits any more: its socket goes)
-        self._linger = 0.0
-        for leases in self.lingering.let_go():
+        for leases in self.lingering.stop():
             self.care.add([lease.id for lease in leases])
         kept = [task for task in keep if task in self._by_task]
         for task in list(self._by_task):
@@ -399,8 +408,8 @@ class HostLeases:
         self._now = now
         self._listen(waiting)
         held = self._read(now, waiting)
-        if self.lingering:  # (by the order just read)
-            self._let_go(now)
+        if self.lingering:  # (those due back, by the order just read)
+            self._give_back(self.lingering.due_back(now))
         return held
 
     def _read(self, now: float, waiting: bool) -> ev.HeldElsewhere | None:
@@ -438,13 +447,9 @@ class HostLeases:
             self.care.failed(err)
             return self.view.event({})
 
-    def _let_go(self, now: float) -> None:
-        """Give back the leases kept past their time, or on a device that a wait now ranked
-        ahead of this kernel reserves."""
-        ahead = () if self.view.blocked is not None else self.view.reserved_ahead()
-        ids = [lease.id for leases in self.lingering.let_go(now, ahead) for lease in leases]
-        if ids:
-            self.care.add(ids)
+    def _give_back(self, groups: list[tuple[Lease, ...]]) -> None:
+        if groups:
+            self.care.add([lease.id for leases in groups for lease in leases])
             if self.view.blocked is None:
                 self._give_pending()
 
@@ -467,22 +472,8 @@ class HostLeases:
         """Others' leases and unleased processes per local GPU, for the views
         (:meth:`LeaseView.holders`), each lease's holder looked at (at most once a second):
         one that ended shows as such until its lease is taken back."""
-        now = time.monotonic()
-        seen = self._alive_seen
-
-        def alive(lease: Lease) -> bool:
-            known = seen.get(lease.id)
-            if known is None or now - known[1] > ALIVE_RECHECK:
-                try:
-                    known = (self.ledger.alive(lease), now)
-                except ERRORS:
-                    known = (True, now)  # (cannot tell: shown as held)
-                seen[lease.id] = known
-            return known[0]
-
-        out = self.view.holders(live, alive)
-        for lease_id in set(seen) - {lease.id for lease in self.view.others}:
-            del seen[lease_id]
+        out = self.view.holders(live, self._alive.alive)
+        self._alive.forget_all_but(lease.id for lease in self.view.others)
         return out
 
     def want_waits(self, tasks: Sequence[tuple[Task, int]]) -> None:

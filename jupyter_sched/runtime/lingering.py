@@ -18,8 +18,13 @@ second old. A wait ranked ahead, the end of ``LINGER`` or of the scheduler give 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
 
 from ..host.ledger import Lease
+
+if TYPE_CHECKING:
+    from .lease_hooks import LeaseHooks
+    from .lease_view import LeaseView
 
 LINGER = 0.25  # seconds a lease of an ended task is kept for this kernel's next like start
 
@@ -33,16 +38,41 @@ def shape_of(shares: Iterable[tuple[str, int, str]]) -> Shape:
 
 class Lingering:
     """The leases kept, in groups (a task's), each with the time it goes back (by the step
-    clock)."""
+    clock); ``view`` (the host's order as last read) and ``hooks`` (whether the runtime's GPU
+    work waits, its engines that lease for themselves) say whether a group may be kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, view: LeaseView, hooks: LeaseHooks) -> None:
+        self._view = view
+        self._hooks = hooks
+        self._linger = LINGER  # (0 once the scheduler gives everything back)
         self._kept: list[tuple[tuple[Lease, ...], float]] = []
 
     def __bool__(self) -> bool:
         return bool(self._kept)
 
-    def keep(self, leases: tuple[Lease, ...], until: float) -> None:
-        self._kept.append((leases, until))
+    def keep(self, leases: tuple[Lease, ...], now: float, taking: Collection[str] = ()) -> bool:
+        """Keep ``leases`` of an ended task ``LINGER`` seconds from ``now`` for this kernel's
+        next start on their devices, when it may (between two batches: none of its GPU work
+        waits, and work that waits and did not start has its reason; no start of this step
+        takes from their devices, ``taking``; the host's order allows); whether they were."""
+        devices = {lease.device for lease in leases}
+        if self._linger <= 0 or devices.intersection(taking) or \
+                not self._view.may_keep(devices) or self._hooks.gpu_work_waits() or \
+                self._hooks.own_pids():  # (engines that lease for themselves: never refused)
+            return False
+        self._kept.append((leases, now + self._linger))
+        return True
+
+    def stop(self) -> list[tuple[Lease, ...]]:
+        """Keep nothing from now on (the scheduler gives everything back); what was kept."""
+        self._linger = 0.0
+        return self.let_go()
+
+    def due_back(self, now: float) -> list[tuple[Lease, ...]]:
+        """Stop keeping, and return, the groups kept past their time, or on a device that a
+        wait now ranked ahead of this kernel reserves."""
+        ahead = () if self._view.blocked is not None else self._view.reserved_ahead()
+        return self.let_go(now, ahead)
 
     def leases(self) -> list[Lease]:
         return [lease for leases, _ in self._kept for lease in leases]
