@@ -65,3 +65,14 @@ def test_a_kernel_that_wrote_its_waits_reads_what_others_hold_at_once(leases):
     read = leases.views
     leases.poll(0.1, waiting=True)
     assert leases.views == read + 1 and leases.look_due(0.1) > 0.1
+
+
+def test_a_kernel_whose_ledger_is_blocked_after_it_wrote_its_waits_does_not_spin(leases):
+    """The read at once is asked for once: a poll that cannot read (the ledger locked by
+    another process, say) does not leave the runtime due again at once, step after step."""
+    leases.poll(0.0, waiting=True)
+    leases.view.wanted = (WaitSpec("a", GpuDemand(5_000, 1, (KEY,)), 0, 0.0),)
+    assert leases.settle([], [], 0.1) == {} and leases.look_due(0.1) == 0.1
+    leases.view.block("the host's GPU ledger has been locked for 12 s by pid 4242")
+    leases.poll(0.1, waiting=True)
+    assert leases.look_due(0.1) > 0.1

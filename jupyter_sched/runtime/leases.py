@@ -131,6 +131,7 @@ class HostLeases:
         self._next_check = 0.0
         self._next_order = 0.0
         self._healing_until = 0.0  # (read the order every ORDER until then: :meth:`_reread`)
+        self._wrote_waits = False  # (its waits were just written: read at the next step)
         self._alive = SeenAlive(ledger)  # (whether others' holders live, for the views)
         self._listening = False
         self.set_host(host)
@@ -241,6 +242,7 @@ class HostLeases:
         if waits is not None:
             self.view.wrote(waits)
             self._version = None  # its own waits move it in the host's order: read again
+            self._wrote_waits = bool(waits)
         elif done.before == self._version:
             self._version = done.after  # only our own changes since the last read
         for (task, _), got in zip(passes, done.passed, strict=True):
@@ -370,9 +372,9 @@ class HostLeases:
         kept = self.lingering.due()
         if kept is not None:
             due.append(kept)
-        if self._version is None and self.view.written:
+        if self._wrote_waits:
             # its own waits were just written: what others gave back before it waited woke
-            # nobody, so it reads what they hold now, not at its next wake
+            # nobody, so it reads what they hold now, not at its next wake (once)
             due.append(now)
         return min(due) if due else None
 
@@ -407,6 +409,7 @@ class HostLeases:
         (a burst of steps reads it once), but at once after a refusal or a sweep."""
         self._now = now
         self._listen(waiting)
+        self._wrote_waits = False
         held = self._read(now, waiting)
         if self.lingering:  # (those due back, by the order just read)
             self._give_back(self.lingering.due_back(now))
