@@ -656,3 +656,53 @@ def test_the_garbage_collector_waits_while_a_run_plays_and_runs_as_before_after(
     finally:
         gc.enable()
     assert sim.makespan == 1.0
+
+
+def _young_tasks(sim):
+    young = {id(o) for o in gc.get_objects(generation=0)}
+    return sum(1 for task in sim.core.tasks.values() if id(task) in young)
+
+
+def test_what_a_run_made_goes_to_the_oldest_generation_without_a_walk():
+    walks = []
+
+    def watch(phase, info):
+        if phase == "start":
+            walks.append(info["generation"])
+
+    sim = Simulation()
+    for i in range(4):
+        sim.add_node(f"n{i}", {"GPU": 2})
+    for _ in range(400):
+        sim.submit(duration=1, resources={"GPU": 0.5})
+    gc.collect()
+    gc.callbacks.append(watch)
+    try:
+        sim.run()
+        [].append(object())  # (an allocation: where a young collection would start)
+    finally:
+        gc.callbacks.remove(watch)
+    assert sim.makespan == 25.0  # (16 half-GPU shares at a time)
+    assert walks == []  # no collection walked what the run made
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(task) in oldest for task in sim.core.tasks.values())
+
+
+def test_objects_frozen_before_a_run_stay_frozen_and_its_young_stay_young():
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        sim = Simulation()
+        sim.add_node("n", {"GPU": 1})
+        for _ in range(50):
+            sim.submit(duration=1, resources={"GPU": 1})
+        gc.disable()  # (so that the young stay where the run left them until they are counted)
+        try:
+            sim.run()
+            assert gc.get_freeze_count() == frozen  # not thawed by the run
+            assert _young_tasks(sim) == 50  # what it made is where a young collection finds it
+        finally:
+            gc.enable()
+    finally:
+        gc.unfreeze()
