@@ -24,7 +24,7 @@ import psutil
 from ..core import events as ev
 from ..host.identity import kernel_label, notebook_path
 from ..host.ledger import Lease, fairness
-from ..host.ledger.holders import token
+from ..host.ledger.holders import Owner, token
 from ..host.ledger.order import EMPTY, MAX_WAITS, Order, WaitSpec
 from ..host.ledger.rows import clock, wait_text
 from ..host.outside import process_tree
@@ -160,18 +160,42 @@ class LeaseView:
         return f"{gpus} reserved for waits ahead on this host: {who}{more}"
 
     def _place_text(self) -> str:
-        """``this kernel is 2nd on this host for GPU 0``, from its first wait."""
+        """``this kernel is 2nd on this host for GPU 0``, from its first wait; and who holds a
+        share of that GPU, records no wait and ranks before it by use (it may pass the share
+        on to its own next task meanwhile)."""
         me = token()
         mine = next((w for w in self.order.waits if w.holder == me), None)
         if mine is None:
             return ""
         by_key = {key: index for index, key in self.keys.items()}
-        best = min(((fairness.position(self.order.waits, mine, key), index)
+        best = min(((fairness.position(self.order.waits, mine, key), index, key)
                     for key, index in by_key.items() if key in mine.demand.devices),
                    default=None)
         if best is None or best[0] <= 0:
             return ""
-        return f"this kernel is {fairness.ordinal(best[0])} on this host for GPU {best[1]}"
+        place, index, key = best
+        text = f"this kernel is {fairness.ordinal(place)} on this host for GPU {index}"
+        ahead = self.order.holders_ahead(mine, [lease.owner for lease in self.others
+                                                if lease.device == key])
+        if not ahead:
+            return text
+        who = "; ".join(self._ahead_text(owner, mine.uid, me) for owner in ahead[:3])
+        more = f" and {len(ahead) - 3} more" if len(ahead) > 3 else ""
+        return (f"{text} among the waits; ahead of it by use, and holding a share of GPU {index} "
+                f"it may pass on to its next task: {who}{more}")
+
+    def _ahead_text(self, owner: Owner, uid: int, me: str) -> str:
+        """``pid 4242 (train.ipynb), 3.4 GPU-s lately against this kernel's 8.5`` (beside a
+        kernel of the same user), or its user's use over their weight against this user's."""
+        order = self.order
+        where = ", ".join(p for p in (owner.label, "" if owner.uid == uid
+                                      else f"user {owner.user}") if p)
+        name = f"pid {owner.pid}" + (f" ({where})" if where else "")
+        if owner.uid == uid:
+            return (f"{name}, {order.kernels.get(owner.holder, 0.0):.1f} GPU-s lately against "
+                    f"this kernel's {order.kernels.get(me, 0.0):.1f}")
+        return (f"{name}, its user's {order.standings.get(owner.uid, 0.0):.1f} GPU-s lately "
+                f"(over their weight) against yours {order.standings.get(uid, 0.0):.1f}")
 
     def holders(self, live: Mapping[tuple[str, int], Mapping],
                 alive: Callable[[Lease], bool] = lambda lease: True) -> dict:

@@ -55,13 +55,33 @@ class Order:
         """The waits of other processes ranked before ``holder``'s first wait (a process's
         token), or, when it has none, before a demand of its (priority 0) arriving now."""
         standing = (self.standings.get(uid, 0.0), 0, self.kernels.get(holder, 0.0), self.now,
-                    0)
+                    0)  # (standing_of, for a holder known by its token)
         return fairness.ahead_of(self.waits, holder, standing, self.standings, self.kernels)
 
     def ahead_of(self, holder: str, uid: int) -> dict[str, int]:
         """Units of each device reserved by the waits ahead of ``holder``: room it must leave
         free."""
         return fairness.reserved_for(self.waits_ahead(holder, uid), self.reservations, holder)
+
+    def holders_ahead(self, wait: Wait, holders: Iterable[Owner]) -> list[Owner]:
+        """Of ``holders`` (processes holding a share ``wait`` could use), those that record no
+        wait and rank before it by their use: what they hold, they may pass on to their own
+        next task while ``wait`` is first of the waits."""
+        waiting = {w.holder for w in self.waits}
+        mine = fairness.rank_key(wait, self.standings, self.kernels)
+        out: dict[str, Owner] = {}
+        for owner in holders:
+            token = owner.holder
+            if not token or token == wait.holder or token in waiting or token in out:
+                continue
+            if self.standing_of(owner) < mine:
+                out[token] = owner
+        return list(out.values())
+
+    def standing_of(self, owner: Owner) -> tuple:
+        """Where a demand of ``owner`` (priority 0) arriving now would stand."""
+        return (self.standings.get(owner.uid, 0.0), 0, self.kernels.get(owner.holder, 0.0),
+                self.now, 0)
 
     def blocking(self, holder: str, uid: int, device: str) -> tuple[Wait, ...]:
         """The waits ahead of ``holder`` that reserve ``device``."""
