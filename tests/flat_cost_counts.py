@@ -169,8 +169,9 @@ def brief(x):
 
 def full_collections() -> dict:
     """How many tasks were in flight at each full collection that started while 10,000 brief
-    engine tasks were submitted and waited; the most in flight; the third threshold after."""
-    live_at_full: list[int] = []
+    engine tasks were submitted and waited, and how long after the burst began; the most in
+    flight; the third threshold after."""
+    fulls: list[tuple[float, int]] = []
     most = [0]
     with scheduler_with_engines(engines=2) as (sched, _):
         live = sched._loop.records.live
@@ -179,10 +180,11 @@ def full_collections() -> dict:
             if phase == "start":
                 most[0] = max(most[0], len(live))
                 if info["generation"] == 2:
-                    live_at_full.append(len(live))
+                    fulls.append((time.monotonic() - began, len(live)))
 
         sched.wait(submitted(sched, 200, "engines"))
         gc.collect()  # (from a heap just walked: none is owed at the start)
+        began = time.monotonic()
         gc.callbacks.append(seen)
         try:
             handles = [sched.submit(brief, i, target="engines") for i in range(10_000)]
@@ -190,7 +192,7 @@ def full_collections() -> dict:
         finally:
             gc.callbacks.remove(seen)
         assert [h.result() for h in handles[:3]] == [0, 1, 2]
-    return {"live_at_full": live_at_full, "most": most[0], "threshold": gc.get_threshold()[2]}
+    return {"fulls": fulls, "most": most[0], "threshold": gc.get_threshold()[2]}
 
 
 SCENARIOS = {f.__name__: f for f in (passing_through, in_flight, on_engines, growing,
