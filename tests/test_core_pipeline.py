@@ -310,3 +310,54 @@ def _check_engines(sim: Simulation) -> None:
                         use[name] = use.get(name, 0) + units
             for name, units in use.items():
                 assert units <= totals.get(name, 0), (node, moment, use, totals)
+
+
+def test_a_backlog_whose_head_waited_past_the_reservation_bound_is_still_sent_ahead():
+    """The head of a backlog that waited behind long tasks holds a reservation (it waited
+    past ``reservation_after``); the lines take it first, so it is passed over by no
+    hand-over, and the backlog goes on being sent ahead instead of one task a round trip."""
+    sim = Simulation(pipeline=0.1, reservation_after=1.0)
+    sim.add_node("n", {"CPU": 2}, engines=2)
+    long = [sim.submit(duration=5.0, resources={"CPU": 1}, name="long") for _ in range(2)]
+    short = [sim.submit(duration=0.001, resources={"CPU": 1}, at=0.01) for _ in range(300)]
+    reserved = []
+    books = sim.core.books
+
+    def noting(handle, *events):
+        try:
+            return handle(*events)
+        finally:
+            reserved.extend(r.job.id for r in books.reservations.values())
+
+    sim.core = Watched(sim.core, noting)
+    sim.run()
+    assert {t.id for t in short} & set(reserved)  # (its head held one, having waited)
+    ahead = [s for s in pipelined(sim) if s.after not in {t.id for t in long}]
+    assert len(ahead) >= 250, len(ahead)
+    assert all(t.state == "done" and sim.core.tasks[t.id].attempt == 1 for t in short)
+    assert short[0].start == min(t.start for t in short)  # (the head went first)
+    _check_engines(sim)
+
+
+def test_nothing_is_sent_ahead_while_a_job_of_another_class_holds_a_reservation():
+    sim = Simulation(pipeline=0.1, reservation_after=1.0)
+    sim.add_node("n", {"CPU": 2}, engines=2)
+    sim.submit(duration=3.0, resources={"CPU": 1}, name="long")
+    big = sim.submit(duration=1.0, resources={"CPU": 2}, name="big", at=0.01)
+    short = [sim.submit(duration=0.01, resources={"CPU": 1}, at=0.02) for _ in range(400)]
+    held = []
+    books = sim.core.books
+
+    def noting(handle, *events):
+        try:
+            return handle(*events)
+        finally:
+            if any(r.job.id == big.id for r in books.reservations.values()):
+                held.append(books.now)
+                assert not books.assigned  # (nothing lined up past it)
+
+    sim.core = Watched(sim.core, noting)
+    sim.run()
+    assert held  # (it held one)
+    assert big.state == "done" and all(t.state == "done" for t in short)
+    assert big.start <= 3.0 + 1e-9  # it started as the long task ended: nothing passed it

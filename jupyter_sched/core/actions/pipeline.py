@@ -24,11 +24,13 @@ one at a time spends more on each than one that gets them in bursts. So, with
   spending a retry.
 
 Nothing is assigned while a job holds a reservation (it would be passed over at every
-hand-over) or when preemption is on (a victim's share must go to its preemptor).
+hand-over), unless that job is the head of the very class the lines take from (it is assigned
+first), nor when preemption is on (a victim's share must go to its preemptor).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
@@ -54,7 +56,7 @@ def run(session: Session) -> None:
     core = session.core
     if core.assigned:
         _revoke_overruns(core)
-    if core.reservations or core.preemption or not session.failed:
+    if core.preemption or not session.failed:
         return
     best = min(session.failed.values(), key=job_rank)
     if isinstance(best, Gang) or best.state != QUEUED:
@@ -63,6 +65,8 @@ def run(session: Session) -> None:
     fifo = queue.classes.get(best.klass)
     took = core.durations.get((queue.name, best.klass, best.spec.family))
     if fifo is None or not best.spec.family or took is None or took > core.pipeline:
+        return
+    if core.reservations and not _serves_reserved_first(core, fifo):
         return
     depth = AHEAD if took * AHEAD <= core.pipeline else max(1, int(core.pipeline / took))
     slots = list(_busy_slots(core, best, depth))
@@ -76,6 +80,17 @@ def run(session: Session) -> None:
             fifo.popleft()
             after = slot.ahead[-1] if slot.ahead else running.id
             fire(core, job, ASSIGN, (node, slot.id, running, after))
+
+
+def _serves_reserved_first(core: Books, fifo: deque[Task | Gang]) -> bool:
+    """Whether the one job holding a reservation is the head of the class the lines would
+    take from: assigned first, it is passed over by no hand-over. (The head of a backlog that
+    waited past the reservation bound holds one: a backlog drained with no line would cost an
+    engine a round trip a task.)"""
+    if len(core.reservations) != 1:
+        return False
+    reservation = next(iter(core.reservations.values()))
+    return live_head(fifo) is reservation.job
 
 
 def _busy_slots(core: Books, like: Task, depth: int) -> Iterator[tuple[Node, Slot, Task]]:
