@@ -14,12 +14,14 @@ made during that batch (the scheduler keeps the last 1,000 ended tasks' records:
 leaves must be given back as later ones end).
 
 One run on a shared 2-core machine (load 5.7-8.5; benchmarks/results/design.md, "Per-task cost
-as tasks pass through"): 730/s for the first 2,000, 286/s for 100,000 after 100,000 (0.39x,
-goal not met); raw direct views 442/s and 506/s. What costs is the number in flight, not the
-tasks that passed through. With the full collections held while many are in flight
-(runtime/collector.py), ``--through 30000 --last 30000`` ran at 0.49x and 0.71x against 0.30x
-and 0.39x with the hold off, alternating, load 3.7-7.0 (design.md, "Full collections and the
-tasks in flight"): better, not yet the goal.
+as tasks pass through"): 730/s for the first 2,000, 286/s for 100,000 after 100,000 (0.39x).
+The full collections held while many are in flight (runtime/collector.py) helped a little; the
+cause was elsewhere (design.md, "A backlog sent ahead whatever its head holds"): a backlog that
+waited long enough for its head to hold a reservation was never sent ahead, so its tasks went
+one request each, round trip by round trip, at 380-480/s. Since, on a quiet machine: 1,418/s
+for the first 2,000, 2,858, 2,476 and 2,182/s for the batches up to 100,000, then 2,252/s for
+100,000 after 100,000 (1.59x; CPU 369 against 576 us a task); raw direct views 512/s before
+and 523/s after.
 """
 
 from __future__ import annotations
