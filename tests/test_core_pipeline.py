@@ -312,6 +312,19 @@ def _check_engines(sim: Simulation) -> None:
                 assert units <= totals.get(name, 0), (node, moment, use, totals)
 
 
+def after_each(sim: Simulation, look) -> None:
+    """``look(books)`` after every ``handle`` of ``sim``'s core."""
+    books = sim.core.books
+
+    def noting(handle, *events):
+        try:
+            return handle(*events)
+        finally:
+            look(books)
+
+    sim.core = Watched(sim.core, noting)
+
+
 def test_a_backlog_whose_head_waited_past_the_reservation_bound_is_still_sent_ahead():
     """The head of a backlog that waited behind long tasks holds a reservation (it waited
     past ``reservation_after``); the lines take it first, so it is passed over by no
@@ -321,15 +334,7 @@ def test_a_backlog_whose_head_waited_past_the_reservation_bound_is_still_sent_ah
     long = [sim.submit(duration=5.0, resources={"CPU": 1}, name="long") for _ in range(2)]
     short = [sim.submit(duration=0.001, resources={"CPU": 1}, at=0.01) for _ in range(300)]
     reserved = []
-    books = sim.core.books
-
-    def noting(handle, *events):
-        try:
-            return handle(*events)
-        finally:
-            reserved.extend(r.job.id for r in books.reservations.values())
-
-    sim.core = Watched(sim.core, noting)
+    after_each(sim, lambda books: reserved.extend(r.job.id for r in books.reservations.values()))
     sim.run()
     assert {t.id for t in short} & set(reserved)  # (its head held one, having waited)
     ahead = [s for s in pipelined(sim) if s.after not in {t.id for t in long}]
@@ -346,17 +351,13 @@ def test_nothing_is_sent_ahead_while_a_job_of_another_class_holds_a_reservation(
     big = sim.submit(duration=1.0, resources={"CPU": 2}, name="big", at=0.01)
     short = [sim.submit(duration=0.01, resources={"CPU": 1}, at=0.02) for _ in range(400)]
     held = []
-    books = sim.core.books
 
-    def noting(handle, *events):
-        try:
-            return handle(*events)
-        finally:
-            if any(r.job.id == big.id for r in books.reservations.values()):
-                held.append(books.now)
-                assert not books.assigned  # (nothing lined up past it)
+    def look(books):
+        if any(r.job.id == big.id for r in books.reservations.values()):
+            held.append(books.now)
+            assert not books.assigned  # (nothing lined up past it)
 
-    sim.core = Watched(sim.core, noting)
+    after_each(sim, look)
     sim.run()
     assert held  # (it held one)
     assert big.state == "done" and all(t.state == "done" for t in short)
