@@ -188,9 +188,10 @@ class LeaseView:
         """``pid 4242 (train.ipynb), 3.4 GPU-s lately against this kernel's 8.5`` (beside a
         kernel of the same user), or its user's use over their weight against this user's."""
         order = self.order
-        where = ", ".join(p for p in (owner.label, "" if owner.uid == uid
-                                      else f"user {owner.user}") if p)
-        name = f"pid {owner.pid}" + (f" ({where})" if where else "")
+        where = [owner.label] if owner.label else []
+        if owner.uid != uid:
+            where.append(f"user {owner.user}")
+        name = f"pid {owner.pid}" + (f" ({', '.join(where)})" if where else "")
         if owner.uid == uid:
             return (f"{name}, {order.kernels.get(owner.holder, 0.0):.1f} GPU-s lately against "
                     f"this kernel's {order.kernels.get(me, 0.0):.1f}")

@@ -54,9 +54,8 @@ class Order:
     def waits_ahead(self, holder: str, uid: int) -> list[Wait]:
         """The waits of other processes ranked before ``holder``'s first wait (a process's
         token), or, when it has none, before a demand of its (priority 0) arriving now."""
-        standing = (self.standings.get(uid, 0.0), 0, self.kernels.get(holder, 0.0), self.now,
-                    0)  # (standing_of, for a holder known by its token)
-        return fairness.ahead_of(self.waits, holder, standing, self.standings, self.kernels)
+        return fairness.ahead_of(self.waits, holder, self._standing(uid, holder),
+                                 self.standings, self.kernels)
 
     def ahead_of(self, holder: str, uid: int) -> dict[str, int]:
         """Units of each device reserved by the waits ahead of ``holder``: room it must leave
@@ -74,14 +73,14 @@ class Order:
             token = owner.holder
             if not token or token == wait.holder or token in waiting or token in out:
                 continue
-            if self.standing_of(owner) < mine:
+            if self._standing(owner.uid, token) < mine:
                 out[token] = owner
         return list(out.values())
 
-    def standing_of(self, owner: Owner) -> tuple:
-        """Where a demand of ``owner`` (priority 0) arriving now would stand."""
-        return (self.standings.get(owner.uid, 0.0), 0, self.kernels.get(owner.holder, 0.0),
-                self.now, 0)
+    def _standing(self, uid: int, holder: str) -> tuple:
+        """Where a demand (priority 0) of process ``holder`` of user ``uid`` arriving now
+        would stand."""
+        return (self.standings.get(uid, 0.0), 0, self.kernels.get(holder, 0.0), self.now, 0)
 
     def blocking(self, holder: str, uid: int, device: str) -> tuple[Wait, ...]:
         """The waits ahead of ``holder`` that reserve ``device``."""
